@@ -1,0 +1,132 @@
+/* act.h - the public API of act-engine.
+ *
+ * A newcomer reads this file and knows the whole library:
+ *   1. act_model_load()     reads and validates a .actw weight file (weights/FORMAT.md);
+ *   2. act_session_create() binds the model to a backend (CPU or CUDA) and a precision and
+ *                           allocates every buffer for batches up to max_batch;
+ *   3. act_run()            runs one step for a batch: uint8 frames + qpos in, the
+ *                           denormalized action chunk out (and, given recorded actions, the
+ *                           CVAE posterior: mu, logvar, KL and the chunk decoded from z).
+ * Every function that can fail returns 0 on success or -1, and writes a message naming what
+ * was wrong into the caller's err buffer. The library never calls exit().
+ */
+#ifndef ACT_H
+#define ACT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ACT_VERSION "0.1.0"
+#define ACT_MAX_CAMS 8
+#define ACT_MAX_LAYERS 16
+#define ACT_NAME_LEN 32
+#define ACT_ERR_LEN 512
+
+typedef enum { ACT_NORM_MIN_MAX = 0, ACT_NORM_MEAN_STD = 1 } act_norm_type;
+typedef enum { ACT_ACT_RELU = 0, ACT_ACT_GELU = 1 } act_activation;
+typedef enum { ACT_VISION_BATCHNORM = 0, ACT_VISION_GROUPNORM = 1 } act_vision_norm;
+
+/* Everything the weight file's metadata says about the model (weights/FORMAT.md lists keys). */
+typedef struct act_config {
+    int obs_dim, action_dim, pred_horizon, obs_horizon, num_action_steps;
+    int num_cams;
+    char camera_names[ACT_MAX_CAMS][ACT_NAME_LEN];
+    int image_h, image_w;          /* expected uint8 HWC frame size per camera */
+    /* preprocessing: /255 -> bilinear resize to input -> optional center crop -> optional ImageNet */
+    int input_h, input_w;
+    int crop_h, crop_w;            /* 0 = no crop */
+    int imagenet_norm;             /* 1 = (x - mean) / std with ImageNet statistics */
+    /* vision: ResNet18 trunk + SpatialSoftmax + Linear + ReLU, one token per camera */
+    act_vision_norm vision_norm;   /* BATCHNORM: folded into conv weights; GROUPNORM: C/16 groups */
+    int separate_trunks;           /* 1 = one trunk per camera, else one shared trunk */
+    int num_keypoints, vision_dim; /* K, output_dim */
+    int feat_h, feat_w;            /* trunk output map size (7x7 at 224x224) */
+    /* ACT head */
+    int hidden_dim, nheads, enc_layers, dec_layers, ff_dim, latent_dim;
+    act_activation activation;
+    float kl_weight;
+    float ln_eps;                  /* LayerNorm eps (1e-5) */
+    /* normalization of qpos and actions */
+    act_norm_type norm_type;
+    float norm_eps;                /* clamp of (max - min) or std */
+    /* provenance */
+    char model_hash[17];           /* 16 hex digits: the file's checksum */
+    char source_sha256[65];
+    char converter_version[32];
+    int64_t n_params;
+} act_config;
+
+typedef struct act_model act_model;
+typedef struct act_session act_session;
+
+typedef enum { ACT_DEVICE_CPU = 0, ACT_DEVICE_CUDA = 1 } act_device;
+typedef enum { ACT_FP32 = 0, ACT_TF32 = 1, ACT_BF16 = 2, ACT_FP16 = 3 } act_precision;
+
+/* ---- model ---- */
+int act_model_load(const char *path, act_model **out, char *err, size_t errlen);
+void act_model_free(act_model *m);
+const act_config *act_model_config(const act_model *m);
+
+/* ---- session ---- */
+typedef struct act_session_opts {
+    act_device device;
+    act_precision precision;
+    int max_batch;                 /* largest batch act_run will be given */
+    int use_graphs;                /* CUDA: capture each (batch, mode) step as a graph (default 1) */
+    int cuda_device;               /* CUDA device ordinal */
+} act_session_opts;
+
+act_session_opts act_session_default_opts(void);
+int act_session_create(const act_model *m, const act_session_opts *opts, act_session **out,
+                       char *err, size_t errlen);
+void act_session_free(act_session *s);
+int act_cuda_available(char *why, size_t whylen); /* 1 if a CUDA device can be used */
+
+/* One step for a batch. Inputs are host memory in raw (unnormalized) units.
+ * The prior path (z = 0) runs when actions or actions_norm is requested; the posterior path
+ * (CVAE encoder -> z -> decoder) runs when in->actions is given. */
+typedef struct act_inputs {
+    int batch;
+    const float *qpos;                        /* [B][obs_dim] */
+    const uint8_t *images[ACT_MAX_CAMS];      /* per camera, in config order: [B][image_h][image_w][3] */
+    const float *actions;                     /* optional [B][pred_horizon][action_dim] */
+    const uint8_t *action_is_pad;             /* optional [B][pred_horizon], 1 = padded step */
+    int sample_latent;                        /* posterior: 0 -> z = mu, 1 -> z = mu + eps*std */
+    uint64_t seed;                            /* eps generator seed when sample_latent */
+} act_inputs;
+
+typedef struct act_outputs {                  /* every pointer optional (NULL = not wanted) */
+    float *actions;                           /* prior chunk, denormalized [B][H][A] */
+    float *actions_norm;                      /* prior chunk, normalized space */
+    float *post_actions;                      /* posterior chunk, denormalized */
+    float *post_actions_norm;                 /* posterior chunk, normalized space */
+    float *mu, *logvar;                       /* [B][latent_dim] */
+    float *kl;                                /* [B]: sum over latent dims of the KL to N(0, I) */
+} act_outputs;
+
+int act_run(act_session *s, const act_inputs *in, act_outputs *out, char *err, size_t errlen);
+
+/* Per-stage timing of the last act_run (filled when the session profiles, see act_session_profile). */
+typedef enum {
+    ACT_STAGE_UPLOAD = 0, ACT_STAGE_PREPROCESS, ACT_STAGE_VISION, ACT_STAGE_TRANSFORMER,
+    ACT_STAGE_DOWNLOAD, ACT_STAGE_COUNT
+} act_stage;
+const char *act_stage_name(act_stage st);
+void act_session_profile(act_session *s, int enable);  /* CUDA: disables graphs while on */
+int act_session_stage_ms(act_session *s, double ms[ACT_STAGE_COUNT]);
+const char *act_session_device_name(const act_session *s);
+size_t act_session_device_bytes(const act_session *s);  /* device memory held by the session */
+
+/* Normalization helpers (host, fp32), the same formulas the engine applies. */
+void act_normalize_qpos(const act_model *m, const float *x, float *y, int rows);
+void act_normalize_action(const act_model *m, const float *x, float *y, int rows);
+void act_denormalize_action(const act_model *m, const float *x, float *y, int rows);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

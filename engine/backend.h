@@ -1,0 +1,131 @@
+/* backend.h - the interface the forward pass is written against, once.
+ * defines: act_backend (op table), act_buf, act_backend_cpu_create, act_backend_cuda_create
+ *
+ * A backend owns memory (act_buf) and runs ops on it. The forward pass (forward.c) knows only
+ * logical shapes; the physical layout of feature maps (NCHW on the CPU, whatever the CUDA
+ * backend prefers) is private to the vision ops of each backend, which consume and produce it
+ * consistently: preprocess -> conv2d/groupnorm/maxpool -> spatial_softmax. Transformer tensors
+ * are row-major [rows][cols] everywhere.
+ *
+ * Activation dtype: alloc(ACT_DT_ACT) gives the backend's activation type (fp32 on the CPU;
+ * fp32, bf16 or fp16 on CUDA by precision). Ops accumulate in fp32. Weights are passed as
+ * act_tensor / act_conv / act_linear from model.h; a backend resolves them to its own copies by
+ * tensor->offset (all weights live in one blob, uploaded once) or tensor->index.
+ *
+ * Every op returns 0 or -1; on -1 the backend's err holds the message.
+ * Ops are enqueued in order on one stream; between begin_capture and end_capture they are
+ * recorded (CUDA graphs) - so no op may allocate or synchronize.
+ */
+#ifndef ACT_BACKEND_H
+#define ACT_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "act.h"
+#include "model.h"
+
+typedef enum { ACT_DT_F32 = 0, ACT_DT_BF16 = 1, ACT_DT_F16 = 2, ACT_DT_U8 = 3, ACT_DT_ACT = 100 } act_dtype;
+
+typedef struct act_buf { void *p; act_dtype dt; } act_buf;   /* p == NULL: no buffer */
+
+size_t act_dtype_size(act_dtype dt);
+static inline act_buf act_at(act_buf b, size_t elems) {        /* view at an element offset */
+    act_buf r = b;
+    if (b.p) r.p = (char *)b.p + elems * act_dtype_size(b.dt);
+    return r;
+}
+static inline act_buf act_nobuf(void) { act_buf r = {0, ACT_DT_F32}; return r; }
+
+typedef enum { ACT_EPI_NONE = 0, ACT_EPI_RELU = 1, ACT_EPI_GELU = 2 } act_epilogue;
+
+typedef struct act_backend act_backend;
+struct act_backend {
+    const char *name;
+    void *ctx;
+    char err[ACT_ERR_LEN];
+    act_precision precision;
+    char device_name[128];
+
+    void (*destroy)(act_backend *be);
+
+    /* ---- memory (setup time only, never inside a step) ---- */
+    act_buf (*alloc)(act_backend *be, size_t n, act_dtype dt);     /* p == NULL on failure */
+    void *(*host_alloc)(act_backend *be, size_t bytes);           /* pinned on CUDA */
+    void (*host_free)(act_backend *be, void *p);
+    size_t (*device_bytes)(act_backend *be);
+    /* prepare weights for this model (CUDA: one upload of the blob + precision copies) */
+    int (*load_weights)(act_backend *be, const act_model *m);
+
+    /* ---- step structure ---- */
+    /* graph cache keyed by an int: replay returns 1 if a graph for key ran, 0 if none exists */
+    int (*graph_replay)(act_backend *be, int key);
+    int (*begin_capture)(act_backend *be, int key);   /* 0: capturing (or no graphs: run eagerly) */
+    int (*end_capture)(act_backend *be, int key);     /* instantiates and launches the captured step */
+    int (*sync)(act_backend *be);                     /* wait for the step; the only host sync */
+    void (*stage_mark)(act_backend *be, int stage);   /* profiling boundary (act_stage), may be no-op */
+    int (*stage_ms)(act_backend *be, double *ms);     /* elapsed per stage since last marks */
+
+    /* ---- transfers (from/to host buffers made by host_alloc; async on CUDA) ---- */
+    int (*upload)(act_backend *be, act_buf dst, const void *host, size_t n);    /* n elems of dst.dt; host has dst.dt elements (U8 or F32) */
+    int (*download)(act_backend *be, float *host, act_buf src, size_t n);      /* converts to fp32 */
+
+    /* ---- vision ---- */
+    /* frames u8 [B][hi][wi][3] -> out image [B][3][ho][wo] (logical), cfg gives resize/crop/imagenet */
+    int (*preprocess)(act_backend *be, act_buf frames, int B, int hi, int wi,
+                      const act_config *cfg, act_buf out);
+    /* y = epi(conv(x) + b + residual); x [N][cin][H][W] -> y [N][cout][Ho][Wo]; residual may be empty */
+    int (*conv2d)(act_backend *be, const act_conv *c, act_buf x, int N, int H, int W,
+                  act_buf residual, act_epilogue epi, act_buf y);
+    /* y = epi(GroupNorm(x; groups, gamma, beta, eps 1e-5) + residual), x [N][C][HW] */
+    int (*groupnorm)(act_backend *be, act_buf x, int N, int C, int HW, int groups,
+                     const act_tensor *gamma, const act_tensor *beta, act_buf residual,
+                     act_epilogue epi, act_buf y);
+    /* 3x3 stride 2 pad 1 max pool: x [N][C][H][W] -> y [N][C][Ho][Wo] */
+    int (*maxpool)(act_backend *be, act_buf x, int N, int C, int H, int W, act_buf y);
+    /* x [N][K][HW] -> softmax over HW per keypoint -> expected (x, y) under pos_grid [HW][2]
+     * -> y [N][2K] interleaved x0,y0,x1,y1,... (row-major, a transformer tensor) */
+    int (*spatial_softmax)(act_backend *be, act_buf x, int N, int K, int HW,
+                           const act_tensor *pos_grid, act_buf y);
+
+    /* ---- transformer ---- */
+    /* y[M][out] = epi(x[M][in] W^T + b) */
+    int (*linear)(act_backend *be, const act_linear *l, act_buf x, int M, act_epilogue epi, act_buf y);
+    /* softmax(q k^T / sqrt(dh)) v per head; q rows [B][Lq] with row stride qs (elements), k/v rows
+     * [B][Lk] with row stride kvs; head h uses columns [h*dh, (h+1)*dh); out [B][Lq][nh*dh] dense.
+     * key_pad: optional U8 [B][Lk], 1 = key masked out. */
+    int (*attention)(act_backend *be, act_buf q, int qs, act_buf k, act_buf v, int kvs,
+                     int B, int Lq, int Lk, int nh, int dh, act_buf key_pad, act_buf out);
+    /* y = LayerNorm(x + d) * w + b, rows of E; y may alias x */
+    int (*add_layernorm)(act_backend *be, act_buf x, act_buf d, const act_ln *ln, float eps,
+                         int rows, int E, act_buf y);
+    /* out[b][r] = t[r] for b < B, t a weight tensor of R rows of E (decoder queries) */
+    int (*broadcast_rows)(act_backend *be, const act_tensor *t, int B, int R, int E, act_buf out);
+    /* decoder memory: out[b][0] = lat[b], out[b][1] = qp[b], out[b][2+c] = vis[c*B + b]
+     * each + pos[l] + type[min(l,2)]; pos is a sinusoid table [>= 2+ncam][E] (act_buf F32) */
+    int (*memory_assemble)(act_backend *be, act_buf lat, act_buf qp, act_buf vis, int B, int ncam,
+                           int E, act_buf pos, const act_tensor *type_embed, act_buf out);
+    /* posterior tokens: out[b][0] = cls, out[b][1] = qp[b], out[b][2+h] = act[b*H + h], + pos[l] */
+    int (*posterior_assemble)(act_backend *be, const act_tensor *cls, act_buf qp, act_buf act,
+                              int B, int H, int E, act_buf pos, act_buf out);
+    /* sinusoid table [L][E] in fp32 exactly as _build_sinusoidal_table (setup time) */
+    int (*sinusoid_table)(act_backend *be, int L, int E, act_buf out);
+    /* (de)normalization, F32 in/out: min_max y = 2(x-lo)/max(hi-lo,eps) - 1,
+     * mean_std y = (x-lo)/max(hi,eps); inverse undoes it. x, y [rows][dim] */
+    int (*normalize)(act_backend *be, act_buf x, int rows, int dim, const act_tensor *lo,
+                     const act_tensor *hi, act_norm_type type, float eps, int inverse, act_buf y);
+    /* ml [B][2L] = mu | logvar -> mu, logvar F32 [B][L], kl F32 [B] (sum over dims), and
+     * z [B][L] = mu (sample = 0) or mu + eps * exp(logvar/2), eps = act_normal_eps(seed, b*L+i)
+     * with seed read from the U8 buffer seed8 (8 bytes, little endian) */
+    int (*latent)(act_backend *be, act_buf ml, int B, int L, int sample, act_buf seed8,
+                  act_buf mu, act_buf logvar, act_buf kl, act_buf z);
+    /* zero-fill n elements (the prior latent z = 0) */
+    int (*fill_zero)(act_backend *be, act_buf x, size_t n);
+    /* convert/copy n elements between buffers of any float dtypes */
+    int (*copy)(act_backend *be, act_buf dst, act_buf src, size_t n);
+};
+
+int act_backend_cpu_create(act_precision prec, act_backend **out, char *err, size_t errlen);
+/* Returns -1 with a clear message when built without CUDA or when no device is usable. */
+int act_backend_cuda_create(int device, act_precision prec, act_backend **out, char *err, size_t errlen);
+
+#endif
