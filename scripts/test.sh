@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# test.sh - install, build and run every test: the C tests through ctest (once in the normal
+# build, where CUDA tests report themselves skipped without a GPU, and once under
+# AddressSanitizer + UndefinedBehaviorSanitizer), then the Python tests through pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh build
+scripts/setup.sh build-asan -DACT_SANITIZE=ON -DACT_ENABLE_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+status=0
+(cd build && ctest --output-on-failure) || status=1
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure) || status=1
+ACT_BUILD_DIR="$PWD/build" python3 -m pytest -q tests/python || status=1
+exit $status
