@@ -1,0 +1,36 @@
+/* util.h - small helpers every engine file may use.
+ * defines: act_errf, act_array_alloc, act_aligned_alloc, act_aligned_free, act_mul_ok
+ * The library never exits: helpers report failure by return value, and act_errf formats the
+ * message the caller hands back to the user (and returns -1 so `return act_errf(...)` reads
+ * as "fail with this message"). */
+#ifndef ACT_UTIL_H
+#define ACT_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define ACT_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define ACT_PRINTF(a, b)
+#endif
+
+/* Writes the message into err (if err && errlen) and returns -1. */
+int act_errf(char *err, size_t errlen, const char *fmt, ...) ACT_PRINTF(3, 4);
+
+/* 1 if a*b fits in size_t (and stores it in *out), else 0. */
+static inline int act_mul_ok(size_t a, size_t b, size_t *out) {
+    if (a != 0 && b > SIZE_MAX / a) return 0;
+    *out = a * b;
+    return 1;
+}
+
+/* calloc(n, size) that refuses an overflowing product; NULL on failure. */
+void *act_array_alloc(size_t n, size_t size);
+
+/* 64-byte aligned, zero-filled block of at least `bytes` (0 allowed); NULL on failure.
+ * Free with act_aligned_free. */
+void *act_aligned_alloc(size_t bytes);
+void act_aligned_free(void *p);
+
+#endif
