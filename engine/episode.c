@@ -1,0 +1,333 @@
+/* episode.c - HDF5 episode reader (see episode.h).
+ * Every failure names the file and the dataset. HDF5's own error-stack printing is silenced;
+ * instead the innermost message of its stack is appended to ours ("... (HDF5: ...)"), which is
+ * what tells a truncated file from a corrupt chunk. Each camera's dataset gets a chunk cache big
+ * enough for one chunk, so a file chunked per frame or per many frames is decompressed once per
+ * chunk, not once per hyperslab read. */
+#include "episode.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#ifdef ACT_WITH_HDF5
+#include <hdf5.h>
+
+typedef struct h5_episode {
+    hid_t file;
+    hid_t img[ACT_MAX_CAMS];
+    char img_name[ACT_MAX_CAMS][ACT_NAME_LEN + 32];
+} h5_episode;
+
+static herr_t innermost_cb(unsigned n, const H5E_error2_t *e, void *data) {
+    if (n == 0 && e->desc) snprintf((char *)data, 200, "%s", e->desc);
+    return 0;
+}
+
+/* Formats "<path>: <message> (HDF5: <innermost error>)" and clears HDF5's stack. */
+static int ep_fail(char *err, size_t errlen, const char *path, const char *fmt, ...) {
+    char msg[400], h5[200] = "";
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost_cb, h5);
+    H5Eclear2(H5E_DEFAULT);
+    if (h5[0])
+        snprintf(err, errlen, "%s: %s (HDF5: %s)", path, msg, h5);
+    else
+        snprintf(err, errlen, "%s: %s", path, msg);
+    return -1;
+}
+
+/* Checks that `name` exists, link by link, so "observations/images/front" missing says which
+ * part is missing instead of HDF5's generic failure. */
+static int ep_exists(hid_t file, const char *name) {
+    char part[256];
+    const char *p = name;
+    while ((p = strchr(p, '/')) != NULL) {
+        size_t len = (size_t)(p - name);
+        if (len >= sizeof part) return 0;
+        memcpy(part, name, len);
+        part[len] = '\0';
+        if (H5Lexists(file, part, H5P_DEFAULT) <= 0) return 0;
+        p++;
+    }
+    return H5Lexists(file, name, H5P_DEFAULT) > 0;
+}
+
+static const char *class_name(H5T_class_t c) {
+    switch (c) {
+    case H5T_INTEGER: return "int";
+    case H5T_FLOAT: return "float";
+    case H5T_STRING: return "string";
+    case H5T_COMPOUND: return "compound";
+    default: return "non-numeric";
+    }
+}
+
+/* Opens `name` and checks its rank; dims are returned. want_float: float of any width
+ * (converted to float32 on read); else uint8. */
+static hid_t open_checked(const char *path, hid_t file, const char *name, int rank, hsize_t *dims,
+                          int want_float, char *err, size_t errlen) {
+    if (!ep_exists(file, name)) {
+        ep_fail(err, errlen, path, "missing dataset '%s'", name);
+        return -1;
+    }
+    hid_t ds = H5Dopen2(file, name, H5P_DEFAULT);
+    if (ds < 0) {
+        ep_fail(err, errlen, path, "dataset '%s' cannot be opened (not a dataset, or the file is damaged)", name);
+        return -1;
+    }
+    hid_t type = H5Dget_type(ds), space = H5Dget_space(ds);
+    int ok = type >= 0 && space >= 0;
+    if (!ok) ep_fail(err, errlen, path, "dataset '%s': unreadable type or dataspace", name);
+    if (ok) {
+        H5T_class_t cls = H5Tget_class(type);
+        size_t size = H5Tget_size(type);
+        if (want_float && cls != H5T_FLOAT) {
+            ep_fail(err, errlen, path, "dataset '%s' has dtype %s%zu, expected float", name,
+                    class_name(cls), size * 8);
+            ok = 0;
+        } else if (!want_float && (cls != H5T_INTEGER || size != 1 || H5Tget_sign(type) != H5T_SGN_NONE)) {
+            ep_fail(err, errlen, path, "dataset '%s' has dtype %s%s%zu, expected uint8", name,
+                    cls == H5T_INTEGER && H5Tget_sign(type) == H5T_SGN_NONE ? "u" : "",
+                    class_name(cls), size * 8);
+            ok = 0;
+        }
+    }
+    if (ok) {
+        int nd = H5Sget_simple_extent_ndims(space);
+        if (nd != rank) {
+            ep_fail(err, errlen, path, "dataset '%s' has rank %d, expected %d", name, nd, rank);
+            ok = 0;
+        } else {
+            H5Sget_simple_extent_dims(space, dims, NULL);
+        }
+    }
+    if (space >= 0) H5Sclose(space);
+    if (type >= 0) H5Tclose(type);
+    if (!ok) { H5Dclose(ds); return -1; }
+    return ds;
+}
+
+static void fmt_shape(char *buf, size_t len, const hsize_t *d, int n) {
+    int o = snprintf(buf, len, "(");
+    for (int i = 0; i < n && o < (int)len; i++)
+        o += snprintf(buf + o, len - (size_t)o, "%s%llu", i ? ", " : "", (unsigned long long)d[i]);
+    if (o < (int)len) snprintf(buf + o, len - (size_t)o, ")");
+}
+
+/* Reads a (T, width) float dataset whole into a new float32 array and checks it is finite. */
+static int read_table(const char *path, hid_t file, const char *name, int width, int *T,
+                      float **out, char *err, size_t errlen) {
+    hsize_t d[2];
+    hid_t ds = open_checked(path, file, name, 2, d, 1, err, errlen);
+    if (ds < 0) return -1;
+    char shp[64];
+    fmt_shape(shp, sizeof shp, d, 2);
+    if (d[1] != (hsize_t)width || d[0] < 1 || d[0] > (1u << 24)) {
+        H5Dclose(ds);
+        return ep_fail(err, errlen, path, "dataset '%s' has shape %s, expected (T, %d) with T >= 1",
+                       name, shp, width);
+    }
+    if (*T >= 0 && d[0] != (hsize_t)*T) {
+        H5Dclose(ds);
+        return ep_fail(err, errlen, path, "dataset '%s' has %llu timesteps, 'action' has %d",
+                       name, (unsigned long long)d[0], *T);
+    }
+    float *buf = malloc(sizeof(float) * d[0] * d[1]);
+    if (!buf) { H5Dclose(ds); return ep_fail(err, errlen, path, "out of memory reading '%s'", name); }
+    if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
+        free(buf);
+        H5Dclose(ds);
+        return ep_fail(err, errlen, path, "dataset '%s' cannot be read (truncated or corrupt file)", name);
+    }
+    H5Dclose(ds);
+    for (hsize_t i = 0; i < d[0] * d[1]; i++) {
+        if (!isfinite(buf[i])) {
+            free(buf);
+            return ep_fail(err, errlen, path, "dataset '%s' has a non-finite value at t=%llu, column %llu",
+                           name, (unsigned long long)(i / d[1]), (unsigned long long)(i % d[1]));
+        }
+    }
+    *T = (int)d[0];
+    *out = buf;
+    return 0;
+}
+
+/* Dataset access list with a chunk cache holding one chunk of this dataset (capped at 256 MiB). */
+static hid_t frame_access(hid_t file, const char *name) {
+    hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
+    hid_t ds = H5Dopen2(file, name, H5P_DEFAULT);
+    if (ds < 0) return dapl;
+    hid_t dcpl = H5Dget_create_plist(ds);
+    if (dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED) {
+        hsize_t cd[4];
+        if (H5Pget_chunk(dcpl, 4, cd) == 4) {
+            double bytes = (double)cd[0] * cd[1] * cd[2] * cd[3];
+            size_t cache = bytes > 256.0 * 1024 * 1024 ? 256u << 20 : (size_t)bytes + (1u << 20);
+            H5Pset_chunk_cache(dapl, 521, cache, 1.0);
+        }
+    }
+    if (dcpl >= 0) H5Pclose(dcpl);
+    H5Dclose(ds);
+    H5Eclear2(H5E_DEFAULT);
+    return dapl;
+}
+
+int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
+                     char *err, size_t errlen) {
+    *out = NULL;
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: not a regular file", path);
+        return -1;
+    }
+#if H5_VERSION_GE(1, 12, 0)
+    htri_t is_h5 = H5Fis_accessible(path, H5P_DEFAULT);
+#else
+    htri_t is_h5 = H5Fis_hdf5(path);
+#endif
+    if (is_h5 <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        snprintf(err, errlen, "%s: not an HDF5 file (or its superblock is damaged)", path);
+        return -1;
+    }
+    hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (file < 0) return ep_fail(err, errlen, path, "cannot open as HDF5 (truncated or corrupt file)");
+
+    act_episode *ep = calloc(1, sizeof *ep);
+    h5_episode *h = calloc(1, sizeof *h);
+    if (!ep || !h) {
+        free(ep);
+        free(h);
+        H5Fclose(file);
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    snprintf(ep->path, sizeof ep->path, "%s", path);
+    ep->impl = h;
+    h->file = file;
+    for (int c = 0; c < ACT_MAX_CAMS; c++) h->img[c] = -1;
+    ep->obs_dim = cfg->obs_dim;
+    ep->action_dim = cfg->action_dim;
+    ep->num_cams = cfg->num_cams;
+    ep->image_h = cfg->image_h;
+    ep->image_w = cfg->image_w;
+
+    int T = -1;
+    if (read_table(path, file, "action", cfg->action_dim, &T, &ep->action, err, errlen) != 0 ||
+        read_table(path, file, "observations/qpos", cfg->obs_dim, &T, &ep->qpos, err, errlen) != 0)
+        goto fail;
+    ep->T = T;
+    for (int c = 0; c < cfg->num_cams; c++) {
+        char *name = h->img_name[c];
+        snprintf(name, sizeof h->img_name[c], "observations/images/%s", cfg->camera_names[c]);
+        hsize_t d[4];
+        hid_t ds = open_checked(path, file, name, 4, d, 0, err, errlen);
+        if (ds < 0) {
+            if (!ep_exists(file, name)) {
+                snprintf(err + strlen(err), errlen - strlen(err),
+                         " (the model's cameras are %d: ", cfg->num_cams);
+                for (int k = 0; k < cfg->num_cams; k++)
+                    snprintf(err + strlen(err), errlen - strlen(err), "%s%s", k ? "," : "",
+                             cfg->camera_names[k]);
+                snprintf(err + strlen(err), errlen - strlen(err), ")");
+            }
+            goto fail;
+        }
+        H5Dclose(ds);
+        char shp[96];
+        fmt_shape(shp, sizeof shp, d, 4);
+        if (d[0] != (hsize_t)T) {
+            ep_fail(err, errlen, path, "dataset '%s' has %llu timesteps, 'action' has %d", name,
+                    (unsigned long long)d[0], T);
+            goto fail;
+        }
+        if (d[1] != (hsize_t)cfg->image_h || d[2] != (hsize_t)cfg->image_w || d[3] != 3) {
+            ep_fail(err, errlen, path, "dataset '%s' has shape %s, expected (T, %d, %d, 3): the model takes %dx%d RGB frames",
+                    name, shp, cfg->image_h, cfg->image_w, cfg->image_h, cfg->image_w);
+            goto fail;
+        }
+        hid_t dapl = frame_access(file, name);
+        h->img[c] = H5Dopen2(file, name, dapl);
+        H5Pclose(dapl);
+        if (h->img[c] < 0) {
+            ep_fail(err, errlen, path, "dataset '%s' cannot be opened", name);
+            goto fail;
+        }
+    }
+    *out = ep;
+    return 0;
+fail:
+    act_episode_close(ep);
+    return -1;
+}
+
+int act_episode_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *dst,
+                            char *err, size_t errlen) {
+    h5_episode *h = ep->impl;
+    if (cam < 0 || cam >= ep->num_cams || t0 < 0 || n < 1 || t0 + n > ep->T) {
+        snprintf(err, errlen, "%s: frame window [%d, %d) of camera %d is out of range (T=%d)",
+                 ep->path, t0, t0 + n, cam, ep->T);
+        return -1;
+    }
+    hsize_t start[4] = {(hsize_t)t0, 0, 0, 0};
+    hsize_t count[4] = {(hsize_t)n, (hsize_t)ep->image_h, (hsize_t)ep->image_w, 3};
+    hid_t fspace = H5Dget_space(h->img[cam]);
+    hid_t mspace = H5Screate_simple(4, count, NULL);
+    int rc = 0;
+    if (fspace < 0 || mspace < 0 ||
+        H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL) < 0 ||
+        H5Dread(h->img[cam], H5T_NATIVE_UCHAR, mspace, fspace, H5P_DEFAULT, dst) < 0)
+        rc = ep_fail(err, errlen, ep->path, "dataset '%s': frames [%d, %d) cannot be read (truncated or corrupt file)",
+                     h->img_name[cam], t0, t0 + n);
+    if (mspace >= 0) H5Sclose(mspace);
+    if (fspace >= 0) H5Sclose(fspace);
+    return rc;
+}
+
+void act_episode_close(act_episode *ep) {
+    if (!ep) return;
+    h5_episode *h = ep->impl;
+    if (h) {
+        for (int c = 0; c < ACT_MAX_CAMS; c++)
+            if (h->img[c] >= 0) H5Dclose(h->img[c]);
+        if (h->file >= 0) H5Fclose(h->file);
+        H5Eclear2(H5E_DEFAULT);
+        free(h);
+    }
+    free(ep->qpos);
+    free(ep->action);
+    free(ep);
+}
+
+#else /* !ACT_WITH_HDF5 */
+
+int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
+                     char *err, size_t errlen) {
+    *out = NULL;
+    snprintf(err, errlen, "%s: act-engine was built without HDF5, episodes cannot be read "
+             "(install libhdf5-dev and rebuild)", path);
+    return -1;
+}
+
+int act_episode_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *dst,
+                            char *err, size_t errlen) {
+    snprintf(err, errlen, "act-engine was built without HDF5");
+    return -1;
+}
+
+void act_episode_close(act_episode *ep) { (void)ep; }
+
+#endif

@@ -1,0 +1,45 @@
+/* episode.h - socket-peg HDF5 episodes: validation, timestep-window reads, episode listing.
+ * defines: act_episode_open, act_episode_read_frames, act_episode_close, act_episode_list,
+ *          act_episode_free_list, act_episode_stem
+ * An episode file holds `action` (T, action_dim) float, `observations/qpos` (T, obs_dim) float and
+ * `observations/images/<cam>` (T, H, W, 3) uint8 for every camera of the model (gzip or raw,
+ * chunked or contiguous). act_episode_open checks all of it against the model's config and
+ * reads the small float datasets whole; frames are read later as hyperslabs of a few timesteps,
+ * so memory stays bounded by the caller's window, never the episode's length.
+ * The HDF5 library is not thread-safe: one thread at a time may use these functions.
+ * Built without HDF5 (ACT_WITH_HDF5 unset), every function returns a clear error. */
+#ifndef ACT_EPISODE_H
+#define ACT_EPISODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "act.h"
+
+typedef struct act_episode {
+    char path[1024];
+    int T;               /* timesteps */
+    int obs_dim, action_dim, num_cams, image_h, image_w;
+    float *qpos;         /* [T][obs_dim], raw units */
+    float *action;       /* [T][action_dim], raw units */
+    void *impl;          /* HDF5 handles */
+} act_episode;
+
+int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
+                     char *err, size_t errlen);
+/* Frames of timesteps [t0, t0 + n) of camera `cam` (config order) into dst [n][H][W][3]. */
+int act_episode_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *dst,
+                            char *err, size_t errlen);
+void act_episode_close(act_episode *ep);
+
+/* Expands arguments into episode paths: a directory becomes its episode_*.hdf5 files sorted by
+ * episode number; a file is taken as is, in argument order. */
+int act_episode_list(char *const *args, int nargs, char ***paths, int *npaths,
+                     char *err, size_t errlen);
+void act_episode_free_list(char **paths, int npaths);
+/* "dir/episode_12.hdf5" -> "episode_12" (into buf). */
+void act_episode_stem(const char *path, char *buf, size_t buflen);
+/* "dir/episode_12.hdf5" -> "episode_12.hdf5" (a pointer into path). */
+const char *act_episode_basename(const char *path);
+
+#endif

@@ -1,0 +1,215 @@
+/* episode_stream.c - the read-ahead double buffer of episode_stream.h.
+ * Slots cycle FREE -> (reader fills) FULL -> (caller takes) HELD -> (next call) FREE. The reader
+ * fills slots in ring order and the caller takes them in the same order, so batches arrive in
+ * episode/timestep order. A final slot with episode = -1 marks the end. */
+#include "episode_stream.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "episode.h"
+
+#define NSLOTS 2
+enum { SLOT_FREE, SLOT_FULL, SLOT_HELD };
+
+typedef struct slot {
+    int state;
+    act_ep_batch b;
+    uint8_t *frames[ACT_MAX_CAMS];
+} slot;
+
+struct act_stream {
+    char **paths;
+    int npaths, batch;
+    act_config cfg;
+    slot slots[NSLOTS];
+    int fill_idx, take_idx, held;
+    int stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    int thread_started;
+};
+
+static slot *wait_free(act_stream *s) {
+    pthread_mutex_lock(&s->mu);
+    slot *sl = &s->slots[s->fill_idx];
+    while (sl->state != SLOT_FREE && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+    int stop = s->stop;
+    pthread_mutex_unlock(&s->mu);
+    return stop ? NULL : sl;
+}
+
+static void publish(act_stream *s, slot *sl) {
+    pthread_mutex_lock(&s->mu);
+    sl->state = SLOT_FULL;
+    s->fill_idx = (s->fill_idx + 1) % NSLOTS;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void fill_targets(const act_episode *ep, const act_config *c, act_ep_batch *b) {
+    int H = c->pred_horizon, A = c->action_dim;
+    for (int i = 0; i < b->n; i++) {
+        int t = b->t0 + i;
+        for (int k = 0; k < H; k++) {
+            int src = t + k < ep->T ? t + k : ep->T - 1;
+            memcpy(b->targets + ((size_t)i * H + k) * A, ep->action + (size_t)src * A, sizeof(float) * A);
+            b->is_pad[(size_t)i * H + k] = (uint8_t)(t + k >= ep->T);
+        }
+    }
+}
+
+/* Delivers a failed-episode batch; returns 0 if the stream was stopped meanwhile. */
+static int publish_failure(act_stream *s, int e, int T, const char *msg) {
+    slot *sl = wait_free(s);
+    if (!sl) return 0;
+    act_ep_batch *b = &sl->b;
+    b->episode = e;
+    b->T = T;
+    b->t0 = b->n = 0;
+    b->first = b->last = 1;
+    b->failed = 1;
+    snprintf(b->err, sizeof b->err, "%s", msg);
+    publish(s, sl);
+    return 1;
+}
+
+static void *reader_main(void *arg) {
+    act_stream *s = arg;
+    const act_config *c = &s->cfg;
+    char err[ACT_ERR_LEN];
+    for (int e = 0; e < s->npaths; e++) {
+        act_episode *ep;
+        if (act_episode_open(s->paths[e], c, &ep, err, sizeof err) != 0) {
+            if (!publish_failure(s, e, 0, err)) return NULL;
+            continue;
+        }
+        for (int t0 = 0; t0 < ep->T; t0 += s->batch) {
+            slot *sl = wait_free(s);
+            if (!sl) { act_episode_close(ep); return NULL; }
+            act_ep_batch *b = &sl->b;
+            b->episode = e;
+            b->T = ep->T;
+            b->t0 = t0;
+            b->n = ep->T - t0 < s->batch ? ep->T - t0 : s->batch;
+            b->first = t0 == 0;
+            b->last = t0 + b->n == ep->T;
+            b->failed = 0;
+            b->err[0] = '\0';
+            int bad = 0;
+            for (int cam = 0; cam < c->num_cams && !bad; cam++)
+                bad = act_episode_read_frames(ep, cam, t0, b->n, sl->frames[cam], err, sizeof err) != 0;
+            if (bad) {
+                /* the slot was never published: hand it over as the failure record */
+                b->n = 0;
+                b->first = b->last = 1;
+                b->failed = 1;
+                snprintf(b->err, sizeof b->err, "%s", err);
+                publish(s, sl);
+                break;
+            }
+            memcpy(b->qpos, ep->qpos + (size_t)t0 * c->obs_dim, sizeof(float) * (size_t)b->n * c->obs_dim);
+            fill_targets(ep, c, b);
+            publish(s, sl);
+        }
+        act_episode_close(ep);
+    }
+    slot *sl = wait_free(s);
+    if (sl) {
+        sl->b.episode = -1;
+        publish(s, sl);
+    }
+    return NULL;
+}
+
+static void free_slots(act_stream *s) {
+    for (int i = 0; i < NSLOTS; i++) {
+        slot *sl = &s->slots[i];
+        for (int c = 0; c < ACT_MAX_CAMS; c++) free(sl->frames[c]);
+        free(sl->b.qpos);
+        free(sl->b.targets);
+        free(sl->b.is_pad);
+    }
+}
+
+int act_stream_open(char *const *paths, int npaths, const act_config *cfg, int batch,
+                    act_stream **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (batch < 1) {
+        snprintf(err, errlen, "batch must be >= 1, got %d", batch);
+        return -1;
+    }
+    act_stream *s = calloc(1, sizeof *s);
+    if (!s) { snprintf(err, errlen, "out of memory"); return -1; }
+    s->paths = (char **)paths;
+    s->npaths = npaths;
+    s->batch = batch;
+    s->cfg = *cfg;
+    size_t frame = (size_t)cfg->image_h * cfg->image_w * 3;
+    int ok = 1;
+    for (int i = 0; i < NSLOTS && ok; i++) {
+        slot *sl = &s->slots[i];
+        for (int c = 0; c < cfg->num_cams && ok; c++) {
+            sl->frames[c] = malloc(frame * (size_t)batch);
+            sl->b.images[c] = sl->frames[c];
+            ok = sl->frames[c] != NULL;
+        }
+        sl->b.qpos = malloc(sizeof(float) * (size_t)batch * cfg->obs_dim);
+        sl->b.targets = malloc(sizeof(float) * (size_t)batch * cfg->pred_horizon * cfg->action_dim);
+        sl->b.is_pad = malloc((size_t)batch * cfg->pred_horizon);
+        ok = ok && sl->b.qpos && sl->b.targets && sl->b.is_pad;
+    }
+    if (!ok) {
+        free_slots(s);
+        free(s);
+        snprintf(err, errlen, "out of memory for two batches of %d timesteps (%d cameras of %dx%d)",
+                 batch, cfg->num_cams, cfg->image_h, cfg->image_w);
+        return -1;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (pthread_create(&s->thread, NULL, reader_main, s) != 0) {
+        act_stream_close(s);
+        snprintf(err, errlen, "cannot start the episode reader thread");
+        return -1;
+    }
+    s->thread_started = 1;
+    *out = s;
+    return 0;
+}
+
+const act_ep_batch *act_stream_next(act_stream *s) {
+    pthread_mutex_lock(&s->mu);
+    if (s->held) {
+        s->slots[s->take_idx].state = SLOT_FREE;
+        s->take_idx = (s->take_idx + 1) % NSLOTS;
+        s->held = 0;
+        pthread_cond_broadcast(&s->cv);
+    }
+    slot *sl = &s->slots[s->take_idx];
+    while (sl->state != SLOT_FULL) pthread_cond_wait(&s->cv, &s->mu);
+    const act_ep_batch *b = NULL;
+    if (sl->b.episode >= 0) {
+        sl->state = SLOT_HELD;
+        s->held = 1;
+        b = &sl->b;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return b;
+}
+
+void act_stream_close(act_stream *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->thread_started) pthread_join(s->thread, NULL);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free_slots(s);
+    free(s);
+}

@@ -1,0 +1,38 @@
+/* episode_stream.h - batches of timesteps from a list of episodes, read ahead on a thread.
+ * defines: act_stream_open, act_stream_next, act_stream_close, act_ep_batch
+ * A reader thread walks the episodes in order and fills two batch buffers in turn (a double
+ * buffer) while the caller runs inference on the other, so HDF5 reads and gzip inflation
+ * overlap with compute, across episode boundaries too. Memory is two batches, whatever the
+ * episodes' lengths. The reader thread is the only one touching HDF5 while a stream is open. */
+#ifndef ACT_EPISODE_STREAM_H
+#define ACT_EPISODE_STREAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "act.h"
+
+typedef struct act_ep_batch {
+    int episode;        /* index into the stream's path list */
+    int T;              /* the episode's timesteps (0 if it failed to open) */
+    int t0, n;          /* this batch holds timesteps [t0, t0 + n) */
+    int first, last;    /* first / last batch of the episode */
+    int failed;         /* the episode failed: err says why, no data; no more batches follow for it */
+    char err[ACT_ERR_LEN];
+    float *qpos;        /* [n][obs_dim] raw */
+    const uint8_t *images[ACT_MAX_CAMS];  /* per camera [n][H][W][3] */
+    float *targets;     /* [n][pred_horizon][action_dim]: action[t:t+H], padded with the last action */
+    uint8_t *is_pad;    /* [n][pred_horizon]: 1 where t + step >= T */
+} act_ep_batch;
+
+typedef struct act_stream act_stream;
+
+int act_stream_open(char *const *paths, int npaths, const act_config *cfg, int batch,
+                    act_stream **out, char *err, size_t errlen);
+/* The next batch, valid until the next call; NULL when every episode has been delivered.
+ * A batch is returned even for a failed episode (failed = 1), so the caller can report it. */
+const act_ep_batch *act_stream_next(act_stream *s);
+/* Stops the reader (even mid-episode) and frees everything. */
+void act_stream_close(act_stream *s);
+
+#endif

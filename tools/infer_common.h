@@ -1,0 +1,62 @@
+/* infer_common.h - what the act-infer subcommands share: argument helpers, device/precision
+ * names, opening a model + session with the default device rule, and one batch of episode
+ * timesteps through act_run (prior and, on request, posterior in the same run).
+ * defines: infer_usage, infer_opt, infer_parse_int, infer_parse_device, infer_parse_precision,
+ *          infer_device_name, infer_precision_name, infer_open, infer_buffers, infer_run_batch */
+#ifndef INFER_COMMON_H
+#define INFER_COMMON_H
+
+#include <stdio.h>
+
+#include "act.h"
+#include "episode_stream.h"
+
+#define INFER_EXIT_OK 0
+#define INFER_EXIT_FAIL 1
+#define INFER_EXIT_USAGE 2
+
+/* Prints "act-infer <cmd>: <message>" and the command's usage to stderr; returns INFER_EXIT_USAGE. */
+int infer_usage(const char *cmd, const char *usage, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* If argv[*i] is `name VALUE` or `name=VALUE`, stores VALUE, advances *i and returns 1;
+ * returns -1 if the value is missing, 0 if argv[*i] is another option. */
+int infer_opt(int argc, char **argv, int *i, const char *name, const char **val);
+int infer_parse_int(const char *s, int lo, int hi, int *out);
+int infer_parse_device(const char *s, act_device *out);
+int infer_parse_precision(const char *s, act_precision *out);
+const char *infer_device_name(act_device d);
+const char *infer_precision_name(act_precision p);
+
+typedef struct infer_run_opts {
+    const char *device;      /* NULL: cuda if available, else cpu */
+    const char *precision;   /* NULL: fp32 */
+    int batch;               /* 0: per-device default */
+} infer_run_opts;
+
+typedef struct infer_ctx {
+    act_model *model;
+    act_session *session;
+    const act_config *cfg;
+    act_device device;
+    act_precision precision;
+    int batch;
+} infer_ctx;
+
+/* Loads the model and creates the session; reports errors on stderr as "act-infer <cmd>: ...".
+ * Returns an exit code (0 on success). */
+int infer_open(const char *cmd, const char *model_path, const infer_run_opts *o, infer_ctx *ctx);
+void infer_close(infer_ctx *ctx);
+
+/* Output buffers for one batch (sized for ctx->batch). */
+typedef struct infer_buffers {
+    float *actions, *post_actions, *post_actions_norm, *mu, *logvar, *kl;
+} infer_buffers;
+int infer_buffers_alloc(const infer_ctx *ctx, infer_buffers *b);
+void infer_buffers_free(infer_buffers *b);
+
+/* Runs the prior for batch b and, if posterior, the z = mu posterior with b's targets. */
+int infer_run_batch(infer_ctx *ctx, const act_ep_batch *b, int posterior, infer_buffers *out,
+                    char *err, size_t errlen);
+
+#endif

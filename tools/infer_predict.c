@@ -1,0 +1,119 @@
+/* infer_predict.c - `act-infer predict`: the prior chunk (z = 0) for every timestep of one
+ * episode, as float32 .npy (T, pred_horizon, action_dim), batched over timesteps. With
+ * --posterior-dir it also encodes the recorded actions (targets action[t:t+H], padded with the
+ * last action, is_pad = 1 past the end) and writes the CVAE outputs with z = mu - the same act_run
+ * computes both, which is how the parity tests compare the whole model against PyTorch. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "episode_stream.h"
+#include "infer_common.h"
+#include "npy.h"
+
+static const char *USAGE =
+    "usage: act-infer predict --model M.actw --episode EP.hdf5 --out PRED.npy [options]\n"
+    "  --model M.actw          weight file\n"
+    "  --episode EP.hdf5       episode: action (T,A), observations/qpos (T,obs),\n"
+    "                          observations/images/<cam> (T,H,W,3) uint8 for the model's cameras\n"
+    "  --out PRED.npy          prior chunks (z = 0), float32 (T, pred_horizon, action_dim)\n"
+    "  --device cpu|cuda       default: cuda when a GPU is usable, else cpu\n"
+    "  --precision P           fp32 (default), tf32, bf16, fp16\n"
+    "  --batch N               timesteps per forward (default: cuda 128, cpu 4)\n"
+    "  --posterior-dir DIR     also write DIR/mu.npy (T,L), logvar.npy (T,L), kl.npy (T,),\n"
+    "                          post_actions.npy (T,H,A): the posterior with z = mu, encoding\n"
+    "                          action[t:t+H] padded with the last action (is_pad past the end)\n";
+
+enum { OUT_PRIOR, OUT_MU, OUT_LOGVAR, OUT_KL, OUT_POST, OUT_N };
+
+static int open_outputs(const char *out, const char *pdir, const act_config *c, int T, act_npy **f,
+                        char *err, size_t errlen) {
+    int64_t chunk[3] = {T, c->pred_horizon, c->action_dim}, lat[2] = {T, c->latent_dim}, vec[1] = {T};
+    if (act_npy_open(out, chunk, 3, &f[OUT_PRIOR], err, errlen) != 0) return -1;
+    if (!pdir) return 0;
+    char p[1100];
+    snprintf(p, sizeof p, "%s/mu.npy", pdir);
+    if (act_npy_open(p, lat, 2, &f[OUT_MU], err, errlen) != 0) return -1;
+    snprintf(p, sizeof p, "%s/logvar.npy", pdir);
+    if (act_npy_open(p, lat, 2, &f[OUT_LOGVAR], err, errlen) != 0) return -1;
+    snprintf(p, sizeof p, "%s/kl.npy", pdir);
+    if (act_npy_open(p, vec, 1, &f[OUT_KL], err, errlen) != 0) return -1;
+    snprintf(p, sizeof p, "%s/post_actions.npy", pdir);
+    return act_npy_open(p, chunk, 3, &f[OUT_POST], err, errlen);
+}
+
+static int write_batch(act_npy **f, const act_config *c, int n, const infer_buffers *o, char *err, size_t errlen) {
+    size_t chunk = (size_t)n * c->pred_horizon * c->action_dim, lat = (size_t)n * c->latent_dim;
+    if (act_npy_write(f[OUT_PRIOR], o->actions, chunk, err, errlen) != 0) return -1;
+    if (!f[OUT_MU]) return 0;
+    if (act_npy_write(f[OUT_MU], o->mu, lat, err, errlen) != 0 ||
+        act_npy_write(f[OUT_LOGVAR], o->logvar, lat, err, errlen) != 0 ||
+        act_npy_write(f[OUT_KL], o->kl, (size_t)n, err, errlen) != 0 ||
+        act_npy_write(f[OUT_POST], o->post_actions, chunk, err, errlen) != 0)
+        return -1;
+    return 0;
+}
+
+int act_cmd_predict(int argc, char **argv) {
+    const char *model = NULL, *episode = NULL, *out = NULL, *pdir = NULL, *batch = NULL, *val;
+    infer_run_opts ro = {0};
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { fputs(USAGE, stdout); return 0; }
+        const char *names[] = {"--model", "--episode", "--out", "--posterior-dir", "--device", "--precision", "--batch"};
+        const char **slots[] = {&model, &episode, &out, &pdir, &ro.device, &ro.precision, &batch};
+        int matched = 0;
+        for (int k = 0; k < 7 && !matched; k++) {
+            int r = infer_opt(argc, argv, &i, names[k], &val);
+            if (r < 0) return infer_usage("predict", USAGE, "%s needs a value", names[k]);
+            if (r > 0) { *slots[k] = val; matched = 1; }
+        }
+        if (!matched) return infer_usage("predict", USAGE, "unknown argument '%s'", argv[i]);
+    }
+    if (!model) return infer_usage("predict", USAGE, "--model is required");
+    if (!episode) return infer_usage("predict", USAGE, "--episode is required");
+    if (!out) return infer_usage("predict", USAGE, "--out is required");
+    if (batch && infer_parse_int(batch, 1, 1 << 16, &ro.batch) != 0)
+        return infer_usage("predict", USAGE, "--batch must be an integer in 1..65536, got '%s'", batch);
+    if (pdir && mkdir(pdir, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "act-infer predict: %s: cannot create directory: %s\n", pdir, strerror(errno));
+        return INFER_EXIT_FAIL;
+    }
+
+    infer_ctx ctx;
+    int rc = infer_open("predict", model, &ro, &ctx);
+    if (rc != 0) return rc;
+    char err[ACT_ERR_LEN] = "";
+    infer_buffers bufs = {0};
+    act_npy *files[OUT_N] = {0};
+    act_stream *st = NULL;
+    char *paths[1] = {(char *)episode};
+    rc = INFER_EXIT_FAIL;
+    if (infer_buffers_alloc(&ctx, &bufs) != 0) {
+        snprintf(err, sizeof err, "out of memory for batch %d", ctx.batch);
+        goto done;
+    }
+    if (act_stream_open(paths, 1, ctx.cfg, ctx.batch, &st, err, sizeof err) != 0) goto done;
+    const act_ep_batch *b;
+    while ((b = act_stream_next(st)) != NULL) {
+        if (b->failed) {
+            snprintf(err, sizeof err, "%s", b->err);
+            goto done;
+        }
+        if (b->first && open_outputs(out, pdir, ctx.cfg, b->T, files, err, sizeof err) != 0) goto done;
+        if (infer_run_batch(&ctx, b, pdir != NULL, &bufs, err, sizeof err) != 0 ||
+            write_batch(files, ctx.cfg, b->n, &bufs, err, sizeof err) != 0)
+            goto done;
+    }
+    rc = INFER_EXIT_OK;
+    for (int k = 0; k < OUT_N; k++)
+        if (files[k] && act_npy_close(files[k], 0, err, sizeof err) != 0) rc = INFER_EXIT_FAIL;
+    memset(files, 0, sizeof files);
+done:
+    for (int k = 0; k < OUT_N; k++) act_npy_close(files[k], 1, NULL, 0);
+    if (rc != INFER_EXIT_OK) fprintf(stderr, "act-infer predict: %s\n", err);
+    act_stream_close(st);
+    infer_buffers_free(&bufs);
+    infer_close(&ctx);
+    return rc;
+}
