@@ -1,0 +1,467 @@
+#!/usr/bin/env python3
+"""compare_torch.py - act-infer side by side with PyTorch: same weights, same inputs, one run.
+
+What runs:
+  * act-infer bench (a subprocess, --json), once per precision;
+  * the PyTorch reference (tools/act_reference.py) loaded from the checkpoint the .actw was
+    converted from, as the "peers": eager, eager channels_last, torch.compile default /
+    reduce-overhead / max-autotune (n/a where the torch version has no torch.compile), each in
+    fp32, tf32 (allow_tf32), or autocast bf16/fp16.
+Both sides do the whole policy step a user pays for: uint8 frames + qpos on the host in,
+preprocessing (/255, bilinear resize) on the device, the model, the chunk back on the host.
+Both sides read the same rotated pool of inputs (written once to --workdir as raw files that
+act-infer bench reads with --inputs), and both are timed the same way: host clock around the
+step after a device synchronize, warmup first, median of many steps.
+
+Each peer runs in its own process with a timeout (--peer-timeout): torch.compile's autotuning
+can take minutes, and one peer that hangs or fails must not take the comparison down with it.
+
+Correctness before speed: the chunk of the first input from act-infer and from every peer is
+compared with the torch eager fp32 chunk (||x - ref|| / ||ref||) against ARCHITECTURE section 6's
+tolerance for the precision.
+
+Here (CPU, Debian torch 1.13):  bench/compare_torch.py --device cpu
+On the GPU machine (torch 2.x):  bench/compare_torch.py --device cuda --batch 1,256 --precision fp32,bf16
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tools"))
+
+PEERS = ("eager", "channels_last", "compile-default", "compile-reduce-overhead", "compile-max-autotune")
+TOLERANCE = {"fp32": 1e-4, "tf32": 2e-3, "bf16": 2e-2, "fp16": 2e-2}
+ROTATIONS = 8   # the pool holds max batch + ROTATIONS - 1 inputs, as in act-infer bench
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs: camera-like frames (gradient, coloured discs and boxes, sensor noise) and joint angles.
+# ---------------------------------------------------------------------------------------------
+
+def make_frames(n: int, h: int, w: int, rng: np.random.Generator) -> np.ndarray:
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    xn, yn = xx / w - 0.5, yy / h - 0.5
+    out = np.empty((n, h, w, 3), np.uint8)
+    for i in range(n):
+        c0, c1 = rng.uniform(40, 210, 3), rng.uniform(40, 210, 3)
+        dx, dy = rng.uniform(-0.5, 0.5, 2)
+        t = np.clip(0.5 + 2 * (dx * xn + dy * yn), 0, 1)[..., None]
+        img = c0 + (c1 - c0) * t
+        for _ in range(rng.integers(3, 7)):
+            cx, cy = rng.uniform(0, w), rng.uniform(0, h)
+            r = rng.uniform(0.05, 0.2) * min(h, w)
+            if rng.random() < 0.5:
+                mask = (xx - cx) ** 2 + (yy - cy) ** 2 <= r * r
+            else:
+                mask = (np.abs(xx - cx) <= r) & (np.abs(yy - cy) <= r)
+            shade = 0.75 + 0.25 * np.clip(1 - (yy - cy) / (r + 1), 0, 2)
+            img[mask] = (rng.uniform(0, 255, 3) * shade[mask][:, None])
+        img += rng.integers(-7, 9, img.shape)
+        out[i] = np.clip(img + 0.5, 0, 255).astype(np.uint8)
+    return out
+
+
+def write_inputs(cfg: dict, n: int, seed: int, out_dir: str) -> dict:
+    """Writes out_dir/qpos.f32 and out_dir/<camera>.u8 (raw, act-infer bench --inputs)."""
+    rng = np.random.default_rng(seed)
+    h, w = cfg["vision_backbone"]["image_shape"]
+    os.makedirs(out_dir, exist_ok=True)
+    qpos = rng.uniform(-1.5, 1.5, (n, int(cfg["obs_dim"]))).astype(np.float32)
+    qpos.tofile(os.path.join(out_dir, "qpos.f32"))
+    for cam in cfg["camera_names"]:
+        make_frames(n, h, w, rng).tofile(os.path.join(out_dir, cam + ".u8"))
+    return {"n": n, "image_shape": [h, w]}
+
+
+def read_inputs(cfg: dict, in_dir: str):
+    h, w = cfg["vision_backbone"]["image_shape"]
+    qpos = np.fromfile(os.path.join(in_dir, "qpos.f32"), np.float32).reshape(-1, int(cfg["obs_dim"]))
+    frames = [np.fromfile(os.path.join(in_dir, c + ".u8"), np.uint8).reshape(-1, h, w, 3) for c in cfg["camera_names"]]
+    return qpos, frames
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing statistics, the same definitions as act-infer bench (nearest-rank percentiles).
+# ---------------------------------------------------------------------------------------------
+
+def stats(samples_ms, batch: int) -> dict:
+    t = np.sort(np.asarray(samples_ms, np.float64))
+
+    def pct(p):
+        return float(t[min(len(t) - 1, max(0, int(np.ceil(p / 100 * len(t))) - 1))])
+
+    mean = float(t.mean())
+    return {"batch": batch, "latency_ms": {"min": float(t[0]), "p50": pct(50), "p90": pct(90), "p99": pct(99),
+                                           "mean": mean}, "steps_per_s": batch * 1e3 / mean}
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker: one PyTorch peer in one precision, in its own process.
+# ---------------------------------------------------------------------------------------------
+
+def run_peer(a) -> dict:
+    import contextlib
+
+    import torch
+    import act_reference as ref
+
+    dev = torch.device(a.device)
+    if a.device == "cpu":
+        torch.set_num_threads(a.threads)
+    torch.backends.cuda.matmul.allow_tf32 = a.precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
+    torch.backends.cudnn.benchmark = True   # what a user tuning PyTorch would set
+    cfg = ref.resolve_config(ref.load_config(a.config))
+    agent = ref.load_checkpoint(a.ckpt, cfg, a.stats).to(dev).eval()
+    channels_last = a.peer == "channels_last"
+    if channels_last:
+        agent = agent.to(memory_format=torch.channels_last)
+    vb, cams = agent.cfg["vision_backbone"], agent.camera_names
+    amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.precision)
+
+    def step(q, imgs):
+        ctx = torch.autocast(device_type=dev.type, dtype=amp) if amp else contextlib.nullcontext()
+        with ctx:
+            x = {c: ref.preprocess(im, vb) for c, im in zip(cams, imgs)}
+            if channels_last:
+                x = {c: v.contiguous(memory_format=torch.channels_last) for c, v in x.items()}
+            tokens = agent.vision_encoder(x)
+            pred, _ = agent.policy_head(agent.normalization.normalize_qpos(q), tokens)
+        return agent.normalization.denormalize_action(pred.float())
+
+    compile_s = None
+    if a.peer.startswith("compile-"):
+        step = torch.compile(step, mode=a.peer[len("compile-"):], dynamic=False)
+
+    qpos, frames = read_inputs(cfg, a.inputs)
+    pin = a.device == "cuda"
+    qpos_t = torch.from_numpy(qpos)
+    frames_t = [torch.from_numpy(f) for f in frames]
+    if pin:
+        qpos_t, frames_t = qpos_t.pin_memory(), [f.pin_memory() for f in frames_t]
+    mark = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
+
+    def sync():
+        if pin:
+            torch.cuda.synchronize()
+
+    def one(batch, start):
+        if mark is not None and a.peer == "compile-reduce-overhead":
+            mark()
+        q = qpos_t[start:start + batch].to(dev, non_blocking=True)
+        imgs = [f[start:start + batch].to(dev, non_blocking=True) for f in frames_t]
+        return step(q, imgs).cpu()
+
+    results, first = [], None
+    with torch.inference_mode():
+        for bi, batch in enumerate(a.batches):
+            windows = min(ROTATIONS, qpos.shape[0] - batch + 1)
+            t0 = time.perf_counter()
+            out = one(batch, 0)   # first call: compiles when compiled
+            if bi == 0:
+                first = out.numpy().astype(np.float32).ravel().tolist()
+                compile_s = time.perf_counter() - t0
+            for i in range(a.warmup):
+                one(batch, i % windows)
+            samples = []
+            for i in range(a.iters):
+                sync()
+                t0 = time.perf_counter()
+                one(batch, i % windows)
+                sync()
+                samples.append((time.perf_counter() - t0) * 1e3)
+            results.append(stats(samples, batch))
+            print(f"compare_torch: {a.peer} {a.precision} batch {batch}: p50 "
+                  f"{results[-1]['latency_ms']['p50']:.3f} ms", file=sys.stderr)
+    name = torch.cuda.get_device_name(dev) if pin else platform.processor() or platform.machine()
+    return {"peer": a.peer, "precision": a.precision, "status": "ok", "torch": torch.__version__,
+            "device_name": name, "first_call_s": compile_s, "results": results, "first_output": first}
+
+
+# ---------------------------------------------------------------------------------------------
+# Orchestration.
+# ---------------------------------------------------------------------------------------------
+
+def prepare_model(a, work: str):
+    """The checkpoint + config + stats (made fresh unless given) and the .actw converted from it."""
+    import act_reference as ref
+
+    if a.ckpt:
+        if not (a.model and a.config):
+            sys.exit("compare_torch: --ckpt needs --model (the .actw converted from it) and --config")
+        return a.ckpt, a.config, a.stats, a.model
+    ckpt, cfg_path = os.path.join(work, "ckpt.pt"), os.path.join(work, "agent.yaml")
+    stats_path, model = os.path.join(work, "dataset_stats.pkl"), os.path.join(work, "model.actw")
+    cfg = ref._config_arg(a.config or "full")
+    print(f"compare_torch: making a {a.config or 'full'} checkpoint (seed {a.seed}) in {work}", file=sys.stderr)
+    agent = ref.randomize_(ref.build_agent(cfg), a.seed)
+    ref.save_checkpoint(agent, ckpt, cfg, stats_path=stats_path, config_path=cfg_path)
+    subprocess.run([sys.executable, os.path.join(REPO, "tools", "convert_checkpoint.py"), ckpt, "-o", model,
+                    "--config", cfg_path, "--stats", stats_path], check=True, stdout=subprocess.DEVNULL)
+    return ckpt, cfg_path, stats_path, model
+
+
+def run_ours(a, model, inputs, precision, work):
+    out = os.path.join(work, f"ours_{precision}.json")
+    cmd = [a.act_infer, "bench", "--model", model, "--device", a.device, "--precision", precision,
+           "--batch", ",".join(map(str, a.batches)), "--iters", str(a.iters), "--warmup", str(a.warmup),
+           "--inputs", inputs, "--check-output", "--json", out]
+    if a.no_graph:
+        cmd.append("--no-graph")
+    env = dict(os.environ)
+    if a.device == "cpu":   # the same thread budget as the torch peers
+        env.setdefault("OPENBLAS_NUM_THREADS", str(a.threads))
+        env.setdefault("OMP_NUM_THREADS", str(a.threads))
+    print("compare_torch: " + " ".join(cmd), file=sys.stderr)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.peer_timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"status": "timeout", "reason": f"act-infer bench ran past {a.peer_timeout} s"}
+    if p.returncode != 0:
+        return {"status": "error", "reason": (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]}
+    with open(out) as f:
+        res = json.load(f)
+    res["status"] = "ok"
+    res["first_output"] = res.get("first_output", {}).get("actions")
+    return res
+
+
+def spawn_peer(a, peer, precision, ckpt, cfg_path, stats_path, inputs, work) -> dict:
+    out = os.path.join(work, f"peer_{peer}_{precision}.json")
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--worker-out", out,
+           "--device", a.device, "--precision", precision, "--batch", ",".join(map(str, a.batches)),
+           "--iters", str(a.iters), "--warmup", str(a.warmup), "--threads", str(a.threads),
+           "--ckpt", ckpt, "--config", cfg_path, "--inputs", inputs]
+    if stats_path:
+        cmd += ["--stats", stats_path]
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.peer_timeout)
+    except subprocess.TimeoutExpired:
+        return {"peer": peer, "precision": precision, "status": "timeout",
+                "reason": f"ran past --peer-timeout {a.peer_timeout} s"}
+    if p.returncode != 0 or not os.path.exists(out):
+        tail = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
+        return {"peer": peer, "precision": precision, "status": "error", "reason": tail[:300]}
+    with open(out) as f:
+        res = json.load(f)
+    res["wall_s"] = time.time() - t0
+    return res
+
+
+def rel_diff(x, ref) -> float:
+    x, ref = np.asarray(x, np.float64), np.asarray(ref, np.float64)
+    if x.shape != ref.shape:
+        return float("nan")
+    return float(np.linalg.norm(x - ref) / max(np.linalg.norm(ref), 1e-30))
+
+
+def goals(device, ours, peers, batches) -> list:
+    """ARCHITECTURE section 9, evaluated on this run's figures (a figure not measured is absent)."""
+    def p50(res, batch):
+        for r in (res or {}).get("results", []):
+            if r["batch"] == batch:
+                return r["latency_ms"]["p50"]
+        return None
+
+    def peer(name, prec):
+        return next((p for p in peers if p["peer"] == name and p["precision"] == prec and p["status"] == "ok"), None)
+
+    out = []
+    if device == "cpu" and 1 in batches:
+        o, e = p50(ours.get("fp32"), 1), p50(peer("eager", "fp32"), 1)
+        if o and e:
+            out.append({"goal": "CPU batch 1 p50 <= 1.5x torch eager", "ours_ms": o, "peer_ms": e,
+                        "ratio": o / e, "met": o <= 1.5 * e})
+    if device == "cuda" and 1 in batches:
+        for prec, limit in (("bf16", 0.15), ("fp32", 0.6)):
+            o = p50(ours.get(prec), 1)
+            if o is None:
+                continue
+            out.append({"goal": f"H200 batch 1 {prec} p50 <= {limit} ms", "ours_ms": o, "met": o <= limit})
+            for name, factor in (("eager", 10.0), ("compile-max-autotune", 2.0)):
+                e = p50(peer(name, prec), 1)
+                if e:
+                    out.append({"goal": f"H200 batch 1 {prec} >= {factor:g}x torch {name}", "ours_ms": o,
+                                "peer_ms": e, "speedup": e / o, "met": e / o >= factor})
+    if device == "cuda" and 256 in batches:
+        o = p50(ours.get("bf16"), 256)
+        for name in ("compile-default", "compile-reduce-overhead", "compile-max-autotune"):
+            e = p50(peer(name, "bf16"), 256)
+            if o and e:
+                out.append({"goal": f"H200 batch 256 bf16 >= 1.3x torch {name} throughput", "ours_ms": o,
+                            "peer_ms": e, "speedup": e / o, "met": e / o >= 1.3})
+    for prec, res in ours.items():
+        mem = (res or {}).get("memory")
+        if mem:
+            engine_rss = mem["peak_rss_bytes"] - mem["input_pool_bytes"]
+            out.append({"goal": f"host peak RSS ({prec}, less the input pool) <= weight file + 200 MB",
+                        "ours_bytes": engine_rss, "limit_bytes": mem["weight_file_bytes"] + 200 * 2**20,
+                        "met": engine_rss <= mem["weight_file_bytes"] + 200 * 2**20})
+    return out
+
+
+def print_report(rep: dict) -> None:
+    print(f"\ncompare_torch {rep['date']}  device {rep['device']} ({rep['device_name']})  torch {rep['torch']}")
+    print(f"model {rep['model']} ({rep['config']}), inputs {rep['inputs']}, {rep['iters']} timed steps "
+          f"after {rep['warmup']} warmup, median = p50")
+    hdr = f"{'who':<30} {'prec':<5} {'batch':>5} {'p50 ms':>9} {'min ms':>9} {'steps/s':>10} {'ours x':>8}"
+    print(hdr)
+    print("-" * len(hdr))
+    for row in rep["rows"]:
+        if row.get("p50") is None:
+            print(f"{row['who']:<30} {row['precision']:<5} {'':>5} {row['status']}")
+            continue
+        ratio = f"{row['speedup']:.2f}x" if row.get("speedup") else ""
+        print(f"{row['who']:<30} {row['precision']:<5} {row['batch']:>5} {row['p50']:>9.3f} {row['min']:>9.3f} "
+              f"{row['steps_per_s']:>10.1f} {ratio:>8}")
+    print("\n'ours x' = the peer's p50 / act-infer's p50 at the same batch and precision (> 1: act-infer is faster)")
+    print("\noutput check: chunk of the first input vs torch eager fp32, ||x - ref|| / ||ref||")
+    for c in rep["checks"]:
+        verdict = "ok" if c["ok"] else "FAIL"
+        print(f"  {c['who']:<30} {c['precision']:<5} {c['rel_diff']:.3e}  (tolerance {c['tolerance']:g}) {verdict}")
+    if rep["goals"]:
+        print("\ngoals (ARCHITECTURE section 9)")
+        for g in rep["goals"]:
+            fig = ", ".join(f"{k} {v:.4g}" for k, v in g.items() if k not in ("goal", "met"))
+            print(f"  {'met ' if g['met'] else 'NOT met'} {g['goal']}: {fig}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--batch", default=None, help="comma-separated batch sizes (default: cpu 1, cuda 1,256)")
+    ap.add_argument("--precision", default=None, help="comma-separated of fp32,tf32,bf16,fp16 (default: cpu fp32, "
+                                                      "cuda fp32,bf16)")
+    ap.add_argument("--peers", default=",".join(PEERS), help=f"torch peers to run, of {','.join(PEERS)}")
+    ap.add_argument("--iters", type=int, default=None, help="timed steps per batch size (default: cpu 10, cuda 100)")
+    ap.add_argument("--warmup", type=int, default=None, help="untimed steps first (default: cpu 2, cuda 10)")
+    ap.add_argument("--threads", type=int, default=2, help="CPU threads for torch and act-infer (default 2)")
+    ap.add_argument("--config", default=None, help="full | small | agent.yaml (default full)")
+    ap.add_argument("--seed", type=int, default=0, help="weights seed of a freshly made checkpoint")
+    ap.add_argument("--ckpt", help="an existing checkpoint (then also --model and --config)")
+    ap.add_argument("--stats", help="dataset_stats.pkl of --ckpt")
+    ap.add_argument("--model", help="the .actw converted from --ckpt")
+    ap.add_argument("--act-infer", default=None, help="act-infer binary (default $ACT_BUILD_DIR/act-infer, "
+                                                      "else build/act-infer)")
+    ap.add_argument("--no-graph", action="store_true", help="act-infer without CUDA graphs")
+    ap.add_argument("--peer-timeout", type=float, default=300, help="seconds per peer (and per act-infer run)")
+    ap.add_argument("--workdir", help="where checkpoint, model and inputs go (default: a temporary folder)")
+    ap.add_argument("--json", help="write the whole comparison here")
+    ap.add_argument("--worker", choices=PEERS, help=argparse.SUPPRESS)
+    ap.add_argument("--worker-out", help=argparse.SUPPRESS)
+    ap.add_argument("--inputs", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    cuda = a.device == "cuda"
+    a.batches = [int(b) for b in (a.batch or ("1,256" if cuda else "1")).split(",")]
+    a.precisions = (a.precision or ("fp32,bf16" if cuda else "fp32")).split(",")
+    a.iters = a.iters if a.iters is not None else (100 if cuda else 10)
+    a.warmup = a.warmup if a.warmup is not None else (10 if cuda else 2)
+    bad = [p for p in a.precisions if p not in TOLERANCE] + [p for p in a.peers.split(",") if p not in PEERS]
+    if bad or min(a.batches) < 1 or a.iters < 1:
+        ap.error(f"bad --precision/--peers/--batch/--iters: {bad or a.batches}")
+
+    if a.worker:
+        a.peer = a.worker
+        res = run_peer(a)
+        with open(a.worker_out, "w") as f:
+            json.dump(res, f)
+        return 0
+
+    import torch
+
+    a.act_infer = a.act_infer or os.path.join(os.environ.get("ACT_BUILD_DIR", os.path.join(REPO, "build")), "act-infer")
+    if cuda and not torch.cuda.is_available():
+        sys.exit("compare_torch: --device cuda, but torch sees no CUDA device")
+    work = a.workdir or tempfile.mkdtemp(prefix="act_compare_")
+    os.makedirs(work, exist_ok=True)
+    ckpt, cfg_path, stats_path, model = prepare_model(a, work)
+    import act_reference as ref
+    cfg = ref.resolve_config(ref.load_config(cfg_path))
+    inputs = os.path.join(work, "inputs")
+    n_in = max(a.batches) + ROTATIONS - 1
+    write_inputs(cfg, n_in, a.seed + 1, inputs)
+    has_compile = hasattr(torch, "compile")
+
+    ours = {}
+    for prec in a.precisions:
+        ours[prec] = run_ours(a, model, inputs, prec, work) if os.path.exists(a.act_infer) else \
+            {"status": "error", "reason": f"{a.act_infer} not found (build it, or pass --act-infer)"}
+    peers = []
+    wanted = a.peers.split(",")
+    runs = [("eager", "fp32")] + [(p, q) for q in a.precisions for p in wanted if (p, q) != ("eager", "fp32")]
+    for peer, prec in runs:
+        if peer.startswith("compile-") and not has_compile:
+            peers.append({"peer": peer, "precision": prec, "status": f"n/a (torch {torch.__version__} has no torch.compile)"})
+        elif prec in ("bf16", "fp16") and not cuda:
+            peers.append({"peer": peer, "precision": prec, "status": "n/a (autocast peers run on the GPU)"})
+        else:
+            print(f"compare_torch: torch {peer} {prec} ...", file=sys.stderr)
+            peers.append(spawn_peer(a, peer, prec, ckpt, cfg_path, stats_path, inputs, work))
+        if peers[-1]["status"] not in ("ok",) and not peers[-1]["status"].startswith("n/a"):
+            print(f"compare_torch: {peer} {prec}: {peers[-1]['status']}: {peers[-1].get('reason')}", file=sys.stderr)
+
+    reference = next((p for p in peers if p["peer"] == "eager" and p["precision"] == "fp32" and p["status"] == "ok"), None)
+    rows, checks = [], []
+
+    def add_rows(who, prec, res, ours_res):
+        if res.get("status") != "ok":
+            rows.append({"who": who, "precision": prec, "status": res.get("status", "?") +
+                         (": " + res["reason"] if res.get("reason") else "")})
+            return
+        for r in res["results"]:
+            row = {"who": who, "precision": prec, "batch": r["batch"], "p50": r["latency_ms"]["p50"],
+                   "min": r["latency_ms"]["min"], "mean": r["latency_ms"]["mean"], "steps_per_s": r["steps_per_s"]}
+            mine = next((x for x in (ours_res or {}).get("results", []) if x["batch"] == r["batch"]), None)
+            if mine and ours_res is not res:
+                row["speedup"] = r["latency_ms"]["p50"] / mine["latency_ms"]["p50"]
+                row["throughput_ratio"] = mine["steps_per_s"] / r["steps_per_s"]
+            rows.append(row)
+        if reference and res is not reference and res.get("first_output") is not None:
+            d = rel_diff(res["first_output"], reference["first_output"])
+            checks.append({"who": who, "precision": prec, "rel_diff": d, "tolerance": TOLERANCE[prec],
+                           "ok": bool(d <= TOLERANCE[prec]), "ours": res is ours_res})
+
+    graphs = " (graphs)" if cuda and not a.no_graph else ""
+    for prec in a.precisions:
+        add_rows("act-infer" + graphs, prec, ours[prec], ours[prec])
+        for p in peers:
+            if p["precision"] == prec:
+                add_rows("torch " + p["peer"], prec, p, ours[prec])
+    if "fp32" not in a.precisions and reference:
+        add_rows("torch eager (reference)", "fp32", reference, None)
+
+    dev_name = next((r.get("device_name") for r in list(ours.values()) + peers if r.get("device_name")), "?")
+    rep = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "device": a.device, "device_name": dev_name, "torch": torch.__version__, "host": platform.node(),
+           "model": model, "config": a.config or "full", "inputs": f"{n_in} frames/camera, rotated over {ROTATIONS}",
+           "iters": a.iters, "warmup": a.warmup, "threads": a.threads if not cuda else None,
+           "batches": a.batches, "precisions": a.precisions, "rows": rows, "checks": checks,
+           "goals": goals(a.device, ours, peers, a.batches), "ours": ours, "peers": peers}
+    if not reference:
+        rep["checks"].append({"who": "torch eager fp32 (the reference) did not run", "precision": "fp32",
+                              "rel_diff": float("nan"), "tolerance": 0, "ok": False, "ours": True})
+    print_report(rep)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rep, f, indent=1)
+        print(f"\ncompare_torch: wrote {a.json}", file=sys.stderr)
+    # Exit status: act-infer ran and its answers match; a slow or failing torch peer is a figure, not an error.
+    ok = all(c["ok"] for c in rep["checks"] if c["ours"]) and all(r.get("status") == "ok" for r in ours.values())
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

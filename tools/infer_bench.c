@@ -1,0 +1,656 @@
+/* infer_bench.c - `act-infer bench`: how fast is one policy step, and where does the time go.
+ *
+ * Design:
+ * - One session sized for the largest batch asked for; per batch size: warmup, then timed
+ *   act_run calls (host clock around the whole call: act_run returns only when the chunk is on
+ *   the host, so each sample is the full step a user sees - upload, preprocess, vision,
+ *   transformer, download). Then a separate, shorter profiled pass reads the per-stage times
+ *   (CUDA events / monotonic clocks inside the engine). Profiling disables CUDA graphs, so the
+ *   stage sum is reported beside, never mixed into, the clean latency numbers.
+ * - Inputs look like camera frames (gradients, coloured shapes, sensor noise; never zeros) and
+ *   are rotated: a pool of max_batch + ROTATIONS - 1 frames per camera, and iteration i reads
+ *   the window starting at frame i % ROTATIONS, so no two consecutive steps see the same data.
+ *   --inputs DIR replaces the generated pool with raw files (bench/compare_torch.py writes them
+ *   so that PyTorch and act-infer time the very same frames).
+ * - Memory: device bytes held by the session, host peak RSS (getrusage), and beside them the
+ *   weight and input-pool bytes, so the engine's own share can be read off.
+ * - Output: a table on stdout, and with --json a JSON document for scripts; --check-output adds
+ *   the chunk of the first input (window 0 of the first batch size) so a caller can verify that
+ *   the fast answer is the right one.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "act.h"
+#include "act_infer_cmds.h"
+#include "rng.h"
+
+#define MAX_BATCHES 16
+#define ROTATIONS 8
+#define DEMO_MODEL "weights/demo.actw"
+
+typedef struct bench_args {
+    const char *model, *json, *inputs;
+    act_device device;
+    int device_set;
+    act_precision precision;
+    int batches[MAX_BATCHES], n_batches;
+    int iters, warmup, profile_iters;
+    int use_graphs, check_output;
+    uint64_t seed;
+} bench_args;
+
+typedef struct batch_result {
+    int batch;
+    double min, p50, p90, p99, mean;   /* ms */
+    double steps_per_s;
+    int have_stages;
+    double stage_ms[ACT_STAGE_COUNT];
+} batch_result;
+
+typedef struct input_pool {
+    int n;                       /* frames per camera */
+    float *qpos;                 /* [n][obs_dim] */
+    uint8_t *frames[ACT_MAX_CAMS];
+    size_t bytes;
+} input_pool;
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: act-infer bench [--model M.actw] [--device cuda|cpu] [--precision fp32|tf32|bf16|fp16]\n"
+        "                       [--batch 1,8,64,256] [--iters N] [--warmup N] [--profile-iters N]\n"
+        "                       [--no-graph] [--json OUT.json] [--inputs DIR] [--seed S] [--check-output]\n"
+        "\n"
+        "Times one policy step (uint8 frames + qpos in, action chunk out, preprocessing included)\n"
+        "per batch size: min/p50/p90/p99/mean latency, steps/s and images/s, a per-stage breakdown\n"
+        "from a separate profiled pass, device memory held and host peak RSS.\n"
+        "  --model        weight file (default: %s, the built-in demo model)\n"
+        "  --device       default: cuda when a CUDA device is usable, else cpu\n"
+        "  --batch        comma-separated batch sizes (default: cuda 1,8,64,256; cpu 1)\n"
+        "  --iters        timed steps per batch size (default: cuda 200; cpu 10)\n"
+        "  --warmup       untimed steps first (default: cuda 20; cpu 2)\n"
+        "  --profile-iters steps of the profiled pass (default: min(iters, 10))\n"
+        "  --no-graph     CUDA: launch kernels one by one instead of replaying a CUDA graph\n"
+        "  --json         also write the results as JSON\n"
+        "  --inputs DIR   frames from DIR/qpos.f32 ([N][obs_dim] float32) and DIR/<camera>.u8\n"
+        "                 ([N][H][W][3] uint8) instead of generated ones; N >= largest batch\n"
+        "  --seed         generator seed for the frames and qpos (default 1)\n"
+        "  --check-output put the chunk of the first input into the JSON\n",
+        DEMO_MODEL);
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_batches(const char *s, bench_args *a) {
+    a->n_batches = 0;
+    const char *p = s;
+    while (*p) {
+        char tok[32];
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof tok || a->n_batches == MAX_BATCHES) return -1;
+        memcpy(tok, p, len);
+        tok[len] = 0;
+        if (parse_int(tok, 1, 65536, &a->batches[a->n_batches++])) return -1;
+        p += len;
+        if (*p == ',') p++;
+    }
+    return a->n_batches ? 0 : -1;
+}
+
+static int parse_precision(const char *s, act_precision *p) {
+    static const char *names[] = {"fp32", "tf32", "bf16", "fp16"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, names[i])) { *p = (act_precision)i; return 0; }
+    return -1;
+}
+
+static const char *precision_name(act_precision p) {
+    static const char *names[] = {"fp32", "tf32", "bf16", "fp16"};
+    return (unsigned)p < 4 ? names[p] : "?";
+}
+
+/* Returns 0 on success, 2 on a usage error (message printed). */
+static int parse_args(int argc, char **argv, bench_args *a) {
+    memset(a, 0, sizeof *a);
+    a->iters = a->warmup = a->profile_iters = -1;
+    a->use_graphs = 1;
+    a->seed = 1;
+    for (int i = 0; i < argc; i++) {
+        const char *o = argv[i];
+        int has_val = i + 1 < argc;
+        const char *v = has_val ? argv[i + 1] : NULL;
+        if (!strcmp(o, "-h") || !strcmp(o, "--help")) { usage(stdout); return 1; }
+        if (!strcmp(o, "--no-graph")) { a->use_graphs = 0; continue; }
+        if (!strcmp(o, "--check-output")) { a->check_output = 1; continue; }
+        if (!has_val) { fprintf(stderr, "act-infer bench: %s needs a value (or is unknown)\n", o); return 2; }
+        i++;
+        if (!strcmp(o, "--model")) a->model = v;
+        else if (!strcmp(o, "--json")) a->json = v;
+        else if (!strcmp(o, "--inputs")) a->inputs = v;
+        else if (!strcmp(o, "--device")) {
+            if (!strcmp(v, "cpu")) a->device = ACT_DEVICE_CPU;
+            else if (!strcmp(v, "cuda")) a->device = ACT_DEVICE_CUDA;
+            else { fprintf(stderr, "act-infer bench: --device '%s': expected cpu or cuda\n", v); return 2; }
+            a->device_set = 1;
+        } else if (!strcmp(o, "--precision")) {
+            if (parse_precision(v, &a->precision)) {
+                fprintf(stderr, "act-infer bench: --precision '%s': expected fp32, tf32, bf16 or fp16\n", v);
+                return 2;
+            }
+        } else if (!strcmp(o, "--batch")) {
+            if (parse_batches(v, a)) {
+                fprintf(stderr, "act-infer bench: --batch '%s': expected up to %d comma-separated sizes in 1..65536\n",
+                        v, MAX_BATCHES);
+                return 2;
+            }
+        } else if (!strcmp(o, "--iters") || !strcmp(o, "--warmup") || !strcmp(o, "--profile-iters")) {
+            int *dst = o[2] == 'i' ? &a->iters : o[2] == 'w' ? &a->warmup : &a->profile_iters;
+            int lo = o[2] == 'i' ? 1 : 0;
+            if (parse_int(v, lo, 10000000, dst)) {
+                fprintf(stderr, "act-infer bench: %s '%s': expected an integer >= %d\n", o, v, lo);
+                return 2;
+            }
+        } else if (!strcmp(o, "--seed")) {
+            char *end;
+            errno = 0;
+            a->seed = strtoull(v, &end, 10);
+            if (errno || end == v || *end) { fprintf(stderr, "act-infer bench: --seed '%s': expected an integer\n", v); return 2; }
+        } else {
+            fprintf(stderr, "act-infer bench: unknown option '%s'\n", o);
+            usage(stderr);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* Defaults that depend on the device: seconds on a CPU, a stable median on a GPU. */
+static void apply_defaults(bench_args *a) {
+    int cuda = a->device == ACT_DEVICE_CUDA;
+    if (!a->n_batches) {
+        static const int gpu_batches[] = {1, 8, 64, 256};
+        a->n_batches = cuda ? 4 : 1;
+        for (int i = 0; i < a->n_batches; i++) a->batches[i] = cuda ? gpu_batches[i] : 1;
+    }
+    if (a->iters < 0) a->iters = cuda ? 200 : 10;
+    if (a->warmup < 0) a->warmup = cuda ? 20 : 2;
+    if (a->profile_iters < 0) a->profile_iters = a->iters < 10 ? a->iters : 10;
+}
+
+/* The demo model: relative to the working directory, else next to the build directory. */
+static const char *find_demo_model(char *buf, size_t len) {
+    struct stat st;
+    if (stat(DEMO_MODEL, &st) == 0) return DEMO_MODEL;
+    char exe[1024];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            snprintf(buf, len, "%s/../%s", exe, DEMO_MODEL);
+            if (stat(buf, &st) == 0) return buf;
+        }
+    }
+    return NULL;
+}
+
+/* ---- inputs ---- */
+
+static inline uint8_t clamp_u8(float v) { return v < 0.f ? 0 : v > 255.f ? 255 : (uint8_t)(v + 0.5f); }
+
+static float unit(uint64_t *state) { /* uniform [0, 1) */
+    *state = act_splitmix64(*state);
+    return (float)(*state >> 40) * (1.0f / 16777216.0f);
+}
+
+/* A camera-like frame: a two-colour gradient (a lit table), a few coloured discs and boxes
+ * (objects, gripper), and per-pixel sensor noise. */
+static void make_frame(uint8_t *img, int h, int w, uint64_t seed) {
+    uint64_t s = seed;
+    float c0[3], c1[3], dx = unit(&s) - 0.5f, dy = unit(&s) - 0.5f;
+    for (int c = 0; c < 3; c++) { c0[c] = 40 + 170 * unit(&s); c1[c] = 40 + 170 * unit(&s); }
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            float t = 0.5f + dx * ((float)x / w - 0.5f) * 2 + dy * ((float)y / h - 0.5f) * 2;
+            t = t < 0 ? 0 : t > 1 ? 1 : t;
+            for (int c = 0; c < 3; c++) img[((size_t)y * w + x) * 3 + c] = clamp_u8(c0[c] + (c1[c] - c0[c]) * t);
+        }
+    int shapes = 3 + (int)(unit(&s) * 4);
+    for (int k = 0; k < shapes; k++) {
+        float cx = unit(&s) * w, cy = unit(&s) * h, r = (0.05f + 0.15f * unit(&s)) * (float)(h < w ? h : w);
+        int box = unit(&s) < 0.5f;
+        float col[3] = {255 * unit(&s), 255 * unit(&s), 255 * unit(&s)};
+        int y0 = (int)(cy - r) < 0 ? 0 : (int)(cy - r), y1 = (int)(cy + r) >= h ? h - 1 : (int)(cy + r);
+        int x0 = (int)(cx - r) < 0 ? 0 : (int)(cx - r), x1 = (int)(cx + r) >= w ? w - 1 : (int)(cx + r);
+        for (int y = y0; y <= y1; y++)
+            for (int x = x0; x <= x1; x++) {
+                float ex = x - cx, ey = y - cy;
+                if (!box && ex * ex + ey * ey > r * r) continue;
+                float shade = 0.75f + 0.25f * (1.0f - ey / (r + 1));   /* lit from above */
+                for (int c = 0; c < 3; c++) img[((size_t)y * w + x) * 3 + c] = clamp_u8(col[c] * shade);
+            }
+    }
+    uint64_t ns = act_splitmix64(seed ^ 0x6e6f697365ull);
+    size_t n = (size_t)h * w * 3;
+    for (size_t i = 0; i < n; i++) {
+        if ((i & 7) == 0) ns = act_splitmix64(ns);
+        int noise = (int)((ns >> ((i & 7) * 8)) & 15) - 7;
+        int v = img[i] + noise;
+        img[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+    }
+}
+
+static void pool_free(input_pool *p) {
+    free(p->qpos);
+    for (int c = 0; c < ACT_MAX_CAMS; c++) free(p->frames[c]);
+    memset(p, 0, sizeof *p);
+}
+
+static int pool_generate(input_pool *p, const act_config *cfg, int n, uint64_t seed) {
+    size_t fb = (size_t)cfg->image_h * cfg->image_w * 3;
+    memset(p, 0, sizeof *p);
+    p->n = n;
+    p->qpos = malloc(sizeof(float) * n * cfg->obs_dim);
+    if (!p->qpos) return -1;
+    uint64_t s = seed;
+    for (int i = 0; i < n * cfg->obs_dim; i++) p->qpos[i] = 3.0f * unit(&s) - 1.5f;  /* joint angles, rad */
+    for (int c = 0; c < cfg->num_cams; c++) {
+        p->frames[c] = malloc(fb * n);
+        if (!p->frames[c]) { pool_free(p); return -1; }
+        for (int i = 0; i < n; i++)
+            make_frame(p->frames[c] + fb * i, cfg->image_h, cfg->image_w,
+                       act_splitmix64(seed * 1000003ull + (uint64_t)c * 7919ull + (uint64_t)i));
+    }
+    p->bytes = sizeof(float) * n * cfg->obs_dim + fb * n * cfg->num_cams;
+    return 0;
+}
+
+/* Reads a whole raw file whose size must be a positive multiple of unit; *count = size / unit. */
+static void *read_raw(const char *path, size_t unit_bytes, size_t *count, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { snprintf(err, errlen, "%s: %s", path, strerror(errno)); return NULL; }
+    struct stat st;
+    if (fstat(fileno(f), &st) || st.st_size <= 0 || (size_t)st.st_size % unit_bytes) {
+        snprintf(err, errlen, "%s: size %lld is not a positive multiple of %zu bytes (one input)",
+                 path, (long long)st.st_size, unit_bytes);
+        fclose(f);
+        return NULL;
+    }
+    void *buf = malloc((size_t)st.st_size);
+    if (!buf || fread(buf, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
+        snprintf(err, errlen, "%s: %s", path, buf ? "short read" : "out of memory");
+        free(buf);
+        fclose(f);
+        return NULL;
+    }
+    fclose(f);
+    *count = (size_t)st.st_size / unit_bytes;
+    return buf;
+}
+
+static int pool_load(input_pool *p, const act_config *cfg, const char *dir, char *err, size_t errlen) {
+    char path[1024];
+    size_t n = 0, nc = 0, fb = (size_t)cfg->image_h * cfg->image_w * 3;
+    memset(p, 0, sizeof *p);
+    snprintf(path, sizeof path, "%s/qpos.f32", dir);
+    p->qpos = read_raw(path, sizeof(float) * cfg->obs_dim, &n, err, errlen);
+    if (!p->qpos) return -1;
+    for (int c = 0; c < cfg->num_cams; c++) {
+        snprintf(path, sizeof path, "%s/%s.u8", dir, cfg->camera_names[c]);
+        p->frames[c] = read_raw(path, fb, &nc, err, errlen);
+        if (!p->frames[c]) { pool_free(p); return -1; }
+        if (nc != n) {
+            snprintf(err, errlen, "%.400s: holds %zu frames of %dx%dx3, but qpos.f32 holds %zu inputs",
+                     path, nc, cfg->image_h, cfg->image_w, n);
+            pool_free(p);
+            return -1;
+        }
+    }
+    if (n > (size_t)1 << 30) { snprintf(err, errlen, "%s: too many inputs", dir); pool_free(p); return -1; }
+    p->n = (int)n;
+    p->bytes = sizeof(float) * n * cfg->obs_dim + fb * n * cfg->num_cams;
+    return 0;
+}
+
+static void pool_window(const input_pool *p, const act_config *cfg, int batch, int start, act_inputs *in) {
+    size_t fb = (size_t)cfg->image_h * cfg->image_w * 3;
+    memset(in, 0, sizeof *in);
+    in->batch = batch;
+    in->qpos = p->qpos + (size_t)start * cfg->obs_dim;
+    for (int c = 0; c < cfg->num_cams; c++) in->images[c] = p->frames[c] + fb * start;
+}
+
+/* ---- timing ---- */
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double percentile(const double *sorted, int n, double pct) { /* nearest rank */
+    int idx = (int)ceil(pct / 100.0 * n) - 1;
+    return sorted[idx < 0 ? 0 : idx >= n ? n - 1 : idx];
+}
+
+static int bench_batch(act_session *s, const act_config *cfg, const input_pool *pool, const bench_args *a,
+                       int batch, float *out, batch_result *r, char *err, size_t errlen) {
+    int windows = pool->n - batch + 1 < ROTATIONS ? pool->n - batch + 1 : ROTATIONS;
+    act_outputs o = {0};
+    act_inputs in;
+    o.actions = out;
+    memset(r, 0, sizeof *r);
+    r->batch = batch;
+    for (int i = 0; i < a->warmup; i++) {
+        pool_window(pool, cfg, batch, i % windows, &in);
+        if (act_run(s, &in, &o, err, errlen)) return -1;
+    }
+    double *t = malloc(sizeof(double) * a->iters);
+    if (!t) { snprintf(err, errlen, "out of memory for %d samples", a->iters); return -1; }
+    double total = 0;
+    for (int i = 0; i < a->iters; i++) {
+        pool_window(pool, cfg, batch, i % windows, &in);
+        double t0 = now_ms();
+        if (act_run(s, &in, &o, err, errlen)) { free(t); return -1; }
+        t[i] = now_ms() - t0;
+        total += t[i];
+    }
+    qsort(t, a->iters, sizeof(double), cmp_double);
+    r->min = t[0];
+    r->p50 = percentile(t, a->iters, 50);
+    r->p90 = percentile(t, a->iters, 90);
+    r->p99 = percentile(t, a->iters, 99);
+    r->mean = total / a->iters;
+    r->steps_per_s = batch * 1e3 / r->mean;
+    free(t);
+
+    if (a->profile_iters > 0) {
+        act_session_profile(s, 1);
+        int ok = 1;
+        for (int i = 0; i < a->profile_iters && ok; i++) {
+            double ms[ACT_STAGE_COUNT];
+            pool_window(pool, cfg, batch, i % windows, &in);
+            if (act_run(s, &in, &o, err, errlen)) { act_session_profile(s, 0); return -1; }
+            if (act_session_stage_ms(s, ms)) { ok = 0; break; }
+            for (int k = 0; k < ACT_STAGE_COUNT; k++) r->stage_ms[k] += ms[k] / a->profile_iters;
+        }
+        act_session_profile(s, 0);
+        r->have_stages = ok;
+    }
+    return 0;
+}
+
+/* ---- machine facts ---- */
+
+static size_t peak_rss_bytes(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) ? 0 : (size_t)ru.ru_maxrss * 1024;  /* Linux: KiB */
+}
+
+static void host_cpu_name(char *buf, size_t len) {
+    snprintf(buf, len, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (!strncmp(line, "model name", 10) && colon) {
+            snprintf(buf, len, "%s", colon + 2);
+            buf[strcspn(buf, "\n")] = 0;
+            break;
+        }
+    }
+    fclose(f);
+}
+
+/* GPU clocks are informative only (the engine has no business reading them): asked of
+ * nvidia-smi when it is there, else "n/a". */
+static void gpu_clocks(char *buf, size_t len) {
+    snprintf(buf, len, "n/a");
+    FILE *f = popen("nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,clocks.mem --format=csv,noheader 2>/dev/null", "r");
+    if (!f) return;
+    char line[256];
+    if (fgets(line, sizeof line, f) && strchr(line, ',')) {
+        line[strcspn(line, "\n")] = 0;
+        snprintf(buf, len, "sm, max sm, mem: %.200s", line);
+    }
+    pclose(f);
+}
+
+/* ---- output ---- */
+
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+typedef struct bench_report {
+    const bench_args *a;
+    const act_config *cfg;
+    const char *model_path, *device_name;
+    char host_cpu[256], clocks[256], date[32];
+    size_t weight_file_bytes, device_bytes, rss_bytes, input_bytes;
+    const batch_result *res;
+    int n_res;
+    const float *first_chunk;   /* [first batch][H][A] or NULL */
+} bench_report;
+
+static void print_table(const bench_report *r) {
+    const act_config *cfg = r->cfg;
+    printf("act-infer bench  %s\n", r->date);
+    printf("model   %s (hash %s, %lld params, %d cameras %dx%d)\n", r->model_path, cfg->model_hash,
+           (long long)cfg->n_params, cfg->num_cams, cfg->image_h, cfg->image_w);
+    printf("device  %s: %s, %s%s\n", r->a->device == ACT_DEVICE_CUDA ? "cuda" : "cpu", r->device_name,
+           precision_name(r->a->precision),
+           r->a->device == ACT_DEVICE_CUDA ? (r->a->use_graphs ? ", CUDA graphs" : ", no graphs") : "");
+    printf("host    %s; clocks %s\n", r->host_cpu, r->clocks);
+    printf("steps   %d warmup + %d timed per batch size; profiled pass %d steps\n\n", r->a->warmup,
+           r->a->iters, r->a->profile_iters);
+    printf("%6s %9s %9s %9s %9s %9s %11s %11s\n", "batch", "min ms", "p50 ms", "p90 ms", "p99 ms", "mean ms",
+           "steps/s", "images/s");
+    for (int i = 0; i < r->n_res; i++) {
+        const batch_result *b = &r->res[i];
+        printf("%6d %9.3f %9.3f %9.3f %9.3f %9.3f %11.1f %11.1f\n", b->batch, b->min, b->p50, b->p90, b->p99,
+               b->mean, b->steps_per_s, b->steps_per_s * cfg->num_cams);
+    }
+    printf("\nstages (ms, mean of the profiled pass%s)\n%6s", r->a->device == ACT_DEVICE_CUDA ?
+           "; graphs off while profiling" : "", "batch");
+    for (int k = 0; k < ACT_STAGE_COUNT; k++) printf(" %11s", act_stage_name((act_stage)k));
+    printf(" %11s\n", "sum");
+    for (int i = 0; i < r->n_res; i++) {
+        const batch_result *b = &r->res[i];
+        printf("%6d", b->batch);
+        double sum = 0;
+        for (int k = 0; k < ACT_STAGE_COUNT; k++) {
+            if (b->have_stages) printf(" %11.3f", b->stage_ms[k]); else printf(" %11s", "n/a");
+            sum += b->stage_ms[k];
+        }
+        if (b->have_stages) printf(" %11.3f\n", sum); else printf(" %11s\n", "n/a");
+    }
+    printf("\nmemory  device %.1f MiB held; host peak RSS %.1f MiB (weight file %.1f MiB, input pool %.1f MiB)\n",
+           r->device_bytes / 1048576.0, r->rss_bytes / 1048576.0, r->weight_file_bytes / 1048576.0,
+           r->input_bytes / 1048576.0);
+}
+
+static int write_json(const bench_report *r, const char *path, char *err, size_t errlen) {
+    const act_config *cfg = r->cfg;
+    FILE *f = fopen(path, "w");
+    if (!f) { snprintf(err, errlen, "%s: %s", path, strerror(errno)); return -1; }
+    fprintf(f, "{\n  \"tool\": \"act-infer bench\",\n  \"version\": \"%s\",\n  \"date\": \"%s\",\n", ACT_VERSION, r->date);
+    fprintf(f, "  \"model\": "); json_str(f, r->model_path);
+    fprintf(f, ",\n  \"model_hash\": \"%s\",\n  \"n_params\": %lld,\n", cfg->model_hash, (long long)cfg->n_params);
+    fprintf(f, "  \"cameras\": [");
+    for (int c = 0; c < cfg->num_cams; c++) { if (c) fputs(", ", f); json_str(f, cfg->camera_names[c]); }
+    fprintf(f, "],\n  \"image_size\": [%d, %d],\n", cfg->image_h, cfg->image_w);
+    fprintf(f, "  \"device\": \"%s\",\n  \"device_name\": ", r->a->device == ACT_DEVICE_CUDA ? "cuda" : "cpu");
+    json_str(f, r->device_name);
+    fprintf(f, ",\n  \"precision\": \"%s\",\n  \"graphs\": %s,\n", precision_name(r->a->precision),
+            r->a->device == ACT_DEVICE_CUDA && r->a->use_graphs ? "true" : "false");
+    fprintf(f, "  \"host_cpu\": "); json_str(f, r->host_cpu);
+    fprintf(f, ",\n  \"clocks\": "); json_str(f, r->clocks);
+    fprintf(f, ",\n  \"iters\": %d,\n  \"warmup\": %d,\n  \"profile_iters\": %d,\n  \"inputs\": ", r->a->iters,
+            r->a->warmup, r->a->profile_iters);
+    if (r->a->inputs) json_str(f, r->a->inputs); else fprintf(f, "\"generated, seed %llu\"", (unsigned long long)r->a->seed);
+    fprintf(f, ",\n  \"memory\": {\"device_bytes\": %zu, \"peak_rss_bytes\": %zu, \"weight_file_bytes\": %zu, "
+               "\"weight_bytes\": %lld, \"input_pool_bytes\": %zu},\n",
+            r->device_bytes, r->rss_bytes, r->weight_file_bytes, (long long)cfg->n_params * 4, r->input_bytes);
+    fprintf(f, "  \"results\": [\n");
+    for (int i = 0; i < r->n_res; i++) {
+        const batch_result *b = &r->res[i];
+        fprintf(f, "    {\"batch\": %d, \"latency_ms\": {\"min\": %.6f, \"p50\": %.6f, \"p90\": %.6f, \"p99\": %.6f, "
+                   "\"mean\": %.6f}, \"steps_per_s\": %.3f, \"images_per_s\": %.3f, \"stages_ms\": ",
+                b->batch, b->min, b->p50, b->p90, b->p99, b->mean, b->steps_per_s, b->steps_per_s * cfg->num_cams);
+        if (b->have_stages) {
+            fputc('{', f);
+            for (int k = 0; k < ACT_STAGE_COUNT; k++)
+                fprintf(f, "%s\"%s\": %.6f", k ? ", " : "", act_stage_name((act_stage)k), b->stage_ms[k]);
+            fputc('}', f);
+        } else {
+            fputs("null", f);
+        }
+        fprintf(f, "}%s\n", i + 1 < r->n_res ? "," : "");
+    }
+    fprintf(f, "  ]");
+    if (r->first_chunk) {
+        int n = r->res[0].batch * cfg->pred_horizon * cfg->action_dim;
+        fprintf(f, ",\n  \"first_output\": {\"batch\": %d, \"shape\": [%d, %d, %d], \"actions\": [",
+                r->res[0].batch, r->res[0].batch, cfg->pred_horizon, cfg->action_dim);
+        for (int i = 0; i < n; i++) fprintf(f, "%s%.9g", i ? ", " : "", r->first_chunk[i]);
+        fprintf(f, "]}");
+    }
+    fprintf(f, "\n}\n");
+    if (fclose(f)) { snprintf(err, errlen, "%s: write failed", path); return -1; }
+    return 0;
+}
+
+/* ---- the command ---- */
+
+int act_cmd_bench(int argc, char **argv) {
+    bench_args a;
+    char err[ACT_ERR_LEN] = "", demo[1200];
+    int rc = parse_args(argc, argv, &a);
+    if (rc) return rc == 1 ? 0 : 2;
+    if (!a.device_set) {
+        char why[256];
+        a.device = act_cuda_available(why, sizeof why) ? ACT_DEVICE_CUDA : ACT_DEVICE_CPU;
+        if (a.device == ACT_DEVICE_CUDA) fprintf(stderr, "act-infer bench: device cuda\n");
+        else fprintf(stderr, "act-infer bench: device cpu (no CUDA: %s)\n", why);
+    }
+    apply_defaults(&a);
+    if (!a.model) {
+        a.model = find_demo_model(demo, sizeof demo);
+        if (!a.model) {
+            fprintf(stderr,
+                    "act-infer bench: no --model given and the demo model %s is missing. Make it with the\n"
+                    "README's setup script, or by hand:\n"
+                    "  python3 tools/act_reference.py make-checkpoint --out /tmp/demo.pt --config-out /tmp/demo.yaml\n"
+                    "  python3 tools/convert_checkpoint.py /tmp/demo.pt --config /tmp/demo.yaml -o %s\n",
+                    DEMO_MODEL, DEMO_MODEL);
+            return 1;
+        }
+    }
+
+    act_model *m = NULL;
+    act_session *s = NULL;
+    input_pool pool = {0};
+    float *out = NULL, *first = NULL;
+    batch_result res[MAX_BATCHES];
+    int status = 1, max_batch = 0;
+    if (act_model_load(a.model, &m, err, sizeof err)) goto fail;
+    const act_config *cfg = act_model_config(m);
+    for (int i = 0; i < a.n_batches; i++) if (a.batches[i] > max_batch) max_batch = a.batches[i];
+
+    act_session_opts opts = act_session_default_opts();
+    opts.device = a.device;
+    opts.precision = a.precision;
+    opts.max_batch = max_batch;
+    opts.use_graphs = a.use_graphs;
+    if (act_session_create(m, &opts, &s, err, sizeof err)) goto fail;
+
+    if (a.inputs) {
+        if (pool_load(&pool, cfg, a.inputs, err, sizeof err)) goto fail;
+        if (pool.n < max_batch) {
+            snprintf(err, sizeof err, "%s: holds %d inputs, but --batch asks for %d", a.inputs, pool.n, max_batch);
+            goto fail;
+        }
+    } else if (pool_generate(&pool, cfg, max_batch + ROTATIONS - 1, a.seed)) {
+        snprintf(err, sizeof err, "out of memory for %d input frames per camera", max_batch + ROTATIONS - 1);
+        goto fail;
+    }
+    size_t chunk = (size_t)cfg->pred_horizon * cfg->action_dim;
+    out = malloc(sizeof(float) * chunk * max_batch);
+    if (!out) { snprintf(err, sizeof err, "out of memory for the output chunk"); goto fail; }
+
+    if (a.check_output) {   /* window 0 of the first batch size, before any timing */
+        act_inputs in;
+        act_outputs o = {0};
+        first = malloc(sizeof(float) * chunk * a.batches[0]);
+        if (!first) { snprintf(err, sizeof err, "out of memory for the output chunk"); goto fail; }
+        o.actions = first;
+        pool_window(&pool, cfg, a.batches[0], 0, &in);
+        if (act_run(s, &in, &o, err, sizeof err)) goto fail;
+    }
+    for (int i = 0; i < a.n_batches; i++) {
+        fprintf(stderr, "act-infer bench: batch %d ...\n", a.batches[i]);
+        if (bench_batch(s, cfg, &pool, &a, a.batches[i], out, &res[i], err, sizeof err)) goto fail;
+    }
+
+    bench_report r;
+    memset(&r, 0, sizeof r);
+    r.a = &a;
+    r.cfg = cfg;
+    r.model_path = a.model;
+    r.device_name = act_session_device_name(s);
+    host_cpu_name(r.host_cpu, sizeof r.host_cpu);
+    if (a.device == ACT_DEVICE_CUDA) gpu_clocks(r.clocks, sizeof r.clocks);
+    else snprintf(r.clocks, sizeof r.clocks, "n/a");
+    time_t now = time(NULL);
+    strftime(r.date, sizeof r.date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    struct stat st;
+    r.weight_file_bytes = stat(a.model, &st) ? 0 : (size_t)st.st_size;
+    r.device_bytes = act_session_device_bytes(s);
+    r.rss_bytes = peak_rss_bytes();
+    r.input_bytes = pool.bytes;
+    r.res = res;
+    r.n_res = a.n_batches;
+    r.first_chunk = first;
+    print_table(&r);
+    if (a.json && write_json(&r, a.json, err, sizeof err)) goto fail;
+    status = 0;
+fail:
+    if (status) fprintf(stderr, "act-infer bench: %s\n", err);
+    free(first);
+    free(out);
+    pool_free(&pool);
+    if (s) act_session_free(s);
+    if (m) act_model_free(m);
+    return status;
+}
