@@ -1,0 +1,179 @@
+"""act-infer bench and bench/compare_torch.py on the CPU with small models.
+
+No timed assertions: these check that the figures are there, consistent with each other
+(min <= p50 <= p90 <= p99, throughput = batch / mean latency, ...) and computed on the right
+answer - the chunk act-infer bench returns for the first input matches the PyTorch reference on
+the same frames to 1e-4 relative.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+STAGES = ("upload", "preprocess", "vision", "transformer", "download")
+
+
+def _bench_module(repo_root):
+    sys.path.insert(0, str(repo_root / "bench"))
+    import compare_torch
+
+    return compare_torch
+
+
+@pytest.fixture
+def small_model(tmp_ckpt, repo_root, tmp_path):
+    """A small randomized checkpoint and the .actw the real converter makes of it."""
+    ck = tmp_ckpt(seed=3)
+    ck.model = tmp_path / "small.actw"
+    subprocess.run([sys.executable, str(repo_root / "tools" / "convert_checkpoint.py"), str(ck.ckpt), "-o",
+                    str(ck.model), "--config", str(ck.config), "--stats", str(ck.stats)],
+                   check=True, capture_output=True)
+    return ck
+
+
+def _run(cmd, **kw):
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=300, **kw)
+
+
+def test_bench_json_has_every_figure_and_the_right_answer(act_infer, small_model, repo_root, ref, tmp_path):
+    ct = _bench_module(repo_root)
+    cfg = small_model.cfg
+    inputs = tmp_path / "inputs"
+    ct.write_inputs(cfg, 8, seed=11, out_dir=str(inputs))
+    out = tmp_path / "bench.json"
+    p = _run([act_infer, "bench", "--model", small_model.model, "--device", "cpu", "--batch", "2,1,3",
+              "--iters", 4, "--warmup", 1, "--profile-iters", 2, "--inputs", inputs, "--check-output",
+              "--json", out])
+    assert p.returncode == 0, p.stderr
+    assert "p50 ms" in p.stdout and "transformer" in p.stdout, p.stdout
+    r = json.loads(out.read_text())
+
+    assert r["device"] == "cpu" and r["precision"] == "fp32" and r["graphs"] is False
+    assert r["cameras"] == cfg["camera_names"]
+    assert r["image_size"] == cfg["vision_backbone"]["image_shape"]
+    assert r["iters"] == 4 and r["warmup"] == 1 and r["profile_iters"] == 2
+    assert isinstance(r["device_name"], str) and r["device_name"]
+    assert len(r["model_hash"]) == 16 and r["n_params"] > 0
+    mem = r["memory"]
+    assert mem["weight_file_bytes"] == os.path.getsize(small_model.model)
+    assert mem["peak_rss_bytes"] > mem["weight_file_bytes"]
+    assert mem["input_pool_bytes"] == os.path.getsize(inputs / "qpos.f32") + sum(
+        os.path.getsize(inputs / f"{c}.u8") for c in cfg["camera_names"])
+    assert mem["device_bytes"] >= 0
+
+    assert [b["batch"] for b in r["results"]] == [2, 1, 3]
+    for b in r["results"]:
+        lat = b["latency_ms"]
+        assert all(math.isfinite(v) and v > 0 for v in lat.values()), lat
+        assert lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p99"], lat
+        assert lat["min"] <= lat["mean"] <= lat["p99"] * (1 + 1e-6), lat
+        assert b["steps_per_s"] == pytest.approx(b["batch"] * 1e3 / lat["mean"], rel=1e-3)
+        assert b["images_per_s"] == pytest.approx(b["steps_per_s"] * cfg["num_cams"], rel=1e-6)
+        st = b["stages_ms"]
+        assert st is not None and set(st) == set(STAGES), st
+        assert all(math.isfinite(v) and v >= 0 for v in st.values()), st
+        assert st["vision"] > 0 and st["transformer"] > 0, st
+
+    # The first input of the first batch size (window 0, batch 2) against the reference.
+    fo = r["first_output"]
+    H, A = cfg["pred_horizon"], cfg["action_dim"]
+    assert fo["batch"] == 2 and fo["shape"] == [2, H, A]
+    qpos, frames = ct.read_inputs(cfg, str(inputs))
+    want = ref.predict(small_model.agent, qpos[:2], {c: f[:2] for c, f in zip(cfg["camera_names"], frames)})
+    got = np.asarray(fo["actions"], np.float32).reshape(2, H, A)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) <= 1e-4
+
+
+def test_bench_generated_inputs_and_defaults(act_infer, small_model, tmp_path):
+    """Without --inputs the frames are generated: never constant, different per seed, and the
+    CPU defaults (batch 1, a few steps) apply."""
+    outs = []
+    for seed in (1, 2):
+        out = tmp_path / f"gen{seed}.json"
+        p = _run([act_infer, "bench", "--model", small_model.model, "--device", "cpu", "--iters", 2,
+                  "--seed", seed, "--check-output", "--json", out])
+        assert p.returncode == 0, p.stderr
+        outs.append(json.loads(out.read_text()))
+    assert [b["batch"] for b in outs[0]["results"]] == [1]
+    assert outs[0]["inputs"] == "generated, seed 1"
+    a, b = (np.asarray(o["first_output"]["actions"]) for o in outs)
+    assert np.all(np.isfinite(a)) and np.std(a) > 0
+    assert not np.allclose(a, b), "two seeds gave the same chunk: the inputs did not change"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch", "0"], "--batch '0'"),
+    (["--batch", "1,,2"], "--batch"),
+    (["--precision", "fp64"], "--precision 'fp64'"),
+    (["--device", "tpu"], "--device 'tpu'"),
+    (["--iters", "0"], "--iters '0'"),
+    (["--iters"], "--iters needs a value"),
+    (["--frobnicate", "1"], "unknown option '--frobnicate'"),
+])
+def test_bench_usage_errors(act_infer, small_model, args, message):
+    p = _run([act_infer, "bench", "--model", small_model.model] + args)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert message in p.stderr
+
+
+def test_bench_bad_inputs_and_model_are_named(act_infer, small_model, repo_root, tmp_path):
+    ct = _bench_module(repo_root)
+    inputs = tmp_path / "few"
+    ct.write_inputs(small_model.cfg, 2, seed=5, out_dir=str(inputs))
+    p = _run([act_infer, "bench", "--model", small_model.model, "--device", "cpu", "--batch", "4",
+              "--inputs", inputs])
+    assert p.returncode == 1 and "holds 2 inputs, but --batch asks for 4" in p.stderr, p.stderr
+
+    cam = small_model.cfg["camera_names"][1]
+    with open(inputs / f"{cam}.u8", "r+b") as f:
+        f.truncate(os.path.getsize(inputs / f"{cam}.u8") - 7)
+    p = _run([act_infer, "bench", "--model", small_model.model, "--device", "cpu", "--inputs", inputs])
+    assert p.returncode == 1 and f"{cam}.u8" in p.stderr and "multiple" in p.stderr, p.stderr
+
+    p = _run([act_infer, "bench", "--model", tmp_path / "missing.actw", "--device", "cpu"])
+    assert p.returncode == 1 and "missing.actw" in p.stderr, p.stderr
+
+
+def test_bench_without_demo_model_says_how_to_make_it(act_infer, tmp_path):
+    # A copy of the binary away from the repository: no weights/demo.actw beside it or in cwd.
+    exe = tmp_path / "bin" / "act-infer"
+    exe.parent.mkdir()
+    shutil.copy(act_infer, exe)
+    p = _run([exe, "bench", "--device", "cpu"], cwd=tmp_path)
+    assert p.returncode == 1
+    assert "weights/demo.actw is missing" in p.stderr and "convert_checkpoint.py" in p.stderr, p.stderr
+
+
+def test_compare_torch_runs_and_checks_outputs(act_infer, repo_root, tmp_path):
+    out = tmp_path / "compare.json"
+    p = _run([sys.executable, repo_root / "bench" / "compare_torch.py", "--device", "cpu", "--config", "small",
+              "--batch", "1,2", "--iters", 2, "--warmup", 1, "--peers", "eager,channels_last,compile-default",
+              "--act-infer", act_infer, "--workdir", tmp_path / "work", "--json", out])
+    assert p.returncode == 0, p.stdout + p.stderr
+    r = json.loads(out.read_text())
+    whos = {(row["who"], row.get("batch")) for row in r["rows"]}
+    for who in ("act-infer", "torch eager", "torch channels_last"):
+        assert (who, 1) in whos and (who, 2) in whos, whos
+    ours = [c for c in r["checks"] if c["ours"]]
+    assert len(ours) == 1 and ours[0]["ok"] and ours[0]["rel_diff"] <= 1e-4, r["checks"]
+    cl = next(c for c in r["checks"] if c["who"] == "torch channels_last")
+    assert cl["rel_diff"] <= 1e-4
+    compiled = next(p for p in r["peers"] if p["peer"] == "compile-default")
+    import torch
+
+    if not hasattr(torch, "compile"):
+        assert compiled["status"].startswith("n/a")
+    for row in r["rows"]:
+        if row["who"] != "act-infer" and row.get("p50"):
+            assert row["speedup"] == pytest.approx(
+                row["p50"] / next(x["p50"] for x in r["rows"]
+                                  if x["who"] == "act-infer" and x.get("batch") == row["batch"]), rel=1e-9)
+    assert any(g["goal"].startswith("CPU batch 1") for g in r["goals"])
