@@ -1,0 +1,194 @@
+/* backend_cpu.c - the CPU backend: memory, transfers, step structure, and the op table.
+ * defines: act_backend_cpu_create
+ *
+ * The reference backend: plain C11 + a BLAS, fp32 only. "Device" memory is host memory, so
+ * transfers are memcpy, there are no graphs (begin_capture runs the step eagerly) and sync is a
+ * no-op. The ops themselves live in cpu_vision.c and cpu_transformer.c. Stage timing uses the
+ * monotonic clock: stage_mark(s) closes the open stage and opens s (s >= ACT_STAGE_COUNT just
+ * closes), stage_ms hands back and clears the accumulated milliseconds. */
+#define _POSIX_C_SOURCE 200809L   /* clock_gettime */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "cpu_ops.h"
+#include "util.h"
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static void cpu_destroy(act_backend *be) {
+    if (!be) return;
+    act_cpu_ctx *ctx = be->ctx;
+    if (ctx) {
+        for (size_t i = 0; i < ctx->n_allocs; i++) act_aligned_free(ctx->allocs[i]);
+        free(ctx->allocs);
+        act_aligned_free(ctx->ws);
+        free(ctx);
+    }
+    free(be);
+}
+
+static act_buf cpu_alloc(act_backend *be, size_t n, act_dtype dt) {
+    act_cpu_ctx *ctx = be->ctx;
+    act_buf r = act_nobuf();
+    if (dt == ACT_DT_ACT) dt = ACT_DT_F32;
+    size_t bytes;
+    if (!act_mul_ok(n, act_dtype_size(dt), &bytes)) {
+        act_errf(be->err, sizeof be->err, "cpu alloc: %zu elements overflow", n);
+        return r;
+    }
+    if (ctx->n_allocs == ctx->cap_allocs) {
+        size_t cap = ctx->cap_allocs ? 2 * ctx->cap_allocs : 64;
+        void **a = realloc(ctx->allocs, cap * sizeof *a);
+        if (!a) {
+            act_errf(be->err, sizeof be->err, "cpu alloc: out of memory");
+            return r;
+        }
+        ctx->allocs = a;
+        ctx->cap_allocs = cap;
+    }
+    void *p = act_aligned_alloc(bytes);
+    if (!p) {
+        act_errf(be->err, sizeof be->err, "cpu alloc: out of memory for %zu bytes", bytes);
+        return r;
+    }
+    ctx->allocs[ctx->n_allocs++] = p;
+    ctx->bytes += bytes;
+    r.p = p;
+    r.dt = dt;
+    return r;
+}
+
+static void *cpu_host_alloc(act_backend *be, size_t bytes) {
+    void *p = act_aligned_alloc(bytes);
+    if (!p) act_errf(be->err, sizeof be->err, "cpu host_alloc: out of memory for %zu bytes", bytes);
+    return p;
+}
+static void cpu_host_free(act_backend *be, void *p) { act_aligned_free(p); }
+static size_t cpu_device_bytes(act_backend *be) { return ((act_cpu_ctx *)be->ctx)->bytes; }
+
+/* Weights are read in place from the model's blob; only the im2col workspace is sized here. */
+static int cpu_load_weights(act_backend *be, const act_model *m) {
+    act_cpu_ctx *ctx = be->ctx;
+    size_t elems;
+    if (act_cpu_conv_workspace(m, &elems, be->err, sizeof be->err)) return -1;
+    if (elems > ctx->ws_elems) {
+        float *ws = act_aligned_alloc(elems * sizeof(float));
+        if (!ws)
+            return act_errf(be->err, sizeof be->err, "cpu load_weights: out of memory for a "
+                            "%zu-float conv workspace", elems);
+        act_aligned_free(ctx->ws);
+        ctx->ws = ws;
+        ctx->ws_elems = elems;
+    }
+    return 0;
+}
+
+static int cpu_graph_replay(act_backend *be, int key) { return 0; }
+static int cpu_begin_capture(act_backend *be, int key) { return 0; }
+static int cpu_end_capture(act_backend *be, int key) { return 0; }
+static int cpu_sync(act_backend *be) { return 0; }
+
+static void cpu_stage_mark(act_backend *be, int stage) {
+    act_cpu_ctx *ctx = be->ctx;
+    double t = now_ms();
+    if (ctx->stage_open >= 0) ctx->stage_acc[ctx->stage_open] += t - ctx->stage_t0;
+    ctx->stage_open = (stage >= 0 && stage < ACT_STAGE_COUNT) ? stage : -1;
+    ctx->stage_t0 = t;
+}
+
+static int cpu_stage_ms(act_backend *be, double *ms) {
+    act_cpu_ctx *ctx = be->ctx;
+    for (int i = 0; i < ACT_STAGE_COUNT; i++) {
+        ms[i] = ctx->stage_acc[i];
+        ctx->stage_acc[i] = 0.0;
+    }
+    return 0;
+}
+
+static int cpu_upload(act_backend *be, act_buf dst, const void *host, size_t n) {
+    memcpy(dst.p, host, n * act_dtype_size(dst.dt));
+    return 0;
+}
+
+static int cpu_download(act_backend *be, float *host, act_buf src, size_t n) {
+    if (src.dt != ACT_DT_F32)
+        return act_errf(be->err, sizeof be->err, "cpu download: source dtype %d is not fp32", src.dt);
+    memcpy(host, src.p, n * sizeof(float));
+    return 0;
+}
+
+static int cpu_fill_zero(act_backend *be, act_buf x, size_t n) {
+    memset(x.p, 0, n * act_dtype_size(x.dt));
+    return 0;
+}
+
+static int cpu_copy(act_backend *be, act_buf dst, act_buf src, size_t n) {
+    if (dst.dt != src.dt)
+        return act_errf(be->err, sizeof be->err, "cpu copy: dtypes %d -> %d (the CPU backend "
+                        "holds fp32 only)", src.dt, dst.dt);
+    memmove(dst.p, src.p, n * act_dtype_size(dst.dt));
+    return 0;
+}
+
+int act_backend_cpu_create(act_precision prec, act_backend **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (prec != ACT_FP32)
+        return act_errf(err, errlen, "cpu backend: precision %s is not supported (fp32 only; "
+                        "tf32/bf16/fp16 need --device cuda)",
+                        prec == ACT_TF32 ? "tf32" : prec == ACT_BF16 ? "bf16" : "fp16");
+    act_backend *be = calloc(1, sizeof *be);
+    act_cpu_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!be || !ctx) {
+        free(be);
+        free(ctx);
+        return act_errf(err, errlen, "cpu backend: out of memory");
+    }
+    ctx->stage_open = -1;
+    be->name = "cpu";
+    be->ctx = ctx;
+    be->precision = prec;
+    snprintf(be->device_name, sizeof be->device_name, "cpu (fp32, %s)",
+#ifdef ACT_WITH_BLAS
+             "OpenBLAS"
+#else
+             "built-in GEMM"
+#endif
+    );
+    be->destroy = cpu_destroy;
+    be->alloc = cpu_alloc;
+    be->host_alloc = cpu_host_alloc;
+    be->host_free = cpu_host_free;
+    be->device_bytes = cpu_device_bytes;
+    be->load_weights = cpu_load_weights;
+    be->graph_replay = cpu_graph_replay;
+    be->begin_capture = cpu_begin_capture;
+    be->end_capture = cpu_end_capture;
+    be->sync = cpu_sync;
+    be->stage_mark = cpu_stage_mark;
+    be->stage_ms = cpu_stage_ms;
+    be->upload = cpu_upload;
+    be->download = cpu_download;
+    be->preprocess = cpu_preprocess;
+    be->conv2d = cpu_conv2d;
+    be->groupnorm = cpu_groupnorm;
+    be->maxpool = cpu_maxpool;
+    be->spatial_softmax = cpu_spatial_softmax;
+    be->linear = cpu_linear;
+    be->attention = cpu_attention;
+    be->add_layernorm = cpu_add_layernorm;
+    be->broadcast_rows = cpu_broadcast_rows;
+    be->memory_assemble = cpu_memory_assemble;
+    be->posterior_assemble = cpu_posterior_assemble;
+    be->sinusoid_table = cpu_sinusoid_table;
+    be->normalize = cpu_normalize;
+    be->latent = cpu_latent;
+    be->fill_zero = cpu_fill_zero;
+    be->copy = cpu_copy;
+    *out = be;
+    return 0;
+}

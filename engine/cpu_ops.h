@@ -1,0 +1,71 @@
+/* cpu_ops.h - internals shared by the CPU backend's files (not a public header).
+ * defines: act_cpu_ctx, act_cpu_sgemm, the cpu_* op functions that backend_cpu.c puts in the
+ * op table, act_cpu_conv_workspace.
+ *
+ * The CPU backend is plain C11, fp32 only, feature maps NCHW. Buffers are host memory, so an
+ * act_buf's p is used directly and weights are read in place from the model's blob. All scratch
+ * (the im2col workspace) is sized from the model at load_weights, so no op allocates. */
+#ifndef ACT_CPU_OPS_H
+#define ACT_CPU_OPS_H
+
+#include <math.h>
+#include <stddef.h>
+#include "backend.h"
+
+typedef struct act_cpu_ctx {
+    void **allocs;            /* every alloc() block, freed at destroy */
+    size_t n_allocs, cap_allocs;
+    size_t bytes;             /* sum of alloc() sizes: the "device" memory of this backend */
+    float *ws;                /* im2col workspace: one image's columns of the largest conv */
+    size_t ws_elems;
+    double stage_acc[ACT_STAGE_COUNT];
+    double stage_t0;
+    int stage_open;           /* stage being timed, -1 when none */
+} act_cpu_ctx;
+
+/* C[M][N] = A[M][K] * op(B); op(B) = B [K][N] (trans_b 0) or B^T with B [N][K] (trans_b 1).
+ * OpenBLAS when built with it, else a cache-blocked loop. */
+void act_cpu_sgemm(int trans_b, int M, int N, int K, const float *A, int lda, const float *B,
+                   int ldb, float *C, int ldc);
+
+/* Largest im2col column matrix (elements) any conv of the model needs for one image. */
+int act_cpu_conv_workspace(const act_model *m, size_t *elems, char *err, size_t errlen);
+
+/* ---- vision (cpu_vision.c) ---- */
+int cpu_preprocess(act_backend *be, act_buf frames, int B, int hi, int wi, const act_config *cfg,
+                   act_buf out);
+int cpu_conv2d(act_backend *be, const act_conv *c, act_buf x, int N, int H, int W,
+               act_buf residual, act_epilogue epi, act_buf y);
+int cpu_groupnorm(act_backend *be, act_buf x, int N, int C, int HW, int groups,
+                  const act_tensor *gamma, const act_tensor *beta, act_buf residual,
+                  act_epilogue epi, act_buf y);
+int cpu_maxpool(act_backend *be, act_buf x, int N, int C, int H, int W, act_buf y);
+int cpu_spatial_softmax(act_backend *be, act_buf x, int N, int K, int HW,
+                        const act_tensor *pos_grid, act_buf y);
+
+/* ---- transformer and small ops (cpu_transformer.c) ---- */
+int cpu_linear(act_backend *be, const act_linear *l, act_buf x, int M, act_epilogue epi, act_buf y);
+int cpu_attention(act_backend *be, act_buf q, int qs, act_buf k, act_buf v, int kvs, int B, int Lq,
+                  int Lk, int nh, int dh, act_buf key_pad, act_buf out);
+int cpu_add_layernorm(act_backend *be, act_buf x, act_buf d, const act_ln *ln, float eps, int rows,
+                      int E, act_buf y);
+int cpu_broadcast_rows(act_backend *be, const act_tensor *t, int B, int R, int E, act_buf out);
+int cpu_memory_assemble(act_backend *be, act_buf lat, act_buf qp, act_buf vis, int B, int ncam,
+                        int E, act_buf pos, const act_tensor *type_embed, act_buf out);
+int cpu_posterior_assemble(act_backend *be, const act_tensor *cls, act_buf qp, act_buf act, int B,
+                           int H, int E, act_buf pos, act_buf out);
+int cpu_sinusoid_table(act_backend *be, int L, int E, act_buf out);
+int cpu_normalize(act_backend *be, act_buf x, int rows, int dim, const act_tensor *lo,
+                  const act_tensor *hi, act_norm_type type, float eps, int inverse, act_buf y);
+int cpu_latent(act_backend *be, act_buf ml, int B, int L, int sample, act_buf seed8, act_buf mu,
+               act_buf logvar, act_buf kl, act_buf z);
+
+/* y = epi(v), the activation epilogues every op shares (GELU is the exact erf form, as
+ * PyTorch's activation="gelu"). */
+static inline float act_cpu_epi(float v, act_epilogue epi) {
+    if (epi == ACT_EPI_RELU) return v > 0.0f ? v : 0.0f;
+    if (epi == ACT_EPI_GELU) return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    return v;
+}
+
+#endif

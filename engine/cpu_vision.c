@@ -1,0 +1,254 @@
+/* cpu_vision.c - the vision ops of the CPU backend: preprocess, conv2d, groupnorm, maxpool,
+ * spatial softmax. Feature maps are NCHW fp32.
+ * defines: cpu_preprocess, cpu_conv2d, cpu_groupnorm, cpu_maxpool, cpu_spatial_softmax,
+ *          act_cpu_conv_workspace
+ *
+ * Convolutions are im2col + one sgemm per image (y[cout][P] = W[cout][cin*k*k] x col[..][P]);
+ * a 1x1 stride-1 conv multiplies the input map directly. Bias, residual and ReLU are applied in
+ * one pass over the output (the fused epilogue), in PyTorch's order: conv + bias, + residual,
+ * then the activation. Preprocessing follows PyTorch to the rounding rule (see cpu_preprocess). */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+#include "cpu_ops.h"
+#include "forward.h"
+#include "util.h"
+
+static float *f32(act_buf b) { return (float *)b.p; }
+
+static int conv_ws(const act_conv *c, int H, int W, size_t *mx) {
+    int Ho = act_conv_out(H, c), Wo = act_conv_out(W, c);
+    if (Ho < 1 || Wo < 1) return -1;
+    size_t n = (size_t)c->cin * c->k * c->k * Ho * Wo;
+    if (n > *mx) *mx = n;
+    return 0;
+}
+
+int act_cpu_conv_workspace(const act_model *m, size_t *elems, char *err, size_t errlen) {
+    act_trunk_geom g;
+    if (act_trunk_geometry(m, &g, err, errlen)) return -1;
+    size_t mx = 0;
+    for (int t = 0; t < m->n_trunks; t++) {
+        const act_trunk *tr = &m->trunks[t];
+        conv_ws(&tr->conv1, g.in_h, g.in_w, &mx);
+        int H = g.pool_h, W = g.pool_w;
+        for (int l = 0; l < 4; l++)
+            for (int i = 0; i < 2; i++) {
+                const act_block *b = &tr->blocks[l][i];
+                conv_ws(&b->conv1, H, W, &mx);
+                if (b->has_down) conv_ws(&b->down, H, W, &mx);
+                H = act_conv_out(H, &b->conv1);
+                W = act_conv_out(W, &b->conv1);
+                conv_ws(&b->conv2, H, W, &mx);
+            }
+    }
+    *elems = mx;
+    return 0;
+}
+
+/* Bilinear source index as PyTorch's upsample_bilinear2d with align_corners=False and no
+ * antialias: src = scale * (dst + 0.5) - 0.5 in float, clamped at 0 (area_pixel_compute_source
+ * _index), i0 = floor, i1 = i0 + 1 unless at the last pixel, lambda = src - i0. */
+static void bilinear_index(int dst, int in, float scale, int *i0, int *i1, float *l1) {
+    float src = scale * ((float)dst + 0.5f) - 0.5f;
+    if (src < 0.0f) src = 0.0f;
+    int i = (int)src;
+    if (i > in - 1) i = in - 1;
+    float l = src - (float)i;
+    if (l > 1.0f) l = 1.0f;
+    *i0 = i;
+    *i1 = i + (i < in - 1 ? 1 : 0);
+    *l1 = l;
+}
+
+/* uint8 HWC -> /255 -> bilinear resize to (input_h, input_w) -> center crop (torchvision
+ * CenterCrop: top = int(round((H - ch) / 2.0)), round half to even, which rintf does in the
+ * default rounding mode) -> ImageNet (x - mean) / std. Only the cropped window is computed. */
+int cpu_preprocess(act_backend *be, act_buf frames, int B, int hi, int wi, const act_config *cfg,
+                   act_buf out) {
+    static const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
+    int rh = cfg->input_h, rw = cfg->input_w;
+    int oh = cfg->crop_h > 0 ? cfg->crop_h : rh, ow = cfg->crop_w > 0 ? cfg->crop_w : rw;
+    if (hi < 1 || wi < 1 || rh < 1 || rw < 1 || oh > rh || ow > rw)
+        return act_errf(be->err, sizeof be->err,
+                        "cpu preprocess: frame %dx%d, resize %dx%d, crop %dx%d is not a valid "
+                        "pipeline", hi, wi, rh, rw, oh, ow);
+    int top = (int)rintf((float)(rh - oh) / 2.0f), left = (int)rintf((float)(rw - ow) / 2.0f);
+    float sh = (float)hi / (float)rh, sw = (float)wi / (float)rw;
+    const uint8_t *src = (const uint8_t *)frames.p;
+    float *dst = f32(out);
+    for (int n = 0; n < B; n++) {
+        const uint8_t *img = src + (size_t)n * hi * wi * 3;
+        float *o = dst + (size_t)n * 3 * oh * ow;
+        for (int y = 0; y < oh; y++) {
+            int y0, y1;
+            float ly;
+            bilinear_index(y + top, hi, sh, &y0, &y1, &ly);
+            for (int x = 0; x < ow; x++) {
+                int x0, x1;
+                float lx;
+                bilinear_index(x + left, wi, sw, &x0, &x1, &lx);
+                for (int c = 0; c < 3; c++) {
+                    float p00 = img[((size_t)y0 * wi + x0) * 3 + c] / 255.0f;
+                    float p01 = img[((size_t)y0 * wi + x1) * 3 + c] / 255.0f;
+                    float p10 = img[((size_t)y1 * wi + x0) * 3 + c] / 255.0f;
+                    float p11 = img[((size_t)y1 * wi + x1) * 3 + c] / 255.0f;
+                    float t0 = p00 * (1.0f - lx) + p01 * lx;
+                    float t1 = p10 * (1.0f - lx) + p11 * lx;
+                    float v = t0 * (1.0f - ly) + t1 * ly;
+                    if (cfg->imagenet_norm) v = (v - mean[c]) / stdv[c];
+                    o[((size_t)c * oh + y) * ow + x] = v;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+static void im2col(const float *x, int cin, int H, int W, int k, int s, int p, int Ho, int Wo,
+                   float *col) {
+    size_t P = (size_t)Ho * Wo;
+    for (int ci = 0; ci < cin; ci++)
+        for (int kh = 0; kh < k; kh++)
+            for (int kw = 0; kw < k; kw++) {
+                float *dst = col + ((size_t)(ci * k + kh) * k + kw) * P;
+                for (int oh = 0; oh < Ho; oh++) {
+                    int ih = oh * s - p + kh;
+                    float *d = dst + (size_t)oh * Wo;
+                    if (ih < 0 || ih >= H) {
+                        memset(d, 0, sizeof(float) * Wo);
+                        continue;
+                    }
+                    const float *row = x + ((size_t)ci * H + ih) * W;
+                    for (int ow = 0; ow < Wo; ow++) {
+                        int iw = ow * s - p + kw;
+                        d[ow] = (iw >= 0 && iw < W) ? row[iw] : 0.0f;
+                    }
+                }
+            }
+}
+
+int cpu_conv2d(act_backend *be, const act_conv *c, act_buf x, int N, int H, int W,
+               act_buf residual, act_epilogue epi, act_buf y) {
+    act_cpu_ctx *ctx = be->ctx;
+    int k = c->k, s = c->stride, p = c->pad;
+    int Ho = act_conv_out(H, c), Wo = act_conv_out(W, c);
+    if (Ho < 1 || Wo < 1 || !c->w)
+        return act_errf(be->err, sizeof be->err, "cpu conv2d: %dx%d input too small for k=%d "
+                        "stride=%d pad=%d", H, W, k, s, p);
+    size_t P = (size_t)Ho * Wo, Kd = (size_t)c->cin * k * k;
+    int direct = k == 1 && s == 1 && p == 0;
+    if (!direct && Kd * P > ctx->ws_elems)
+        return act_errf(be->err, sizeof be->err, "cpu conv2d: '%s' on %dx%d needs %zu workspace "
+                        "floats, have %zu (load_weights sized it for another model)",
+                        c->w->name, H, W, Kd * P, ctx->ws_elems);
+    const float *bias = c->b ? c->b->data : NULL;
+    for (int n = 0; n < N; n++) {
+        const float *xin = f32(x) + (size_t)n * c->cin * H * W;
+        const float *col = xin;
+        if (!direct) {
+            im2col(xin, c->cin, H, W, k, s, p, Ho, Wo, ctx->ws);
+            col = ctx->ws;
+        }
+        float *out = f32(y) + (size_t)n * c->cout * P;
+        act_cpu_sgemm(0, c->cout, (int)P, (int)Kd, c->w->data, (int)Kd, col, (int)P, out, (int)P);
+        const float *res = residual.p ? f32(residual) + (size_t)n * c->cout * P : NULL;
+        for (int co = 0; co < c->cout; co++) {
+            float b = bias ? bias[co] : 0.0f;
+            float *o = out + (size_t)co * P;
+            const float *r = res ? res + (size_t)co * P : NULL;
+            if (r) {
+                for (size_t i = 0; i < P; i++) o[i] = act_cpu_epi((o[i] + b) + r[i], epi);
+            } else {
+                for (size_t i = 0; i < P; i++) o[i] = act_cpu_epi(o[i] + b, epi);
+            }
+        }
+    }
+    return 0;
+}
+
+/* Statistics in double so that large maps (C/G * HW up to 64 * 12544 values) lose nothing. */
+int cpu_groupnorm(act_backend *be, act_buf x, int N, int C, int HW, int groups,
+                  const act_tensor *gamma, const act_tensor *beta, act_buf residual,
+                  act_epilogue epi, act_buf y) {
+    if (groups < 1 || C % groups)
+        return act_errf(be->err, sizeof be->err, "cpu groupnorm: %d channels do not split into "
+                        "%d groups", C, groups);
+    int cpg = C / groups;
+    size_t gsz = (size_t)cpg * HW;
+    for (int n = 0; n < N; n++)
+        for (int g = 0; g < groups; g++) {
+            size_t base = ((size_t)n * C + (size_t)g * cpg) * HW;
+            const float *xi = f32(x) + base;
+            double sum = 0.0, sq = 0.0;
+            for (size_t i = 0; i < gsz; i++) sum += xi[i];
+            double mean = sum / (double)gsz;
+            for (size_t i = 0; i < gsz; i++) {
+                double d = xi[i] - mean;
+                sq += d * d;
+            }
+            float rstd = (float)(1.0 / sqrt(sq / (double)gsz + 1e-5));
+            float fm = (float)mean;
+            float *yo = f32(y) + base;
+            const float *r = residual.p ? f32(residual) + base : NULL;
+            for (int c = 0; c < cpg; c++) {
+                float ga = gamma ? gamma->data[g * cpg + c] : 1.0f;
+                float bb = beta ? beta->data[g * cpg + c] : 0.0f;
+                for (int i = 0; i < HW; i++) {
+                    size_t j = (size_t)c * HW + i;
+                    float v = (xi[j] - fm) * rstd * ga + bb;
+                    if (r) v += r[j];
+                    yo[j] = act_cpu_epi(v, epi);
+                }
+            }
+        }
+    return 0;
+}
+
+int cpu_maxpool(act_backend *be, act_buf x, int N, int C, int H, int W, act_buf y) {
+    int Ho = (H + 2 - 3) / 2 + 1, Wo = (W + 2 - 3) / 2 + 1;
+    for (size_t nc = 0; nc < (size_t)N * C; nc++) {
+        const float *xi = f32(x) + nc * H * W;
+        float *yo = f32(y) + nc * Ho * Wo;
+        for (int oh = 0; oh < Ho; oh++)
+            for (int ow = 0; ow < Wo; ow++) {
+                float m = -FLT_MAX;
+                for (int kh = 0; kh < 3; kh++) {
+                    int ih = oh * 2 - 1 + kh;
+                    if (ih < 0 || ih >= H) continue;
+                    for (int kw = 0; kw < 3; kw++) {
+                        int iw = ow * 2 - 1 + kw;
+                        if (iw < 0 || iw >= W) continue;
+                        float v = xi[(size_t)ih * W + iw];
+                        if (v > m || isnan(v)) m = v;
+                    }
+                }
+                yo[(size_t)oh * Wo + ow] = m;
+            }
+    }
+    return 0;
+}
+
+int cpu_spatial_softmax(act_backend *be, act_buf x, int N, int K, int HW,
+                        const act_tensor *pos_grid, act_buf y) {
+    if (pos_grid->numel != (int64_t)HW * 2)
+        return act_errf(be->err, sizeof be->err, "cpu spatial_softmax: pos_grid '%s' has %lld "
+                        "values, expected %d (HW=%d x 2)", pos_grid->name,
+                        (long long)pos_grid->numel, HW * 2, HW);
+    const float *grid = pos_grid->data;
+    for (size_t r = 0; r < (size_t)N * K; r++) {
+        const float *xi = f32(x) + r * HW;
+        float m = xi[0];
+        for (int i = 1; i < HW; i++) m = xi[i] > m ? xi[i] : m;
+        float sum = 0.0f, ex = 0.0f, ey = 0.0f;
+        for (int i = 0; i < HW; i++) sum += expf(xi[i] - m);
+        for (int i = 0; i < HW; i++) {
+            float pr = expf(xi[i] - m) / sum;
+            ex += pr * grid[2 * i];
+            ey += pr * grid[2 * i + 1];
+        }
+        f32(y)[2 * r] = ex;
+        f32(y)[2 * r + 1] = ey;
+    }
+    return 0;
+}

@@ -1,0 +1,418 @@
+/* forward.c - the ACT policy forward pass, written once over the backend op table.
+ * defines: act_fwd_create, act_fwd_free, act_fwd_step, act_trunk_geometry
+ *
+ * One step, for a batch of B:
+ *   upload (frames of every camera, qpos; recorded actions, key padding, seed for the posterior)
+ *   -> preprocess all num_cams*B frames in one call -> ResNet18 trunk(s): a shared trunk takes
+ *   all images in one batched pass (image c*B + b is camera c of sample b), separate trunks take
+ *   their camera's B images -> SpatialSoftmax -> Linear + ReLU: one token per image
+ *   -> ACT head. The prior (z = 0) and the posterior (z from the CVAE encoder) differ only in
+ *   the latent memory token, so when both are asked for they share one vision pass and one
+ *   decoder pass over 2B sequences: rows [0, B) prior, [B, 2B) posterior.
+ *   -> action_head -> denormalize -> download into the host staging buffers.
+ * Batch-dependent layouts use the actual B (not max_batch), so every op sees dense tensors.
+ * The step is keyed (B, mode) for graph capture; no op allocates or synchronizes.
+ * Stage marks: each stage is opened by stage_mark(stage); stage_mark(ACT_STAGE_COUNT) closes the
+ * last one. Normalization outputs are F32 and converted to the activation dtype by copy(). */
+#include <stdlib.h>
+#include <string.h>
+#include "forward.h"
+#include "util.h"
+
+int act_trunk_geometry(const act_model *m, act_trunk_geom *g, char *err, size_t errlen) {
+    const act_config *c = &m->cfg;
+    const act_trunk *t = &m->trunks[0];
+    memset(g, 0, sizeof *g);
+    g->in_h = c->crop_h > 0 ? c->crop_h : c->input_h;
+    g->in_w = c->crop_w > 0 ? c->crop_w : c->input_w;
+    g->c1_h = act_conv_out(g->in_h, &t->conv1);
+    g->c1_w = act_conv_out(g->in_w, &t->conv1);
+    g->pool_h = (g->c1_h + 2 - 3) / 2 + 1;
+    g->pool_w = (g->c1_w + 2 - 3) / 2 + 1;
+    if (g->in_h < 1 || g->in_w < 1 || g->c1_h < 1 || g->c1_w < 1 || g->pool_h < 1 || g->pool_w < 1)
+        return act_errf(err, errlen, "model: input %dx%d is too small for the ResNet trunk",
+                        g->in_h, g->in_w);
+    g->c1_elems = (size_t)t->conv1.cout * g->c1_h * g->c1_w;
+    int H = g->pool_h, W = g->pool_w;
+    size_t mx = (size_t)t->conv1.cout * H * W;
+    for (int l = 0; l < 4; l++)
+        for (int i = 0; i < 2; i++) {
+            const act_conv *cv = &t->blocks[l][i].conv1;
+            H = act_conv_out(H, cv);
+            W = act_conv_out(W, cv);
+            if (H < 1 || W < 1)
+                return act_errf(err, errlen, "model: input %dx%d vanishes in layer%d of the "
+                                "trunk", g->in_h, g->in_w, l + 1);
+            size_t n = (size_t)cv->cout * H * W;
+            if (n > mx) mx = n;
+        }
+    g->layer_elems = mx;
+    g->feat_h = H;
+    g->feat_w = W;
+    if (H != c->feat_h || W != c->feat_w)
+        return act_errf(err, errlen, "model: a %dx%d trunk input gives a %dx%d feature map, but "
+                        "the model says %dx%d (vision.feature_height/width)", g->in_h, g->in_w,
+                        H, W, c->feat_h, c->feat_w);
+    return 0;
+}
+
+/* ---------------- setup ---------------- */
+
+static int fwd_alloc(act_fwd *f, act_buf *b, size_t n, act_dtype dt, const char *what, char *err,
+                     size_t errlen) {
+    *b = f->be->alloc(f->be, n ? n : 1, dt);
+    if (!b->p)
+        return act_errf(err, errlen, "forward setup: cannot allocate %s (%zu elements): %s", what,
+                        n, f->be->err);
+    return 0;
+}
+
+static int host_alloc(act_fwd *f, void **p, size_t bytes, const char *what, char *err, size_t errlen) {
+    *p = f->be->host_alloc(f->be, bytes ? bytes : 1);
+    if (!*p)
+        return act_errf(err, errlen, "forward setup: cannot allocate host staging for %s (%zu "
+                        "bytes): %s", what, bytes, f->be->err);
+    return 0;
+}
+
+void act_fwd_free(act_fwd *f) {
+    if (!f) return;
+    act_fwd_stage *s = &f->stage;
+    void *ps[] = {s->qpos, s->actions, s->pad, s->seed8, s->act_norm, s->act, s->mu, s->logvar, s->kl};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+        if (ps[i]) f->be->host_free(f->be, ps[i]);
+    for (int c = 0; c < ACT_MAX_CAMS; c++)
+        if (s->frames[c]) f->be->host_free(f->be, s->frames[c]);
+    free(f);   /* backend buffers belong to the backend and go with it */
+}
+
+#define ALLOC(buf, n, dt) do { if (fwd_alloc(f, &(buf), (n), (dt), #buf, err, errlen)) goto fail; } while (0)
+#define HALLOC(ptr, bytes) do { if (host_alloc(f, (void **)&(ptr), (bytes), #ptr, err, errlen)) goto fail; } while (0)
+
+int act_fwd_create(act_backend *be, const act_model *m, int max_batch, act_fwd **out, char *err,
+                   size_t errlen) {
+    const act_config *c = &m->cfg;
+    *out = NULL;
+    act_fwd *f = calloc(1, sizeof *f);
+    if (!f) return act_errf(err, errlen, "forward setup: out of memory");
+    f->be = be;
+    f->m = m;
+    f->max_batch = max_batch;
+    if (act_trunk_geometry(m, &f->g, err, errlen)) goto fail;
+    if (c->nheads < 1 || c->hidden_dim % c->nheads) {
+        act_errf(err, errlen, "model: hidden_dim %d is not divisible by nheads %d", c->hidden_dim,
+                 c->nheads);
+        goto fail;
+    }
+
+    size_t MB = (size_t)max_batch, NI = (size_t)c->num_cams * MB;
+    size_t E = c->hidden_dim, H = c->pred_horizon, A = c->action_dim, L = c->latent_dim;
+    size_t Lp = H + 2, Lm = 2 + (size_t)c->num_cams, K = c->num_keypoints;
+    size_t fsz = (size_t)c->image_h * c->image_w * 3;
+    size_t fhw = (size_t)f->g.feat_h * f->g.feat_w;
+    int gn = c->vision_norm == ACT_VISION_GROUPNORM;
+
+    for (int t = 0; t < m->n_trunks; t++) {
+        const act_trunk *tr = &m->trunks[t];
+        act_conv kc = {tr->kp_w, tr->kp_b, NULL, NULL, (int)tr->kp_w->dims[1], (int)K, 1, 1, 0};
+        act_linear ol = {tr->out_w, tr->out_b, 0, c->vision_dim, (int)(2 * K)};
+        f->kp_conv[t] = kc;
+        f->kp_out[t] = ol;
+    }
+
+    /* vision */
+    ALLOC(f->frames, NI * fsz, ACT_DT_U8);
+    ALLOC(f->img, NI * 3 * f->g.in_h * f->g.in_w, ACT_DT_ACT);
+    ALLOC(f->c1, NI * f->g.c1_elems, ACT_DT_ACT);
+    for (int i = 0; i < 4; i++) ALLOC(f->lay[i], NI * f->g.layer_elems, ACT_DT_ACT);
+    if (gn)
+        ALLOC(f->gn_tmp, NI * (f->g.c1_elems > f->g.layer_elems ? f->g.c1_elems : f->g.layer_elems),
+              ACT_DT_ACT);
+    ALLOC(f->kp_map, NI * K * fhw, ACT_DT_ACT);
+    ALLOC(f->kp_xy, NI * 2 * K, ACT_DT_ACT);
+    ALLOC(f->tok, NI * c->vision_dim, ACT_DT_ACT);
+    /* inputs and normalization */
+    ALLOC(f->qpos, MB * c->obs_dim, ACT_DT_F32);
+    ALLOC(f->qn, MB * c->obs_dim, ACT_DT_F32);
+    ALLOC(f->qn_a, MB * c->obs_dim, ACT_DT_ACT);
+    ALLOC(f->acts, MB * H * A, ACT_DT_F32);
+    ALLOC(f->an, MB * H * A, ACT_DT_F32);
+    ALLOC(f->an_a, MB * H * A, ACT_DT_ACT);
+    ALLOC(f->pad, MB * Lp, ACT_DT_U8);
+    ALLOC(f->seed8, 8, ACT_DT_U8);
+    /* position tables: the memory table has 1024 rows, or as many as the memory when longer */
+    size_t pm_rows = Lm > 1024 ? Lm : 1024;
+    ALLOC(f->pos_post, Lp * E, ACT_DT_F32);
+    ALLOC(f->pos_mem, pm_rows * E, ACT_DT_F32);
+    /* transformer scratch: rows of the largest of encoder, decoder and memory */
+    size_t R = 2 * MB * H;
+    if (MB * Lp > R) R = MB * Lp;
+    if (2 * MB * Lm > R) R = 2 * MB * Lm;
+    ALLOC(f->x, R * E, ACT_DT_ACT);
+    ALLOC(f->qkv, R * 3 * E, ACT_DT_ACT);
+    ALLOC(f->att, R * E, ACT_DT_ACT);
+    ALLOC(f->o, R * E, ACT_DT_ACT);
+    ALLOC(f->ff, R * c->ff_dim, ACT_DT_ACT);
+    ALLOC(f->q, R * E, ACT_DT_ACT);
+    ALLOC(f->kv, R * 2 * E, ACT_DT_ACT);
+    ALLOC(f->mem, 2 * MB * Lm * E, ACT_DT_ACT);
+    /* head */
+    ALLOC(f->e_qp, MB * E, ACT_DT_ACT);
+    ALLOC(f->e_act, MB * H * E, ACT_DT_ACT);
+    ALLOC(f->cls_rows, MB * E, ACT_DT_ACT);
+    ALLOC(f->ml, MB * 2 * L, ACT_DT_ACT);
+    ALLOC(f->mu, MB * L, ACT_DT_F32);
+    ALLOC(f->logvar, MB * L, ACT_DT_F32);
+    ALLOC(f->kl, MB, ACT_DT_F32);
+    ALLOC(f->z, 2 * MB * L, ACT_DT_ACT);
+    ALLOC(f->lat, 2 * MB * E, ACT_DT_ACT);
+    ALLOC(f->d_qp, MB * E, ACT_DT_ACT);
+    ALLOC(f->vis, NI * E, ACT_DT_ACT);
+    ALLOC(f->head, 2 * MB * H * A, ACT_DT_ACT);
+    ALLOC(f->out_norm, 2 * MB * H * A, ACT_DT_F32);
+    ALLOC(f->out, 2 * MB * H * A, ACT_DT_F32);
+
+    act_fwd_stage *s = &f->stage;
+    for (int cam = 0; cam < c->num_cams; cam++) HALLOC(s->frames[cam], MB * fsz);
+    HALLOC(s->qpos, MB * c->obs_dim * sizeof(float));
+    HALLOC(s->actions, MB * H * A * sizeof(float));
+    HALLOC(s->pad, MB * Lp);
+    HALLOC(s->seed8, 8);
+    HALLOC(s->act_norm, 2 * MB * H * A * sizeof(float));
+    HALLOC(s->act, 2 * MB * H * A * sizeof(float));
+    HALLOC(s->mu, MB * L * sizeof(float));
+    HALLOC(s->logvar, MB * L * sizeof(float));
+    HALLOC(s->kl, MB * sizeof(float));
+
+    if (be->sinusoid_table(be, (int)Lp, (int)E, f->pos_post) ||
+        be->sinusoid_table(be, (int)pm_rows, (int)E, f->pos_mem) || be->sync(be)) {
+        act_errf(err, errlen, "forward setup: sinusoid tables: %s", be->err);
+        goto fail;
+    }
+    *out = f;
+    return 0;
+fail:
+    act_fwd_free(f);
+    return -1;
+}
+
+/* ---------------- the step ---------------- */
+
+#define OP(call) do { if ((call) != 0) return act_errf(err, errlen, "forward (%s): %s", #call, be->err); } while (0)
+
+/* conv, then GroupNorm when the trunk has it (the norm takes the residual and activation),
+ * else bias + residual + activation fused into the conv. */
+static int conv_norm(act_fwd *f, const act_conv *cv, act_buf x, int N, int H, int W, act_buf res,
+                     act_epilogue epi, act_buf y, char *err, size_t errlen) {
+    act_backend *be = f->be;
+    if (!cv->gn_w) {
+        OP(be->conv2d(be, cv, x, N, H, W, res, epi, y));
+        return 0;
+    }
+    int Ho = act_conv_out(H, cv), Wo = act_conv_out(W, cv);
+    OP(be->conv2d(be, cv, x, N, H, W, act_nobuf(), ACT_EPI_NONE, f->gn_tmp));
+    OP(be->groupnorm(be, f->gn_tmp, N, cv->cout, Ho * Wo, cv->cout / 16, cv->gn_w, cv->gn_b, res,
+                     epi, y));
+    return 0;
+}
+
+/* ResNet18 conv1..layer4 + keypoints + SpatialSoftmax + Linear + ReLU over N images. */
+static int trunk(act_fwd *f, int t, act_buf img, int N, act_buf tok, char *err, size_t errlen) {
+    act_backend *be = f->be;
+    const act_trunk *tr = &f->m->trunks[t];
+    const act_trunk_geom *g = &f->g;
+    if (conv_norm(f, &tr->conv1, img, N, g->in_h, g->in_w, act_nobuf(), ACT_EPI_RELU, f->c1, err,
+                  errlen))
+        return -1;
+    OP(be->maxpool(be, f->c1, N, tr->conv1.cout, g->c1_h, g->c1_w, f->lay[0]));
+    int cur = 0, H = g->pool_h, W = g->pool_w;
+    for (int l = 0; l < 4; l++)
+        for (int i = 0; i < 2; i++) {
+            const act_block *b = &tr->blocks[l][i];
+            int t1 = (cur + 1) % 4, t2 = (cur + 2) % 4, yb = (cur + 3) % 4;
+            int Ho = act_conv_out(H, &b->conv1), Wo = act_conv_out(W, &b->conv1);
+            if (conv_norm(f, &b->conv1, f->lay[cur], N, H, W, act_nobuf(), ACT_EPI_RELU,
+                          f->lay[t1], err, errlen))
+                return -1;
+            act_buf res = f->lay[cur];
+            if (b->has_down) {
+                if (conv_norm(f, &b->down, f->lay[cur], N, H, W, act_nobuf(), ACT_EPI_NONE,
+                              f->lay[t2], err, errlen))
+                    return -1;
+                res = f->lay[t2];
+            }
+            if (conv_norm(f, &b->conv2, f->lay[t1], N, Ho, Wo, res, ACT_EPI_RELU, f->lay[yb], err,
+                          errlen))
+                return -1;
+            cur = yb;
+            H = Ho;
+            W = Wo;
+        }
+    int K = f->kp_conv[t].cout;
+    OP(be->conv2d(be, &f->kp_conv[t], f->lay[cur], N, H, W, act_nobuf(), ACT_EPI_NONE, f->kp_map));
+    OP(be->spatial_softmax(be, f->kp_map, N, K, H * W, tr->pos_grid, f->kp_xy));
+    OP(be->linear(be, &f->kp_out[t], f->kp_xy, N, ACT_EPI_RELU, tok));
+    return 0;
+}
+
+/* Post-norm layers: x = LN1(x + SA(x)); [x = LN2(x + CA(x, mem))]; x = LN(x + FF(x)). */
+static int self_attn(act_fwd *f, const act_mha *a, const act_ln *ln, int Bs, int L, act_buf pad,
+                     char *err, size_t errlen) {
+    act_backend *be = f->be;
+    const act_config *c = &f->m->cfg;
+    int E = c->hidden_dim, rows = Bs * L;
+    OP(be->linear(be, &a->qkv, f->x, rows, ACT_EPI_NONE, f->qkv));
+    OP(be->attention(be, f->qkv, 3 * E, act_at(f->qkv, E), act_at(f->qkv, 2 * E), 3 * E, Bs, L, L,
+                     c->nheads, E / c->nheads, pad, f->att));
+    OP(be->linear(be, &a->out, f->att, rows, ACT_EPI_NONE, f->o));
+    OP(be->add_layernorm(be, f->x, f->o, ln, c->ln_eps, rows, E, f->x));
+    return 0;
+}
+
+static int cross_attn(act_fwd *f, const act_mha *a, const act_ln *ln, int Bs, int L, int Lm,
+                      char *err, size_t errlen) {
+    act_backend *be = f->be;
+    const act_config *c = &f->m->cfg;
+    int E = c->hidden_dim, rows = Bs * L;
+    OP(be->linear(be, &a->q, f->x, rows, ACT_EPI_NONE, f->q));
+    OP(be->linear(be, &a->kv, f->mem, Bs * Lm, ACT_EPI_NONE, f->kv));
+    OP(be->attention(be, f->q, E, f->kv, act_at(f->kv, E), 2 * E, Bs, L, Lm, c->nheads,
+                     E / c->nheads, act_nobuf(), f->att));
+    OP(be->linear(be, &a->out, f->att, rows, ACT_EPI_NONE, f->o));
+    OP(be->add_layernorm(be, f->x, f->o, ln, c->ln_eps, rows, E, f->x));
+    return 0;
+}
+
+static int feed_forward(act_fwd *f, const act_linear *ff1, const act_linear *ff2, const act_ln *ln,
+                        int rows, char *err, size_t errlen) {
+    act_backend *be = f->be;
+    const act_config *c = &f->m->cfg;
+    act_epilogue epi = c->activation == ACT_ACT_GELU ? ACT_EPI_GELU : ACT_EPI_RELU;
+    OP(be->linear(be, ff1, f->x, rows, epi, f->ff));
+    OP(be->linear(be, ff2, f->ff, rows, ACT_EPI_NONE, f->o));
+    OP(be->add_layernorm(be, f->x, f->o, ln, c->ln_eps, rows, c->hidden_dim, f->x));
+    return 0;
+}
+
+/* CVAE posterior: tokens [cls, qpos, actions] + pos -> encoder -> latent_proj(token 0) -> z. */
+static int posterior(act_fwd *f, int B, int sample, act_buf z, char *err, size_t errlen) {
+    act_backend *be = f->be;
+    const act_model *m = f->m;
+    const act_config *c = &m->cfg;
+    int E = c->hidden_dim, H = c->pred_horizon, Lp = H + 2, L = c->latent_dim;
+    OP(be->linear(be, &m->enc_qpos, f->qn_a, B, ACT_EPI_NONE, f->e_qp));
+    OP(be->linear(be, &m->enc_action, f->an_a, B * H, ACT_EPI_NONE, f->e_act));
+    OP(be->posterior_assemble(be, m->cls_embed, f->e_qp, f->e_act, B, H, E, f->pos_post, f->x));
+    for (int i = 0; i < c->enc_layers; i++) {
+        const act_enc_layer *el = &m->enc[i];
+        if (self_attn(f, &el->attn, &el->ln1, B, Lp, f->pad, err, errlen) ||
+            feed_forward(f, &el->ff1, &el->ff2, &el->ln2, B * Lp, err, errlen))
+            return -1;
+    }
+    for (int b = 0; b < B; b++)
+        OP(be->copy(be, act_at(f->cls_rows, (size_t)b * E), act_at(f->x, (size_t)b * Lp * E), E));
+    OP(be->linear(be, &m->latent_proj, f->cls_rows, B, ACT_EPI_NONE, f->ml));
+    OP(be->latent(be, f->ml, B, L, sample, f->seed8, f->mu, f->logvar, f->kl, z));
+    return 0;
+}
+
+static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
+    act_backend *be = f->be;
+    const act_model *m = f->m;
+    const act_config *c = &m->cfg;
+    act_fwd_stage *s = &f->stage;
+    int prior = mode & ACT_FWD_PRIOR, post = mode & ACT_FWD_POSTERIOR;
+    int ncam = c->num_cams, NB = ncam * B, E = c->hidden_dim, H = c->pred_horizon;
+    int A = c->action_dim, L = c->latent_dim, Lm = 2 + ncam;
+    size_t fsz = (size_t)c->image_h * c->image_w * 3;
+    size_t imsz = (size_t)3 * f->g.in_h * f->g.in_w;
+    int Bd = (prior ? B : 0) + (post ? B : 0), zoff = prior ? B : 0;
+
+    be->stage_mark(be, ACT_STAGE_UPLOAD);
+    for (int cam = 0; cam < ncam; cam++)
+        OP(be->upload(be, act_at(f->frames, (size_t)cam * B * fsz), s->frames[cam], B * fsz));
+    OP(be->upload(be, f->qpos, s->qpos, (size_t)B * c->obs_dim));
+    if (post) {
+        OP(be->upload(be, f->acts, s->actions, (size_t)B * H * A));
+        OP(be->upload(be, f->pad, s->pad, (size_t)B * (H + 2)));
+        if (mode & ACT_FWD_SAMPLE) OP(be->upload(be, f->seed8, s->seed8, 8));
+    }
+
+    be->stage_mark(be, ACT_STAGE_PREPROCESS);
+    OP(be->preprocess(be, f->frames, NB, c->image_h, c->image_w, c, f->img));
+    OP(be->normalize(be, f->qpos, B, c->obs_dim, m->qpos_lo, m->qpos_hi, c->norm_type, c->norm_eps,
+                     0, f->qn));
+    OP(be->copy(be, f->qn_a, f->qn, (size_t)B * c->obs_dim));
+    if (post) {
+        OP(be->normalize(be, f->acts, B * H, A, m->action_lo, m->action_hi, c->norm_type,
+                         c->norm_eps, 0, f->an));
+        OP(be->copy(be, f->an_a, f->an, (size_t)B * H * A));
+    }
+
+    be->stage_mark(be, ACT_STAGE_VISION);
+    if (m->n_trunks == 1) {
+        if (trunk(f, 0, f->img, NB, f->tok, err, errlen)) return -1;
+    } else {
+        for (int cam = 0; cam < ncam; cam++)
+            if (trunk(f, cam, act_at(f->img, (size_t)cam * B * imsz), B,
+                      act_at(f->tok, (size_t)cam * B * c->vision_dim), err, errlen))
+                return -1;
+    }
+
+    be->stage_mark(be, ACT_STAGE_TRANSFORMER);
+    if (prior) OP(be->fill_zero(be, f->z, (size_t)B * L));
+    if (post && posterior(f, B, (mode & ACT_FWD_SAMPLE) != 0, act_at(f->z, (size_t)zoff * L), err,
+                          errlen))
+        return -1;
+    OP(be->linear(be, &m->latent_out, f->z, Bd, ACT_EPI_NONE, f->lat));
+    OP(be->linear(be, &m->dec_qpos, f->qn_a, B, ACT_EPI_NONE, f->d_qp));
+    OP(be->linear(be, &m->visual_proj, f->tok, NB, ACT_EPI_NONE, f->vis));
+    for (int half = 0; half < Bd / B; half++)
+        OP(be->memory_assemble(be, act_at(f->lat, (size_t)half * B * E), f->d_qp, f->vis, B, ncam,
+                               E, f->pos_mem, m->mem_type, act_at(f->mem, (size_t)half * B * Lm * E)));
+    OP(be->broadcast_rows(be, m->query, Bd, H, E, f->x));
+    for (int i = 0; i < c->dec_layers; i++) {
+        const act_dec_layer *dl = &m->dec[i];
+        if (self_attn(f, &dl->self_attn, &dl->ln1, Bd, H, act_nobuf(), err, errlen) ||
+            cross_attn(f, &dl->cross_attn, &dl->ln2, Bd, H, Lm, err, errlen) ||
+            feed_forward(f, &dl->ff1, &dl->ff2, &dl->ln3, Bd * H, err, errlen))
+            return -1;
+    }
+    OP(be->linear(be, &m->action_head, f->x, Bd * H, ACT_EPI_NONE, f->head));
+    OP(be->copy(be, f->out_norm, f->head, (size_t)Bd * H * A));
+    OP(be->normalize(be, f->out_norm, Bd * H, A, m->action_lo, m->action_hi, c->norm_type,
+                     c->norm_eps, 1, f->out));
+
+    be->stage_mark(be, ACT_STAGE_DOWNLOAD);
+    OP(be->download(be, s->act_norm, f->out_norm, (size_t)Bd * H * A));
+    OP(be->download(be, s->act, f->out, (size_t)Bd * H * A));
+    if (post) {
+        OP(be->download(be, s->mu, f->mu, (size_t)B * L));
+        OP(be->download(be, s->logvar, f->logvar, (size_t)B * L));
+        OP(be->download(be, s->kl, f->kl, (size_t)B));
+    }
+    be->stage_mark(be, ACT_STAGE_COUNT);
+    return 0;
+}
+
+int act_fwd_step(act_fwd *f, int B, int mode, int use_graphs, char *err, size_t errlen) {
+    act_backend *be = f->be;
+    if (B < 1 || B > f->max_batch || !(mode & (ACT_FWD_PRIOR | ACT_FWD_POSTERIOR)))
+        return act_errf(err, errlen, "forward: batch %d (max %d), mode %d is not a valid step", B,
+                        f->max_batch, mode);
+    int key = B * 8 + mode;
+    int ran = 0;
+    if (use_graphs) {
+        ran = be->graph_replay(be, key);
+        if (ran < 0) return act_errf(err, errlen, "forward: graph replay: %s", be->err);
+    }
+    if (!ran) {
+        if (use_graphs && be->begin_capture(be, key))
+            return act_errf(err, errlen, "forward: begin capture: %s", be->err);
+        if (step_ops(f, B, mode, err, errlen)) return -1;
+        if (use_graphs && be->end_capture(be, key))
+            return act_errf(err, errlen, "forward: end capture: %s", be->err);
+    }
+    if (be->sync(be)) return act_errf(err, errlen, "forward: sync: %s", be->err);
+    return 0;
+}

@@ -1,0 +1,72 @@
+/* forward.h - the ACT forward pass over the backend op table (forward.c), used by session.c.
+ * defines: act_fwd, act_fwd_create, act_fwd_free, act_fwd_step, act_trunk_geometry,
+ *          act_conv_out, ACT_FWD_* modes
+ *
+ * act_fwd_create allocates every activation buffer for max_batch, builds the sinusoid tables and
+ * the host staging buffers. A step is: the caller fills the staging buffers (act_fwd.stage),
+ * act_fwd_step runs (or replays) the ops for (batch, mode) and leaves the results in the output
+ * staging buffers. Nothing is allocated and nothing synchronizes inside the step but the final
+ * backend sync. */
+#ifndef ACT_FORWARD_H
+#define ACT_FORWARD_H
+
+#include <stdint.h>
+#include "backend.h"
+
+/* Step modes (bits): PRIOR decodes z = 0, POSTERIOR encodes the recorded actions and decodes
+ * z from the posterior, SAMPLE draws z = mu + eps * std instead of z = mu. */
+enum { ACT_FWD_PRIOR = 1, ACT_FWD_POSTERIOR = 2, ACT_FWD_SAMPLE = 4 };
+
+/* Spatial size after a conv along one axis. */
+static inline int act_conv_out(int H, const act_conv *c) { return (H + 2 * c->pad - c->k) / c->stride + 1; }
+
+typedef struct act_trunk_geom {
+    int in_h, in_w;        /* trunk input (after resize and crop) */
+    int c1_h, c1_w;        /* conv1 output */
+    int pool_h, pool_w;    /* after the max pool */
+    int feat_h, feat_w;    /* after layer4 */
+    size_t c1_elems;       /* per image: 64 x c1 map */
+    size_t layer_elems;    /* per image: the largest map of layer1..layer4 */
+} act_trunk_geom;
+
+/* Walks trunk 0 from the config's input size; checks that it ends at (feat_h, feat_w). */
+int act_trunk_geometry(const act_model *m, act_trunk_geom *g, char *err, size_t errlen);
+
+/* Host staging (made by be->host_alloc; pinned on CUDA). */
+typedef struct act_fwd_stage {
+    uint8_t *frames[ACT_MAX_CAMS];   /* [max_batch][image_h][image_w][3] per camera */
+    float *qpos;                     /* [max_batch][obs_dim] */
+    float *actions;                  /* [max_batch][H][A] */
+    uint8_t *pad;                    /* [max_batch][H + 2]: 0, 0, then action_is_pad */
+    uint8_t *seed8;                  /* 8 bytes, the sampling seed, little endian */
+    /* outputs; rows [0, B) are the prior, [B, 2B) the posterior when both run, else [0, B) */
+    float *act_norm;                 /* [2 max_batch][H][A] */
+    float *act;                      /* [2 max_batch][H][A] denormalized */
+    float *mu, *logvar, *kl;         /* [max_batch][L], [max_batch][L], [max_batch] */
+} act_fwd_stage;
+
+typedef struct act_fwd act_fwd;
+struct act_fwd {
+    act_backend *be;
+    const act_model *m;
+    int max_batch;
+    act_trunk_geom g;
+    act_fwd_stage stage;
+    act_conv kp_conv[ACT_MAX_CAMS];    /* the keypoint 1x1 conv of each trunk */
+    act_linear kp_out[ACT_MAX_CAMS];   /* SpatialSoftmax -> token linear of each trunk */
+    /* backend buffers (U8: frames, pad, seed8; F32: normalization and outputs; the rest ACT) */
+    act_buf frames, img, c1, lay[4], gn_tmp, kp_map, kp_xy, tok;
+    act_buf qpos, qn, qn_a, acts, an, an_a, pad, seed8;
+    act_buf pos_post, pos_mem;
+    act_buf x, qkv, att, o, ff, q, kv, mem;
+    act_buf e_qp, e_act, cls_rows, ml, mu, logvar, kl, z, lat, d_qp, vis, head, out_norm, out;
+};
+
+int act_fwd_create(act_backend *be, const act_model *m, int max_batch, act_fwd **out, char *err,
+                   size_t errlen);
+void act_fwd_free(act_fwd *f);
+/* Runs one step for batch B in mode (ACT_FWD_* bits) from/to f->stage; use_graphs lets the
+ * backend capture and replay the step per (B, mode). */
+int act_fwd_step(act_fwd *f, int B, int mode, int use_graphs, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,191 @@
+/* session.c - a model bound to a backend: create, run, profile, free.
+ * defines: act_session_default_opts, act_session_create, act_session_free, act_run,
+ *          act_session_profile, act_session_stage_ms, act_session_device_name,
+ *          act_session_device_bytes, act_stage_name, act_dtype_size
+ *
+ * act_run is the only door from the caller's memory into a step: it checks every input (batch
+ * range, a frame buffer per camera, finite qpos and actions), copies the inputs into the
+ * forward's staging buffers, runs the step and copies the requested outputs back out. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "forward.h"
+#include "util.h"
+
+#define ACT_MAX_BATCH_LIMIT 65536
+
+struct act_session {
+    const act_model *m;
+    act_backend *be;
+    act_fwd *fwd;
+    act_session_opts opts;
+    int profile;
+    int have_stages;
+    double stage_ms[ACT_STAGE_COUNT];
+};
+
+size_t act_dtype_size(act_dtype dt) {
+    switch (dt) {
+    case ACT_DT_F32: return 4;
+    case ACT_DT_BF16:
+    case ACT_DT_F16: return 2;
+    case ACT_DT_U8: return 1;
+    default: return 4;
+    }
+}
+
+const char *act_stage_name(act_stage st) {
+    static const char *names[ACT_STAGE_COUNT] = {"upload", "preprocess", "vision", "transformer",
+                                                 "download"};
+    return (st >= 0 && st < ACT_STAGE_COUNT) ? names[st] : "unknown";
+}
+
+act_session_opts act_session_default_opts(void) {
+    act_session_opts o;
+    memset(&o, 0, sizeof o);
+    o.device = ACT_DEVICE_CPU;
+    o.precision = ACT_FP32;
+    o.max_batch = 1;
+    o.use_graphs = 1;
+    o.cuda_device = 0;
+    return o;
+}
+
+int act_session_create(const act_model *m, const act_session_opts *opts, act_session **out,
+                       char *err, size_t errlen) {
+    if (!out) return act_errf(err, errlen, "act_session_create: out is NULL");
+    *out = NULL;
+    if (!m) return act_errf(err, errlen, "act_session_create: model is NULL");
+    act_session_opts o = opts ? *opts : act_session_default_opts();
+    if (o.max_batch < 1 || o.max_batch > ACT_MAX_BATCH_LIMIT)
+        return act_errf(err, errlen, "act_session_create: max_batch %d is outside 1..%d",
+                        o.max_batch, ACT_MAX_BATCH_LIMIT);
+    if (o.precision < ACT_FP32 || o.precision > ACT_FP16)
+        return act_errf(err, errlen, "act_session_create: unknown precision %d", (int)o.precision);
+    act_session *s = calloc(1, sizeof *s);
+    if (!s) return act_errf(err, errlen, "act_session_create: out of memory");
+    s->m = m;
+    s->opts = o;
+    int rc;
+    if (o.device == ACT_DEVICE_CPU)
+        rc = act_backend_cpu_create(o.precision, &s->be, err, errlen);
+    else if (o.device == ACT_DEVICE_CUDA)
+        rc = act_backend_cuda_create(o.cuda_device, o.precision, &s->be, err, errlen);
+    else
+        rc = act_errf(err, errlen, "act_session_create: unknown device %d", (int)o.device);
+    if (rc) {
+        free(s);
+        return -1;
+    }
+    if (s->be->load_weights(s->be, m)) {
+        act_errf(err, errlen, "act_session_create: %s backend: loading weights: %s", s->be->name,
+                 s->be->err);
+        act_session_free(s);
+        return -1;
+    }
+    if (act_fwd_create(s->be, m, o.max_batch, &s->fwd, err, errlen)) {
+        act_session_free(s);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+void act_session_free(act_session *s) {
+    if (!s) return;
+    act_fwd_free(s->fwd);
+    if (s->be) s->be->destroy(s->be);
+    free(s);
+}
+
+static int all_finite(const float *x, size_t n, size_t *bad) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) {
+            *bad = i;
+            return 0;
+        }
+    return 1;
+}
+
+int act_run(act_session *s, const act_inputs *in, act_outputs *out, char *err, size_t errlen) {
+    if (!s || !in || !out) return act_errf(err, errlen, "act_run: session, inputs and outputs are required");
+    const act_config *c = &s->m->cfg;
+    act_fwd_stage *st = &s->fwd->stage;
+    int B = in->batch, H = c->pred_horizon, A = c->action_dim, L = c->latent_dim;
+    if (B < 1 || B > s->opts.max_batch)
+        return act_errf(err, errlen, "act_run: batch %d is outside 1..%d (the session's max_batch)",
+                        B, s->opts.max_batch);
+    if (!in->qpos) return act_errf(err, errlen, "act_run: qpos is NULL");
+    for (int cam = 0; cam < c->num_cams; cam++)
+        if (!in->images[cam])
+            return act_errf(err, errlen, "act_run: no frames for camera %d '%s'", cam,
+                            c->camera_names[cam]);
+    size_t bad;
+    if (!all_finite(in->qpos, (size_t)B * c->obs_dim, &bad))
+        return act_errf(err, errlen, "act_run: qpos[%zu][%zu] is not finite", bad / c->obs_dim,
+                        bad % c->obs_dim);
+    int prior = out->actions || out->actions_norm;
+    int want_post = out->post_actions || out->post_actions_norm || out->mu || out->logvar || out->kl;
+    if (want_post && !in->actions)
+        return act_errf(err, errlen, "act_run: posterior outputs (post_actions, mu, logvar, kl) "
+                        "need the recorded actions (inputs.actions)");
+    int post = in->actions != NULL;
+    if (!prior && !post)
+        return act_errf(err, errlen, "act_run: no output requested (set outputs.actions or give "
+                        "inputs.actions for the posterior)");
+    if (post && !all_finite(in->actions, (size_t)B * H * A, &bad))
+        return act_errf(err, errlen, "act_run: actions[%zu][%zu][%zu] is not finite",
+                        bad / ((size_t)H * A), bad / A % H, bad % A);
+
+    size_t fsz = (size_t)c->image_h * c->image_w * 3;
+    for (int cam = 0; cam < c->num_cams; cam++) memcpy(st->frames[cam], in->images[cam], B * fsz);
+    memcpy(st->qpos, in->qpos, sizeof(float) * B * c->obs_dim);
+    int mode = (prior ? ACT_FWD_PRIOR : 0) | (post ? ACT_FWD_POSTERIOR : 0);
+    if (post) {
+        memcpy(st->actions, in->actions, sizeof(float) * B * H * A);
+        /* key padding over [cls, qpos, actions]: the first two tokens are never padded */
+        for (int b = 0; b < B; b++) {
+            uint8_t *row = st->pad + (size_t)b * (H + 2);
+            row[0] = row[1] = 0;
+            for (int h = 0; h < H; h++)
+                row[2 + h] = in->action_is_pad ? (in->action_is_pad[(size_t)b * H + h] != 0) : 0;
+        }
+        if (in->sample_latent) {
+            mode |= ACT_FWD_SAMPLE;
+            for (int i = 0; i < 8; i++) st->seed8[i] = (uint8_t)(in->seed >> (8 * i));
+        }
+    }
+    int graphs = s->opts.use_graphs && !s->profile;
+    if (act_fwd_step(s->fwd, B, mode, graphs, err, errlen)) return -1;
+    if (s->profile) {
+        s->be->stage_ms(s->be, s->stage_ms);
+        s->have_stages = 1;
+    }
+
+    size_t chunk = (size_t)B * H * A;
+    size_t poff = prior ? chunk : 0;
+    if (out->actions) memcpy(out->actions, st->act, sizeof(float) * chunk);
+    if (out->actions_norm) memcpy(out->actions_norm, st->act_norm, sizeof(float) * chunk);
+    if (out->post_actions) memcpy(out->post_actions, st->act + poff, sizeof(float) * chunk);
+    if (out->post_actions_norm) memcpy(out->post_actions_norm, st->act_norm + poff, sizeof(float) * chunk);
+    if (out->mu) memcpy(out->mu, st->mu, sizeof(float) * B * L);
+    if (out->logvar) memcpy(out->logvar, st->logvar, sizeof(float) * B * L);
+    if (out->kl) memcpy(out->kl, st->kl, sizeof(float) * B);
+    return 0;
+}
+
+void act_session_profile(act_session *s, int enable) {
+    if (!s) return;
+    s->profile = enable != 0;
+    if (s->profile) s->be->stage_ms(s->be, s->stage_ms);   /* drop time from unprofiled steps */
+    s->have_stages = 0;
+}
+
+int act_session_stage_ms(act_session *s, double ms[ACT_STAGE_COUNT]) {
+    if (!s || !s->have_stages) return -1;
+    memcpy(ms, s->stage_ms, sizeof s->stage_ms);
+    return 0;
+}
+
+const char *act_session_device_name(const act_session *s) { return s ? s->be->device_name : ""; }
+size_t act_session_device_bytes(const act_session *s) { return s ? s->be->device_bytes(s->be) : 0; }

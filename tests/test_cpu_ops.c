@@ -1,0 +1,556 @@
+/* test_cpu_ops.c - every op of the CPU backend against a naive direct implementation here.
+ *
+ * The naive versions are written from the PyTorch definitions (direct convolution loops, scores
+ * then softmax then weighted sum for attention, ...) in double precision where that is the
+ * natural way to write them, and share no code with the backend. Inputs are fresh random
+ * values (the seed is printed; ACT_TEST_SEED replays it) at several shapes, including the
+ * awkward ones (stride 2 with odd maps, 1x1 convs on both code paths, masked keys, crop
+ * offsets that round half to even). Tolerance: ||got - want|| / ||want|| <= 1e-5. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "backend.h"
+#include "rng.h"
+
+#define TOL 1e-5
+
+static int g_fail, g_checks;
+static uint64_t g_rng;
+
+static uint64_t rnd(void) {
+    uint64_t x = (g_rng += 0x9e3779b97f4a7c15ull);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+static float urand(float lo, float hi) { return lo + (hi - lo) * (float)((rnd() >> 40) * (1.0 / 16777216.0)); }
+
+static float *rand_arr(size_t n, float lo, float hi) {
+    float *p = malloc(n * sizeof *p);
+    for (size_t i = 0; i < n; i++) p[i] = urand(lo, hi);
+    return p;
+}
+
+static act_tensor tensor(const char *name, float *data, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+    act_tensor t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.name, sizeof t.name, "%s", name);
+    int64_t d[4] = {d0, d1, d2, d3};
+    t.numel = 1;
+    for (int i = 0; i < 4 && d[i] > 0; i++) {
+        t.dims[t.ndim++] = d[i];
+        t.numel *= d[i];
+    }
+    t.data = data;
+    return t;
+}
+
+static act_buf fbuf(float *p) { act_buf b = {p, ACT_DT_F32}; return b; }
+
+/* ||got - want|| / ||want||, checked against TOL */
+static void check_close(const char *what, const float *got, const double *want, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = got[i] - want[i];
+        num += d * d;
+        den += want[i] * want[i];
+        if (!isfinite(got[i])) num = INFINITY;
+    }
+    double rel = sqrt(num) / (sqrt(den) > 0 ? sqrt(den) : 1.0);
+    g_checks++;
+    if (!(rel <= TOL)) {
+        g_fail++;
+        fprintf(stderr, "FAIL %s: relative error %.3g > %.0e\n", what, rel, TOL);
+    } else {
+        printf("ok   %-48s rel %.2e\n", what, rel);
+    }
+}
+
+static void check_rc(const char *what, int rc, act_backend *be) {
+    g_checks++;
+    if (rc) {
+        g_fail++;
+        fprintf(stderr, "FAIL %s: returned %d: %s\n", what, rc, be->err);
+    }
+}
+
+static double epi_d(double v, act_epilogue e) {
+    if (e == ACT_EPI_RELU) return v > 0 ? v : 0;
+    if (e == ACT_EPI_GELU) return 0.5 * v * (1.0 + erf(v / sqrt(2.0)));
+    return v;
+}
+
+/* ---------------- vision ---------------- */
+
+static double bilin_src(int dst, int in, int out) {
+    double s = ((double)in / out) * (dst + 0.5) - 0.5;
+    return s < 0 ? 0 : s;
+}
+
+static void test_preprocess(act_backend *be, int B, int hi, int wi, int rh, int rw, int ch, int cw, int inet) {
+    act_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.input_h = rh;
+    cfg.input_w = rw;
+    cfg.crop_h = ch;
+    cfg.crop_w = cw;
+    cfg.imagenet_norm = inet;
+    int oh = ch ? ch : rh, ow = cw ? cw : rw;
+    /* torchvision CenterCrop: int(round((H - ch) / 2.0)), Python rounds half to even */
+    double th = (rh - oh) / 2.0, tw = (rw - ow) / 2.0;
+    int top = (int)floor(th), left = (int)floor(tw);
+    if (th - top > 0.5 || (th - top == 0.5 && top % 2)) top++;
+    if (tw - left > 0.5 || (tw - left == 0.5 && left % 2)) left++;
+    size_t nin = (size_t)B * hi * wi * 3, nout = (size_t)B * 3 * oh * ow;
+    uint8_t *fr = malloc(nin);
+    for (size_t i = 0; i < nin; i++) fr[i] = (uint8_t)(rnd() & 255);
+    float *got = malloc(nout * sizeof *got);
+    double *want = malloc(nout * sizeof *want);
+    static const double mean[3] = {0.485, 0.456, 0.406}, sd[3] = {0.229, 0.224, 0.225};
+    for (int n = 0; n < B; n++)
+        for (int c = 0; c < 3; c++)
+            for (int y = 0; y < oh; y++)
+                for (int x = 0; x < ow; x++) {
+                    double sy = bilin_src(y + top, hi, rh), sx = bilin_src(x + left, wi, rw);
+                    int y0 = (int)floor(sy), x0 = (int)floor(sx);
+                    if (y0 > hi - 1) y0 = hi - 1;
+                    if (x0 > wi - 1) x0 = wi - 1;
+                    int y1 = y0 + 1 < hi ? y0 + 1 : hi - 1, x1 = x0 + 1 < wi ? x0 + 1 : wi - 1;
+                    double ly = sy - y0, lx = sx - x0;
+#define PX(yy, xx) (fr[(((size_t)n * hi + (yy)) * wi + (xx)) * 3 + c] / 255.0)
+                    double v = (1 - ly) * ((1 - lx) * PX(y0, x0) + lx * PX(y0, x1)) +
+                               ly * ((1 - lx) * PX(y1, x0) + lx * PX(y1, x1));
+#undef PX
+                    if (inet) v = (v - mean[c]) / sd[c];
+                    want[(((size_t)n * 3 + c) * oh + y) * ow + x] = v;
+                }
+    act_buf fb = {fr, ACT_DT_U8};
+    char what[96];
+    snprintf(what, sizeof what, "preprocess %dx%d -> %dx%d crop %dx%d inet %d", hi, wi, rh, rw, ch, cw, inet);
+    check_rc(what, be->preprocess(be, fb, B, hi, wi, &cfg, fbuf(got)), be);
+    check_close(what, got, want, nout);
+    free(fr);
+    free(got);
+    free(want);
+}
+
+static void test_conv(act_backend *be, int N, int cin, int cout, int H, int W, int k, int s, int p,
+                      int use_res, act_epilogue epi) {
+    int Ho = (H + 2 * p - k) / s + 1, Wo = (W + 2 * p - k) / s + 1;
+    size_t nx = (size_t)N * cin * H * W, ny = (size_t)N * cout * Ho * Wo;
+    float *x = rand_arr(nx, -1, 1), *w = rand_arr((size_t)cout * cin * k * k, -0.5f, 0.5f);
+    float *b = rand_arr(cout, -0.5f, 0.5f), *res = use_res ? rand_arr(ny, -1, 1) : NULL;
+    float *y = malloc(ny * sizeof *y);
+    double *want = malloc(ny * sizeof *want);
+    act_tensor tw = tensor("w", w, cout, cin, k, k), tb = tensor("b", b, cout, 0, 0, 0);
+    act_conv c = {&tw, &tb, NULL, NULL, cin, cout, k, s, p};
+    for (int n = 0; n < N; n++)
+        for (int co = 0; co < cout; co++)
+            for (int oh = 0; oh < Ho; oh++)
+                for (int ow = 0; ow < Wo; ow++) {
+                    double acc = b[co];
+                    for (int ci = 0; ci < cin; ci++)
+                        for (int kh = 0; kh < k; kh++)
+                            for (int kw = 0; kw < k; kw++) {
+                                int ih = oh * s - p + kh, iw = ow * s - p + kw;
+                                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                                acc += (double)w[((co * cin + ci) * k + kh) * k + kw] *
+                                       x[(((size_t)n * cin + ci) * H + ih) * W + iw];
+                            }
+                    size_t o = (((size_t)n * cout + co) * Ho + oh) * Wo + ow;
+                    if (res) acc += res[o];
+                    want[o] = epi_d(acc, epi);
+                }
+    act_buf rb = res ? fbuf(res) : act_nobuf();
+    char what[96];
+    snprintf(what, sizeof what, "conv2d N%d %d->%d %dx%d k%d s%d p%d res%d epi%d", N, cin, cout, H, W,
+             k, s, p, use_res, epi);
+    check_rc(what, be->conv2d(be, &c, fbuf(x), N, H, W, rb, epi, fbuf(y)), be);
+    check_close(what, y, want, ny);
+    free(x), free(w), free(b), free(res), free(y), free(want);
+}
+
+static void test_groupnorm(act_backend *be, int N, int C, int HW, int G, int use_res, act_epilogue epi) {
+    size_t n = (size_t)N * C * HW;
+    float *x = rand_arr(n, -2, 3), *ga = rand_arr(C, 0.5f, 1.5f), *be_ = rand_arr(C, -0.5f, 0.5f);
+    float *res = use_res ? rand_arr(n, -1, 1) : NULL, *y = malloc(n * sizeof *y);
+    double *want = malloc(n * sizeof *want);
+    int cpg = C / G;
+    for (int b = 0; b < N; b++)
+        for (int g = 0; g < G; g++) {
+            double m = 0, v = 0;
+            size_t base = ((size_t)b * C + (size_t)g * cpg) * HW, cnt = (size_t)cpg * HW;
+            for (size_t i = 0; i < cnt; i++) m += x[base + i];
+            m /= cnt;
+            for (size_t i = 0; i < cnt; i++) v += (x[base + i] - m) * (x[base + i] - m);
+            v /= cnt;
+            for (size_t i = 0; i < cnt; i++) {
+                int c = g * cpg + (int)(i / HW);
+                double t = (x[base + i] - m) / sqrt(v + 1e-5) * ga[c] + be_[c];
+                if (res) t += res[base + i];
+                want[base + i] = epi_d(t, epi);
+            }
+        }
+    act_tensor tg = tensor("gn.w", ga, C, 0, 0, 0), tb = tensor("gn.b", be_, C, 0, 0, 0);
+    char what[96];
+    snprintf(what, sizeof what, "groupnorm N%d C%d HW%d G%d res%d epi%d", N, C, HW, G, use_res, epi);
+    check_rc(what, be->groupnorm(be, fbuf(x), N, C, HW, G, &tg, &tb, res ? fbuf(res) : act_nobuf(),
+                                 epi, fbuf(y)), be);
+    check_close(what, y, want, n);
+    free(x), free(ga), free(be_), free(res), free(y), free(want);
+}
+
+static void test_maxpool(act_backend *be, int N, int C, int H, int W) {
+    int Ho = (H - 1) / 2 + 1, Wo = (W - 1) / 2 + 1;
+    size_t nx = (size_t)N * C * H * W, ny = (size_t)N * C * Ho * Wo;
+    float *x = rand_arr(nx, -3, 1), *y = malloc(ny * sizeof *y);
+    double *want = malloc(ny * sizeof *want);
+    for (int nc = 0; nc < N * C; nc++)
+        for (int oh = 0; oh < Ho; oh++)
+            for (int ow = 0; ow < Wo; ow++) {
+                double m = -INFINITY;
+                for (int ih = 2 * oh - 1; ih <= 2 * oh + 1; ih++)
+                    for (int iw = 2 * ow - 1; iw <= 2 * ow + 1; iw++)
+                        if (ih >= 0 && ih < H && iw >= 0 && iw < W && x[((size_t)nc * H + ih) * W + iw] > m)
+                            m = x[((size_t)nc * H + ih) * W + iw];
+                want[((size_t)nc * Ho + oh) * Wo + ow] = m;
+            }
+    char what[96];
+    snprintf(what, sizeof what, "maxpool N%d C%d %dx%d", N, C, H, W);
+    check_rc(what, be->maxpool(be, fbuf(x), N, C, H, W, fbuf(y)), be);
+    check_close(what, y, want, ny);
+    free(x), free(y), free(want);
+}
+
+static void test_spatial_softmax(act_backend *be, int N, int K, int h, int w) {
+    int HW = h * w;
+    float *x = rand_arr((size_t)N * K * HW, -4, 4), *grid = malloc(sizeof(float) * HW * 2);
+    for (int i = 0; i < h; i++)   /* LeRobot's pos_grid: x varies along the row, y down the map */
+        for (int j = 0; j < w; j++) {
+            grid[2 * (i * w + j)] = w > 1 ? -1.0f + 2.0f * j / (w - 1) : 0.0f;
+            grid[2 * (i * w + j) + 1] = h > 1 ? -1.0f + 2.0f * i / (h - 1) : 0.0f;
+        }
+    float *y = malloc(sizeof(float) * N * 2 * K);
+    double *want = malloc(sizeof(double) * N * 2 * K);
+    for (int r = 0; r < N * K; r++) {
+        const float *xr = x + (size_t)r * HW;
+        double m = xr[0], s = 0, ex = 0, ey = 0;
+        for (int i = 0; i < HW; i++) m = xr[i] > m ? xr[i] : m;
+        for (int i = 0; i < HW; i++) s += exp(xr[i] - m);
+        for (int i = 0; i < HW; i++) {
+            ex += exp(xr[i] - m) / s * grid[2 * i];
+            ey += exp(xr[i] - m) / s * grid[2 * i + 1];
+        }
+        want[2 * r] = ex;
+        want[2 * r + 1] = ey;
+    }
+    act_tensor tg = tensor("pos_grid", grid, HW, 2, 0, 0);
+    char what[96];
+    snprintf(what, sizeof what, "spatial_softmax N%d K%d %dx%d", N, K, h, w);
+    check_rc(what, be->spatial_softmax(be, fbuf(x), N, K, HW, &tg, fbuf(y)), be);
+    check_close(what, y, want, (size_t)N * 2 * K);
+    free(x), free(grid), free(y), free(want);
+}
+
+/* ---------------- transformer ---------------- */
+
+static void test_linear(act_backend *be, int M, int rows, int row0, int out, int in, act_epilogue epi) {
+    float *w = rand_arr((size_t)rows * in, -0.3f, 0.3f), *b = rand_arr(rows, -0.5f, 0.5f);
+    float *x = rand_arr((size_t)M * in, -1, 1), *y = malloc(sizeof(float) * M * out);
+    double *want = malloc(sizeof(double) * M * out);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < out; j++) {
+            double acc = b[row0 + j];
+            for (int k = 0; k < in; k++) acc += (double)x[(size_t)i * in + k] * w[(size_t)(row0 + j) * in + k];
+            want[(size_t)i * out + j] = epi_d(acc, epi);
+        }
+    act_tensor tw = tensor("w", w, rows, in, 0, 0), tb = tensor("b", b, rows, 0, 0, 0);
+    act_linear l = {&tw, &tb, row0, out, in};
+    char what[96];
+    snprintf(what, sizeof what, "linear M%d rows[%d,%d) of %d in%d epi%d", M, row0, row0 + out, rows, in, epi);
+    check_rc(what, be->linear(be, &l, fbuf(x), M, epi, fbuf(y)), be);
+    check_close(what, y, want, (size_t)M * out);
+    free(w), free(b), free(x), free(y), free(want);
+}
+
+/* q, k, v as column blocks of one packed buffer (stride 3E), as the forward pass lays them out */
+static void test_attention(act_backend *be, int B, int Lq, int Lk, int nh, int dh, int masked) {
+    int E = nh * dh, qs = 3 * E;
+    float *qb = rand_arr((size_t)B * Lq * qs, -1, 1), *kvb = rand_arr((size_t)B * Lk * 2 * E, -1, 1);
+    uint8_t *pad = masked ? calloc((size_t)B * Lk, 1) : NULL;
+    if (pad)   /* mask a random tail of each sequence, never the first two keys */
+        for (int b = 0; b < B; b++)
+            for (int j = 2 + (int)(rnd() % (Lk - 1)); j < Lk; j++) pad[(size_t)b * Lk + j] = 1;
+    float *out = malloc(sizeof(float) * B * Lq * E);
+    double *want = malloc(sizeof(double) * B * Lq * E), *sc = malloc(sizeof(double) * Lk);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < nh; h++)
+            for (int i = 0; i < Lq; i++) {
+                const float *q = qb + ((size_t)b * Lq + i) * qs + h * dh;
+                double m = -INFINITY, s = 0;
+                for (int j = 0; j < Lk; j++) {
+                    const float *k = kvb + ((size_t)b * Lk + j) * 2 * E + h * dh;
+                    double d = 0;
+                    for (int t = 0; t < dh; t++) d += (double)q[t] * k[t];
+                    sc[j] = (pad && pad[(size_t)b * Lk + j]) ? -INFINITY : d / sqrt((double)dh);
+                    if (sc[j] > m) m = sc[j];
+                }
+                for (int j = 0; j < Lk; j++) s += (sc[j] = exp(sc[j] - m));
+                for (int t = 0; t < dh; t++) {
+                    double acc = 0;
+                    for (int j = 0; j < Lk; j++) acc += sc[j] / s * kvb[((size_t)b * Lk + j) * 2 * E + E + h * dh + t];
+                    want[((size_t)b * Lq + i) * E + h * dh + t] = acc;
+                }
+            }
+    act_buf pb = {pad, ACT_DT_U8};
+    char what[96];
+    snprintf(what, sizeof what, "attention B%d Lq%d Lk%d nh%d dh%d mask%d", B, Lq, Lk, nh, dh, masked);
+    check_rc(what, be->attention(be, fbuf(qb), qs, fbuf(kvb), fbuf(kvb + E), 2 * E, B, Lq, Lk, nh, dh,
+                                 pad ? pb : act_nobuf(), fbuf(out)), be);
+    check_close(what, out, want, (size_t)B * Lq * E);
+    free(qb), free(kvb), free(pad), free(out), free(want), free(sc);
+}
+
+static void test_add_layernorm(act_backend *be, int rows, int E, int alias) {
+    float *x = rand_arr((size_t)rows * E, -2, 2), *d = rand_arr((size_t)rows * E, -1, 1);
+    float *w = rand_arr(E, 0.5f, 1.5f), *b = rand_arr(E, -0.5f, 0.5f);
+    float *y = alias ? x : malloc(sizeof(float) * rows * E);
+    double *want = malloc(sizeof(double) * rows * E);
+    float eps = 1e-5f;
+    for (int r = 0; r < rows; r++) {
+        double m = 0, v = 0;
+        for (int i = 0; i < E; i++) m += (double)x[r * E + i] + d[r * E + i];
+        m /= E;
+        for (int i = 0; i < E; i++) v += pow((double)x[r * E + i] + d[r * E + i] - m, 2);
+        v /= E;
+        for (int i = 0; i < E; i++)
+            want[r * E + i] = ((double)x[r * E + i] + d[r * E + i] - m) / sqrt(v + eps) * w[i] + b[i];
+    }
+    act_tensor tw = tensor("ln.w", w, E, 0, 0, 0), tb = tensor("ln.b", b, E, 0, 0, 0);
+    act_ln ln = {&tw, &tb};
+    char what[96];
+    snprintf(what, sizeof what, "add_layernorm rows%d E%d alias%d", rows, E, alias);
+    check_rc(what, be->add_layernorm(be, fbuf(x), fbuf(d), &ln, eps, rows, E, fbuf(y)), be);
+    check_close(what, y, want, (size_t)rows * E);
+    if (!alias) free(y);
+    free(x), free(d), free(w), free(b), free(want);
+}
+
+static void test_assembly(act_backend *be, int B, int ncam, int H, int E) {
+    int Lm = 2 + ncam, Lp = H + 2, R = H;
+    float *lat = rand_arr((size_t)B * E, -1, 1), *qp = rand_arr((size_t)B * E, -1, 1);
+    float *vis = rand_arr((size_t)ncam * B * E, -1, 1), *pos = rand_arr((size_t)(Lp > Lm ? Lp : Lm) * E, -1, 1);
+    float *type = rand_arr(3 * (size_t)E, -1, 1), *cls = rand_arr(E, -1, 1);
+    float *act = rand_arr((size_t)B * H * E, -1, 1), *q = rand_arr((size_t)R * E, -1, 1);
+    size_t nm = (size_t)B * Lm * E, np = (size_t)B * Lp * E, nb = (size_t)B * R * E;
+    float *om = malloc(nm * 4), *op = malloc(np * 4), *ob = malloc(nb * 4);
+    double *wm = malloc(nm * 8), *wp = malloc(np * 8), *wb = malloc(nb * 8);
+    for (int b = 0; b < B; b++) {
+        for (int l = 0; l < Lm; l++)
+            for (int i = 0; i < E; i++) {
+                float src = l == 0 ? lat[b * E + i] : l == 1 ? qp[b * E + i] : vis[((size_t)(l - 2) * B + b) * E + i];
+                wm[((size_t)b * Lm + l) * E + i] = (double)(src + pos[l * E + i]) + type[(l < 2 ? l : 2) * E + i];
+            }
+        for (int l = 0; l < Lp; l++)
+            for (int i = 0; i < E; i++) {
+                float src = l == 0 ? cls[i] : l == 1 ? qp[b * E + i] : act[((size_t)b * H + l - 2) * E + i];
+                wp[((size_t)b * Lp + l) * E + i] = (double)src + pos[l * E + i];
+            }
+        for (int r = 0; r < R; r++)
+            for (int i = 0; i < E; i++) wb[((size_t)b * R + r) * E + i] = q[r * E + i];
+    }
+    act_tensor tt = tensor("mem_type", type, 3, E, 0, 0), tc = tensor("cls", cls, E, 0, 0, 0);
+    act_tensor tq = tensor("query", q, R, E, 0, 0);
+    char what[96];
+    snprintf(what, sizeof what, "memory_assemble B%d ncam%d E%d", B, ncam, E);
+    check_rc(what, be->memory_assemble(be, fbuf(lat), fbuf(qp), fbuf(vis), B, ncam, E, fbuf(pos), &tt,
+                                       fbuf(om)), be);
+    check_close(what, om, wm, nm);
+    snprintf(what, sizeof what, "posterior_assemble B%d H%d E%d", B, H, E);
+    check_rc(what, be->posterior_assemble(be, &tc, fbuf(qp), fbuf(act), B, H, E, fbuf(pos), fbuf(op)), be);
+    check_close(what, op, wp, np);
+    snprintf(what, sizeof what, "broadcast_rows B%d R%d E%d", B, R, E);
+    check_rc(what, be->broadcast_rows(be, &tq, B, R, E, fbuf(ob)), be);
+    check_close(what, ob, wb, nb);
+    free(lat), free(qp), free(vis), free(pos), free(type), free(cls), free(act), free(q);
+    free(om), free(op), free(ob), free(wm), free(wp), free(wb);
+}
+
+/* The seed builds the table in float32: the angle is the float product of float(position) and
+ * float(exp(float(2i) * float(-ln(1e4)/E))); that product is what sin/cos see. */
+static void test_sinusoid(act_backend *be, int L, int E) {
+    float *got = malloc(sizeof(float) * L * E);
+    double *want = malloc(sizeof(double) * L * E);
+    float c = (float)(-log(10000.0) / E);
+    for (int l = 0; l < L; l++)
+        for (int j = 0; j < E; j++) {
+            float div = (float)exp((double)((float)(j / 2 * 2) * c));
+            float a = (float)l * div;
+            want[(size_t)l * E + j] = j % 2 ? cos((double)a) : sin((double)a);
+        }
+    char what[96];
+    snprintf(what, sizeof what, "sinusoid_table L%d E%d", L, E);
+    check_rc(what, be->sinusoid_table(be, L, E, fbuf(got)), be);
+    check_close(what, got, want, (size_t)L * E);
+    free(got), free(want);
+}
+
+static void test_normalize(act_backend *be, act_norm_type type, int rows, int dim) {
+    float *x = rand_arr((size_t)rows * dim, -3, 3), *lo = rand_arr(dim, -1, 0), *hi = rand_arr(dim, 0.1f, 2);
+    hi[0] = type == ACT_NORM_MIN_MAX ? lo[0] : 0.0f;   /* a degenerate joint: the eps clamp applies */
+    float *y = malloc(sizeof(float) * rows * dim), *back = malloc(sizeof(float) * rows * dim);
+    double *want = malloc(sizeof(double) * rows * dim), *wantx = malloc(sizeof(double) * rows * dim);
+    float eps = 1e-8f;
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < dim; i++) {
+            double v = x[r * dim + i];
+            if (type == ACT_NORM_MIN_MAX) {
+                double rg = fmax((double)hi[i] - lo[i], eps);
+                want[r * dim + i] = 2 * (v - lo[i]) / rg - 1;
+            } else {
+                want[r * dim + i] = (v - lo[i]) / fmax(hi[i], eps);
+            }
+            wantx[r * dim + i] = v;
+        }
+    hi[0] = type == ACT_NORM_MIN_MAX ? lo[0] + 1.0f : 1.0f;   /* round trip on well-posed stats */
+    act_tensor tl = tensor("lo", lo, dim, 0, 0, 0), th = tensor("hi", hi, dim, 0, 0, 0);
+    char what[96];
+    snprintf(what, sizeof what, "normalize %s rows%d dim%d (inverse round trip)",
+             type == ACT_NORM_MIN_MAX ? "min_max" : "mean_std", rows, dim);
+    check_rc(what, be->normalize(be, fbuf(x), rows, dim, &tl, &th, type, eps, 0, fbuf(y)), be);
+    check_rc(what, be->normalize(be, fbuf(y), rows, dim, &tl, &th, type, eps, 1, fbuf(back)), be);
+    check_close(what, back, wantx, (size_t)rows * dim);
+    hi[0] = type == ACT_NORM_MIN_MAX ? lo[0] : 0.0f;
+    snprintf(what, sizeof what, "normalize %s rows%d dim%d (degenerate stat clamped)",
+             type == ACT_NORM_MIN_MAX ? "min_max" : "mean_std", rows, dim);
+    check_rc(what, be->normalize(be, fbuf(x), rows, dim, &tl, &th, type, eps, 0, fbuf(y)), be);
+    check_close(what, y, want, (size_t)rows * dim);
+    free(x), free(lo), free(hi), free(y), free(back), free(want), free(wantx);
+}
+
+static void test_latent(act_backend *be, int B, int L, int sample) {
+    float *ml = rand_arr((size_t)B * 2 * L, -1.5f, 1.5f);
+    float *mu = malloc(sizeof(float) * B * L), *lv = malloc(sizeof(float) * B * L);
+    float *kl = malloc(sizeof(float) * B), *z = malloc(sizeof(float) * B * L);
+    double *wmu = malloc(sizeof(double) * B * L), *wlv = malloc(sizeof(double) * B * L);
+    double *wkl = malloc(sizeof(double) * B), *wz = malloc(sizeof(double) * B * L);
+    uint64_t seed = rnd();
+    uint8_t s8[8];
+    for (int i = 0; i < 8; i++) s8[i] = (uint8_t)(seed >> (8 * i));
+    for (int b = 0; b < B; b++) {
+        wkl[b] = 0;
+        for (int i = 0; i < L; i++) {
+            double m = ml[b * 2 * L + i], v = ml[b * 2 * L + L + i];
+            wmu[b * L + i] = m;
+            wlv[b * L + i] = v;
+            wkl[b] += -0.5 * (1 + v - m * m - exp(v));
+            wz[b * L + i] = sample ? m + act_normal_eps(seed, (uint64_t)b * L + i) * exp(0.5 * v) : m;
+        }
+    }
+    act_buf sb = {s8, ACT_DT_U8};
+    char what[96];
+    snprintf(what, sizeof what, "latent B%d L%d sample%d", B, L, sample);
+    check_rc(what, be->latent(be, fbuf(ml), B, L, sample, sb, fbuf(mu), fbuf(lv), fbuf(kl), fbuf(z)), be);
+    check_close(what, mu, wmu, (size_t)B * L);
+    check_close(what, lv, wlv, (size_t)B * L);
+    check_close(what, kl, wkl, B);
+    check_close(what, z, wz, (size_t)B * L);
+    free(ml), free(mu), free(lv), free(kl), free(z), free(wmu), free(wlv), free(wkl), free(wz);
+}
+
+/* The CPU backend sizes its im2col workspace from the model at load_weights; give it a model
+ * whose trunk holds the largest conv these tests run. */
+static int load_ws(act_backend *be) {
+    static act_model m;
+    static act_tensor dummy;
+    memset(&m, 0, sizeof m);
+    m.n_trunks = 1;
+    m.cfg.input_h = m.cfg.input_w = 64;
+    act_trunk *t = &m.trunks[0];
+    act_conv c1 = {&dummy, NULL, NULL, NULL, 16, 64, 7, 2, 3};
+    t->conv1 = c1;
+    for (int l = 0; l < 4; l++)
+        for (int i = 0; i < 2; i++) {
+            act_conv c = {&dummy, NULL, NULL, NULL, 64, 64, 3, 1, 1};
+            t->blocks[l][i].conv1 = c;
+            t->blocks[l][i].conv2 = c;
+        }
+    m.cfg.feat_h = m.cfg.feat_w = 16;
+    return be->load_weights(be, &m);
+}
+
+int main(void) {
+    const char *s = getenv("ACT_TEST_SEED");
+    g_rng = s ? strtoull(s, NULL, 0) : ((uint64_t)time(NULL) << 16 ^ (uint64_t)getpid());
+    printf("test_cpu_ops: seed %llu (replay with ACT_TEST_SEED)\n", (unsigned long long)g_rng);
+    char err[ACT_ERR_LEN];
+    act_backend *be;
+    if (act_backend_cpu_create(ACT_FP32, &be, err, sizeof err)) {
+        fprintf(stderr, "FAIL cpu backend: %s\n", err);
+        return 1;
+    }
+    if (load_ws(be)) {
+        fprintf(stderr, "FAIL load_weights: %s\n", be->err);
+        return 1;
+    }
+    act_backend *bad;
+    g_checks++;
+    if (act_backend_cpu_create(ACT_BF16, &bad, err, sizeof err) == 0 || !strstr(err, "bf16")) {
+        g_fail++;
+        fprintf(stderr, "FAIL cpu backend accepted bf16 (or said nothing about it): %s\n", err);
+    }
+
+    test_preprocess(be, 2, 37, 53, 24, 40, 0, 0, 0);      /* downscale, non-square */
+    test_preprocess(be, 1, 20, 18, 31, 29, 0, 0, 1);      /* upscale + ImageNet */
+    test_preprocess(be, 2, 40, 40, 29, 31, 24, 24, 1);    /* crop offsets 2.5 -> 2, 3.5 -> 4 */
+    test_preprocess(be, 1, 16, 16, 16, 16, 11, 13, 0);    /* identity resize, odd crop */
+
+    test_conv(be, 2, 3, 8, 23, 19, 7, 2, 3, 0, ACT_EPI_RELU);   /* ResNet conv1 */
+    test_conv(be, 2, 8, 12, 11, 13, 3, 1, 1, 1, ACT_EPI_RELU);  /* block conv2 + residual */
+    test_conv(be, 1, 8, 16, 11, 13, 3, 2, 1, 0, ACT_EPI_NONE);  /* strided 3x3 */
+    test_conv(be, 2, 8, 16, 11, 13, 1, 2, 0, 0, ACT_EPI_NONE);  /* downsample 1x1 stride 2 */
+    test_conv(be, 3, 16, 5, 7, 7, 1, 1, 0, 0, ACT_EPI_NONE);    /* keypoints 1x1 (no im2col) */
+    test_conv(be, 1, 16, 5, 7, 7, 1, 1, 0, 1, ACT_EPI_RELU);
+
+    test_groupnorm(be, 2, 32, 49, 2, 0, ACT_EPI_RELU);
+    test_groupnorm(be, 3, 64, 30, 4, 1, ACT_EPI_RELU);
+    test_groupnorm(be, 1, 16, 7, 1, 0, ACT_EPI_NONE);
+
+    test_maxpool(be, 2, 3, 12, 12);
+    test_maxpool(be, 1, 4, 13, 7);
+
+    test_spatial_softmax(be, 2, 8, 7, 7);
+    test_spatial_softmax(be, 3, 4, 5, 9);
+
+    test_linear(be, 5, 12, 0, 12, 16, ACT_EPI_NONE);
+    test_linear(be, 7, 24, 8, 16, 16, ACT_EPI_GELU);   /* a row view of a packed in_proj */
+    test_linear(be, 3, 33, 1, 31, 17, ACT_EPI_RELU);
+
+    test_attention(be, 2, 16, 16, 4, 8, 0);
+    test_attention(be, 3, 18, 18, 2, 16, 1);   /* encoder with key padding */
+    test_attention(be, 2, 5, 7, 3, 4, 0);      /* cross attention shape */
+
+    test_add_layernorm(be, 6, 32, 0);
+    test_add_layernorm(be, 5, 48, 1);
+
+    test_assembly(be, 3, 3, 5, 16);
+    test_assembly(be, 1, 1, 2, 8);
+
+    test_sinusoid(be, 18, 32);
+    test_sinusoid(be, 1024, 64);
+    test_sinusoid(be, 9, 7);
+
+    test_normalize(be, ACT_NORM_MIN_MAX, 6, 10);
+    test_normalize(be, ACT_NORM_MEAN_STD, 4, 9);
+
+    test_latent(be, 3, 8, 0);
+    test_latent(be, 4, 6, 1);
+
+    be->destroy(be);
+    printf("test_cpu_ops: %d checks, %d failed\n", g_checks, g_fail);
+    return g_fail ? 1 : 0;
+}
