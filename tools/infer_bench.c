@@ -32,6 +32,7 @@
 
 #include "act.h"
 #include "act_infer_cmds.h"
+#include "infer_common.h"
 #include "rng.h"
 
 #define MAX_BATCHES 16
@@ -64,8 +65,7 @@ typedef struct input_pool {
     size_t bytes;
 } input_pool;
 
-static void usage(FILE *f) {
-    fprintf(f,
+static const char *const USAGE =
         "usage: act-infer bench [--model M.actw] [--device cuda|cpu] [--precision fp32|tf32|bf16|fp16]\n"
         "                       [--batch 1,8,64,256] [--iters N] [--warmup N] [--profile-iters N]\n"
         "                       [--no-graph] [--json OUT.json] [--inputs DIR] [--seed S] [--check-output]\n"
@@ -73,7 +73,7 @@ static void usage(FILE *f) {
         "Times one policy step (uint8 frames + qpos in, action chunk out, preprocessing included)\n"
         "per batch size: min/p50/p90/p99/mean latency, steps/s and images/s, a per-stage breakdown\n"
         "from a separate profiled pass, device memory held and host peak RSS.\n"
-        "  --model        weight file (default: %s, the built-in demo model)\n"
+        "  --model        weight file (default: " DEMO_MODEL ", the built-in demo model)\n"
         "  --device       default: cuda when a CUDA device is usable, else cpu\n"
         "  --batch        comma-separated batch sizes (default: cuda 1,8,64,256; cpu 1)\n"
         "  --iters        timed steps per batch size (default: cuda 200; cpu 10)\n"
@@ -84,18 +84,12 @@ static void usage(FILE *f) {
         "  --inputs DIR   frames from DIR/qpos.f32 ([N][obs_dim] float32) and DIR/<camera>.u8\n"
         "                 ([N][H][W][3] uint8) instead of generated ones; N >= largest batch\n"
         "  --seed         generator seed for the frames and qpos (default 1)\n"
-        "  --check-output put the chunk of the first input into the JSON\n",
-        DEMO_MODEL);
-}
+        "  --check-output put the chunk of the first input into the JSON\n";
 
-static int parse_int(const char *s, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
-}
+static void usage(FILE *f) { fputs(USAGE, f); }
+
+#define bench_usage(...) infer_usage("bench", USAGE, __VA_ARGS__)
+
 
 static int parse_batches(const char *s, bench_args *a) {
     a->n_batches = 0;
@@ -106,76 +100,51 @@ static int parse_batches(const char *s, bench_args *a) {
         if (len == 0 || len >= sizeof tok || a->n_batches == MAX_BATCHES) return -1;
         memcpy(tok, p, len);
         tok[len] = 0;
-        if (parse_int(tok, 1, 65536, &a->batches[a->n_batches++])) return -1;
+        if (infer_parse_int(tok, 1, 65536, &a->batches[a->n_batches++])) return -1;
         p += len;
         if (*p == ',') p++;
     }
     return a->n_batches ? 0 : -1;
 }
 
-static int parse_precision(const char *s, act_precision *p) {
-    static const char *names[] = {"fp32", "tf32", "bf16", "fp16"};
-    for (int i = 0; i < 4; i++)
-        if (!strcmp(s, names[i])) { *p = (act_precision)i; return 0; }
-    return -1;
-}
-
-static const char *precision_name(act_precision p) {
-    static const char *names[] = {"fp32", "tf32", "bf16", "fp16"};
-    return (unsigned)p < 4 ? names[p] : "?";
-}
-
-/* Returns 0 on success, 2 on a usage error (message printed). */
+/* Returns 0 on success, 1 after --help, 2 on a usage error (message printed). */
 static int parse_args(int argc, char **argv, bench_args *a) {
     memset(a, 0, sizeof *a);
     a->iters = a->warmup = a->profile_iters = -1;
     a->use_graphs = 1;
     a->seed = 1;
     for (int i = 0; i < argc; i++) {
-        const char *o = argv[i];
-        int has_val = i + 1 < argc;
-        const char *v = has_val ? argv[i + 1] : NULL;
+        const char *o = argv[i], *v = NULL;
+        int *count = NULL, lo = 0, r = 0;
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) { usage(stdout); return 1; }
         if (!strcmp(o, "--no-graph")) { a->use_graphs = 0; continue; }
         if (!strcmp(o, "--check-output")) { a->check_output = 1; continue; }
-        if (!has_val) { fprintf(stderr, "act-infer bench: %s needs a value (or is unknown)\n", o); return 2; }
-        i++;
-        if (!strcmp(o, "--model")) a->model = v;
-        else if (!strcmp(o, "--json")) a->json = v;
-        else if (!strcmp(o, "--inputs")) a->inputs = v;
-        else if (!strcmp(o, "--device")) {
-            if (!strcmp(v, "cpu")) a->device = ACT_DEVICE_CPU;
-            else if (!strcmp(v, "cuda")) a->device = ACT_DEVICE_CUDA;
-            else { fprintf(stderr, "act-infer bench: --device '%s': expected cpu or cuda\n", v); return 2; }
+        if ((r = infer_opt(argc, argv, &i, "--model", &v))) a->model = v;
+        else if ((r = infer_opt(argc, argv, &i, "--json", &v))) a->json = v;
+        else if ((r = infer_opt(argc, argv, &i, "--inputs", &v))) a->inputs = v;
+        else if ((r = infer_opt(argc, argv, &i, "--device", &v))) {
+            if (r > 0 && infer_parse_device(v, &a->device)) return bench_usage("--device '%s': expected cpu or cuda", v);
             a->device_set = 1;
-        } else if (!strcmp(o, "--precision")) {
-            if (parse_precision(v, &a->precision)) {
-                fprintf(stderr, "act-infer bench: --precision '%s': expected fp32, tf32, bf16 or fp16\n", v);
-                return 2;
-            }
-        } else if (!strcmp(o, "--batch")) {
-            if (parse_batches(v, a)) {
-                fprintf(stderr, "act-infer bench: --batch '%s': expected up to %d comma-separated sizes in 1..65536\n",
-                        v, MAX_BATCHES);
-                return 2;
-            }
-        } else if (!strcmp(o, "--iters") || !strcmp(o, "--warmup") || !strcmp(o, "--profile-iters")) {
-            int *dst = o[2] == 'i' ? &a->iters : o[2] == 'w' ? &a->warmup : &a->profile_iters;
-            int lo = o[2] == 'i' ? 1 : 0;
-            if (parse_int(v, lo, 10000000, dst)) {
-                fprintf(stderr, "act-infer bench: %s '%s': expected an integer >= %d\n", o, v, lo);
-                return 2;
-            }
-        } else if (!strcmp(o, "--seed")) {
+        } else if ((r = infer_opt(argc, argv, &i, "--precision", &v))) {
+            if (r > 0 && infer_parse_precision(v, &a->precision))
+                return bench_usage("--precision '%s': expected fp32, tf32, bf16 or fp16", v);
+        } else if ((r = infer_opt(argc, argv, &i, "--batch", &v))) {
+            if (r > 0 && parse_batches(v, a))
+                return bench_usage("--batch '%s': expected up to %d comma-separated sizes in 1..65536", v, MAX_BATCHES);
+        } else if ((r = infer_opt(argc, argv, &i, "--iters", &v))) count = &a->iters, lo = 1;
+        else if ((r = infer_opt(argc, argv, &i, "--warmup", &v))) count = &a->warmup;
+        else if ((r = infer_opt(argc, argv, &i, "--profile-iters", &v))) count = &a->profile_iters;
+        else if ((r = infer_opt(argc, argv, &i, "--seed", &v)) > 0) {
             char *end;
             errno = 0;
             a->seed = strtoull(v, &end, 10);
-            if (errno || end == v || *end) { fprintf(stderr, "act-infer bench: --seed '%s': expected an integer\n", v); return 2; }
-        } else {
-            fprintf(stderr, "act-infer bench: unknown option '%s'\n", o);
-            usage(stderr);
-            return 2;
+            if (errno || end == v || *end || *v == '-') return bench_usage("--seed '%s': expected a non-negative integer", v);
+        } else if (!r) {
+            return bench_usage("unknown option '%s'", o);
         }
+        if (r < 0) return bench_usage("%s needs a value", o);
+        if (count && infer_parse_int(v, lo, 10000000, count))
+            return bench_usage("%s '%s': expected an integer >= %d", o, v, lo);
     }
     return 0;
 }
@@ -469,7 +438,7 @@ static void print_table(const bench_report *r) {
     printf("model   %s (hash %s, %lld params, %d cameras %dx%d)\n", r->model_path, cfg->model_hash,
            (long long)cfg->n_params, cfg->num_cams, cfg->image_h, cfg->image_w);
     printf("device  %s: %s, %s%s\n", r->a->device == ACT_DEVICE_CUDA ? "cuda" : "cpu", r->device_name,
-           precision_name(r->a->precision),
+           infer_precision_name(r->a->precision),
            r->a->device == ACT_DEVICE_CUDA ? (r->a->use_graphs ? ", CUDA graphs" : ", no graphs") : "");
     printf("host    %s; clocks %s\n", r->host_cpu, r->clocks);
     printf("steps   %d warmup + %d timed per batch size; profiled pass %d steps\n\n", r->a->warmup,
@@ -512,7 +481,7 @@ static int write_json(const bench_report *r, const char *path, char *err, size_t
     fprintf(f, "],\n  \"image_size\": [%d, %d],\n", cfg->image_h, cfg->image_w);
     fprintf(f, "  \"device\": \"%s\",\n  \"device_name\": ", r->a->device == ACT_DEVICE_CUDA ? "cuda" : "cpu");
     json_str(f, r->device_name);
-    fprintf(f, ",\n  \"precision\": \"%s\",\n  \"graphs\": %s,\n", precision_name(r->a->precision),
+    fprintf(f, ",\n  \"precision\": \"%s\",\n  \"graphs\": %s,\n", infer_precision_name(r->a->precision),
             r->a->device == ACT_DEVICE_CUDA && r->a->use_graphs ? "true" : "false");
     fprintf(f, "  \"host_cpu\": "); json_str(f, r->host_cpu);
     fprintf(f, ",\n  \"clocks\": "); json_str(f, r->clocks);
@@ -557,7 +526,7 @@ int act_cmd_bench(int argc, char **argv) {
     bench_args a;
     char err[ACT_ERR_LEN] = "", demo[1200];
     int rc = parse_args(argc, argv, &a);
-    if (rc) return rc == 1 ? 0 : 2;
+    if (rc) return rc == 1 ? INFER_EXIT_OK : INFER_EXIT_USAGE;
     if (!a.device_set) {
         char why[256];
         a.device = act_cuda_available(why, sizeof why) ? ACT_DEVICE_CUDA : ACT_DEVICE_CPU;
