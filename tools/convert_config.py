@@ -1,0 +1,183 @@
+"""convert_config.py - the model settings the converter cannot read off tensor shapes.
+
+defines: DEFAULTS, Settings, load_config_file, settings_from_agent, ConfigError
+
+Settings come in layers, lowest first: act_resnet.yaml defaults, the checkpoint's `config`
+entry, the --config file, command-line flags. Each layer is a flat dict of canonical setting
+names (the keys of DEFAULTS); Settings remembers which layer set each value, so a conflict with
+the tensor shapes can say where the wrong value came from. The agent section is read the way
+Hydra would see it: `_target_`, `_partial_`, `defaults` and unknown keys are ignored, and a
+`${...}` interpolation that cannot be resolved inside the given file counts as unset.
+"""
+
+import json
+import re
+
+# act_resnet.yaml (seed 000) resolved; camera names are the socket-peg data's.
+DEFAULTS = {
+    "obs_dim": 16, "action_dim": 16, "pred_horizon": 16, "obs_horizon": 1, "num_action_steps": 8,
+    "camera_names": ["l_vis", "r_vis", "front"], "num_cams": 3,
+    "image_height": 256, "image_width": 256, "input_height": 224, "input_width": 224,
+    "crop_height": 0, "crop_width": 0, "imagenet_norm": 0,
+    "vision_norm": "batchnorm", "separate_trunks": 0, "num_keypoints": 32, "output_dim": 64,
+    "hidden_dim": 256, "nheads": 8, "enc_layers": 4, "dec_layers": 6, "dim_feedforward": 2048,
+    "latent_dim": 32, "activation": "gelu", "kl_weight": 10.0, "norm_type": "min_max",
+}
+
+_INTERP = re.compile(r"^\$\{([^}]*)\}$")
+
+
+class ConfigError(ValueError):
+    """A config file or flag that cannot be understood."""
+
+
+def load_config_file(path):
+    """Read a YAML or JSON file; returns (agent section, root used to resolve ${...})."""
+    with open(path, "r", encoding="utf-8") as f:
+        text = f.read()
+    if path.endswith(".json"):
+        try:
+            root = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}: not valid JSON ({e})") from None
+    else:
+        import yaml
+        try:
+            root = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML ({e})") from None
+    if not isinstance(root, dict):
+        raise ConfigError(f"{path}: expected a mapping (the Hydra agent section)")
+    return split_agent(root)
+
+
+def split_agent(root):
+    """A full Hydra config holds the agent under `agent`; a bare agent section is its own."""
+    if isinstance(root.get("agent"), dict):
+        return root["agent"], root
+    return root, {"agent": root}
+
+
+def _resolve(value, root):
+    """Resolve `${a.b}` against root; anything unresolvable (or still interpolated) is None."""
+    for _ in range(8):
+        if not isinstance(value, str):
+            return value
+        m = _INTERP.match(value.strip())
+        if not m:
+            return None if "${" in value else value
+        node = root
+        for part in m.group(1).split("."):
+            if not isinstance(node, dict) or part not in node:
+                return None
+            node = node[part]
+        value = node
+    return None
+
+
+def _pair(value, what, source):
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)) or len(value) not in (2, 3) \
+            or not all(isinstance(v, int) and v >= 0 for v in value):
+        raise ConfigError(f"{source}: {what} is {value!r}, expected [H, W] (or [C, H, W])")
+    return tuple(value[-2:])
+
+
+def settings_from_agent(agent, root, source):
+    """Map an agent section onto canonical setting names (only what it actually sets)."""
+    def get(section, key):
+        node = agent if section is None else agent.get(section)
+        if not isinstance(node, dict):
+            return None
+        return _resolve(node.get(key), root)
+
+    out, seen = {}, {}
+
+    def put(name, value, origin):
+        if value is None:
+            return
+        if name in out and out[name] != value:
+            raise ConfigError(f"{source}: {seen[name]} = {out[name]!r} but {origin} = {value!r}")
+        out[name], seen[name] = value, origin
+
+    for key in ("obs_dim", "action_dim", "pred_horizon", "obs_horizon", "num_action_steps",
+                "num_cams"):
+        put(key, get(None, key), key)
+    put("num_cams", get("vision_backbone", "num_cameras"), "vision_backbone.num_cameras")
+    for origin, section in (("camera_names", None), ("vision_backbone.camera_names",
+                                                     "vision_backbone")):
+        names = get(section, "camera_names")
+        if names is not None:
+            if isinstance(names, str):
+                names = [n.strip() for n in names.split(",")]
+            put("camera_names", [str(n) for n in names], origin)
+    put("norm_type", get(None, "normalization_type"), "normalization_type")
+    vb = "vision_backbone"
+    inp = _pair(get(vb, "input_shape"), "vision_backbone.input_shape", source)
+    if inp:
+        put("input_height", inp[0], "vision_backbone.input_shape")
+        put("input_width", inp[1], "vision_backbone.input_shape")
+    img = _pair(get(vb, "image_shape"), "vision_backbone.image_shape", source)
+    if img:
+        put("image_height", img[0], "vision_backbone.image_shape")
+        put("image_width", img[1], "vision_backbone.image_shape")
+    crop = get(vb, "crop_shape")
+    if crop is not None or vb in agent and "crop_shape" in (agent.get(vb) or {}):
+        c = _pair(crop, "vision_backbone.crop_shape", source) or (0, 0)
+        put("crop_height", c[0], "vision_backbone.crop_shape")
+        put("crop_width", c[1], "vision_backbone.crop_shape")
+    norm = get(vb, "image_normalization")
+    if norm is not None:
+        if norm not in ("imagenet", "none"):
+            raise ConfigError(f"{source}: vision_backbone.image_normalization is {norm!r}, "
+                              f"expected imagenet or none")
+        put("imagenet_norm", int(norm == "imagenet"), "vision_backbone.image_normalization")
+    gn = get(vb, "use_group_norm")
+    if gn is not None:
+        put("vision_norm", "groupnorm" if gn else "batchnorm", "vision_backbone.use_group_norm")
+    sep = get(vb, "use_separate_rgb_encoder_per_camera")
+    if sep is not None:
+        put("separate_trunks", int(bool(sep)), "vision_backbone.use_separate_rgb_encoder_per_camera")
+    put("num_keypoints", get(vb, "spatial_softmax_num_keypoints"),
+        "vision_backbone.spatial_softmax_num_keypoints")
+    put("output_dim", get(vb, "output_dim"), "vision_backbone.output_dim")
+    for key in ("hidden_dim", "nheads", "enc_layers", "dec_layers", "dim_feedforward",
+                "latent_dim", "activation", "kl_weight"):
+        put(key, get("head", key), "head." + key)
+    for key, value in out.items():
+        want = type(DEFAULTS[key])
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            out[key] = float(value)
+        elif want is int and isinstance(value, bool):
+            out[key] = int(value)
+        elif not isinstance(out[key], want):
+            raise ConfigError(f"{source}: {seen[key]} is {value!r}, expected {want.__name__}")
+    return out
+
+
+class Settings:
+    """Layered settings: get(name) -> value, source(name) -> which layer set it."""
+
+    def __init__(self):
+        self.layers = [("act_resnet.yaml defaults", dict(DEFAULTS))]
+
+    def add(self, source, values):
+        if values:
+            self.layers.append((source, dict(values)))
+
+    def get(self, name):
+        return self.lookup(name)[0]
+
+    def source(self, name):
+        return self.lookup(name)[1]
+
+    def explicit(self, name):
+        """True when something other than the defaults set the value."""
+        return self.source(name) != self.layers[0][0]
+
+    def lookup(self, name):
+        for source, values in reversed(self.layers):
+            if name in values:
+                return values[name], source
+        raise KeyError(name)

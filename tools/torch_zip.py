@@ -1,0 +1,245 @@
+"""torch_zip.py - read torch.save checkpoints and pickled stats without torch and without running
+any code from the file.
+
+defines: load_torch_zip, load_pickle, LazyTensor, CheckpointError
+
+A torch.save zip archive is `<name>/data.pkl` (a pickle whose tensors point at storages through
+persistent ids ('storage', storage_type, key, location, numel)) plus one raw little-endian
+record `<name>/data/<key>` per storage. torch 2.x adds `<name>/byteorder` and
+`<name>/.data/serialization_id`; the top folder name varies, so it is found, not assumed.
+
+Unpickling is restricted: find_class() hands out only local stand-ins (tensor rebuilders that
+build numpy views of the storage records, storage-type markers) and a few harmless constructors
+(OrderedDict, numpy array/dtype/scalar rebuilders, latin-1 byte decoding). Any other global -
+os.system, builtins.eval, a class of the training code - is refused with an error naming it, so
+nothing in the file ever executes. Tensors stay lazy until asked for, so optimizer state in the
+same checkpoint costs nothing.
+"""
+
+import collections
+import io
+import pickle
+import zipfile
+
+import numpy as np
+
+
+class CheckpointError(ValueError):
+    """A checkpoint or stats file that cannot be read safely or correctly."""
+
+
+class _StorageType:
+    def __init__(self, name, dtype):
+        self.name, self.dtype = name, dtype
+
+
+_STORAGE_TYPES = {n: _StorageType(n, d) for n, d in {
+    "FloatStorage": "f4", "DoubleStorage": "f8", "HalfStorage": "f2", "BFloat16Storage": "bf16",
+    "LongStorage": "i8", "IntStorage": "i4", "ShortStorage": "i2", "CharStorage": "i1",
+    "ByteStorage": "u1", "BoolStorage": "?", "UntypedStorage": "u1"}.items()}
+
+
+class _Storage:
+    def __init__(self, archive, key, stype, numel):
+        self.archive, self.key, self.stype, self.numel = archive, key, stype, numel
+        self._array = None
+
+    def array(self):
+        if self._array is None:
+            self._array = self.archive.storage_array(self.key, self.stype, self.numel)
+        return self._array
+
+
+class LazyTensor:
+    """A tensor rebuilt from the checkpoint: shape now, data (numpy) on demand."""
+
+    def __init__(self, storage, offset, size, stride):
+        self.storage, self.offset = storage, int(offset)
+        self.shape, self.stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+        if len(self.shape) != len(self.stride) or any(s < 0 for s in self.shape + self.stride) \
+                or self.offset < 0:
+            raise CheckpointError(f"tensor in storage '{storage.key}' has size {list(self.shape)}, "
+                                  f"stride {list(self.stride)}, offset {self.offset}")
+        if all(self.shape):
+            last = self.offset + sum((n - 1) * s for n, s in zip(self.shape, self.stride))
+            if last >= storage.numel:
+                raise CheckpointError(f"tensor of size {list(self.shape)} (stride "
+                                      f"{list(self.stride)}, offset {self.offset}) reaches element "
+                                      f"{last} of storage '{storage.key}' with {storage.numel}")
+
+    @property
+    def dtype(self):
+        return self.storage.stype.dtype
+
+    def numpy(self):
+        """The values as a fresh C-contiguous array; floating types become float32."""
+        base = self.storage.array()
+        item = base.itemsize
+        view = np.lib.stride_tricks.as_strided(
+            base[self.offset:], shape=self.shape, strides=[s * item for s in self.stride],
+            writeable=False)
+        a = np.array(view)
+        if self.dtype == "bf16":
+            return (a.astype(np.uint32) << 16).view(np.float32)
+        if a.dtype.kind == "f":
+            return a.astype(np.float32)
+        return a
+
+
+def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad=False,
+                       backward_hooks=None, metadata=None):
+    if not isinstance(storage, _Storage):
+        raise CheckpointError(f"_rebuild_tensor_v2 got {type(storage).__name__}, not a storage")
+    return LazyTensor(storage, storage_offset, size, stride)
+
+
+def _rebuild_parameter(data, requires_grad=False, backward_hooks=None, state=None):
+    if not isinstance(data, LazyTensor):
+        raise CheckpointError(f"_rebuild_parameter got {type(data).__name__}, not a tensor")
+    return data
+
+
+def _np_reconstruct(subtype, shape, dtype):
+    if subtype is not np.ndarray:
+        raise CheckpointError("numpy _reconstruct of a type other than numpy.ndarray")
+    return np.ndarray.__new__(np.ndarray, shape, dtype)
+
+
+def _np_dtype(spec, align=False, copy=False):
+    if not isinstance(spec, str):
+        raise CheckpointError(f"numpy dtype from {type(spec).__name__}, expected a string")
+    dt = np.dtype(spec, align, copy)
+    if dt.hasobject:
+        raise CheckpointError(f"numpy dtype {spec!r} holds Python objects")
+    return dt
+
+
+def _np_scalar(dtype, raw=None):
+    if not isinstance(dtype, np.dtype) or dtype.hasobject or not isinstance(raw, bytes):
+        raise CheckpointError("numpy scalar without a plain dtype and raw bytes")
+    return np.frombuffer(raw, dtype, count=1)[0]
+
+
+def _np_frombuffer(buf, dtype, shape, order):
+    if not isinstance(dtype, np.dtype) or dtype.hasobject:
+        raise CheckpointError("numpy _frombuffer without a plain dtype")
+    return np.frombuffer(bytes(buf), dtype).reshape(shape, order=order).copy()
+
+
+def _codecs_encode(text, encoding="utf-8"):
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+        raise CheckpointError(f"_codecs.encode with encoding {encoding!r}")
+    return text.encode("latin1")
+
+
+_NUMPY = {"_reconstruct": _np_reconstruct, "scalar": _np_scalar}
+_ALLOWED = {
+    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
+    ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
+    ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
+    ("collections", "OrderedDict"): collections.OrderedDict,
+    ("numpy", "ndarray"): np.ndarray,
+    ("numpy", "dtype"): _np_dtype,
+    ("numpy.core.numeric", "_frombuffer"): _np_frombuffer,
+    ("numpy._core.numeric", "_frombuffer"): _np_frombuffer,
+    ("_codecs", "encode"): _codecs_encode,
+}
+_ALLOWED.update({("torch", n): t for n, t in _STORAGE_TYPES.items()})
+for _mod in ("numpy.core.multiarray", "numpy._core.multiarray"):
+    _ALLOWED.update({(_mod, n): f for n, f in _NUMPY.items()})
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    def __init__(self, data, source, archive=None):
+        super().__init__(io.BytesIO(data))
+        self.source, self.archive = source, archive
+
+    def find_class(self, module, name):
+        fn = _ALLOWED.get((module, name))
+        if fn is None:
+            raise CheckpointError(f"refusing to load global '{module}.{name}' from {self.source}: "
+                                  f"only tensors, storages, OrderedDict and numpy arrays are "
+                                  f"allowed")
+        return fn
+
+    def persistent_load(self, pid):
+        if self.archive is None:
+            raise CheckpointError(f"{self.source}: a plain pickle refers to external storage "
+                                  f"{pid!r}")
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"
+                and isinstance(pid[1], _StorageType) and isinstance(pid[2], str)
+                and isinstance(pid[4], int) and pid[4] >= 0):
+            raise CheckpointError(f"{self.source}: unsupported persistent id {pid!r}")
+        return self.archive.storage(pid[2], pid[1], pid[4])
+
+
+def _unpickle(data, source, archive=None):
+    try:
+        return _RestrictedUnpickler(data, source, archive).load()
+    except CheckpointError:
+        raise
+    except Exception as e:   # malformed pickles raise many types; all mean "bad file"
+        raise CheckpointError(f"{source}: cannot unpickle ({type(e).__name__}: {e})") from None
+
+
+class _Archive:
+    def __init__(self, path, zf, prefix, big_endian):
+        self.path, self.zf, self.prefix, self.big_endian = path, zf, prefix, big_endian
+        self.storages = {}
+
+    def storage(self, key, stype, numel):
+        s = self.storages.get(key)
+        if s is None:
+            s = self.storages[key] = _Storage(self, key, stype, numel)
+        elif s.stype is not stype or s.numel != numel:
+            raise CheckpointError(f"{self.path}: storage '{key}' is referenced as "
+                                  f"{stype.name}[{numel}] and {s.stype.name}[{s.numel}]")
+        return s
+
+    def storage_array(self, key, stype, numel):
+        record = f"{self.prefix}data/{key}"
+        try:
+            raw = self.zf.read(record)
+        except KeyError:
+            raise CheckpointError(f"{self.path}: storage record '{record}' is missing") from None
+        dt = np.dtype("<u2" if stype.dtype == "bf16" else stype.dtype)
+        if self.big_endian:
+            dt = dt.newbyteorder(">")
+        if len(raw) < numel * dt.itemsize:
+            raise CheckpointError(f"{self.path}: storage '{record}' has {len(raw)} bytes, "
+                                  f"{stype.name} of {numel} elements needs {numel * dt.itemsize}")
+        return np.frombuffer(raw, dt, count=numel).astype(dt.newbyteorder("="))
+
+
+def load_torch_zip(path):
+    """Load a torch.save zip archive; tensors come back as LazyTensor."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if not zipfile.is_zipfile(path):
+        if head[:1] == b"\x80":
+            kind = "a legacy (pre-1.6, non-zip) torch.save file"
+        elif head[:4] == b"PK\x03\x04":
+            kind = "a damaged zip archive"
+        else:
+            kind = "not a torch.save zip archive"
+        raise CheckpointError(f"{path}: {kind}; re-save it with torch >= 1.6 "
+                              f"(torch.save(torch.load(p), p2)) and convert that")
+    zf = zipfile.ZipFile(path)
+    pkls = [n for n in zf.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
+    if len(pkls) != 1:
+        raise CheckpointError(f"{path}: expected one '<name>/data.pkl' record, found {pkls}")
+    prefix = pkls[0][:-len("data.pkl")]
+    big_endian = False
+    if prefix + "byteorder" in zf.namelist():
+        order = zf.read(prefix + "byteorder").decode("ascii", "replace").strip()
+        if order not in ("little", "big"):
+            raise CheckpointError(f"{path}: byteorder record says {order!r}")
+        big_endian = order == "big"
+    archive = _Archive(path, zf, prefix, big_endian)
+    return _unpickle(zf.read(pkls[0]), path, archive)
+
+
+def load_pickle(path):
+    """Load a plain pickle (e.g. dataset_stats.pkl) with the same restrictions."""
+    with open(path, "rb") as f:
+        return _unpickle(f.read(), path)
