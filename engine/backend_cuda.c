@@ -1,0 +1,737 @@
+/* backend_cuda.c - the act_backend op table on one CUDA device, in C.
+ * defines: act_backend_cuda_create, act_cuda_available
+ *
+ * Each op resolves its weights to device pointers and calls an extern "C" launcher from
+ * kernels/<family>.cuh on the backend's own non-blocking stream; cuBLAS and cuDNN run on that stream
+ * too. Nothing here synchronizes except be->sync and setup-time calls (load_weights,
+ * sinusoid_table), and nothing allocates after setup except host-side conv plans, which use
+ * the fixed workspace allocated at creation.
+ *
+ * Weights: the model's fp32 blob is uploaded once (tensor->offset indexes it on the device as on
+ * the host). For bf16/fp16 a second copy of the whole blob in that type serves the GEMM and
+ * conv weights at the same offsets; biases, norms and embeddings always read the fp32 copy.
+ * Activations (alloc ACT_DT_ACT) are fp32 for fp32/tf32 and bf16/fp16 otherwise.
+ *
+ * Graphs: begin_capture starts a stream capture, end_capture instantiates and launches it and
+ * keeps the executable graph under its key; graph_replay launches a kept one. An op that fails
+ * during a capture ends the capture, so the stream is usable again after the error.
+ *
+ * Feature maps are NCHW, the layout preprocess writes and cuDNN's NCHW plans read. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+#include <cudnn.h>
+
+#include "backend.h"
+#include "attention.cuh"
+#include "conv.cuh"
+#include "elementwise.cuh"
+#include "embed.cuh"
+#include "gemm.cuh"
+#include "norm.cuh"
+#include "pool.cuh"
+#include "preprocess.cuh"
+
+#define CONV_WS_BYTES ((size_t)256 << 20)
+#define CUBLAS_WS_BYTES ((size_t)32 << 20)
+#define MAX_GRAPHS 256
+#define MAX_MARKS 32
+
+typedef struct { int widx, N, H, W; act_conv_plan *plan; } conv_entry;
+typedef struct { int key; cudaGraphExec_t exec; } graph_entry;
+typedef struct { float *host; size_t n; int dt; int keep; } widen_job;   /* download of bf16/fp16 */
+
+typedef struct {
+    int dev;
+    cudaStream_t st;
+    cublasHandle_t blas;
+    cudnnHandle_t dnn;
+    void *blas_ws, *conv_ws;
+    int adt;                        /* activation dtype (act_dtype) */
+    int wdt;                        /* dtype of GEMM/conv weights */
+    float *wf32;                    /* device copy of the fp32 blob */
+    void *wlow;                     /* bf16/fp16 copy of the blob, or NULL */
+    void *scratch;                  /* F32 -> activation conversion for linear inputs */
+    size_t scratch_elems;
+    void **allocs;
+    int n_allocs, cap_allocs;
+    size_t bytes;
+    conv_entry *convs;
+    int n_convs, cap_convs;
+    graph_entry graphs[MAX_GRAPHS];
+    int n_graphs;
+    int capturing;
+    widen_job **jobs;               /* widen jobs captured into graphs, freed at destroy */
+    int n_jobs, cap_jobs;
+    cudaEvent_t ev[MAX_MARKS];
+    int ev_stage[MAX_MARKS];
+    int n_marks;
+} cuda_ctx;
+
+#define CTX(be) ((cuda_ctx *)(be)->ctx)
+
+/* The checked-call macros of kernels/ write into (err, errlen); ops bind those to be->err. */
+#define BE_ERR char *err = be->err; size_t errlen = sizeof be->err; (void)err; (void)errlen
+
+static int grow(void **arr, int *cap, int need, size_t elem) {
+    if (need <= *cap) return 0;
+    int nc = *cap ? *cap * 2 : 16;
+    while (nc < need) nc *= 2;
+    void *p = realloc(*arr, (size_t)nc * elem);
+    if (!p) return -1;
+    *arr = p;
+    *cap = nc;
+    return 0;
+}
+
+/* An op failed: if a capture is open, close it so the stream leaves capture mode. */
+static int fail(act_backend *be) {
+    cuda_ctx *c = CTX(be);
+    if (c->capturing) {
+        cudaGraph_t g = NULL;
+        cudaStreamEndCapture(c->st, &g);
+        if (g) cudaGraphDestroy(g);
+        cudaGetLastError();
+        c->capturing = 0;
+    }
+    return -1;
+}
+/* launchers write their message into be->err (KE); CK checks a runtime call in an op */
+#define KE be->err, sizeof be->err
+#define TRY(call) do { if ((call) != 0) return fail(be); } while (0)
+#define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
+    act_kerr(KE, __FILE__, __LINE__, #call, cudaGetErrorString(e_)); return fail(be); } } while (0)
+
+static int dt_of(const cuda_ctx *c, act_dtype dt) { return dt == ACT_DT_ACT ? c->adt : (int)dt; }
+
+static const float *wf(act_backend *be, const act_tensor *t) {
+    return t ? CTX(be)->wf32 + t->offset : NULL;
+}
+/* GEMM/conv weight pointer at element offset off (in the precision's weight copy) */
+static const void *wlow(act_backend *be, size_t off) {
+    cuda_ctx *c = CTX(be);
+    if (c->wdt == ACT_DT_F32) return c->wf32 + off;
+    return (const char *)c->wlow + off * 2;
+}
+
+static int weights_ready(act_backend *be) {
+    if (CTX(be)->wf32) return 0;
+    snprintf(be->err, sizeof be->err, "cuda backend: load_weights was not called");
+    return -1;
+}
+
+/* ---------------- memory ---------------- */
+
+static act_buf cu_alloc(act_backend *be, size_t n, act_dtype dt) {
+    cuda_ctx *c = CTX(be);
+    act_buf b = {NULL, (act_dtype)dt_of(c, dt)};
+    size_t bytes = (n ? n : 1) * act_dtype_size(b.dt);
+    if (grow((void **)&c->allocs, &c->cap_allocs, c->n_allocs + 1, sizeof(void *))) {
+        snprintf(be->err, sizeof be->err, "cuda alloc: out of host memory");
+        return b;
+    }
+    cudaError_t e = cudaMalloc(&b.p, bytes);
+    if (e != cudaSuccess) {
+        snprintf(be->err, sizeof be->err, "cuda alloc: cudaMalloc(%zu bytes): %s", bytes,
+                 cudaGetErrorString(e));
+        b.p = NULL;
+        return b;
+    }
+    c->allocs[c->n_allocs++] = b.p;
+    c->bytes += bytes;
+    /* an F32 buffer may feed a linear layer of a bf16/fp16 session: keep a conversion scratch
+     * as large as the largest F32 buffer, allocated now rather than inside a step */
+    if (b.dt == ACT_DT_F32 && c->adt != ACT_DT_F32 && n > c->scratch_elems) {
+        if (c->scratch) { cudaFree(c->scratch); c->bytes -= c->scratch_elems * 2; }
+        c->scratch = NULL;
+        c->scratch_elems = 0;
+        e = cudaMalloc(&c->scratch, n * 2);
+        if (e != cudaSuccess) {
+            snprintf(be->err, sizeof be->err, "cuda alloc: scratch cudaMalloc(%zu bytes): %s",
+                     n * 2, cudaGetErrorString(e));
+            c->scratch = NULL;
+            b.p = NULL;            /* the buffer stays in allocs and is freed at destroy */
+            return b;
+        }
+        c->scratch_elems = n;
+        c->bytes += n * 2;
+    }
+    return b;
+}
+
+static void *cu_host_alloc(act_backend *be, size_t bytes) {
+    void *p = NULL;
+    cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        snprintf(be->err, sizeof be->err, "cuda host_alloc: cudaMallocHost(%zu bytes): %s", bytes,
+                 cudaGetErrorString(e));
+        return NULL;
+    }
+    return p;
+}
+
+static void cu_host_free(act_backend *be, void *p) { if (p) cudaFreeHost(p); }
+
+static size_t cu_device_bytes(act_backend *be) { return CTX(be)->bytes; }
+
+static int cu_load_weights(act_backend *be, const act_model *m) {
+    cuda_ctx *c = CTX(be);
+    BE_ERR;
+    const act_weights *w = m->w;
+    if (c->wf32 || c->wlow) {
+        snprintf(be->err, sizeof be->err, "cuda backend: load_weights called twice");
+        return -1;
+    }
+    size_t n = w->blob_elems ? w->blob_elems : 1;
+    KCHECK(cudaMalloc((void **)&c->wf32, n * 4));
+    c->bytes += n * 4;
+    KCHECK(cudaMemcpy(c->wf32, w->blob, w->blob_elems * 4, cudaMemcpyHostToDevice));
+    if (c->wdt != ACT_DT_F32) {
+        KCHECK(cudaMalloc(&c->wlow, n * 2));
+        c->bytes += n * 2;
+        if (act_k_convert(c->wlow, c->wdt, c->wf32, ACT_DT_F32, w->blob_elems, c->st, err, errlen))
+            return -1;
+    }
+    KCHECK(cudaStreamSynchronize(c->st));
+    return 0;
+}
+
+/* ---------------- step structure ---------------- */
+
+static int cu_graph_replay(act_backend *be, int key) {
+    cuda_ctx *c = CTX(be);
+    BE_ERR;
+    for (int i = 0; i < c->n_graphs; i++)
+        if (c->graphs[i].key == key) {
+            KCHECK(cudaGraphLaunch(c->graphs[i].exec, c->st));
+            return 1;
+        }
+    return 0;
+}
+
+static int cu_begin_capture(act_backend *be, int key) {
+    cuda_ctx *c = CTX(be);
+    BE_ERR;
+    if (c->capturing) {
+        snprintf(be->err, sizeof be->err, "cuda begin_capture(%d): a capture is already open", key);
+        return -1;
+    }
+    KCHECK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal));
+    c->capturing = 1;
+    return 0;
+}
+
+static int cu_end_capture(act_backend *be, int key) {
+    cuda_ctx *c = CTX(be);
+    BE_ERR;
+    if (!c->capturing) {
+        snprintf(be->err, sizeof be->err, "cuda end_capture(%d): no capture is open", key);
+        return -1;
+    }
+    cudaGraph_t g = NULL;
+    c->capturing = 0;
+    KCHECK(cudaStreamEndCapture(c->st, &g));
+    cudaGraphExec_t exec = NULL;
+    cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+    cudaGraphDestroy(g);
+    KCHECK(e);
+    int slot = -1;
+    for (int i = 0; i < c->n_graphs; i++)
+        if (c->graphs[i].key == key) slot = i;
+    if (slot >= 0) {
+        cudaGraphExecDestroy(c->graphs[slot].exec);
+    } else if (c->n_graphs < MAX_GRAPHS) {
+        slot = c->n_graphs++;
+    } else {
+        cudaGraphExecDestroy(exec);
+        snprintf(be->err, sizeof be->err, "cuda end_capture(%d): more than %d graphs", key,
+                 MAX_GRAPHS);
+        return -1;
+    }
+    c->graphs[slot].key = key;
+    c->graphs[slot].exec = exec;
+    KCHECK(cudaGraphLaunch(exec, c->st));
+    return 0;
+}
+
+static int cu_sync(act_backend *be) {
+    cuda_ctx *c = CTX(be);
+    BE_ERR;
+    KCHECK(cudaStreamSynchronize(c->st));
+    return 0;
+}
+
+/* Profiling: each mark records an event tagged with the stage that starts there; a stage's
+ * time runs to the next mark. ACT_STAGE_UPLOAD starts a new step's list; a mark of
+ * ACT_STAGE_COUNT (or beyond) closes the last stage. Marks inside a capture are dropped. */
+static void cu_stage_mark(act_backend *be, int stage) {
+    cuda_ctx *c = CTX(be);
+    if (c->capturing) return;
+    if (stage == ACT_STAGE_UPLOAD || c->n_marks >= MAX_MARKS) c->n_marks = 0;
+    if (cudaEventRecord(c->ev[c->n_marks], c->st) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    c->ev_stage[c->n_marks++] = stage;
+}
+
+static int cu_stage_ms(act_backend *be, double *ms) {
+    cuda_ctx *c = CTX(be);
+    BE_ERR;
+    for (int i = 0; i < ACT_STAGE_COUNT; i++) ms[i] = 0.0;
+    if (c->n_marks == 0) return 0;
+    KCHECK(cudaEventSynchronize(c->ev[c->n_marks - 1]));
+    for (int i = 0; i + 1 < c->n_marks; i++) {
+        int s = c->ev_stage[i];
+        if (s < 0 || s >= ACT_STAGE_COUNT) continue;
+        float t = 0.0f;
+        KCHECK(cudaEventElapsedTime(&t, c->ev[i], c->ev[i + 1]));
+        ms[s] += t;
+    }
+    c->n_marks = 0;
+    return 0;
+}
+
+/* ---------------- transfers ---------------- */
+
+static int cu_upload(act_backend *be, act_buf dst, const void *host, size_t n) {
+    if (n == 0) return 0;
+    CK(cudaMemcpyAsync(dst.p, host, n * act_dtype_size(dst.dt), cudaMemcpyHostToDevice,
+                       CTX(be)->st));
+    return 0;
+}
+
+static float half_bits_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1f, m = h & 0x3ff, bits;
+    if (e == 0x1f) bits = sign | 0x7f800000u | (m << 13);
+    else if (e) bits = sign | ((e + 112) << 23) | (m << 13);
+    else if (!m) bits = sign;
+    else {
+        float f = ldexpf((float)m, -24);               /* subnormal half */
+        return sign ? -f : f;
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* Host node after a bf16/fp16 download: the 2-byte values sit in the first half of the fp32
+ * host buffer; widening from the end backwards never overwrites a value not yet read. */
+static void CUDART_CB widen_host(void *ud) {
+    widen_job *j = (widen_job *)ud;
+    const uint16_t *h = (const uint16_t *)j->host;
+    for (size_t i = j->n; i-- > 0;) {
+        uint16_t v = h[i];
+        float f;
+        if (j->dt == ACT_DT_BF16) {
+            uint32_t bits = (uint32_t)v << 16;
+            memcpy(&f, &bits, 4);
+        } else {
+            f = half_bits_to_float(v);
+        }
+        j->host[i] = f;
+    }
+    if (!j->keep) free(j);
+}
+
+static int cu_download(act_backend *be, float *host, act_buf src, size_t n) {
+    cuda_ctx *c = CTX(be);
+    if (n == 0) return 0;
+    CK(cudaMemcpyAsync(host, src.p, n * act_dtype_size(src.dt), cudaMemcpyDeviceToHost, c->st));
+    if (src.dt == ACT_DT_F32) return 0;
+    widen_job *j = (widen_job *)malloc(sizeof *j);
+    if (!j || (c->capturing && grow((void **)&c->jobs, &c->cap_jobs, c->n_jobs + 1, sizeof *c->jobs))) {
+        free(j);
+        snprintf(be->err, sizeof be->err, "cuda download: out of host memory");
+        return fail(be);
+    }
+    j->host = host;
+    j->n = n;
+    j->dt = src.dt;
+    j->keep = c->capturing;
+    if (j->keep) c->jobs[c->n_jobs++] = j;
+    cudaError_t e = cudaLaunchHostFunc(c->st, widen_host, j);
+    if (e != cudaSuccess) {
+        if (!j->keep) free(j);
+        act_kerr(KE, __FILE__, __LINE__, "cudaLaunchHostFunc", cudaGetErrorString(e));
+        return fail(be);
+    }
+    return 0;
+}
+
+/* ---------------- vision ---------------- */
+
+static int cu_preprocess(act_backend *be, act_buf frames, int B, int hi, int wi,
+                         const act_config *cfg, act_buf out) {
+    int rh = cfg->input_h, rw = cfg->input_w, ho = rh, wo = rw, top = 0, left = 0;
+    if (cfg->crop_h > 0 && cfg->crop_w > 0) {
+        if (cfg->crop_h > rh || cfg->crop_w > rw) {
+            snprintf(be->err, sizeof be->err, "preprocess: crop %dx%d is larger than the resized "
+                     "image %dx%d", cfg->crop_h, cfg->crop_w, rh, rw);
+            return fail(be);
+        }
+        ho = cfg->crop_h;
+        wo = cfg->crop_w;
+        top = (int)nearbyint((rh - ho) / 2.0);        /* torchvision: int(round(x)), half-even */
+        left = (int)nearbyint((rw - wo) / 2.0);
+    }
+    TRY(act_k_preprocess((const unsigned char *)frames.p, B, hi, wi, rh, rw, top, left, ho, wo,
+                         cfg->imagenet_norm, out.p, out.dt, CTX(be)->st, KE));
+    return 0;
+}
+
+static int conv_plan_for(act_backend *be, const act_conv *cv, int N, int H, int W,
+                         act_conv_plan **out) {
+    cuda_ctx *c = CTX(be);
+    for (int i = 0; i < c->n_convs; i++) {
+        conv_entry *e = &c->convs[i];
+        if (e->widx == cv->w->index && e->N == N && e->H == H && e->W == W) {
+            *out = e->plan;
+            return 0;
+        }
+    }
+    if (grow((void **)&c->convs, &c->cap_convs, c->n_convs + 1, sizeof *c->convs)) {
+        snprintf(be->err, sizeof be->err, "conv2d: out of host memory for a plan");
+        return -1;
+    }
+    act_conv_plan *p = NULL;
+    if (act_k_conv_plan(c->dnn, c->wdt, be->precision, N, cv->cin, H, W, cv->cout, cv->k,
+                        cv->stride, cv->pad, CONV_WS_BYTES, &p, KE))
+        return -1;
+    conv_entry e = {cv->w->index, N, H, W, p};
+    c->convs[c->n_convs++] = e;
+    *out = p;
+    return 0;
+}
+
+static int cu_conv2d(act_backend *be, const act_conv *cv, act_buf x, int N, int H, int W,
+                     act_buf residual, act_epilogue epi, act_buf y) {
+    cuda_ctx *c = CTX(be);
+    TRY(weights_ready(be));
+    if ((int)x.dt != c->wdt || (int)y.dt != c->wdt) {
+        snprintf(be->err, sizeof be->err, "conv2d '%s': input dtype %d and output dtype %d must "
+                 "be the activation dtype %d", cv->w->name, x.dt, y.dt, c->wdt);
+        return fail(be);
+    }
+    act_conv_plan *p;
+    TRY(conv_plan_for(be, cv, N, H, W, &p));
+    int Ho, Wo;
+    act_k_conv_out_dims(p, &Ho, &Wo);
+    /* a residual that is y itself is accumulated by cuDNN (beta = 1) */
+    int res_in_y = residual.p && residual.p == y.p;
+    TRY(act_k_conv_run(c->dnn, p, x.p, wlow(be, cv->w->offset), res_in_y ? 1.0f : 0.0f, y.p,
+                       c->conv_ws, CONV_WS_BYTES, KE));
+    TRY(act_k_bias_res_act(y.p, y.dt, wf(be, cv->b), res_in_y ? NULL : residual.p, residual.dt,
+                           (size_t)N, cv->cout, (size_t)Ho * Wo, epi, c->st, KE));
+    return 0;
+}
+
+static int cu_groupnorm(act_backend *be, act_buf x, int N, int C, int HW, int groups,
+                        const act_tensor *gamma, const act_tensor *beta, act_buf residual,
+                        act_epilogue epi, act_buf y) {
+    TRY(weights_ready(be));
+    TRY(act_k_groupnorm(x.p, x.dt, N, C, HW, groups, 1e-5f, wf(be, gamma), wf(be, beta),
+                        residual.p, residual.dt, epi, y.p, y.dt, CTX(be)->st, KE));
+    return 0;
+}
+
+static int cu_maxpool(act_backend *be, act_buf x, int N, int C, int H, int W, act_buf y) {
+    TRY(act_k_maxpool(x.p, x.dt, N, C, H, W, y.p, y.dt, CTX(be)->st, KE));
+    return 0;
+}
+
+static int cu_spatial_softmax(act_backend *be, act_buf x, int N, int K, int HW,
+                              const act_tensor *pos_grid, act_buf y) {
+    TRY(weights_ready(be));
+    TRY(act_k_spatial_softmax(x.p, x.dt, N, K, HW, wf(be, pos_grid), y.p, y.dt, CTX(be)->st, KE));
+    return 0;
+}
+
+/* ---------------- transformer ---------------- */
+
+static int cu_linear(act_backend *be, const act_linear *l, act_buf x, int M, act_epilogue epi,
+                     act_buf y) {
+    cuda_ctx *c = CTX(be);
+    TRY(weights_ready(be));
+    const void *xp = x.p;
+    int xdt = x.dt;
+    if (xdt != c->wdt) {            /* e.g. F32 normalized qpos into a bf16 GEMM */
+        size_t n = (size_t)M * l->in;
+        if (xdt != ACT_DT_F32 || n > c->scratch_elems) {
+            snprintf(be->err, sizeof be->err, "linear '%s': input dtype %d does not match the "
+                     "weights (%d) and no conversion buffer of %zu elements exists", l->w->name,
+                     xdt, c->wdt, n);
+            return fail(be);
+        }
+        TRY(act_k_convert(c->scratch, c->wdt, x.p, xdt, n, c->st, KE));
+        xp = c->scratch;
+        xdt = c->wdt;
+    }
+    const void *W = wlow(be, l->w->offset + (size_t)l->row0 * l->in);
+    TRY(act_k_linear(c->blas, W, c->wdt, xp, xdt, y.p, y.dt, M, l->out, l->in,
+                     be->precision == ACT_TF32, KE));
+    TRY(act_k_bias_res_act(y.p, y.dt, l->b ? wf(be, l->b) + l->row0 : NULL, NULL, 0, (size_t)M,
+                           l->out, 1, epi, c->st, KE));
+    return 0;
+}
+
+static int cu_attention(act_backend *be, act_buf q, int qs, act_buf k, act_buf v, int kvs, int B,
+                        int Lq, int Lk, int nh, int dh, act_buf key_pad, act_buf out) {
+    if (k.dt != v.dt) {
+        snprintf(be->err, sizeof be->err, "attention: k and v dtypes differ (%d, %d)", k.dt, v.dt);
+        return fail(be);
+    }
+    TRY(act_k_attention(q.p, q.dt, qs, k.p, v.p, k.dt, kvs, B, Lq, Lk, nh, dh,
+                        (const unsigned char *)key_pad.p, out.p, out.dt, CTX(be)->st, KE));
+    return 0;
+}
+
+static int cu_add_layernorm(act_backend *be, act_buf x, act_buf d, const act_ln *ln, float eps,
+                            int rows, int E, act_buf y) {
+    TRY(weights_ready(be));
+    TRY(act_k_add_layernorm(x.p, x.dt, d.p, d.dt, wf(be, ln->w), wf(be, ln->b), eps, rows, E, y.p,
+                            y.dt, CTX(be)->st, KE));
+    return 0;
+}
+
+static int cu_broadcast_rows(act_backend *be, const act_tensor *t, int B, int R, int E,
+                             act_buf out) {
+    TRY(weights_ready(be));
+    TRY(act_k_broadcast_rows(wf(be, t), B, (size_t)R * E, out.p, out.dt, CTX(be)->st, KE));
+    return 0;
+}
+
+static int cu_memory_assemble(act_backend *be, act_buf lat, act_buf qp, act_buf vis, int B,
+                              int ncam, int E, act_buf pos, const act_tensor *type_embed,
+                              act_buf out) {
+    TRY(weights_ready(be));
+    if (pos.dt != ACT_DT_F32) {
+        snprintf(be->err, sizeof be->err, "memory_assemble: the position table must be F32");
+        return fail(be);
+    }
+    TRY(act_k_memory_assemble(lat.p, lat.dt, qp.p, qp.dt, vis.p, vis.dt, B, ncam, E,
+                              (const float *)pos.p, wf(be, type_embed), out.p, out.dt,
+                              CTX(be)->st, KE));
+    return 0;
+}
+
+static int cu_posterior_assemble(act_backend *be, const act_tensor *cls, act_buf qp, act_buf act,
+                                 int B, int H, int E, act_buf pos, act_buf out) {
+    TRY(weights_ready(be));
+    if (pos.dt != ACT_DT_F32) {
+        snprintf(be->err, sizeof be->err, "posterior_assemble: the position table must be F32");
+        return fail(be);
+    }
+    TRY(act_k_posterior_assemble(wf(be, cls), qp.p, qp.dt, act.p, act.dt, B, H, E,
+                                 (const float *)pos.p, out.p, out.dt, CTX(be)->st, KE));
+    return 0;
+}
+
+/* Built on the host with the C library's expf/sinf/cosf, the same float32 steps as
+ * _build_sinusoidal_table (and as the CPU backend), then copied once: setup time only. */
+static int cu_sinusoid_table(act_backend *be, int L, int E, act_buf out) {
+    if (out.dt != ACT_DT_F32 || L <= 0 || E <= 0) {
+        snprintf(be->err, sizeof be->err, "sinusoid_table: needs an F32 buffer and L, E > 0 "
+                 "(got dtype %d, L %d, E %d)", out.dt, L, E);
+        return fail(be);
+    }
+    float *t = (float *)calloc((size_t)L * E, sizeof(float));
+    if (!t) {
+        snprintf(be->err, sizeof be->err, "sinusoid_table: out of host memory");
+        return fail(be);
+    }
+    float k = (float)(-log(10000.0) / (double)E);
+    for (int i = 0; 2 * i < E; i++) {
+        float div = expf((float)(2 * i) * k);
+        for (int p = 0; p < L; p++) {
+            float a = (float)p * div;
+            t[(size_t)p * E + 2 * i] = sinf(a);
+            if (2 * i + 1 < E) t[(size_t)p * E + 2 * i + 1] = cosf(a);
+        }
+    }
+    cudaError_t e = cudaMemcpy(out.p, t, (size_t)L * E * sizeof(float), cudaMemcpyHostToDevice);
+    free(t);
+    CK(e);
+    return 0;
+}
+
+static int cu_normalize(act_backend *be, act_buf x, int rows, int dim, const act_tensor *lo,
+                        const act_tensor *hi, act_norm_type type, float eps, int inverse,
+                        act_buf y) {
+    TRY(weights_ready(be));
+    TRY(act_k_normalize(x.p, x.dt, y.p, y.dt, rows, dim, wf(be, lo), wf(be, hi), (int)type, eps,
+                        inverse, CTX(be)->st, KE));
+    return 0;
+}
+
+static int cu_latent(act_backend *be, act_buf ml, int B, int L, int sample, act_buf seed8,
+                     act_buf mu, act_buf logvar, act_buf kl, act_buf z) {
+    if ((mu.p && mu.dt != ACT_DT_F32) || (logvar.p && logvar.dt != ACT_DT_F32) ||
+        (kl.p && kl.dt != ACT_DT_F32)) {
+        snprintf(be->err, sizeof be->err, "latent: mu, logvar and kl must be F32 buffers");
+        return fail(be);
+    }
+    TRY(act_k_latent(ml.p, ml.dt, B, L, sample, (const unsigned char *)seed8.p, (float *)mu.p,
+                     (float *)logvar.p, (float *)kl.p, z.p, z.dt, CTX(be)->st, KE));
+    return 0;
+}
+
+static int cu_fill_zero(act_backend *be, act_buf x, size_t n) {
+    if (n == 0) return 0;
+    CK(cudaMemsetAsync(x.p, 0, n * act_dtype_size(x.dt), CTX(be)->st));   /* 0.0 in every dtype */
+    return 0;
+}
+
+static int cu_copy(act_backend *be, act_buf dst, act_buf src, size_t n) {
+    TRY(act_k_convert(dst.p, dst.dt, src.p, src.dt, n, CTX(be)->st, KE));
+    return 0;
+}
+
+/* ---------------- lifetime ---------------- */
+
+static void cu_destroy(act_backend *be) {
+    if (!be) return;
+    cuda_ctx *c = CTX(be);
+    if (c) {
+        if (c->st) {
+            if (c->capturing) fail(be);
+            cudaStreamSynchronize(c->st);
+        }
+        for (int i = 0; i < c->n_graphs; i++) cudaGraphExecDestroy(c->graphs[i].exec);
+        for (int i = 0; i < c->n_convs; i++) act_k_conv_plan_free(c->convs[i].plan);
+        for (int i = 0; i < c->n_allocs; i++) cudaFree(c->allocs[i]);
+        for (int i = 0; i < c->n_jobs; i++) free(c->jobs[i]);
+        for (int i = 0; i < MAX_MARKS; i++) if (c->ev[i]) cudaEventDestroy(c->ev[i]);
+        free(c->convs);
+        free(c->allocs);
+        free(c->jobs);
+        if (c->scratch) cudaFree(c->scratch);
+        if (c->wf32) cudaFree(c->wf32);
+        if (c->wlow) cudaFree(c->wlow);
+        if (c->conv_ws) cudaFree(c->conv_ws);
+        if (c->blas_ws) cudaFree(c->blas_ws);
+        if (c->blas) cublasDestroy(c->blas);
+        if (c->dnn) cudnnDestroy(c->dnn);
+        if (c->st) cudaStreamDestroy(c->st);
+        free(c);
+    }
+    free(be);
+}
+
+int act_cuda_available(char *why, size_t whylen) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        if (why && whylen) snprintf(why, whylen, "no usable CUDA device: %s", cudaGetErrorString(e));
+        cudaGetLastError();
+        return 0;
+    }
+    if (n == 0) {
+        if (why && whylen) snprintf(why, whylen, "no CUDA device present");
+        return 0;
+    }
+    if (why && whylen) snprintf(why, whylen, "%d CUDA device(s)", n);
+    return 1;
+}
+
+/* setup of the handles and fixed buffers; on error be->err says which call failed */
+static int cu_setup(act_backend *be, int device) {
+    cuda_ctx *c = CTX(be);
+    BE_ERR;
+    int n = 0;
+    KCHECK(cudaGetDeviceCount(&n));
+    if (device < 0 || device >= n) {
+        snprintf(be->err, sizeof be->err, "cuda: device %d does not exist (%d present)", device, n);
+        return -1;
+    }
+    KCHECK(cudaSetDevice(device));
+    struct cudaDeviceProp prop;
+    KCHECK(cudaGetDeviceProperties(&prop, device));
+    snprintf(be->device_name, sizeof be->device_name, "%.100s (sm_%d%d)", prop.name, prop.major,
+             prop.minor);
+    if (be->precision == ACT_BF16 && prop.major < 8) {
+        snprintf(be->err, sizeof be->err, "cuda: bf16 needs compute capability 8.0, %s has %d.%d",
+                 prop.name, prop.major, prop.minor);
+        return -1;
+    }
+    KCHECK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking));
+    for (int i = 0; i < MAX_MARKS; i++) KCHECK(cudaEventCreate(&c->ev[i]));
+    KCUBLAS(cublasCreate(&c->blas));
+    KCUBLAS(cublasSetStream(c->blas, c->st));
+    KCHECK(cudaMalloc(&c->blas_ws, CUBLAS_WS_BYTES));
+    KCUBLAS(cublasSetWorkspace(c->blas, c->blas_ws, CUBLAS_WS_BYTES));
+    KCUBLAS(cublasSetMathMode(c->blas, be->precision == ACT_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                 : CUBLAS_DEFAULT_MATH));
+    KCUDNN(cudnnCreate(&c->dnn));
+    KCUDNN(cudnnSetStream(c->dnn, c->st));
+    KCHECK(cudaMalloc(&c->conv_ws, CONV_WS_BYTES));
+    c->bytes = CUBLAS_WS_BYTES + CONV_WS_BYTES;
+    return 0;
+}
+
+int act_backend_cuda_create(int device, act_precision prec, act_backend **out, char *err,
+                            size_t errlen) {
+    *out = NULL;
+    if (prec < ACT_FP32 || prec > ACT_FP16) {
+        snprintf(err, errlen, "cuda backend: unknown precision %d", (int)prec);
+        return -1;
+    }
+    char why[256];
+    if (!act_cuda_available(why, sizeof why)) {
+        snprintf(err, errlen, "cuda backend: %s", why);
+        return -1;
+    }
+    act_backend *be = (act_backend *)calloc(1, sizeof *be);
+    cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        snprintf(err, errlen, "cuda backend: out of host memory");
+        return -1;
+    }
+    be->ctx = c;
+    be->name = "cuda";
+    be->precision = prec;
+    c->dev = device;
+    c->adt = prec == ACT_BF16 ? ACT_DT_BF16 : prec == ACT_FP16 ? ACT_DT_F16 : ACT_DT_F32;
+    c->wdt = c->adt;
+    if (cu_setup(be, device)) {
+        snprintf(err, errlen, "cuda backend: %s", be->err);
+        cu_destroy(be);
+        return -1;
+    }
+    be->destroy = cu_destroy;
+    be->alloc = cu_alloc;
+    be->host_alloc = cu_host_alloc;
+    be->host_free = cu_host_free;
+    be->device_bytes = cu_device_bytes;
+    be->load_weights = cu_load_weights;
+    be->graph_replay = cu_graph_replay;
+    be->begin_capture = cu_begin_capture;
+    be->end_capture = cu_end_capture;
+    be->sync = cu_sync;
+    be->stage_mark = cu_stage_mark;
+    be->stage_ms = cu_stage_ms;
+    be->upload = cu_upload;
+    be->download = cu_download;
+    be->preprocess = cu_preprocess;
+    be->conv2d = cu_conv2d;
+    be->groupnorm = cu_groupnorm;
+    be->maxpool = cu_maxpool;
+    be->spatial_softmax = cu_spatial_softmax;
+    be->linear = cu_linear;
+    be->attention = cu_attention;
+    be->add_layernorm = cu_add_layernorm;
+    be->broadcast_rows = cu_broadcast_rows;
+    be->memory_assemble = cu_memory_assemble;
+    be->posterior_assemble = cu_posterior_assemble;
+    be->sinusoid_table = cu_sinusoid_table;
+    be->normalize = cu_normalize;
+    be->latent = cu_latent;
+    be->fill_zero = cu_fill_zero;
+    be->copy = cu_copy;
+    *out = be;
+    return 0;
+}

@@ -1,0 +1,71 @@
+/* common.cuh - what every kernel file shares: dtype-generic loads/stores, grid sizing, and the
+ * checked-call macros that turn a CUDA error into a "file:line: call: message" string.
+ * defines: KDT_*, kld, kst, CEIL_DIV, act_kerr, KCHECK, KLAUNCH
+ *
+ * Kernels take their buffers as void * plus a dtype code (the values of act_dtype: 0 F32,
+ * 1 BF16, 2 F16) and convert on load/store, so one kernel serves every precision and any mix of
+ * F32 and activation buffers that the forward pass hands an op. Arithmetic is always fp32.
+ * Launchers are extern "C", take a stream and an error buffer, and return 0 or -1: they never
+ * exit and never synchronize (launch errors only; execution errors surface at be->sync). */
+#ifndef ACT_KERNELS_COMMON_CUH
+#define ACT_KERNELS_COMMON_CUH
+
+#include <stddef.h>
+#include <stdio.h>
+#include <cuda_runtime.h>
+
+enum { KDT_F32 = 0, KDT_BF16 = 1, KDT_F16 = 2 };
+
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+static inline int act_kerr(char *err, size_t errlen, const char *file, int line,
+                           const char *call, const char *msg) {
+    if (err && errlen) snprintf(err, errlen, "%s:%d: %s: %s", file, line, call, msg);
+    return -1;
+}
+
+/* a checked CUDA runtime call inside a function that has char *err, size_t errlen */
+#define KCHECK(call) do { cudaError_t e_ = (call); \
+    if (e_ != cudaSuccess) return act_kerr(err, errlen, __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+} while (0)
+/* after a <<<>>> launch: configuration errors are reported here, not at the next sync */
+#define KLAUNCH(name) KCHECK(cudaGetLastError()); (void)0
+
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+static __device__ __forceinline__ float kld(const void *p, int dt, size_t i) {
+    if (dt == KDT_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (dt == KDT_F16) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+static __device__ __forceinline__ void kst(void *p, int dt, size_t i, float v) {
+    if (dt == KDT_BF16) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    else if (dt == KDT_F16) ((__half *)p)[i] = __float2half_rn(v);
+    else ((float *)p)[i] = v;
+}
+static __device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result */
+static __device__ __forceinline__ float block_sum(float v, float *shared32) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();                     /* shared32 may still be read by a previous call */
+    if (lane == 0) shared32[wid] = v;
+    __syncthreads();
+    v = lane < nw ? shared32[lane] : 0.0f;
+    return warp_sum(v);
+}
+static __device__ __forceinline__ float act_gelu(float x) {
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+#endif
+
+#endif

@@ -1,0 +1,108 @@
+/* conv.cu - cuDNN convolution plans. Choosing the algorithm uses cuDNN's heuristics
+ * (cudnnGetConvolutionForwardAlgorithm_v7), which run nothing on the GPU, so a plan can be made
+ * at the first call of a shape even while a CUDA graph is being captured; the workspace is the
+ * fixed one the backend allocated at creation.
+ * fp32 is the parity mode: FMA math only (cuDNN's default math allows TF32 on Ampere and
+ * later) and only the GEMM-family algorithms, whose rounding is that of a plain dot product
+ * (Winograd and FFT transforms lose digits that the 1e-4 parity budget cannot spare). */
+#include "conv.cuh"
+#include <stdlib.h>
+
+struct act_conv_plan {
+    cudnnTensorDescriptor_t xd, yd;
+    cudnnFilterDescriptor_t wd;
+    cudnnConvolutionDescriptor_t cd;
+    cudnnConvolutionFwdAlgo_t algo;
+    size_t ws;
+    int Ho, Wo;
+};
+
+static cudnnDataType_t dnn_type(int dt) {
+    return dt == KDT_BF16 ? CUDNN_DATA_BFLOAT16 : dt == KDT_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+}
+
+static int gemm_family(cudnnConvolutionFwdAlgo_t a) {
+    return a == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM ||
+           a == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM ||
+           a == CUDNN_CONVOLUTION_FWD_ALGO_GEMM || a == CUDNN_CONVOLUTION_FWD_ALGO_DIRECT;
+}
+
+static int plan_fill(cudnnHandle_t h, act_conv_plan *p, int dt, int prec, int N, int cin, int H,
+                     int W, int cout, int k, int stride, int pad, size_t ws_limit, char *err,
+                     size_t errlen) {
+    cudnnDataType_t t = dnn_type(dt);
+    KCUDNN(cudnnCreateTensorDescriptor(&p->xd));
+    KCUDNN(cudnnCreateTensorDescriptor(&p->yd));
+    KCUDNN(cudnnCreateFilterDescriptor(&p->wd));
+    KCUDNN(cudnnCreateConvolutionDescriptor(&p->cd));
+    KCUDNN(cudnnSetTensor4dDescriptor(p->xd, CUDNN_TENSOR_NCHW, t, N, cin, H, W));
+    KCUDNN(cudnnSetFilter4dDescriptor(p->wd, t, CUDNN_TENSOR_NCHW, cout, cin, k, k));
+    KCUDNN(cudnnSetConvolution2dDescriptor(p->cd, pad, pad, stride, stride, 1, 1,
+                                           CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    cudnnMathType_t math = prec == 0 ? CUDNN_FMA_MATH
+                         : prec == 1 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH;
+    KCUDNN(cudnnSetConvolutionMathType(p->cd, math));
+    int n, c;
+    KCUDNN(cudnnGetConvolution2dForwardOutputDim(p->cd, p->xd, p->wd, &n, &c, &p->Ho, &p->Wo));
+    KCUDNN(cudnnSetTensor4dDescriptor(p->yd, CUDNN_TENSOR_NCHW, t, N, cout, p->Ho, p->Wo));
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int got = 0;
+    KCUDNN(cudnnGetConvolutionForwardAlgorithm_v7(h, p->xd, p->wd, p->cd, p->yd,
+                                                  CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf));
+    for (int i = 0; i < got; i++) {
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > ws_limit) continue;
+        if (prec == 0 && (!gemm_family(perf[i].algo) || perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
+                          perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+            continue;
+        if (prec != 0) KCUDNN(cudnnSetConvolutionMathType(p->cd, perf[i].mathType));
+        size_t ws = 0;
+        if (cudnnGetConvolutionForwardWorkspaceSize(h, p->xd, p->wd, p->cd, p->yd, perf[i].algo,
+                                                    &ws) != CUDNN_STATUS_SUCCESS || ws > ws_limit)
+            continue;
+        p->algo = perf[i].algo;
+        p->ws = ws;
+        return 0;
+    }
+    snprintf(err, errlen, "conv: cuDNN offers no usable algorithm for N=%d cin=%d %dx%d -> cout=%d "
+             "k=%d stride=%d (dtype %d, precision %d, workspace limit %zu bytes)",
+             N, cin, H, W, cout, k, stride, dt, prec, ws_limit);
+    return -1;
+}
+
+int act_k_conv_plan(cudnnHandle_t h, int dt, int prec, int N, int cin, int H, int W, int cout,
+                    int k, int stride, int pad, size_t ws_limit, act_conv_plan **out,
+                    char *err, size_t errlen) {
+    act_conv_plan *p = (act_conv_plan *)calloc(1, sizeof *p);
+    if (!p) {
+        snprintf(err, errlen, "conv: out of host memory for a plan");
+        return -1;
+    }
+    if (plan_fill(h, p, dt, prec, N, cin, H, W, cout, k, stride, pad, ws_limit, err, errlen)) {
+        act_k_conv_plan_free(p);
+        return -1;
+    }
+    *out = p;
+    return 0;
+}
+
+int act_k_conv_run(cudnnHandle_t h, const act_conv_plan *p, const void *x, const void *w,
+                   float beta, void *y, void *ws, size_t ws_size, char *err, size_t errlen) {
+    const float alpha = 1.0f;
+    KCUDNN(cudnnConvolutionForward(h, &alpha, p->xd, x, p->wd, w, p->cd, p->algo, ws, ws_size,
+                                   &beta, p->yd, y));
+    return 0;
+}
+
+void act_k_conv_out_dims(const act_conv_plan *p, int *Ho, int *Wo) {
+    *Ho = p->Ho;
+    *Wo = p->Wo;
+}
+
+void act_k_conv_plan_free(act_conv_plan *p) {
+    if (!p) return;
+    if (p->xd) cudnnDestroyTensorDescriptor(p->xd);
+    if (p->yd) cudnnDestroyTensorDescriptor(p->yd);
+    if (p->wd) cudnnDestroyFilterDescriptor(p->wd);
+    if (p->cd) cudnnDestroyConvolutionDescriptor(p->cd);
+    free(p);
+}

@@ -1,0 +1,33 @@
+/* conv.cuh - 2D convolutions through cuDNN's legacy API (NCHW), planned once per shape.
+ * defines: act_conv_plan, act_k_conv_plan, act_k_conv_run, act_k_conv_plan_free, KCUDNN
+ * A plan holds the descriptors and the algorithm chosen for one (layer, N, H, W); the bias,
+ * residual and activation are applied by act_k_bias_res_act (elementwise.cuh) after it. */
+#ifndef ACT_KERNELS_CONV_CUH
+#define ACT_KERNELS_CONV_CUH
+#include "common.cuh"
+#include <cudnn.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KCUDNN(call) do { cudnnStatus_t s_ = (call); \
+    if (s_ != CUDNN_STATUS_SUCCESS) return act_kerr(err, errlen, __FILE__, __LINE__, #call, cudnnGetErrorString(s_)); \
+} while (0)
+
+typedef struct act_conv_plan act_conv_plan;
+
+/* prec: 0 fp32 (no TF32, GEMM-family algorithms only), 1 tf32, 2 bf16, 3 fp16 (dt is the data
+ * type of x, w and y). Picks the first heuristic algorithm whose workspace fits ws_limit. */
+int act_k_conv_plan(cudnnHandle_t h, int dt, int prec, int N, int cin, int H, int W, int cout,
+                    int k, int stride, int pad, size_t ws_limit, act_conv_plan **out,
+                    char *err, size_t errlen);
+/* y = conv(x, w) + beta * y (beta 0 or 1: 1 accumulates onto a residual already in y) */
+int act_k_conv_run(cudnnHandle_t h, const act_conv_plan *p, const void *x, const void *w,
+                   float beta, void *y, void *ws, size_t ws_size, char *err, size_t errlen);
+void act_k_conv_out_dims(const act_conv_plan *p, int *Ho, int *Wo);
+void act_k_conv_plan_free(act_conv_plan *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

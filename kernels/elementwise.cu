@@ -1,0 +1,97 @@
+/* elementwise.cu - grid-stride elementwise kernels, one thread per element.
+ * These sit between cuBLAS/cuDNN calls (bias + residual + activation epilogues) and at the ends
+ * of the step (normalization). They are memory-bound and tiny at batch 1; what matters is that
+ * each one is a single launch over the whole tensor. */
+#include "elementwise.cuh"
+
+static __global__ void bias_res_act_kernel(void *y, int ydt, const float *bias, const void *res,
+                                           int rdt, size_t n, int C, size_t inner, int epi) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v = kld(y, ydt, i);
+        if (bias) v += bias[(i / inner) % (size_t)C];
+        if (res) v += kld(res, rdt, i);
+        if (epi == 1) v = fmaxf(v, 0.0f);
+        else if (epi == 2) v = act_gelu(v);
+        kst(y, ydt, i, v);
+    }
+}
+
+static int grid_for(size_t n) {
+    size_t g = CEIL_DIV(n, (size_t)256);
+    return (int)(g < 65535 * 8 ? (g ? g : 1) : 65535 * 8);
+}
+
+int act_k_bias_res_act(void *y, int ydt, const float *bias, const void *res, int rdt,
+                       size_t outer, int C, size_t inner, int epi, cudaStream_t st,
+                       char *err, size_t errlen) {
+    size_t n = outer * (size_t)C * inner;
+    if (n == 0 || (!bias && !res && epi == 0)) return 0;
+    bias_res_act_kernel<<<grid_for(n), 256, 0, st>>>(y, ydt, bias, res, rdt, n, C, inner, epi);
+    KLAUNCH(bias_res_act_kernel);
+    return 0;
+}
+
+static __global__ void normalize_kernel(const void *x, int xdt, void *y, int ydt, int rows,
+                                        int dim, const float *lo, const float *hi, int type,
+                                        float eps, int inverse) {
+    int n = rows * dim;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        int d = i % dim;
+        float v = kld(x, xdt, i), r;
+        if (type == 0) {
+            float range = fmaxf(hi[d] - lo[d], eps);
+            r = inverse ? (v + 1.0f) / 2.0f * range + lo[d] : 2.0f * (v - lo[d]) / range - 1.0f;
+        } else {
+            float sd = fmaxf(hi[d], eps);
+            r = inverse ? v * sd + lo[d] : (v - lo[d]) / sd;
+        }
+        kst(y, ydt, i, r);
+    }
+}
+
+int act_k_normalize(const void *x, int xdt, void *y, int ydt, int rows, int dim, const float *lo,
+                    const float *hi, int type, float eps, int inverse, cudaStream_t st,
+                    char *err, size_t errlen) {
+    size_t n = (size_t)rows * dim;
+    if (n == 0) return 0;
+    normalize_kernel<<<grid_for(n), 256, 0, st>>>(x, xdt, y, ydt, rows, dim, lo, hi, type, eps,
+                                                  inverse);
+    KLAUNCH(normalize_kernel);
+    return 0;
+}
+
+static __global__ void convert_kernel(void *dst, int ddt, const void *src, int sdt, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        kst(dst, ddt, i, kld(src, sdt, i));
+}
+
+int act_k_convert(void *dst, int ddt, const void *src, int sdt, size_t n, cudaStream_t st,
+                  char *err, size_t errlen) {
+    if (n == 0 || dst == src) return 0;
+    if (ddt == sdt) {
+        size_t es = ddt == KDT_F32 ? 4 : 2;
+        KCHECK(cudaMemcpyAsync(dst, src, n * es, cudaMemcpyDeviceToDevice, st));
+        return 0;
+    }
+    convert_kernel<<<grid_for(n), 256, 0, st>>>(dst, ddt, src, sdt, n);
+    KLAUNCH(convert_kernel);
+    return 0;
+}
+
+static __global__ void broadcast_kernel(const float *t, size_t n, size_t total, void *out,
+                                        int odt) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x)
+        kst(out, odt, i, t[i % n]);
+}
+
+int act_k_broadcast_rows(const float *t, int B, size_t n, void *out, int odt, cudaStream_t st,
+                         char *err, size_t errlen) {
+    size_t total = (size_t)B * n;
+    if (total == 0) return 0;
+    broadcast_kernel<<<grid_for(total), 256, 0, st>>>(t, n, total, out, odt);
+    KLAUNCH(broadcast_kernel);
+    return 0;
+}

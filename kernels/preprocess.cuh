@@ -1,0 +1,21 @@
+/* preprocess.cuh - uint8 HWC camera frames -> the backbone's input image on the device.
+ * defines: act_k_preprocess */
+#ifndef ACT_KERNELS_PREPROCESS_CUH
+#define ACT_KERNELS_PREPROCESS_CUH
+#include "common.cuh"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* frames u8 [B][hi][wi][3] -> /255 -> bilinear resize to rh x rw (half-pixel centers, no
+ * antialias) -> window [top, top+ho) x [left, left+wo) of the resized image (the center crop;
+ * top = left = 0 and ho, wo = rh, rw without crop) -> optional ImageNet mean/std ->
+ * out [B][3][ho][wo] (NCHW, dtype odt). */
+int act_k_preprocess(const unsigned char *frames, int B, int hi, int wi, int rh, int rw, int top,
+                     int left, int ho, int wo, int imagenet, void *out, int odt, cudaStream_t st,
+                     char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
