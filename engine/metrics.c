@@ -1,0 +1,173 @@
+/* metrics.c - act-serve counters and histograms, Prometheus text exposition (see metrics.h). */
+#include "metrics.h"
+#include "protocol.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void hist_init(act_hist *h, const double *le, int n)
+{
+    memset(h, 0, sizeof *h);
+    h->n = n;
+    memcpy(h->le, le, (size_t)n * sizeof *le);
+}
+
+static void hist_add(act_hist *h, double v)
+{
+    int i = 0;
+    while (i < h->n && v > h->le[i]) i++;
+    h->count[i]++;
+    h->sum += v;
+    h->total++;
+}
+
+void act_metrics_init(act_metrics *m)
+{
+    static const double batch_le[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256 };
+    /* 50 us .. 5 s: loopback round trips on a GPU sit at the low end, CPU batches at the top */
+    static const double time_le[] = { 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2,
+                                      2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 5 };
+    memset(m, 0, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+    hist_init(&m->batch_size, batch_le, 9);
+    hist_init(&m->queue_wait_s, time_le, 16);
+    hist_init(&m->infer_s, time_le, 16);
+}
+
+void act_metrics_destroy(act_metrics *m) { pthread_mutex_destroy(&m->mu); }
+
+void act_metrics_request(act_metrics *m)
+{
+    pthread_mutex_lock(&m->mu);
+    m->requests++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void act_metrics_error(act_metrics *m, int code)
+{
+    pthread_mutex_lock(&m->mu);
+    m->errors[code > 0 && code < ACT_METRICS_MAX_CODES ? code : 0]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void act_metrics_result(act_metrics *m, double queue_wait_s)
+{
+    pthread_mutex_lock(&m->mu);
+    m->results++;
+    hist_add(&m->queue_wait_s, queue_wait_s);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void act_metrics_batch(act_metrics *m, int batch, double infer_s)
+{
+    pthread_mutex_lock(&m->mu);
+    m->batches++;
+    hist_add(&m->batch_size, batch);
+    hist_add(&m->infer_s, infer_s);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void act_metrics_conn(act_metrics *m, int delta, int dropped)
+{
+    pthread_mutex_lock(&m->mu);
+    m->conns_open += delta;
+    if (delta > 0) m->conns_total++;
+    if (dropped) m->conns_dropped++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void act_metrics_inflight(act_metrics *m, int delta)
+{
+    pthread_mutex_lock(&m->mu);
+    m->inflight += delta;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* A growing text buffer; on allocation failure it stops growing and render returns NULL. */
+typedef struct sbuf { char *p; size_t len, cap; int oom; } sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...)
+{
+    for (;;) {
+        if (b->oom) return;
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n >= 0 && (size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap * 2 + (size_t)(n > 0 ? n : 0);
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+}
+
+static void render_hist(sbuf *b, const char *name, const char *help, const act_hist *h)
+{
+    uint64_t cum = 0;
+    sb_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (int i = 0; i < h->n; i++) {
+        cum += h->count[i];
+        sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i], (unsigned long long)cum);
+    }
+    sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name,
+              (unsigned long long)h->total, name, h->sum, name, (unsigned long long)h->total);
+}
+
+char *act_metrics_render(act_metrics *m, int ready, int draining, size_t *len)
+{
+    sbuf b = { malloc(4096), 0, 4096, 0 };
+    if (!b.p) return NULL;
+    b.p[0] = 0;
+    pthread_mutex_lock(&m->mu);
+    sb_printf(&b, "# HELP act_serve_ready 1 once the model is loaded and warmed up\n"
+                  "# TYPE act_serve_ready gauge\nact_serve_ready %d\n", ready);
+    sb_printf(&b, "# HELP act_serve_draining 1 after SIGTERM, while in-flight requests finish\n"
+                  "# TYPE act_serve_draining gauge\nact_serve_draining %d\n", draining);
+    sb_printf(&b, "# HELP act_serve_requests_total PREDICT frames received\n"
+                  "# TYPE act_serve_requests_total counter\nact_serve_requests_total %llu\n",
+              (unsigned long long)m->requests);
+    sb_printf(&b, "# HELP act_serve_results_total RESULT replies sent\n"
+                  "# TYPE act_serve_results_total counter\nact_serve_results_total %llu\n",
+              (unsigned long long)m->results);
+    sb_printf(&b, "# HELP act_serve_batches_total forward passes run\n"
+                  "# TYPE act_serve_batches_total counter\nact_serve_batches_total %llu\n",
+              (unsigned long long)m->batches);
+    sb_printf(&b, "# HELP act_serve_errors_total ERROR replies and refused frames, by code\n"
+                  "# TYPE act_serve_errors_total counter\n");
+    for (int c = 1; c < ACT_METRICS_MAX_CODES; c++)
+        if (m->errors[c])
+            sb_printf(&b, "act_serve_errors_total{code=\"%s\"} %llu\n", act_err_code_name(c),
+                      (unsigned long long)m->errors[c]);
+    sb_printf(&b, "# HELP act_serve_connections open client connections\n"
+                  "# TYPE act_serve_connections gauge\nact_serve_connections %lld\n",
+              (long long)m->conns_open);
+    sb_printf(&b, "# HELP act_serve_connections_total client connections accepted\n"
+                  "# TYPE act_serve_connections_total counter\nact_serve_connections_total %llu\n",
+              (unsigned long long)m->conns_total);
+    sb_printf(&b, "# HELP act_serve_connections_dropped_total connections closed for bad frames or unread replies\n"
+                  "# TYPE act_serve_connections_dropped_total counter\nact_serve_connections_dropped_total %llu\n",
+              (unsigned long long)m->conns_dropped);
+    sb_printf(&b, "# HELP act_serve_inflight requests received and not yet answered\n"
+                  "# TYPE act_serve_inflight gauge\nact_serve_inflight %lld\n", (long long)m->inflight);
+    render_hist(&b, "act_serve_batch_size", "requests per forward pass", &m->batch_size);
+    render_hist(&b, "act_serve_queue_wait_seconds", "time from a request's last byte to its forward pass",
+                &m->queue_wait_s);
+    render_hist(&b, "act_serve_inference_seconds", "duration of one batched forward pass", &m->infer_s);
+    pthread_mutex_unlock(&m->mu);
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    *len = b.len;
+    return b.p;
+}

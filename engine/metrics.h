@@ -1,0 +1,42 @@
+/* metrics.h - act-serve counters and histograms, rendered as Prometheus text.
+ * defines: act_metrics, act_metrics_* (record from any thread, render for /metrics)
+ * One mutex guards everything: updates are a handful per request, far below contention. */
+#ifndef ACT_METRICS_H
+#define ACT_METRICS_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ACT_HIST_MAX_BUCKETS 16
+#define ACT_METRICS_MAX_CODES 16
+
+typedef struct act_hist {
+    int n;                                   /* buckets in use */
+    double le[ACT_HIST_MAX_BUCKETS];         /* upper bounds; +Inf is implicit */
+    uint64_t count[ACT_HIST_MAX_BUCKETS + 1];/* per bucket, not cumulative; last = +Inf */
+    double sum;
+    uint64_t total;
+} act_hist;
+
+typedef struct act_metrics {
+    pthread_mutex_t mu;
+    uint64_t requests, results, batches;
+    uint64_t errors[ACT_METRICS_MAX_CODES];  /* by act_err_code */
+    uint64_t conns_total, conns_dropped;     /* accepted; closed by the server for misbehaviour */
+    int64_t conns_open, inflight;
+    act_hist batch_size, queue_wait_s, infer_s;
+} act_metrics;
+
+void act_metrics_init(act_metrics *m);
+void act_metrics_destroy(act_metrics *m);
+void act_metrics_request(act_metrics *m);
+void act_metrics_error(act_metrics *m, int code);
+void act_metrics_result(act_metrics *m, double queue_wait_s);
+void act_metrics_batch(act_metrics *m, int batch, double infer_s);
+void act_metrics_conn(act_metrics *m, int delta, int dropped);   /* +1 open, -1 close */
+void act_metrics_inflight(act_metrics *m, int delta);
+/* Renders the Prometheus text exposition (version 0.0.4) into a malloc'd string. */
+char *act_metrics_render(act_metrics *m, int ready, int draining, size_t *len);
+
+#endif

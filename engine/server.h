@@ -1,0 +1,53 @@
+/* server.h - act-serve: serve one model to many TCP clients (protocol: docs/PROTOCOL.md).
+ * defines: act_server_opts, act_server_create, act_server_attach, act_server_stop,
+ *          act_server_wait, act_server_free, act_server_port, act_server_metrics_port
+ *
+ * Two threads. The I/O thread (server.c) owns every socket: it accepts, reads frames with
+ * non-blocking I/O on one epoll set, validates them (protocol.c), answers HELLO/PING itself and
+ * queues PREDICTs; it also serves /healthz and /metrics (http.c). The inference thread
+ * (server_infer.c) owns the session: it takes the requests that are waiting together, from any
+ * connections, runs them as one batch through act_run and hands the results back; the I/O
+ * thread routes each reply to its connection (by slot and generation, so a reply for a closed
+ * connection is dropped, never sent to its successor).
+ *
+ * Lifecycle: create (binds both ports, starts the I/O thread: /healthz answers 503) ->
+ * attach (warm-up, then accept clients; /healthz 200) -> stop (async-signal-safe: stop
+ * accepting, finish and answer what is in flight) -> wait (returns when drained) -> free.
+ */
+#ifndef ACT_SERVER_H
+#define ACT_SERVER_H
+
+#include <stddef.h>
+#include "act.h"
+
+typedef struct act_server_opts {
+    const char *host;          /* listen address (default 127.0.0.1) */
+    int port;                  /* 0 = any free port (see act_server_port) */
+    int metrics_port;          /* -1 = no HTTP side port, 0 = any free port */
+    int max_batch;             /* requests per forward pass (<= the session's max_batch) */
+    int max_wait_us;           /* how long a batch may wait for more requests */
+    int max_clients;           /* open connections; beyond it new ones are closed at once */
+    int max_queue;             /* requests waiting or running, all clients together */
+    int max_inflight_per_conn; /* requests one connection may have outstanding */
+    size_t max_out_bytes;      /* unread replies a connection may hold before it is dropped */
+    int drain_timeout_ms;      /* after stop: longest wait for slow readers to take their replies */
+    const char *audit_log;     /* NULL or a file: one JSON line per request */
+    int verbose;               /* log connections and errors to stderr */
+} act_server_opts;
+
+typedef struct act_server act_server;
+
+act_server_opts act_server_default_opts(void);
+int act_server_create(const act_server_opts *opts, act_server **out, char *err, size_t errlen);
+/* Binds the model and a session (created with max_batch >= opts.max_batch), warms up every
+ * batch size the device will see (CUDA) or batch 1 (CPU), then starts serving. */
+int act_server_attach(act_server *s, const act_model *m, act_session *sess, act_device device,
+                      char *err, size_t errlen);
+void act_server_stop(act_server *s);       /* async-signal-safe */
+int act_server_stopping(const act_server *s);
+int act_server_wait(act_server *s);        /* 0 when drained cleanly */
+void act_server_free(act_server *s);
+int act_server_port(const act_server *s);
+int act_server_metrics_port(const act_server *s);
+
+#endif

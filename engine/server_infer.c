@@ -1,0 +1,244 @@
+/* server_infer.c - act-serve's inference thread: batching across connections, and warm-up.
+ *
+ * The thread sleeps until a request is pending, then gives the batch a short window to fill:
+ * it runs as soon as max_batch requests wait, max_wait_us have passed since the oldest arrived,
+ * or every handshaken connection already has a request outstanding (closed-loop clients cannot
+ * send more, so waiting longer would only add latency). Requests that queue up while a forward
+ * runs form the next batch with no wait at all. One batch holds one kind of request: prior
+ * (z = 0), posterior with z = mu, or a sampled posterior, which runs alone so its seed alone
+ * decides its noise. The I/O thread gets the results through the done list and the eventfd.
+ */
+#define _GNU_SOURCE
+#include "server_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct batch_bufs {
+    float *qpos, *actions, *out, *kl;
+    uint8_t *images[ACT_MAX_CAMS], *is_pad;
+} batch_bufs;
+
+static void bufs_free(batch_bufs *b)
+{
+    free(b->qpos);
+    free(b->actions);
+    free(b->out);
+    free(b->kl);
+    free(b->is_pad);
+    for (int i = 0; i < ACT_MAX_CAMS; i++) free(b->images[i]);
+    memset(b, 0, sizeof *b);
+}
+
+static int bufs_alloc(batch_bufs *b, const act_config *c, int nb)
+{
+    size_t na = (size_t)nb * c->pred_horizon * c->action_dim, frame = (size_t)c->image_h * c->image_w * 3;
+    memset(b, 0, sizeof *b);
+    b->qpos = malloc((size_t)nb * c->obs_dim * sizeof(float));
+    b->actions = malloc(na * sizeof(float));
+    b->out = malloc(na * sizeof(float));
+    b->kl = malloc((size_t)nb * sizeof(float));
+    b->is_pad = malloc((size_t)nb * c->pred_horizon);
+    int ok = b->qpos && b->actions && b->out && b->kl && b->is_pad;
+    for (int i = 0; i < c->num_cams; i++) ok = ok && (b->images[i] = malloc((size_t)nb * frame)) != NULL;
+    if (!ok) bufs_free(b);
+    return ok ? 0 : -1;
+}
+
+static int req_kind(const act_req *r)
+{
+    if (!r->p.actions) return 0;
+    return (r->p.flags & ACT_PREDICT_SAMPLE_LATENT) ? 2 : 1;
+}
+
+static void deadline_ts(double t, struct timespec *ts)
+{
+    ts->tv_sec = (time_t)t;
+    ts->tv_nsec = (long)((t - (double)ts->tv_sec) * 1e9);
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+/* Waits for work and takes one batch off the pending list (under mu). Returns its size, 0 = stop. */
+static int take_batch(act_server *s, act_req **out)
+{
+    int max = s->o.max_batch, n = 0;
+    pthread_mutex_lock(&s->mu);
+    while (!s->pend_head && !s->infer_stop) pthread_cond_wait(&s->cv, &s->mu);
+    if (!s->pend_head) {
+        pthread_mutex_unlock(&s->mu);
+        return 0;
+    }
+    double deadline = s->pend_head->t_arrive + 1e-6 * s->o.max_wait_us;
+    while (s->n_pending < max && s->n_busy_conns < s->n_ready_conns && !s->infer_stop && act_now() < deadline) {
+        struct timespec ts;
+        deadline_ts(deadline, &ts);
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    }
+    int kind = req_kind(s->pend_head);
+    if (kind == 2) max = 1;
+    act_req **link = &s->pend_head, *prev = NULL;
+    while (*link && n < max) {
+        act_req *r = *link;
+        if (req_kind(r) == kind) {
+            *link = r->next;
+            if (s->pend_tail == r) s->pend_tail = prev;
+            r->next = NULL;
+            out[n++] = r;
+            s->n_pending--;
+        } else {
+            prev = r;
+            link = &r->next;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+static void run_batch(act_server *s, batch_bufs *b, act_req **rs, int n)
+{
+    const act_config *c = s->cfg;
+    size_t frame = (size_t)c->image_h * c->image_w * 3, na = (size_t)c->pred_horizon * c->action_dim;
+    int kind = req_kind(rs[0]);
+    act_inputs in;
+    act_outputs out;
+    memset(&in, 0, sizeof in);
+    memset(&out, 0, sizeof out);
+    for (int i = 0; i < n; i++) {
+        memcpy(b->qpos + (size_t)i * c->obs_dim, rs[i]->p.qpos, (size_t)c->obs_dim * sizeof(float));
+        for (int k = 0; k < c->num_cams; k++) memcpy(b->images[k] + (size_t)i * frame, rs[i]->p.images[k], frame);
+        if (kind) {
+            memcpy(b->actions + (size_t)i * na, rs[i]->p.actions, na * sizeof(float));
+            memcpy(b->is_pad + (size_t)i * c->pred_horizon, rs[i]->p.is_pad, (size_t)c->pred_horizon);
+        }
+    }
+    in.batch = n;
+    in.qpos = b->qpos;
+    for (int k = 0; k < c->num_cams; k++) in.images[k] = b->images[k];
+    if (kind) {
+        in.actions = b->actions;
+        in.action_is_pad = b->is_pad;
+        in.sample_latent = kind == 2;
+        in.seed = rs[0]->p.seed;
+        out.post_actions = b->out;
+        out.kl = b->kl;
+    } else {
+        out.actions = b->out;
+    }
+    char err[ACT_ERR_LEN];
+    double t0 = act_now();
+    int rc = act_run(s->sess, &in, &out, err, sizeof err);
+    double t1 = act_now();
+    act_metrics_batch(&s->metrics, n, t1 - t0);
+    for (int i = 0; i < n; i++) {
+        act_req *r = rs[i];
+        r->t_start = t0;
+        r->t_end = t1;
+        r->batch = n;
+        if (rc) {
+            r->code = ACT_E_INTERNAL;
+            snprintf(r->msg, sizeof r->msg, "inference failed: %s", err);
+            continue;
+        }
+        memcpy(r->chunk, b->out + (size_t)i * na, na * sizeof(float));
+        r->kl = kind ? b->kl[i] : NAN;
+    }
+}
+
+static void *infer_main(void *arg)
+{
+    act_server *s = arg;
+    batch_bufs b;
+    act_req **rs = malloc((size_t)s->o.max_batch * sizeof *rs);
+    int ok = rs && bufs_alloc(&b, s->cfg, s->o.max_batch) == 0;
+    for (;;) {
+        int n = take_batch(s, rs);
+        if (!n) break;
+        if (ok) {
+            run_batch(s, &b, rs, n);
+        } else {
+            for (int i = 0; i < n; i++) {
+                rs[i]->code = ACT_E_INTERNAL;
+                snprintf(rs[i]->msg, sizeof rs[i]->msg, "inference thread is out of memory for batch buffers");
+            }
+        }
+        pthread_mutex_lock(&s->mu);
+        for (int i = 0; i < n; i++) {
+            if (s->done_tail) s->done_tail->next = rs[i];
+            else s->done_head = rs[i];
+            s->done_tail = rs[i];
+        }
+        pthread_mutex_unlock(&s->mu);
+        act_server_wake(s);
+    }
+    if (ok) bufs_free(&b);
+    free(rs);
+    return NULL;
+}
+
+int act_infer_start(act_server *s, char *err, size_t errlen)
+{
+    if (pthread_create(&s->infer_thread, NULL, infer_main, s)) {
+        snprintf(err, errlen, "act-serve: cannot start the inference thread");
+        return -1;
+    }
+    s->infer_started = 1;
+    return 0;
+}
+
+void act_infer_stop(act_server *s)
+{
+    if (!s->infer_started) return;
+    pthread_mutex_lock(&s->mu);
+    s->infer_stop = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->infer_thread, NULL);
+    s->infer_started = 0;
+}
+
+/* Runs the batch sizes the server will use once, with random inputs, so the first client does
+ * not pay for lazy allocation, cuBLAS heuristics or CUDA graph capture. On the CPU nothing is
+ * captured per size, so batch 1 suffices. */
+int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
+{
+    const act_config *c = s->cfg;
+    batch_bufs b;
+    if (bufs_alloc(&b, c, s->o.max_batch)) {
+        snprintf(err, errlen, "act-serve: out of memory for batch buffers (max-batch %d)", s->o.max_batch);
+        return -1;
+    }
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    size_t frame = (size_t)c->image_h * c->image_w * 3;
+    for (size_t i = 0; i < (size_t)s->o.max_batch * c->obs_dim; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        b.qpos[i] = (float)((x >> 40) & 0xffff) / 65536.0f - 0.5f;
+    }
+    for (int k = 0; k < c->num_cams; k++)
+        for (size_t i = 0; i < (size_t)s->o.max_batch * frame; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            b.images[k][i] = (uint8_t)(x >> 56);
+        }
+    int last = dev == ACT_DEVICE_CUDA ? s->o.max_batch : 1, rc = 0;
+    for (int n = 1; n <= last && !rc && !s->stop_flag; n++) {
+        act_inputs in;
+        act_outputs out;
+        memset(&in, 0, sizeof in);
+        memset(&out, 0, sizeof out);
+        in.batch = n;
+        in.qpos = b.qpos;
+        for (int k = 0; k < c->num_cams; k++) in.images[k] = b.images[k];
+        out.actions = b.out;
+        char e[ACT_ERR_LEN];
+        if (act_run(s->sess, &in, &out, e, sizeof e)) {
+            snprintf(err, errlen, "act-serve: warm-up at batch %d failed: %s", n, e);
+            rc = -1;
+        }
+    }
+    bufs_free(&b);
+    return rc;
+}

@@ -1,0 +1,110 @@
+/* server_internal.h - the state the act-serve threads share (server.c, server_infer.c, http.c).
+ * Ownership: connections, sockets and the audit file belong to the I/O thread; the session and
+ * batch buffers to the inference thread; the pending and done lists, and the connection counts
+ * the batcher reads, are guarded by mu. */
+#ifndef ACT_SERVER_INTERNAL_H
+#define ACT_SERVER_INTERNAL_H
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include "metrics.h"
+#include "protocol.h"
+#include "server.h"
+
+/* One PREDICT on its way through the server. chunk is sized at creation from the contract. */
+typedef struct act_req {
+    struct act_req *next;
+    uint32_t slot, gen;            /* the connection that asked */
+    act_predict p;
+    double t_arrive, t_start, t_end;   /* monotonic seconds: last byte read, forward start/end */
+    int batch;
+    int code;                      /* 0 = chunk valid, else an act_err_code */
+    char msg[ACT_ERR_LEN + 32];
+    float kl;
+    float chunk[];                 /* [pred_horizon][action_dim] */
+} act_req;
+
+typedef struct act_out {           /* one queued reply frame */
+    struct act_out *next;
+    uint8_t *p;
+    size_t n, off;
+} act_out;
+
+typedef struct act_conn {
+    int fd;                        /* -1 = free slot */
+    uint32_t gen;
+    int handshaken, closing, want_out;
+    double closing_deadline;
+    char peer[64], client[64];
+    uint8_t hdr[ACT_PROTO_HDR];
+    size_t hdr_got;
+    act_frame_hdr fh;
+    int have_hdr;
+    uint8_t *in;
+    size_t in_cap, in_got;
+    act_out *out_head, *out_tail;
+    size_t out_bytes;
+    int inflight;
+} act_conn;
+
+#define ACT_HTTP_SLOTS 32
+#define ACT_HTTP_BUF 4096
+typedef struct act_http_conn { int fd; size_t got; double deadline; char buf[ACT_HTTP_BUF]; } act_http_conn;
+
+/* epoll tags: kind in the high 32 bits, slot in the low */
+enum { TAG_LISTEN = 1, TAG_METRICS = 2, TAG_WAKE = 3, TAG_CONN = 4, TAG_HTTP = 5 };
+#define ACT_TAG(kind, slot) (((uint64_t)(kind) << 32) | (uint32_t)(slot))
+
+struct act_server {
+    act_server_opts o;
+    char host[64], audit_path[512];
+    int lfd, mfd, epfd, wakefd, spare_fd;
+    int port, mport;
+    volatile sig_atomic_t stop_flag;
+    atomic_int ready, draining, attached;
+    pthread_t io_thread, infer_thread;
+    int io_started, infer_started, io_rc;
+
+    const act_model *model;
+    act_session *sess;
+    const act_config *cfg;
+    char device[64];
+    uint8_t *info_frame;
+    size_t info_len;
+
+    act_metrics metrics;
+    FILE *audit;
+
+    act_conn *conns;               /* max_clients slots */
+    int *free_slots, n_free;
+    int n_open, n_closing;
+    act_http_conn http[ACT_HTTP_SLOTS];
+    int inflight;                  /* requests queued or running (I/O thread's count) */
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    act_req *pend_head, *pend_tail;
+    int n_pending;
+    act_req *done_head, *done_tail;
+    int n_ready_conns, n_busy_conns;   /* handshaken; with a request not yet answered */
+    int infer_stop;
+};
+
+double act_now(void);              /* monotonic seconds */
+void act_server_wake(act_server *s);
+void act_serve_log(const act_server *s, const char *fmt, ...);
+
+/* server_infer.c */
+int act_infer_start(act_server *s, char *err, size_t errlen);
+void act_infer_stop(act_server *s);
+int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen);
+
+/* http.c */
+void act_http_accept(act_server *s);
+void act_http_read(act_server *s, int slot);
+void act_http_expire(act_server *s, double now);
+void act_http_close_all(act_server *s);
+
+#endif

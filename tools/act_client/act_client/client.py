@@ -1,0 +1,223 @@
+"""ActClient: one TCP connection to act-serve, with handshake, timeouts and reconnection.
+
+A predict is a pure function of its inputs, so when the connection breaks (server restarted,
+replica drained) the client reconnects and sends the same request again, until `timeout`
+seconds have passed since the call began; then it raises ActTimeoutError. After the first
+handshake the client declares the contract it got (cameras, dims, frame size) on every
+reconnect, so a restarted server that now serves a different model contract is refused with
+ActContractError instead of silently answering for the wrong robot.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import time
+from typing import Dict, Mapping, Optional, Sequence
+
+import numpy as np
+
+from . import wire
+
+
+class ActError(Exception):
+    """Base class of every act_client error."""
+
+
+class ActServerError(ActError):
+    """The server answered ERROR: .code (int), .name (e.g. 'bad_qpos'), .message, .request_id."""
+
+    def __init__(self, code: int, message: str, request_id: int = 0):
+        self.code, self.message, self.request_id = code, message, request_id
+        self.name = wire.ERROR_NAMES.get(code, f"code_{code}")
+        super().__init__(f"act-serve error {self.name} ({code}): {message}")
+
+
+class ActContractError(ActServerError):
+    """The server refused the declared contract (cameras, dims, frame size)."""
+
+
+class ActTimeoutError(ActError, TimeoutError):
+    """No answer within the client's timeout (server down, overloaded or unreachable)."""
+
+
+class ActClient:
+    """ActClient(host, port, timeout=10.0) -> .info(), .predict(qpos, images), .ping().
+
+    camera_names / obs_dim / action_dim / image_hw: the contract this client expects; a server
+    with another contract is refused at the handshake. compress=True sends zstd frames (needs
+    the optional `zstandard` package and a server built with zstd).
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 7070, timeout: float = 10.0,
+                 camera_names: Optional[Sequence[str]] = None, obs_dim: int = 0, action_dim: int = 0,
+                 image_hw: Sequence[int] = (0, 0), compress: bool = False, client_name: str = "act_client"):
+        self.host, self.port, self.timeout = host, int(port), float(timeout)
+        self.client_name = client_name
+        self._declared = {"camera_names": list(camera_names or []), "obs_dim": int(obs_dim),
+                          "action_dim": int(action_dim), "image_hw": tuple(int(v) for v in image_hw)}
+        self._sock: Optional[socket.socket] = None
+        self._info: Optional[Dict] = None
+        self._ids = itertools.count(1)
+        self._compressor = None
+        if compress:
+            try:
+                import zstandard
+            except ImportError as e:
+                raise ActError("compress=True needs the 'zstandard' package (pip install zstandard)") from e
+            self._compressor = zstandard.ZstdCompressor(level=1)
+        self.last_result: Dict = {}
+        self.reconnects = 0
+
+    # ---- connection ----
+    def _close(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            finally:
+                self._sock = None
+
+    def close(self) -> None:
+        self._close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _recv_exact(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self._sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("server closed the connection")
+            buf += chunk
+        return bytes(buf)
+
+    def _recv_frame(self):
+        magic, version, mtype, length = wire.HDR.unpack(self._recv_exact(wire.HDR.size))
+        if magic != wire.MAGIC or version != wire.VERSION:
+            raise ActError(f"{self.host}:{self.port} does not speak act-serve protocol v{wire.VERSION} "
+                           f"(magic {magic!r}, version {version})")
+        return mtype, self._recv_exact(length)
+
+    def _set_deadline(self, deadline: float) -> None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout()
+        self._sock.settimeout(left)
+
+    def _connect(self, deadline: float) -> None:
+        d = self._declared
+        sock = socket.create_connection((self.host, self.port), timeout=max(1e-3, deadline - time.monotonic()))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = sock
+        try:
+            self._set_deadline(deadline)
+            sock.sendall(wire.hello(d["obs_dim"], d["action_dim"], d["image_hw"], d["camera_names"], self.client_name))
+            mtype, p = self._recv_frame()
+        except BaseException:
+            self._close()
+            raise
+        if mtype == wire.ERROR:
+            self._close()
+            rid, code, msg = wire.parse_error(p)
+            if code == wire.E_SHUTTING_DOWN:
+                raise ConnectionError(msg)
+            raise ActContractError(code, msg, rid)
+        if mtype != wire.INFO:
+            self._close()
+            raise ActError(f"handshake: expected INFO, got message type {mtype}")
+        info = wire.parse_info(p)
+        if self._info is None:
+            # from now on, insist on this contract: a restarted server must serve the same one
+            self._declared = {"camera_names": info["camera_names"], "obs_dim": info["obs_dim"],
+                              "action_dim": info["action_dim"],
+                              "image_hw": (info["image_height"], info["image_width"])}
+        self._info = info
+
+    def _call(self, make_frame, want: int, what: str):
+        """Sends a frame and waits for its reply, reconnecting on broken connections."""
+        start = time.monotonic()
+        deadline = start + self.timeout
+        last_err: Optional[BaseException] = None
+        while True:
+            try:
+                if self._sock is None:
+                    if last_err is not None:
+                        self.reconnects += 1
+                    self._connect(deadline)
+                if make_frame is None:
+                    return None
+                rid, data = make_frame()
+                self._set_deadline(deadline)
+                self._sock.sendall(data)
+                while True:
+                    mtype, p = self._recv_frame()
+                    if mtype == wire.ERROR:
+                        erid, code, msg = wire.parse_error(p)
+                        if code == wire.E_SHUTTING_DOWN:
+                            raise ConnectionError(msg)
+                        if erid not in (0, rid):
+                            continue   # a reply to an earlier, abandoned request
+                        if erid == 0:
+                            self._close()
+                        raise ActServerError(code, msg, erid)
+                    if mtype == want and (want != wire.RESULT or int.from_bytes(p[:8], "little") == rid):
+                        return rid, p
+            except socket.timeout:
+                self._close()
+                raise ActTimeoutError(f"act-serve {self.host}:{self.port}: no {what} reply within {self.timeout:g} s"
+                                      + (f" (last error: {last_err})" if last_err else "")) from None
+            except (ConnectionError, OSError) as e:
+                self._close()
+                last_err = e
+                if time.monotonic() >= deadline:
+                    raise ActTimeoutError(f"act-serve {self.host}:{self.port}: could not complete {what} within "
+                                          f"{self.timeout:g} s: {e}") from e
+                time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+    # ---- API ----
+    def info(self) -> Dict:
+        """The model contract: obs_dim, action_dim, pred_horizon, num_action_steps, obs_horizon,
+        camera_names, image_height, image_width, model_hash, max_batch, device, ..."""
+        if self._info is None or self._sock is None:
+            self._call(None, wire.INFO, "HELLO")
+        return dict(self._info)
+
+    def predict(self, qpos, images: Mapping[str, np.ndarray], actions=None, is_pad=None,
+                sample_latent: bool = False, seed: int = 0) -> np.ndarray:
+        """qpos: (obs_dim,) floats; images: camera name -> uint8 (H, W, 3). Returns the
+        denormalized chunk (pred_horizon, action_dim). With `actions` (pred_horizon,
+        action_dim) the chunk is decoded from the CVAE posterior instead of the prior; the KL is
+        in .last_result['kl']. Timing of the last call is in .last_result."""
+        info = self.info()
+        q = np.asarray(qpos, dtype=np.float32).reshape(-1)
+        if q.size != info["obs_dim"]:
+            raise ValueError(f"qpos has {q.size} values, the model expects obs_dim {info['obs_dim']}")
+        frames = wire.encode_frames(images, info["camera_names"], (info["image_height"], info["image_width"]),
+                                    self._compressor)
+        if actions is not None:
+            actions = np.asarray(actions, dtype=np.float32)
+            if actions.shape != (info["pred_horizon"], info["action_dim"]):
+                raise ValueError(f"actions: expected {(info['pred_horizon'], info['action_dim'])}, got {actions.shape}")
+
+        def make():
+            rid = next(self._ids)
+            return rid, wire.predict(rid, q, frames, actions, is_pad, sample_latent, seed)
+
+        t0 = time.perf_counter()
+        _, p = self._call(make, wire.RESULT, "PREDICT")
+        res = wire.parse_result(p)
+        res["round_trip_ms"] = (time.perf_counter() - t0) * 1e3
+        chunk = res.pop("chunk")
+        self.last_result = res
+        return chunk
+
+    def ping(self) -> float:
+        """Round trip of a PING in seconds."""
+        nonce = next(self._ids)
+        t0 = time.perf_counter()
+        self._call(lambda: (nonce, wire.ping(nonce)), wire.PONG, "PING")
+        return time.perf_counter() - t0

@@ -1,0 +1,133 @@
+"""The act-serve wire format (docs/PROTOCOL.md), as bytes in and out. No sockets here.
+
+Every frame: 12-byte header (magic b"ACTS", u16 version, u16 type, u32 payload length), then a
+little-endian payload. This module mirrors engine/protocol.c field for field.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+MAGIC = b"ACTS"
+VERSION = 1
+HDR = struct.Struct("<4sHHI")
+
+HELLO, INFO, PREDICT, RESULT, ERROR, PING, PONG = 1, 2, 3, 4, 5, 6, 7
+
+ERROR_NAMES = {
+    1: "bad_magic", 2: "bad_version", 3: "too_large", 4: "malformed", 5: "bad_type", 6: "no_hello",
+    7: "contract", 8: "bad_qpos", 9: "bad_camera", 10: "bad_frame", 11: "bad_zstd", 12: "bad_actions",
+    13: "overloaded", 14: "shutting_down", 15: "internal",
+}
+E_SHUTTING_DOWN = 14
+E_OVERLOADED = 13
+
+HAS_ACTIONS, SAMPLE_LATENT = 1, 2
+ENC_RAW, ENC_ZSTD = 0, 1
+
+
+def frame(msg_type: int, payload: bytes, version: int = VERSION, magic: bytes = MAGIC) -> bytes:
+    return HDR.pack(magic, version, msg_type, len(payload)) + payload
+
+
+def _name(s: str) -> bytes:
+    b = s.encode("ascii")
+    if len(b) > 255:
+        raise ValueError(f"name '{s}' is longer than 255 bytes")
+    return bytes([len(b)]) + b
+
+
+def hello(obs_dim: int = 0, action_dim: int = 0, image_hw: Tuple[int, int] = (0, 0),
+          camera_names: Sequence[str] = (), client_name: str = "act_client") -> bytes:
+    p = struct.pack("<5I", obs_dim, action_dim, image_hw[0], image_hw[1], len(camera_names))
+    p += b"".join(_name(c) for c in camera_names) + _name(client_name)
+    return frame(HELLO, p)
+
+
+def predict(request_id: int, qpos: np.ndarray, frames: Sequence[Tuple[str, int, int, int, bytes]],
+            actions: Optional[np.ndarray] = None, is_pad: Optional[np.ndarray] = None,
+            sample_latent: bool = False, seed: int = 0) -> bytes:
+    """frames: (camera, encoding, height, width, data) in model camera order."""
+    flags = (HAS_ACTIONS if actions is not None else 0) | (SAMPLE_LATENT if sample_latent else 0)
+    q = np.ascontiguousarray(qpos, dtype="<f4").reshape(-1)
+    parts = [struct.pack("<QII", request_id, flags, q.size), q.tobytes(), struct.pack("<I", len(frames))]
+    for cam, enc, h, w, data in frames:
+        parts += [_name(cam), struct.pack("<BIII", enc, h, w, len(data)), data]
+    if actions is not None:
+        a = np.ascontiguousarray(actions, dtype="<f4")
+        pad = np.zeros(a.shape[0], np.uint8) if is_pad is None else np.asarray(is_pad, np.uint8).reshape(-1)
+        parts += [struct.pack("<II", a.shape[0], a.shape[1]), a.tobytes(), pad.tobytes(), struct.pack("<Q", seed)]
+    return frame(PREDICT, b"".join(parts))
+
+
+def ping(nonce: int) -> bytes:
+    return frame(PING, struct.pack("<Q", nonce))
+
+
+class _Reader:
+    def __init__(self, b: bytes):
+        self.b, self.o = b, 0
+
+    def take(self, n: int) -> bytes:
+        if self.o + n > len(self.b):
+            raise ValueError("truncated payload")
+        v = self.b[self.o:self.o + n]
+        self.o += n
+        return v
+
+    def u32(self) -> int:
+        return struct.unpack("<I", self.take(4))[0]
+
+    def name(self) -> str:
+        return self.take(self.take(1)[0]).decode("ascii")
+
+
+def parse_info(p: bytes) -> Dict:
+    r = _Reader(p)
+    keys = ("obs_dim", "action_dim", "pred_horizon", "num_action_steps", "obs_horizon", "image_height",
+            "image_width", "max_batch", "flags")
+    info = {k: r.u32() for k in keys}
+    info["camera_names"] = [r.name() for _ in range(r.u32())]
+    info["model_hash"] = r.take(16).decode("ascii")
+    info["server_version"] = r.name()
+    info["device"] = r.name()
+    info["zstd"] = bool(info.pop("flags") & 1)
+    return info
+
+
+def parse_result(p: bytes) -> Dict:
+    rid, flags, batch, queue_us, infer_us, kl, h, a = struct.unpack_from("<QIIIIfII", p, 0)
+    off = struct.calcsize("<QIIIIfII")
+    if len(p) != off + 4 * h * a:
+        raise ValueError(f"RESULT of {len(p)} bytes does not hold a [{h},{a}] chunk")
+    chunk = np.frombuffer(p, dtype="<f4", count=h * a, offset=off).reshape(h, a).astype(np.float32)
+    return {"request_id": rid, "posterior": bool(flags & 1), "batch": batch, "queue_ms": queue_us / 1e3,
+            "infer_ms": infer_us / 1e3, "kl": kl, "chunk": chunk}
+
+
+def parse_error(p: bytes) -> Tuple[int, int, str]:
+    rid, code, n = struct.unpack_from("<QII", p, 0)
+    return rid, code, p[16:16 + n].decode("utf-8", "replace")
+
+
+def encode_frames(images: Dict[str, np.ndarray], camera_names: List[str], hw: Tuple[int, int],
+                  compressor=None) -> List[Tuple[str, int, int, int, bytes]]:
+    """Checks and orders the camera frames; compressor: a zstandard.ZstdCompressor or None."""
+    missing = [c for c in camera_names if c not in images]
+    extra = [c for c in images if c not in camera_names]
+    if missing or extra:
+        raise ValueError(f"images: model cameras are {camera_names}; missing {missing}, unexpected {extra}")
+    out = []
+    for cam in camera_names:
+        img = np.asarray(images[cam])
+        if img.dtype != np.uint8 or img.shape != (hw[0], hw[1], 3):
+            raise ValueError(f"images['{cam}']: expected uint8 {(hw[0], hw[1], 3)} (HWC), got {img.dtype} {img.shape}")
+        raw = np.ascontiguousarray(img).tobytes()
+        if compressor is not None:
+            out.append((cam, ENC_ZSTD, hw[0], hw[1], compressor.compress(raw)))
+        else:
+            out.append((cam, ENC_RAW, hw[0], hw[1], raw))
+    return out

@@ -1,0 +1,222 @@
+/* act_serve.c - act-serve: serve one .actw model to rollout workers and robots over TCP.
+ * Thin main: flags (each with an ACT_SERVE_* environment twin; a flag beats its variable),
+ * signals, model and session; the server itself is engine/server.c (docs/SERVING.md). */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include "act.h"
+#include "server.h"
+
+typedef enum { F_STR, F_INT, F_SIZE, F_BOOL } flag_kind;
+typedef struct flag { const char *name, *env; flag_kind kind; void *ptr; const char *help; } flag;
+
+typedef struct cli {
+    const char *model, *device, *precision, *port_file;
+    int cuda_device;
+    act_server_opts so;
+} cli;
+
+static act_server *g_server;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    if (g_server) act_server_stop(g_server);
+}
+
+static void usage(const flag *fl, int n)
+{
+    fprintf(stderr, "usage: act-serve --model M.actw [options]\n\n"
+                    "Serves action chunks over TCP (docs/PROTOCOL.md); SIGTERM drains and exits 0.\n\n");
+    for (int i = 0; i < n; i++)
+        fprintf(stderr, "  --%-22s %-28s %s\n", fl[i].name, fl[i].env, fl[i].help);
+}
+
+static int set_flag(const flag *f, const char *v)
+{
+    char *end = NULL;
+    errno = 0;
+    switch (f->kind) {
+    case F_STR: *(const char **)f->ptr = v; return 0;
+    case F_BOOL: *(int *)f->ptr = strcmp(v, "0") != 0 && strcmp(v, "false") != 0; return 0;
+    case F_INT: {
+        long x = strtol(v, &end, 10);
+        if (errno || !*v || *end || x < -1 || x > 1000000000L) break;
+        *(int *)f->ptr = (int)x;
+        return 0;
+    }
+    case F_SIZE: {
+        unsigned long long x = strtoull(v, &end, 10);
+        if (errno || !*v || *end || v[0] == '-') break;
+        *(size_t *)f->ptr = (size_t)x;
+        return 0;
+    }
+    }
+    fprintf(stderr, "act-serve: --%s (%s): '%s' is not a valid number\n", f->name, f->env, v);
+    return -1;
+}
+
+static int parse(int argc, char **argv, cli *c)
+{
+    memset(c, 0, sizeof *c);
+    c->so = act_server_default_opts();
+    c->device = "auto";
+    c->precision = "fp32";
+    const flag fl[] = {
+        { "model", "ACT_SERVE_MODEL", F_STR, &c->model, ".actw weight file (required)" },
+        { "host", "ACT_SERVE_HOST", F_STR, &c->so.host, "listen address [127.0.0.1]" },
+        { "port", "ACT_SERVE_PORT", F_INT, &c->so.port, "TCP port, 0 = any free [7070]" },
+        { "device", "ACT_SERVE_DEVICE", F_STR, &c->device, "cuda|cpu|auto [auto: cuda if available]" },
+        { "precision", "ACT_SERVE_PRECISION", F_STR, &c->precision, "fp32|tf32|bf16|fp16 [fp32]" },
+        { "cuda-device", "ACT_SERVE_CUDA_DEVICE", F_INT, &c->cuda_device, "CUDA device ordinal [0]" },
+        { "max-batch", "ACT_SERVE_MAX_BATCH", F_INT, &c->so.max_batch, "requests per forward pass [32]" },
+        { "max-wait-us", "ACT_SERVE_MAX_WAIT_US", F_INT, &c->so.max_wait_us, "longest wait for a batch to fill [200]" },
+        { "max-clients", "ACT_SERVE_MAX_CLIENTS", F_INT, &c->so.max_clients, "open connections [4096]" },
+        { "max-queue", "ACT_SERVE_MAX_QUEUE", F_INT, &c->so.max_queue, "requests queued, all clients [256]" },
+        { "max-inflight", "ACT_SERVE_MAX_INFLIGHT", F_INT, &c->so.max_inflight_per_conn, "requests queued per connection [32]" },
+        { "max-out-bytes", "ACT_SERVE_MAX_OUT_BYTES", F_SIZE, &c->so.max_out_bytes, "unread reply bytes before a client is dropped [4194304]" },
+        { "drain-timeout-ms", "ACT_SERVE_DRAIN_TIMEOUT_MS", F_INT, &c->so.drain_timeout_ms, "longest drain after SIGTERM [10000]" },
+        { "metrics-port", "ACT_SERVE_METRICS_PORT", F_INT, &c->so.metrics_port, "HTTP /healthz and /metrics, -1 = off [-1]" },
+        { "audit-log", "ACT_SERVE_AUDIT_LOG", F_STR, &c->so.audit_log, "append one JSON line per request" },
+        { "port-file", "ACT_SERVE_PORT_FILE", F_STR, &c->port_file, "write 'port metrics_port' here once ready" },
+        { "verbose", "ACT_SERVE_VERBOSE", F_BOOL, &c->so.verbose, "log connections and errors (1/0)" },
+    };
+    int n = (int)(sizeof fl / sizeof fl[0]);
+    for (int i = 0; i < n; i++) {
+        const char *v = getenv(fl[i].env);
+        if (v && set_flag(&fl[i], v)) return -1;
+    }
+    for (int a = 1; a < argc; a++) {
+        if (!strcmp(argv[a], "-h") || !strcmp(argv[a], "--help")) {
+            usage(fl, n);
+            return 1;
+        }
+        const flag *f = NULL;
+        for (int i = 0; i < n && !f; i++)
+            if (!strncmp(argv[a], "--", 2) && !strcmp(argv[a] + 2, fl[i].name)) f = &fl[i];
+        if (!f) {
+            fprintf(stderr, "act-serve: unknown option '%s' (see --help)\n", argv[a]);
+            return -1;
+        }
+        if (f->kind == F_BOOL && (a + 1 >= argc || !strncmp(argv[a + 1], "--", 2))) {
+            *(int *)f->ptr = 1;
+            continue;
+        }
+        if (a + 1 >= argc) {
+            fprintf(stderr, "act-serve: --%s needs a value\n", f->name);
+            return -1;
+        }
+        if (set_flag(f, argv[++a])) return -1;
+    }
+    if (!c->model) {
+        fprintf(stderr, "act-serve: --model (or ACT_SERVE_MODEL) is required\n\n");
+        usage(fl, n);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_precision(const char *s, act_precision *p)
+{
+    static const char *const names[] = { "fp32", "tf32", "bf16", "fp16" };
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, names[i])) {
+            *p = (act_precision)i;
+            return 0;
+        }
+    fprintf(stderr, "act-serve: --precision '%s': expected fp32, tf32, bf16 or fp16\n", s);
+    return -1;
+}
+
+/* Each connection is a descriptor: lift the soft limit as far as the hard limit allows. */
+static void raise_fd_limit(int want)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl)) return;
+    rlim_t need = (rlim_t)want + 64;
+    if (rl.rlim_cur >= need) return;
+    rl.rlim_cur = need < rl.rlim_max ? need : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+int main(int argc, char **argv)
+{
+    cli c;
+    int pr = parse(argc, argv, &c);
+    if (pr) return pr > 0 ? 0 : 2;
+    char err[ACT_ERR_LEN], why[256];
+    act_session_opts sopts = act_session_default_opts();
+    if (parse_precision(c.precision, &sopts.precision)) return 2;
+    int cuda = act_cuda_available(why, sizeof why);
+    if (!strcmp(c.device, "auto")) {
+        sopts.device = cuda ? ACT_DEVICE_CUDA : ACT_DEVICE_CPU;
+    } else if (!strcmp(c.device, "cuda")) {
+        if (!cuda) {
+            fprintf(stderr, "act-serve: --device cuda: %s\n", why);
+            return 2;
+        }
+        sopts.device = ACT_DEVICE_CUDA;
+    } else if (!strcmp(c.device, "cpu")) {
+        sopts.device = ACT_DEVICE_CPU;
+    } else {
+        fprintf(stderr, "act-serve: --device '%s': expected cuda, cpu or auto\n", c.device);
+        return 2;
+    }
+    sopts.max_batch = c.so.max_batch;
+    sopts.cuda_device = c.cuda_device;
+    raise_fd_limit(c.so.max_clients);
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, NULL);
+    if (act_server_create(&c.so, &g_server, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+
+    act_model *m = NULL;
+    act_session *sess = NULL;
+    int rc = 1;
+    if (act_model_load(c.model, &m, err, sizeof err) ||
+        act_session_create(m, &sopts, &sess, err, sizeof err) ||
+        act_server_attach(g_server, m, sess, sopts.device, err, sizeof err)) {
+        if (act_server_stopping(g_server)) rc = 0;   /* SIGTERM while loading: a clean exit */
+        else fprintf(stderr, "act-serve: %s\n", err);
+        act_server_stop(g_server);
+        act_server_wait(g_server);
+        goto out;
+    }
+    const act_config *cfg = act_model_config(m);
+    fprintf(stderr, "act-serve: ready on %s:%d (%s, model %s, max-batch %d, max-wait-us %d)%s%d\n",
+            c.so.host, act_server_port(g_server), act_session_device_name(sess), cfg->model_hash,
+            c.so.max_batch, c.so.max_wait_us, c.so.metrics_port >= 0 ? ", metrics on port " : "",
+            c.so.metrics_port >= 0 ? act_server_metrics_port(g_server) : 0);
+    if (c.port_file) {
+        FILE *f = fopen(c.port_file, "w");
+        if (f) {
+            fprintf(f, "%d %d\n", act_server_port(g_server), act_server_metrics_port(g_server));
+            fclose(f);
+        } else {
+            fprintf(stderr, "act-serve: cannot write --port-file '%s': %s\n", c.port_file, strerror(errno));
+        }
+    }
+    rc = act_server_wait(g_server) ? 1 : 0;
+    fprintf(stderr, "act-serve: drained, exiting\n");
+out:
+    sa.sa_handler = SIG_IGN;   /* the server is going away: no handler may touch it now */
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    act_server_free(g_server);
+    g_server = NULL;
+    act_session_free(sess);
+    act_model_free(m);
+    return rc;
+}
