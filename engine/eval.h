@@ -1,0 +1,75 @@
+/* eval.h - batch-evaluation metrics: accumulation per episode, the JSON summary, shard merge.
+ * defines: act_eval_summary, act_eval_episode, act_eval_init, act_eval_add_batch,
+ *          act_eval_write_json, act_eval_read_json, act_eval_merge, act_eval_free
+ * Metrics (issue "act-infer eval"), for every timestep t and chunk step k with t + k < T:
+ *   action_l1 / action_mse   prior chunk (z = 0) vs action[t+k], denormalized units, mean over
+ *                            valid (t, k, joint);  per_joint_l1 the same per joint;
+ *   val_l1                   posterior chunk (z = mu) vs the normalized targets, same mask;
+ *   val_kl                   mean over timesteps of the KL summed over latent dims;
+ *   val_loss                 val_l1 + kl_weight * val_kl.
+ * The summary stores raw sums and counts beside the means. Sums are accumulated per episode in
+ * timestep order (so the batch size does not change a bit of them), and `overall` is always
+ * recomputed from the episodes' sums in episode-list order: a merge of shard summaries is
+ * bit-identical to a single run over the same episodes. */
+#ifndef ACT_EVAL_H
+#define ACT_EVAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "act.h"
+
+typedef struct act_eval_sums {
+    double l1, sq;             /* prior, denormalized: sum |pred - target|, sum (pred - target)^2 */
+    int64_t count;             /* valid (t, k, joint) elements */
+    double *joint_l1;          /* [action_dim] */
+    double val_l1;             /* posterior, normalized space */
+    double kl;                 /* sum over timesteps of the per-timestep KL */
+    int64_t kl_count;          /* timesteps */
+} act_eval_sums;
+
+typedef struct act_eval_episode {
+    char name[256];            /* file name */
+    int index;                 /* position in the full (unsharded) episode list */
+    int steps;                 /* T */
+    int failed;
+    char error[ACT_ERR_LEN];
+    act_eval_sums s;
+} act_eval_episode;
+
+typedef struct act_eval_summary {
+    char model_hash[17];
+    char device[16], precision[16];
+    float kl_weight;
+    int action_dim, pred_horizon, num_cams;
+    int shard_count;           /* n of --shard i/n (1 without sharding) */
+    int n_shards;              /* how many shard indices this summary covers */
+    int *shards;               /* [n_shards]: the shard indices (one for a run, all after a merge) */
+    int n_episodes;
+    act_eval_episode *episodes;
+    int64_t timesteps;         /* of the episodes that succeeded */
+    double elapsed_s;          /* sum over runs of the evaluation wall time */
+    double elapsed_max_s;      /* the slowest run (the wall time of a parallel sharded eval) */
+} act_eval_summary;
+
+int act_eval_init(act_eval_summary *s, const act_config *cfg, const char *device, const char *precision,
+                  int shard_index, int shard_count, int n_episodes, char *err, size_t errlen);
+/* Adds n timesteps of one episode. pred: prior chunk [n][H][A] denormalized; targets [n][H][A]
+ * raw; is_pad [n][H]; post_norm: posterior chunk normalized; targets_norm: targets normalized;
+ * kl [n]. */
+void act_eval_add_batch(act_eval_episode *e, const act_config *cfg, int n, const float *pred,
+                        const float *targets, const uint8_t *is_pad, const float *post_norm,
+                        const float *targets_norm, const float *kl);
+int act_eval_write_json(const act_eval_summary *s, const char *path, char *err, size_t errlen);
+int act_eval_read_json(const char *path, act_eval_summary *s, char *err, size_t errlen);
+/* Merges shard summaries; checks they come from one model and cover each shard once. */
+int act_eval_merge(const act_eval_summary *in, int n, act_eval_summary *out, char *err, size_t errlen);
+void act_eval_free(act_eval_summary *s);
+
+/* Means of a set of sums (NAN where the count is zero). */
+typedef struct act_eval_means {
+    double action_l1, action_mse, val_l1, val_kl, val_loss;
+} act_eval_means;
+act_eval_means act_eval_means_of(const act_eval_sums *s, float kl_weight);
+
+#endif

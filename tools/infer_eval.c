@@ -1,0 +1,409 @@
+/* infer_eval.c - `act-infer eval` and `act-infer eval-merge`: the held-out validation of a
+ * checkpoint over HDF5 episodes (metrics: engine/eval.h), fast enough to run after every
+ * checkpoint. One act_run per batch gives both the prior chunk (scored against the recorded
+ * actions) and the z = mu posterior (the validation loss); the episode stream reads the next
+ * batch while this one runs. `--shard i/n` keeps every n-th episode so a job scheduler can fan
+ * the set out over many GPUs; `eval-merge` folds the shard summaries into the single-run totals. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "episode.h"
+#include "episode_stream.h"
+#include "eval.h"
+#include "infer_common.h"
+#include "npy.h"
+
+static const char *USAGE =
+    "usage: act-infer eval --model M.actw --episodes DIR|FILE... [options]\n"
+    "  --model M.actw            weight file\n"
+    "  --episodes DIR|FILE...    directories (their episode_*.hdf5, by episode number) and/or files\n"
+    "  --device cpu|cuda         default: cuda when a GPU is usable, else cpu\n"
+    "  --precision P             fp32 (default), tf32, bf16, fp16\n"
+    "  --batch N                 timesteps per forward (default: cuda 128, cpu 4)\n"
+    "  --json SUMMARY.json       write the summary (per episode and overall, with the raw sums)\n"
+    "  --save-predictions DIR    write DIR/<episode>.npy: float32 (T, pred_horizon, action_dim) prior chunks\n"
+    "  --plots DIR               PNG per episode: recorded vs predicted per joint, error over time\n"
+    "                            (runs tools/eval_plots.py with $ACT_PYTHON or python3; needs\n"
+    "                            matplotlib and h5py; predictions go to DIR/predictions unless\n"
+    "                            --save-predictions is given)\n"
+    "  --shard i/n               evaluate episodes i, i+n, i+2n, ... of the list (0 <= i < n)\n"
+    "  --keep-going              a broken episode is reported as failed and the rest still run;\n"
+    "                            the exit code is 1 at the end if any failed\n"
+    "\n"
+    "usage: act-infer eval-merge S0.json S1.json ... --json ALL.json\n"
+    "  combines the summaries of `eval --shard i/n` runs (all n of them) into the totals one run\n"
+    "  over every episode gives.\n";
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int make_dir(const char *d) {
+    if (mkdir(d, 0777) == 0 || errno == EEXIST) return 0;
+    fprintf(stderr, "act-infer eval: %s: cannot create directory: %s\n", d, strerror(errno));
+    return -1;
+}
+
+/* ---- progress bar (a terminal only; pipes and logs stay quiet) ---- */
+
+typedef struct progress {
+    int on, episodes;
+    double t_start, t_last;
+} progress;
+
+static void progress_show(progress *p, int done_eps, long long steps, int final) {
+    if (!p->on) return;
+    double t = now_s();
+    if (!final && t - p->t_last < 0.1) return;
+    p->t_last = t;
+    int width = 24, fill = p->episodes ? done_eps * width / p->episodes : width;
+    char bar[32];
+    for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
+    bar[width] = '\0';
+    double el = t - p->t_start;
+    fprintf(stderr, "\reval [%s] %d/%d episodes  %lld timesteps  %.1f timesteps/s ", bar, done_eps,
+            p->episodes, steps, el > 0 ? (double)steps / el : 0.0);
+    if (final) fputc('\n', stderr);
+    fflush(stderr);
+}
+
+/* ---- plots ---- */
+
+/* tools/eval_plots.py: $ACT_EVAL_PLOTS, else next to the source tree of this binary
+ * (<repo>/<build>/act-infer -> <repo>/tools), else beside the binary. */
+static int find_plot_script(char *out, size_t len) {
+    const char *env = getenv("ACT_EVAL_PLOTS");
+    if (env && *env) {
+        snprintf(out, len, "%s", env);
+        return access(out, R_OK) == 0 ? 0 : -1;
+    }
+    char exe[1024];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return -1;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = '\0';
+    const char *rel[] = {"/../tools/eval_plots.py", "/../../tools/eval_plots.py", "/eval_plots.py"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(out, len, "%s%s", exe, rel[i]);
+        if (access(out, R_OK) == 0) return 0;
+    }
+    return -1;
+}
+
+static int run_plots(const char *plots, const char *preds, const char *summary, const act_eval_summary *s,
+                     char **sel) {
+    char script[1100];
+    if (find_plot_script(script, sizeof script) != 0) {
+        fprintf(stderr, "act-infer eval: --plots: tools/eval_plots.py not found (set ACT_EVAL_PLOTS to its path)\n");
+        return -1;
+    }
+    const char *py = getenv("ACT_PYTHON");
+    if (!py || !*py) py = "python3";
+    char **argv = calloc((size_t)s->n_episodes + 12, sizeof(char *));
+    if (!argv) return -1;
+    int a = 0, nplots = 0;
+    argv[a++] = (char *)py;
+    argv[a++] = script;
+    argv[a++] = "--predictions";
+    argv[a++] = (char *)preds;
+    argv[a++] = "--out";
+    argv[a++] = (char *)plots;
+    if (summary) {
+        argv[a++] = "--summary";
+        argv[a++] = (char *)summary;
+    }
+    for (int i = 0; i < s->n_episodes; i++)
+        if (!s->episodes[i].failed) { argv[a++] = sel[i]; nplots++; }
+    argv[a] = NULL;
+    if (nplots == 0) { free(argv); return 0; }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execvp(py, argv);
+        fprintf(stderr, "act-infer eval: --plots: cannot run %s: %s\n", py, strerror(errno));
+        _exit(127);
+    }
+    free(argv);
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "act-infer eval: --plots: %s %s failed (exit %d)\n", py, script,
+                WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- eval ---- */
+
+typedef struct eval_args {
+    const char *model, *json, *save, *plots, *shard;
+    infer_run_opts ro;
+    int keep_going;
+    char **episodes;
+    int n_episode_args;
+    int shard_i, shard_n;
+} eval_args;
+
+static int parse_eval_args(int argc, char **argv, eval_args *a) {
+    memset(a, 0, sizeof *a);
+    a->shard_n = 1;
+    const char *batch = NULL, *val;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { fputs(USAGE, stdout); return -2; }
+        if (!strcmp(argv[i], "--keep-going")) { a->keep_going = 1; continue; }
+        if (!strcmp(argv[i], "--episodes")) {
+            a->episodes = argv + i + 1;
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) { i++; a->n_episode_args++; }
+            if (!a->n_episode_args) return infer_usage("eval", USAGE, "--episodes needs at least one directory or file");
+            continue;
+        }
+        const char *names[] = {"--model", "--json", "--save-predictions", "--plots", "--shard",
+                               "--device", "--precision", "--batch"};
+        const char **slots[] = {&a->model, &a->json, &a->save, &a->plots, &a->shard,
+                                &a->ro.device, &a->ro.precision, &batch};
+        int matched = 0;
+        for (int k = 0; k < 8 && !matched; k++) {
+            int r = infer_opt(argc, argv, &i, names[k], &val);
+            if (r < 0) return infer_usage("eval", USAGE, "%s needs a value", names[k]);
+            if (r > 0) { *slots[k] = val; matched = 1; }
+        }
+        if (!matched) return infer_usage("eval", USAGE, "unknown argument '%s'", argv[i]);
+    }
+    if (!a->model) return infer_usage("eval", USAGE, "--model is required");
+    if (!a->episodes) return infer_usage("eval", USAGE, "--episodes is required");
+    if (batch && infer_parse_int(batch, 1, 1 << 16, &a->ro.batch) != 0)
+        return infer_usage("eval", USAGE, "--batch must be an integer in 1..65536, got '%s'", batch);
+    if (a->shard) {
+        char extra;
+        if (sscanf(a->shard, "%d/%d%c", &a->shard_i, &a->shard_n, &extra) != 2 || a->shard_n < 1 ||
+            a->shard_i < 0 || a->shard_i >= a->shard_n)
+            return infer_usage("eval", USAGE, "--shard must be i/n with 0 <= i < n, got '%s'", a->shard);
+    }
+    return 0;
+}
+
+static void print_table(const act_eval_summary *s) {
+    printf("%-28s %6s %12s %12s %12s %s\n", "episode", "steps", "action_l1", "action_mse", "val_loss", "status");
+    for (int i = 0; i < s->n_episodes; i++) {
+        const act_eval_episode *e = &s->episodes[i];
+        if (e->failed) {
+            printf("%-28s %6d %12s %12s %12s failed: %s\n", e->name, e->steps, "-", "-", "-", e->error);
+            continue;
+        }
+        act_eval_means m = act_eval_means_of(&e->s, s->kl_weight);
+        printf("%-28s %6d %12.6g %12.6g %12.6g ok\n", e->name, e->steps, m.action_l1, m.action_mse, m.val_loss);
+    }
+}
+
+static void print_overall(const act_eval_summary *s) {
+    act_eval_sums o;
+    memset(&o, 0, sizeof o);
+    int failed = 0;
+    for (int i = 0; i < s->n_episodes; i++) {
+        const act_eval_episode *e = &s->episodes[i];
+        if (e->failed) { failed++; continue; }
+        o.l1 += e->s.l1; o.sq += e->s.sq; o.count += e->s.count;
+        o.val_l1 += e->s.val_l1; o.kl += e->s.kl; o.kl_count += e->s.kl_count;
+    }
+    act_eval_means m = act_eval_means_of(&o, s->kl_weight);
+    printf("overall: %d episodes (%d failed), %lld timesteps: action_l1 %.6g  action_mse %.6g  "
+           "val_l1 %.6g  val_kl %.6g  val_loss %.6g\n", s->n_episodes, failed, (long long)s->timesteps,
+           m.action_l1, m.action_mse, m.val_l1, m.val_kl, m.val_loss);
+    if (s->elapsed_s > 0)
+        printf("throughput: %.1f timesteps/s, %.1f images/s (%s, %s, model %s)\n",
+               (double)s->timesteps / s->elapsed_s, (double)s->timesteps * s->num_cams / s->elapsed_s,
+               s->device, s->precision, s->model_hash);
+}
+
+int act_cmd_eval(int argc, char **argv) {
+    eval_args a;
+    int rc = parse_eval_args(argc, argv, &a);
+    if (rc == -2) return 0;
+    if (rc != 0) return rc;
+
+    char err[ACT_ERR_LEN];
+    char **all = NULL;
+    int nall = 0;
+    if (act_episode_list(a.episodes, a.n_episode_args, &all, &nall, err, sizeof err) != 0) {
+        fprintf(stderr, "act-infer eval: %s\n", err);
+        return INFER_EXIT_FAIL;
+    }
+    char **sel = calloc((size_t)nall, sizeof(char *));
+    int *sel_index = calloc((size_t)nall, sizeof(int));
+    int nsel = 0;
+    for (int i = a.shard_i; sel && sel_index && i < nall; i += a.shard_n) {
+        sel_index[nsel] = i;
+        sel[nsel++] = all[i];
+    }
+    const char *preds = a.save;
+    char preds_buf[1100];
+    if (a.plots && !preds) {
+        snprintf(preds_buf, sizeof preds_buf, "%s/predictions", a.plots);
+        preds = preds_buf;
+    }
+    infer_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    act_eval_summary sum;
+    memset(&sum, 0, sizeof sum);
+    act_stream *st = NULL;
+    infer_buffers bufs = {0};
+    float *tnorm = NULL;
+    act_npy *pf = NULL;
+    rc = INFER_EXIT_FAIL;
+    if (!sel || !sel_index) { fprintf(stderr, "act-infer eval: out of memory\n"); goto done; }
+    if ((a.plots && make_dir(a.plots) != 0) || (preds && make_dir(preds) != 0)) goto done;
+    if (nsel == 0) fprintf(stderr, "act-infer eval: shard %d/%d of %d episodes is empty\n", a.shard_i, a.shard_n, nall);
+
+    int orc = infer_open("eval", a.model, &a.ro, &ctx);
+    if (orc != 0) { rc = orc; goto done; }
+    const act_config *cfg = ctx.cfg;
+    if (act_eval_init(&sum, cfg, infer_device_name(ctx.device), infer_precision_name(ctx.precision),
+                      a.shard_i, a.shard_n, nsel, err, sizeof err) != 0 ||
+        infer_buffers_alloc(&ctx, &bufs) != 0 ||
+        !(tnorm = malloc(sizeof(float) * (size_t)ctx.batch * cfg->pred_horizon * cfg->action_dim))) {
+        fprintf(stderr, "act-infer eval: %s\n", err[0] ? err : "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < nsel; i++) {
+        snprintf(sum.episodes[i].name, sizeof sum.episodes[i].name, "%s", act_episode_basename(sel[i]));
+        sum.episodes[i].index = sel_index[i];
+    }
+    progress pg = {isatty(STDERR_FILENO), nsel, now_s(), 0};
+    double t0 = now_s();
+    if (act_stream_open(sel, nsel, cfg, ctx.batch, &st, err, sizeof err) != 0) {
+        fprintf(stderr, "act-infer eval: %s\n", err);
+        goto done;
+    }
+    int skip = -1, done_eps = 0, any_failed = 0, aborted = 0;
+    size_t chunk = (size_t)cfg->pred_horizon * cfg->action_dim;
+    const act_ep_batch *b;
+    while (!aborted && (b = act_stream_next(st)) != NULL) {
+        act_eval_episode *e = &sum.episodes[b->episode];
+        if (b->episode == skip) continue;
+        e->steps = b->T;
+        int bad = b->failed;
+        if (bad) snprintf(e->error, sizeof e->error, "%s", b->err);
+        if (!bad && b->first && preds) {
+            char stem[256], p[1400];
+            act_episode_stem(sel[b->episode], stem, sizeof stem);
+            snprintf(p, sizeof p, "%s/%s.npy", preds, stem);
+            int64_t shape[3] = {b->T, cfg->pred_horizon, cfg->action_dim};
+            bad = act_npy_open(p, shape, 3, &pf, e->error, sizeof e->error) != 0;
+        }
+        if (!bad) bad = infer_run_batch(&ctx, b, 1, &bufs, e->error, sizeof e->error) != 0;
+        if (!bad && pf) bad = act_npy_write(pf, bufs.actions, (size_t)b->n * chunk, e->error, sizeof e->error) != 0;
+        if (bad) {
+            e->failed = 1;
+            any_failed = 1;
+            sum.timesteps -= e->s.kl_count;
+            act_npy_close(pf, 1, NULL, 0);
+            pf = NULL;
+            skip = b->episode;
+            done_eps++;
+            if (pg.on) fputc('\n', stderr);
+            fprintf(stderr, "act-infer eval: %s%s\n", e->error, a.keep_going ? " (--keep-going: continuing)" : "");
+            if (!a.keep_going) aborted = 1;
+            continue;
+        }
+        act_normalize_action(ctx.model, b->targets, tnorm, b->n * cfg->pred_horizon);
+        act_eval_add_batch(e, cfg, b->n, bufs.actions, b->targets, b->is_pad, bufs.post_actions_norm, tnorm, bufs.kl);
+        sum.timesteps += b->n;
+        if (b->last) {
+            done_eps++;
+            if (pf && act_npy_close(pf, 0, e->error, sizeof e->error) != 0) {
+                e->failed = 1;
+                any_failed = 1;
+                sum.timesteps -= e->s.kl_count;
+                fprintf(stderr, "act-infer eval: %s\n", e->error);
+                if (!a.keep_going) aborted = 1;
+            }
+            pf = NULL;
+        }
+        progress_show(&pg, done_eps, (long long)sum.timesteps, 0);
+    }
+    sum.elapsed_s = sum.elapsed_max_s = now_s() - t0;
+    act_stream_close(st);
+    st = NULL;
+    if (aborted) {
+        fprintf(stderr, "act-infer eval: stopped at the first broken episode (--keep-going evaluates the rest)\n");
+        goto done;
+    }
+    progress_show(&pg, done_eps, (long long)sum.timesteps, 1);
+    print_table(&sum);
+    print_overall(&sum);
+    if (a.json && act_eval_write_json(&sum, a.json, err, sizeof err) != 0) {
+        fprintf(stderr, "act-infer eval: %s\n", err);
+        goto done;
+    }
+    if (a.plots && run_plots(a.plots, preds, a.json, &sum, sel) != 0) goto done;
+    rc = any_failed ? INFER_EXIT_FAIL : INFER_EXIT_OK;
+done:
+    act_npy_close(pf, 1, NULL, 0);
+    act_stream_close(st);
+    free(tnorm);
+    infer_buffers_free(&bufs);
+    act_eval_free(&sum);
+    if (ctx.model) infer_close(&ctx);
+    free(sel);
+    free(sel_index);
+    act_episode_free_list(all, nall);
+    return rc;
+}
+
+int act_cmd_eval_merge(int argc, char **argv) {
+    const char *out = NULL, *val;
+    char **inputs = calloc((size_t)(argc > 0 ? argc : 1), sizeof(char *));
+    int n = 0;
+    if (!inputs) return INFER_EXIT_FAIL;
+    for (int i = 0; i < argc; i++) {
+        int r;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { fputs(USAGE, stdout); free(inputs); return 0; }
+        if ((r = infer_opt(argc, argv, &i, "--json", &val)) != 0) {
+            if (r < 0) { free(inputs); return infer_usage("eval-merge", USAGE, "--json needs a value"); }
+            out = val;
+            continue;
+        }
+        if (!strncmp(argv[i], "--", 2)) {
+            free(inputs);
+            return infer_usage("eval-merge", USAGE, "unknown argument '%s'", argv[i]);
+        }
+        inputs[n++] = argv[i];
+    }
+    if (!out) { free(inputs); return infer_usage("eval-merge", USAGE, "--json ALL.json is required"); }
+    if (!n) { free(inputs); return infer_usage("eval-merge", USAGE, "give the shard summaries to merge"); }
+    act_eval_summary *s = calloc((size_t)n, sizeof *s), merged;
+    memset(&merged, 0, sizeof merged);
+    char err[ACT_ERR_LEN];
+    int rc = INFER_EXIT_FAIL, loaded = 0;
+    if (!s) goto done;
+    for (; loaded < n; loaded++) {
+        if (act_eval_read_json(inputs[loaded], &s[loaded], err, sizeof err) != 0) {
+            fprintf(stderr, "act-infer eval-merge: %s\n", err);
+            goto done;
+        }
+    }
+    if (act_eval_merge(s, n, &merged, err, sizeof err) != 0 ||
+        act_eval_write_json(&merged, out, err, sizeof err) != 0) {
+        fprintf(stderr, "act-infer eval-merge: %s\n", err);
+        goto done;
+    }
+    print_overall(&merged);
+    rc = INFER_EXIT_OK;
+done:
+    for (int i = 0; i < loaded; i++) act_eval_free(&s[i]);
+    free(s);
+    act_eval_free(&merged);
+    free(inputs);
+    return rc;
+}
