@@ -67,6 +67,16 @@ const char *infer_precision_name(act_precision p) {
     }
 }
 
+int infer_check_run_opts(const char *cmd, const char *usage, const infer_run_opts *o) {
+    act_device d;
+    act_precision p;
+    if (o->device && infer_parse_device(o->device, &d) != 0)
+        return infer_usage(cmd, usage, "--device must be cpu or cuda, got '%s'", o->device);
+    if (o->precision && infer_parse_precision(o->precision, &p) != 0)
+        return infer_usage(cmd, usage, "--precision must be fp32, tf32, bf16 or fp16, got '%s'", o->precision);
+    return 0;
+}
+
 int infer_open(const char *cmd, const char *model_path, const infer_run_opts *o, infer_ctx *ctx) {
     char err[ACT_ERR_LEN];
     memset(ctx, 0, sizeof *ctx);

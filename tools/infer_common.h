@@ -2,7 +2,8 @@
  * names, opening a model + session with the default device rule, and one batch of episode
  * timesteps through act_run (prior and, on request, posterior in the same run).
  * defines: infer_usage, infer_opt, infer_parse_int, infer_parse_device, infer_parse_precision,
- *          infer_device_name, infer_precision_name, infer_open, infer_buffers, infer_run_batch */
+ *          infer_device_name, infer_precision_name, infer_check_run_opts, infer_open,
+ *          infer_buffers, infer_run_batch */
 #ifndef INFER_COMMON_H
 #define INFER_COMMON_H
 
@@ -42,6 +43,9 @@ typedef struct infer_ctx {
     act_precision precision;
     int batch;
 } infer_ctx;
+
+/* Checks --device / --precision before anything is loaded; returns 0 or a usage error. */
+int infer_check_run_opts(const char *cmd, const char *usage, const infer_run_opts *o);
 
 /* Loads the model and creates the session; reports errors on stderr as "act-infer <cmd>: ...".
  * Returns an exit code (0 on success). */

@@ -184,6 +184,8 @@ static int parse_eval_args(int argc, char **argv, eval_args *a) {
     if (!a->episodes) return infer_usage("eval", USAGE, "--episodes is required");
     if (batch && infer_parse_int(batch, 1, 1 << 16, &a->ro.batch) != 0)
         return infer_usage("eval", USAGE, "--batch must be an integer in 1..65536, got '%s'", batch);
+    int urc = infer_check_run_opts("eval", USAGE, &a->ro);
+    if (urc != 0) return urc;
     if (a->shard) {
         char extra;
         if (sscanf(a->shard, "%d/%d%c", &a->shard_i, &a->shard_n, &extra) != 2 || a->shard_n < 1 ||

@@ -75,6 +75,8 @@ int act_cmd_predict(int argc, char **argv) {
     if (!out) return infer_usage("predict", USAGE, "--out is required");
     if (batch && infer_parse_int(batch, 1, 1 << 16, &ro.batch) != 0)
         return infer_usage("predict", USAGE, "--batch must be an integer in 1..65536, got '%s'", batch);
+    int urc = infer_check_run_opts("predict", USAGE, &ro);
+    if (urc != 0) return urc;
     if (pdir && mkdir(pdir, 0777) != 0 && errno != EEXIST) {
         fprintf(stderr, "act-infer predict: %s: cannot create directory: %s\n", pdir, strerror(errno));
         return INFER_EXIT_FAIL;
