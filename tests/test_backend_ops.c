@@ -1,0 +1,526 @@
+/* test_backend_ops.c - every op of the CUDA backend against the CPU backend (the oracle), in the
+ * spirit of ggml's test-backend-ops.
+ *
+ * Weights are a real small model ($ACT_TEST_DATA/small.actw; small_sep_gn.actw for GroupNorm,
+ * crop and ImageNet preprocessing), so every op runs on the shapes the forward pass gives it.
+ * For each precision (fp32, tf32, bf16, fp16) and batch (1, 3, 64; shapes scale with it) each
+ * op gets fresh random inputs, rounded on the host to the activation type so that both
+ * backends see the same values; the CUDA output is poisoned with NaN before the op, so an
+ * element it fails to write fails the check. Error: ||cuda - cpu|| / ||cpu|| over the output.
+ * Tolerances: fp32 1e-5 (1e-4 for the cuBLAS/cuDNN ops, whose summation order differs),
+ * tf32 2e-3, bf16 and fp16 2e-2. Prints a table op x precision (worst batch).
+ * Exit 77 (skipped) without a usable CUDA device. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "backend.h"
+#include "forward.h"
+#include "model.h"
+
+enum { NPREC = 4 };
+static const char *PREC_NAME[NPREC] = {"fp32", "tf32", "bf16", "fp16"};
+
+#define MAX_OPS 48
+static const char *g_op[MAX_OPS];
+static double g_err[MAX_OPS][NPREC];
+static int g_bad[MAX_OPS][NPREC], g_nops, g_fail;
+static uint64_t g_rng;
+
+typedef struct {
+    act_backend *cpu, *gpu;
+    int prec, B;
+} pair;
+
+static uint64_t rnd(void) {
+    uint64_t x = (g_rng += 0x9e3779b97f4a7c15ull);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+static float urand(float lo, float hi) { return lo + (hi - lo) * (float)((rnd() >> 40) * (1.0 / 16777216.0)); }
+
+/* round to what the activation type can hold, so both backends get identical inputs */
+static float quant(float v, act_dtype dt) {
+    if (dt == ACT_DT_BF16) {
+        uint32_t b;
+        memcpy(&b, &v, 4);
+        b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+        memcpy(&v, &b, 4);
+        return v;
+    }
+    if (dt == ACT_DT_F16) return (float)(_Float16)v;
+    return v;
+}
+
+static float *rand_arr(size_t n, float lo, float hi, act_dtype q) {
+    float *p = malloc((n ? n : 1) * sizeof *p);
+    if (!p) { fprintf(stderr, "out of memory\n"); exit(1); }
+    for (size_t i = 0; i < n; i++) p[i] = quant(urand(lo, hi), q);
+    return p;
+}
+
+static void die_be(act_backend *be, const char *what) {
+    fprintf(stderr, "FAIL %s on %s: %s\n", what, be->name, be->err);
+    exit(1);
+}
+
+/* a buffer of dtype dt (ACT resolves per backend) holding host floats h */
+static act_buf put(act_backend *be, const float *h, size_t n, act_dtype dt) {
+    act_buf b = be->alloc(be, n, dt);
+    if (!b.p) die_be(be, "alloc");
+    if (b.dt == ACT_DT_F32) {
+        if (be->upload(be, b, h, n)) die_be(be, "upload");
+    } else {
+        act_buf t = be->alloc(be, n, ACT_DT_F32);
+        if (!t.p) die_be(be, "alloc");
+        if (be->upload(be, t, h, n) || be->copy(be, b, t, n)) die_be(be, "upload+copy");
+    }
+    if (be->sync(be)) die_be(be, "sync");
+    return b;
+}
+
+static act_buf put_u8(act_backend *be, const uint8_t *h, size_t n) {
+    act_buf b = be->alloc(be, n, ACT_DT_U8);
+    if (!b.p) die_be(be, "alloc");
+    if (be->upload(be, b, h, n) || be->sync(be)) die_be(be, "upload u8");
+    return b;
+}
+
+/* an output buffer: NaN everywhere */
+static act_buf poisoned(act_backend *be, size_t n, act_dtype dt) {
+    float *nan = malloc((n ? n : 1) * sizeof *nan);
+    for (size_t i = 0; i < n; i++) nan[i] = NAN;
+    act_buf b = put(be, nan, n, dt);
+    free(nan);
+    return b;
+}
+
+static float *get(act_backend *be, act_buf b, size_t n) {
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    if (be->download(be, h, b, n) || be->sync(be)) die_be(be, "download");
+    return h;
+}
+
+static void record(const char *op, const pair *p, const float *got, const float *want, size_t n,
+                   int gemm) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)got[i] - want[i];
+        num += d * d;
+        den += (double)want[i] * want[i];
+    }
+    double e = den > 0 ? sqrt(num / den) : sqrt(num);
+    double tol = p->prec == ACT_FP32 ? (gemm ? 1e-4 : 1e-5) : p->prec == ACT_TF32 ? 2e-3 : 2e-2;
+    int k = 0;
+    while (k < g_nops && strcmp(g_op[k], op)) k++;
+    if (k == g_nops) {
+        g_op[g_nops++] = op;
+        for (int j = 0; j < NPREC; j++) g_err[k][j] = -1;
+    }
+    if (!(e <= tol)) {                                  /* NaN fails too */
+        g_bad[k][p->prec] = 1;
+        g_fail++;
+        fprintf(stderr, "FAIL %-22s %s B=%d: rel err %.3g > %.1g\n", op, PREC_NAME[p->prec], p->B,
+                e, tol);
+    }
+    if (isnan(e) || e > g_err[k][p->prec]) g_err[k][p->prec] = isnan(e) ? INFINITY : e;
+}
+
+/* run one op on both backends; op_fn fills out on one backend given inputs made there */
+typedef int (*op_fn)(act_backend *be, act_buf *in, act_buf out, const void *arg);
+
+typedef struct {
+    const float *h;            /* host values (NULL: u8 data in h8) */
+    const uint8_t *h8;
+    size_t n;
+    act_dtype dt;
+} input;
+
+static void run_case(const pair *p, const char *name, int gemm, op_fn fn, const void *arg,
+                     const input *in, int nin, size_t nout, act_dtype odt) {
+    act_backend *bes[2] = {p->cpu, p->gpu};
+    float *res[2];
+    for (int s = 0; s < 2; s++) {
+        act_backend *be = bes[s];
+        act_buf bufs[8];
+        for (int i = 0; i < nin; i++)
+            bufs[i] = in[i].h8 ? put_u8(be, in[i].h8, in[i].n)
+                    : in[i].n ? put(be, in[i].h, in[i].n, in[i].dt) : act_nobuf();
+        act_buf out = poisoned(be, nout, odt);
+        if (fn(be, bufs, out, arg) || be->sync(be)) {
+            fprintf(stderr, "FAIL %s %s B=%d on %s: %s\n", name, PREC_NAME[p->prec], p->B,
+                    be->name, be->err);
+            g_fail++;
+            if (s == 1) free(res[0]);
+            return;
+        }
+        res[s] = get(be, out, nout);
+    }
+    record(name, p, res[1], res[0], nout, gemm);
+    free(res[0]);
+    free(res[1]);
+}
+
+/* ---------------- the ops ---------------- */
+
+typedef struct { const act_config *cfg; int B, hi, wi; } pre_arg;
+static int f_pre(act_backend *be, act_buf *in, act_buf out, const void *a) {
+    const pre_arg *x = a;
+    return be->preprocess(be, in[0], x->B, x->hi, x->wi, x->cfg, out);
+}
+static void t_preprocess(const pair *p, const char *name, const act_config *c) {
+    size_t n = (size_t)p->B * c->image_h * c->image_w * 3;
+    uint8_t *f = malloc(n);
+    for (size_t i = 0; i < n; i++) f[i] = (uint8_t)(rnd() >> 56);
+    int ho = c->crop_h ? c->crop_h : c->input_h, wo = c->crop_w ? c->crop_w : c->input_w;
+    pre_arg a = {c, p->B, c->image_h, c->image_w};
+    input in[1] = {{NULL, f, n, ACT_DT_U8}};
+    run_case(p, name, 0, f_pre, &a, in, 1, (size_t)p->B * 3 * ho * wo, ACT_DT_ACT);
+    free(f);
+}
+
+static act_dtype qdt(const pair *p) {
+    return p->prec == ACT_BF16 ? ACT_DT_BF16 : p->prec == ACT_FP16 ? ACT_DT_F16 : ACT_DT_F32;
+}
+
+typedef struct { const act_conv *cv; int N, H, W; act_epilogue epi; int res; } conv_arg;
+static int f_conv(act_backend *be, act_buf *in, act_buf out, const void *a) {
+    const conv_arg *x = a;
+    return be->conv2d(be, x->cv, in[0], x->N, x->H, x->W, x->res ? in[1] : act_nobuf(), x->epi,
+                      out);
+}
+static void t_conv(const pair *p, const char *name, const act_conv *cv, int N, int H, int W,
+                   act_epilogue epi, int res) {
+    act_dtype q = qdt(p);
+    int Ho = act_conv_out(H, cv), Wo = act_conv_out(W, cv);
+    size_t nx = (size_t)N * cv->cin * H * W, ny = (size_t)N * cv->cout * Ho * Wo;
+    float *x = rand_arr(nx, -1, 1, q), *r = rand_arr(ny, -1, 1, q);
+    conv_arg a = {cv, N, H, W, epi, res};
+    input in[2] = {{x, NULL, nx, ACT_DT_ACT}, {r, NULL, res ? ny : 0, ACT_DT_ACT}};
+    run_case(p, name, 1, f_conv, &a, in, 2, ny, ACT_DT_ACT);
+    free(x);
+    free(r);
+}
+
+typedef struct { const act_conv *cv; int N, HW; } gn_arg;
+static int f_gn(act_backend *be, act_buf *in, act_buf out, const void *a) {
+    const gn_arg *x = a;
+    return be->groupnorm(be, in[0], x->N, x->cv->cout, x->HW, x->cv->cout / 16, x->cv->gn_w,
+                         x->cv->gn_b, in[1], ACT_EPI_RELU, out);
+}
+static void t_groupnorm(const pair *p, const act_conv *cv, int HW) {
+    size_t n = (size_t)p->B * cv->cout * HW;
+    float *x = rand_arr(n, -2, 3, qdt(p)), *r = rand_arr(n, -1, 1, qdt(p));
+    gn_arg a = {cv, p->B, HW};
+    input in[2] = {{x, NULL, n, ACT_DT_ACT}, {r, NULL, n, ACT_DT_ACT}};
+    run_case(p, "groupnorm+res+relu", 0, f_gn, &a, in, 2, n, ACT_DT_ACT);
+    free(x);
+    free(r);
+}
+
+typedef struct { int N, C, H, W; } mp_arg;
+static int f_mp(act_backend *be, act_buf *in, act_buf out, const void *a) {
+    const mp_arg *x = a;
+    return be->maxpool(be, in[0], x->N, x->C, x->H, x->W, out);
+}
+static void t_maxpool(const pair *p, int C, int H, int W) {
+    size_t n = (size_t)p->B * C * H * W;
+    float *x = rand_arr(n, -1, 1, qdt(p));
+    mp_arg a = {p->B, C, H, W};
+    input in[1] = {{x, NULL, n, ACT_DT_ACT}};
+    run_case(p, "maxpool", 0, f_mp, &a, in, 1, (size_t)p->B * C * ((H - 1) / 2 + 1) * ((W - 1) / 2 + 1),
+             ACT_DT_ACT);
+    free(x);
+}
+
+typedef struct { int N, K, HW; const act_tensor *grid; } ss_arg;
+static int f_ss(act_backend *be, act_buf *in, act_buf out, const void *a) {
+    const ss_arg *x = a;
+    return be->spatial_softmax(be, in[0], x->N, x->K, x->HW, x->grid, out);
+}
+static void t_spatial_softmax(const pair *p, const act_trunk *tr, int K, int HW, int ncam) {
+    int N = p->B * ncam;
+    size_t n = (size_t)N * K * HW;
+    float *x = rand_arr(n, -4, 4, qdt(p));
+    ss_arg a = {N, K, HW, tr->pos_grid};
+    input in[1] = {{x, NULL, n, ACT_DT_ACT}};
+    run_case(p, "spatial_softmax", 0, f_ss, &a, in, 1, (size_t)N * 2 * K, ACT_DT_ACT);
+    free(x);
+}
+
+typedef struct { const act_linear *l; int M; act_epilogue epi; } lin_arg;
+static int f_lin(act_backend *be, act_buf *in, act_buf out, const void *a) {
+    const lin_arg *x = a;
+    return be->linear(be, x->l, in[0], x->M, x->epi, out);
+}
+static void t_linear(const pair *p, const char *name, const act_linear *l, int M, act_epilogue epi,
+                     act_dtype xdt) {
+    size_t nx = (size_t)M * l->in;
+    float *x = rand_arr(nx, -1, 1, xdt == ACT_DT_F32 ? ACT_DT_F32 : qdt(p));
+    lin_arg a = {l, M, epi};
+    input in[1] = {{x, NULL, nx, xdt}};
+    run_case(p, name, 1, f_lin, &a, in, 1, (size_t)M * l->out, ACT_DT_ACT);
+    free(x);
+}
+
+typedef struct { int qs, kvs, koff, voff, B, Lq, Lk, nh, dh, pad; } att_arg;
+static int f_att(act_backend *be, act_buf *in, act_buf out, const void *a) {
+    const att_arg *x = a;
+    return be->attention(be, in[0], x->qs, act_at(in[1], x->koff), act_at(in[1], x->voff), x->kvs,
+                         x->B, x->Lq, x->Lk, x->nh, x->dh, x->pad ? in[2] : act_nobuf(), out);
+}
+/* packed = 1: q, k, v all from one [B*L][3E] buffer (self-attention); else q [B*Lq][E] and a
+ * packed kv [B*Lk][2E] (cross-attention). pad: mask random keys after the first two. */
+static void t_attention(const pair *p, const char *name, int Lq, int Lk, int nh, int E, int packed,
+                        int pad) {
+    int B = p->B;
+    size_t nq = (size_t)B * Lq * (packed ? 3 * E : E), nkv = packed ? 0 : (size_t)B * Lk * 2 * E;
+    float *q = rand_arr(nq, -2, 2, qdt(p)), *kv = rand_arr(nkv, -2, 2, qdt(p));
+    uint8_t *m8 = calloc((size_t)B * Lk, 1);
+    for (int i = 0; i < B * Lk; i++) m8[i] = (i % Lk) >= 2 && (rnd() & 3) == 0;
+    att_arg a = {packed ? 3 * E : E, packed ? 3 * E : 2 * E, packed ? E : 0, packed ? 2 * E : E,
+                 B, Lq, Lk, nh, E / nh, pad};
+    input in[3] = {{q, NULL, nq, ACT_DT_ACT}, {packed ? q : kv, NULL, packed ? nq : nkv, ACT_DT_ACT},
+                   {NULL, m8, (size_t)B * Lk, ACT_DT_U8}};
+    run_case(p, name, 0, f_att, &a, in, pad ? 3 : 2, (size_t)B * Lq * E, ACT_DT_ACT);
+    free(q);
+    free(kv);
+    free(m8);
+}
+
+typedef struct { const act_ln *ln; float eps; int rows, E; } ln_arg;
+static int f_ln(act_backend *be, act_buf *in, act_buf out, const void *a) {
+    const ln_arg *x = a;
+    size_t n = (size_t)x->rows * x->E;
+    /* in place, as the forward pass uses it: y aliases x */
+    if (be->copy(be, out, in[0], n)) return -1;
+    return be->add_layernorm(be, out, in[1], x->ln, x->eps, x->rows, x->E, out);
+}
+static void t_add_layernorm(const pair *p, const act_ln *ln, float eps, int rows, int E) {
+    size_t n = (size_t)rows * E;
+    float *x = rand_arr(n, -1, 3, qdt(p)), *d = rand_arr(n, -1, 1, qdt(p));
+    ln_arg a = {ln, eps, rows, E};
+    input in[2] = {{x, NULL, n, ACT_DT_ACT}, {d, NULL, n, ACT_DT_ACT}};
+    run_case(p, "add_layernorm(inplace)", 0, f_ln, &a, in, 2, n, ACT_DT_ACT);
+    free(x);
+    free(d);
+}
+
+typedef struct { const act_tensor *t; int B, R, E; } bc_arg;
+static int f_bc(act_backend *be, act_buf *in, act_buf out, const void *a) {
+    const bc_arg *x = a;
+    return be->broadcast_rows(be, x->t, x->B, x->R, x->E, out);
+}
+
+typedef struct { int B, ncam, E, H; const act_tensor *type, *cls; } asm_arg;
+static int f_mem(act_backend *be, act_buf *in, act_buf out, const void *a) {
+    const asm_arg *x = a;
+    return be->memory_assemble(be, in[0], in[1], in[2], x->B, x->ncam, x->E, in[3], x->type, out);
+}
+static int f_post(act_backend *be, act_buf *in, act_buf out, const void *a) {
+    const asm_arg *x = a;
+    return be->posterior_assemble(be, x->cls, in[0], in[1], x->B, x->H, x->E, in[2], out);
+}
+static int f_sin(act_backend *be, act_buf *in, act_buf out, const void *a) {
+    const asm_arg *x = a;
+    return be->sinusoid_table(be, x->H, x->E, out);
+}
+
+typedef struct { const act_model *m; int rows, dim, inverse; } nrm_arg;
+static int f_nrm(act_backend *be, act_buf *in, act_buf out, const void *a) {
+    const nrm_arg *x = a;
+    const act_config *c = &x->m->cfg;
+    return be->normalize(be, in[0], x->rows, x->dim, x->m->action_lo, x->m->action_hi,
+                         c->norm_type, c->norm_eps, x->inverse, out);
+}
+
+typedef struct { int B, L, sample, part; } lat_arg;
+static int f_lat(act_backend *be, act_buf *in, act_buf out, const void *a) {
+    const lat_arg *x = a;
+    size_t n = (size_t)x->B * x->L;
+    act_buf mu = be->alloc(be, n, ACT_DT_F32), lv = be->alloc(be, n, ACT_DT_F32);
+    act_buf kl = be->alloc(be, x->B, ACT_DT_F32), z = be->alloc(be, n, ACT_DT_ACT);
+    if (!mu.p || !lv.p || !kl.p || !z.p) return -1;
+    act_buf o[4] = {mu, lv, kl, z};
+    if (x->part == 0) o[0] = out;
+    else if (x->part == 1) o[1] = out;
+    else if (x->part == 2) o[2] = out;
+    else o[3] = out;
+    return be->latent(be, in[0], x->B, x->L, x->sample, in[1], o[0], o[1], o[2], o[3]);
+}
+
+static int f_copy(act_backend *be, act_buf *in, act_buf out, const void *a) {
+    return be->copy(be, out, in[0], *(const size_t *)a);
+}
+static int f_zero(act_backend *be, act_buf *in, act_buf out, const void *a) {
+    return be->fill_zero(be, out, *(const size_t *)a);
+}
+
+static void t_head_misc(const pair *p, const act_model *m) {
+    const act_config *c = &m->cfg;
+    int B = p->B, E = c->hidden_dim, H = c->pred_horizon, A = c->action_dim, L = c->latent_dim;
+    int nc = c->num_cams;
+    bc_arg bc = {m->query, B, H, E};
+    run_case(p, "broadcast_rows", 0, f_bc, &bc, NULL, 0, (size_t)B * H * E, ACT_DT_ACT);
+
+    size_t nb = (size_t)B * E;
+    float *lat = rand_arr(nb, -1, 1, qdt(p)), *qp = rand_arr(nb, -1, 1, qdt(p));
+    float *vis = rand_arr(nb * nc, -1, 1, qdt(p)), *act = rand_arr(nb * H, -1, 1, qdt(p));
+    float *pos = rand_arr((size_t)(H + 2 + nc) * E, -1, 1, ACT_DT_F32);
+    asm_arg aa = {B, nc, E, H, m->mem_type, m->cls_embed};
+    input mi[4] = {{lat, NULL, nb, ACT_DT_ACT}, {qp, NULL, nb, ACT_DT_ACT},
+                   {vis, NULL, nb * nc, ACT_DT_ACT}, {pos, NULL, (size_t)(2 + nc) * E, ACT_DT_F32}};
+    run_case(p, "memory_assemble", 0, f_mem, &aa, mi, 4, (size_t)B * (2 + nc) * E, ACT_DT_ACT);
+    input pi[3] = {{qp, NULL, nb, ACT_DT_ACT}, {act, NULL, nb * H, ACT_DT_ACT},
+                   {pos, NULL, (size_t)(H + 2) * E, ACT_DT_F32}};
+    run_case(p, "posterior_assemble", 0, f_post, &aa, pi, 3, (size_t)B * (2 + H) * E, ACT_DT_ACT);
+    asm_arg sa = {0, 0, E, H + 2 + B, NULL, NULL};           /* table length grows with B */
+    run_case(p, "sinusoid_table", 0, f_sin, &sa, NULL, 0, (size_t)sa.H * E, ACT_DT_F32);
+
+    size_t na = (size_t)B * H * A;
+    float *an = rand_arr(na, -1.5f, 1.5f, ACT_DT_F32);
+    for (int inv = 0; inv < 2; inv++) {
+        nrm_arg na_ = {m, B * H, A, inv};
+        input ni[1] = {{an, NULL, na, ACT_DT_F32}};
+        run_case(p, inv ? "normalize(inverse)" : "normalize", 0, f_nrm, &na_, ni, 1, na, ACT_DT_F32);
+    }
+
+    float *ml = rand_arr((size_t)B * 2 * L, -1.5f, 1.5f, qdt(p));
+    uint8_t seed[8];
+    for (int i = 0; i < 8; i++) seed[i] = (uint8_t)(rnd() >> 56);
+    static const char *lat_names[2][4] = {{"latent:mu", "latent:logvar", "latent:kl", "latent:z=mu"},
+                                          {"latent(sample):mu", "latent(sample):logvar",
+                                           "latent(sample):kl", "latent(sample):z"}};
+    for (int s = 0; s < 2; s++)
+        for (int part = 0; part < 4; part++) {
+            lat_arg la = {B, L, s, part};
+            input li[2] = {{ml, NULL, (size_t)B * 2 * L, ACT_DT_ACT}, {NULL, seed, 8, ACT_DT_U8}};
+            run_case(p, lat_names[s][part], 0, f_lat, &la, li, 2,
+                     part == 2 ? (size_t)B : (size_t)B * L, part == 3 ? ACT_DT_ACT : ACT_DT_F32);
+        }
+
+    size_t nx = nb * H;
+    input ci[1] = {{act, NULL, nx, ACT_DT_ACT}};
+    run_case(p, "copy(act->f32)", 0, f_copy, &nx, ci, 1, nx, ACT_DT_F32);
+    input ci2[1] = {{an, NULL, na, ACT_DT_F32}};
+    float *anq = malloc(na * sizeof *anq);
+    for (size_t i = 0; i < na; i++) anq[i] = quant(an[i], qdt(p));
+    ci2[0].h = anq;
+    run_case(p, "copy(f32->act)", 0, f_copy, &na, ci2, 1, na, ACT_DT_ACT);
+    /* fill_zero: compare against zeros; the NaN poison must be gone everywhere */
+    run_case(p, "fill_zero", 0, f_zero, &nx, NULL, 0, nx, ACT_DT_ACT);
+    free(lat); free(qp); free(vis); free(act); free(pos); free(an); free(ml); free(anq);
+}
+
+/* ---------------- driver ---------------- */
+
+/* ops whose weights come from the GroupNorm model (its own pair of backends) */
+static void gn_ops(const pair *p, const act_model *mg) {
+    act_trunk_geom g;
+    char err[512];
+    if (act_trunk_geometry(mg, &g, err, sizeof err)) { fprintf(stderr, "FAIL geometry: %s\n", err); exit(1); }
+    t_preprocess(p, "preprocess(crop+imagenet)", &mg->cfg);
+    t_groupnorm(p, &mg->trunks[0].conv1, g.c1_h * g.c1_w);
+    t_groupnorm(p, &mg->trunks[1].blocks[3][1].conv2, mg->cfg.feat_h * mg->cfg.feat_w);
+}
+
+static void all_ops(const pair *p, const act_model *m) {
+    const act_config *c = &m->cfg;
+    const act_trunk *tr = &m->trunks[0];
+    act_trunk_geom g;
+    char err[512];
+    if (act_trunk_geometry(m, &g, err, sizeof err)) { fprintf(stderr, "FAIL geometry: %s\n", err); exit(1); }
+    int B = p->B, nc = c->num_cams, N = B * nc;
+    t_preprocess(p, "preprocess", c);
+    t_conv(p, "conv 7x7/2 +relu", &tr->conv1, B, g.in_h, g.in_w, ACT_EPI_RELU, 0);
+    int h1 = g.pool_h, w1 = g.pool_w;
+    t_conv(p, "conv 3x3/1 +res+relu", &tr->blocks[0][0].conv2, B, h1, w1, ACT_EPI_RELU, 1);
+    t_conv(p, "conv 3x3/2 +relu", &tr->blocks[1][0].conv1, B, h1, w1, ACT_EPI_RELU, 0);
+    t_conv(p, "conv 1x1/2 (down)", &tr->blocks[1][0].down, B, h1, w1, ACT_EPI_NONE, 0);
+    act_conv kp = {tr->kp_w, tr->kp_b, NULL, NULL, 512, c->num_keypoints, 1, 1, 0};
+    t_conv(p, "conv 1x1/1 (keypoints)", &kp, B, c->feat_h, c->feat_w, ACT_EPI_NONE, 0);
+    t_maxpool(p, 64, g.c1_h, g.c1_w);
+    t_maxpool(p, 8, 15, 14);
+    t_spatial_softmax(p, tr, c->num_keypoints, c->feat_h * c->feat_w, nc);
+    act_linear kpo = {tr->out_w, tr->out_b, 0, c->vision_dim, 2 * c->num_keypoints};
+    t_linear(p, "linear keypoint out+relu", &kpo, N, ACT_EPI_RELU, ACT_DT_ACT);
+    int H = c->pred_horizon, E = c->hidden_dim;
+    const act_dec_layer *d = &m->dec[0];
+    t_linear(p, "linear qkv (packed)", &d->self_attn.qkv, B * H, ACT_EPI_NONE, ACT_DT_ACT);
+    t_linear(p, "linear kv (row0=E)", &d->cross_attn.kv, B * (2 + nc), ACT_EPI_NONE, ACT_DT_ACT);
+    t_linear(p, "linear ff1+act", &d->ff1, B * H, c->activation == ACT_ACT_GELU ? ACT_EPI_GELU
+             : ACT_EPI_RELU, ACT_DT_ACT);
+    t_linear(p, "linear gelu", &d->ff2, B * H, ACT_EPI_GELU, ACT_DT_ACT);
+    t_linear(p, "linear f32 input", &m->enc_qpos, B, ACT_EPI_NONE, ACT_DT_F32);
+    t_attention(p, "attention self", H, H, c->nheads, E, 1, 0);
+    t_attention(p, "attention cross", H, 2 + nc, c->nheads, E, 0, 0);
+    t_attention(p, "attention masked", 2 + H, 2 + H, c->nheads, E, 1, 1);
+    t_add_layernorm(p, &d->ln1, c->ln_eps, B * H, E);
+    t_head_misc(p, m);
+}
+
+static int load(const char *dir, const char *name, act_model **m) {
+    char path[1024], err[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (act_model_load(path, m, err, sizeof err)) {
+        fprintf(stderr, "FAIL cannot load %s: %s (make it with tests/make_testdata.py)\n", path, err);
+        return -1;
+    }
+    return 0;
+}
+
+int main(void) {
+    char why[256];
+    if (!act_cuda_available(why, sizeof why)) {
+        printf("SKIP test_backend_ops: %s\n", why);
+        return 77;
+    }
+    const char *dir = getenv("ACT_TEST_DATA");
+    if (!dir) dir = "build/testdata";
+    const char *s = getenv("ACT_TEST_SEED");
+    g_rng = s ? strtoull(s, NULL, 10) : (uint64_t)time(NULL);
+    printf("test_backend_ops: seed %llu (ACT_TEST_SEED replays it)\n", (unsigned long long)g_rng);
+    act_model *m = NULL, *mg = NULL;
+    if (load(dir, "small.actw", &m) || load(dir, "small_sep_gn.actw", &mg)) return 1;
+    const int batches[3] = {1, 3, 64};
+    char err[512];
+    for (int prec = 0; prec < NPREC; prec++)
+        for (int bi = 0; bi < 3; bi++) {
+            /* a backend holds one model's weights: one pair of backends per model */
+            for (int which = 0; which < 2; which++) {
+                const act_model *mm = which ? mg : m;
+                pair p = {NULL, NULL, prec, batches[bi]};
+                if (act_backend_cpu_create(ACT_FP32, &p.cpu, err, sizeof err) ||
+                    act_backend_cuda_create(0, (act_precision)prec, &p.gpu, err, sizeof err)) {
+                    fprintf(stderr, "FAIL backend create (%s): %s\n", PREC_NAME[prec], err);
+                    return 1;
+                }
+                if (p.cpu->load_weights(p.cpu, mm) || p.gpu->load_weights(p.gpu, mm)) {
+                    fprintf(stderr, "FAIL load_weights: %s | %s\n", p.cpu->err, p.gpu->err);
+                    return 1;
+                }
+                if (which) gn_ops(&p, mg);
+                else all_ops(&p, m);
+                p.cpu->destroy(p.cpu);
+                p.gpu->destroy(p.gpu);
+            }
+        }
+    printf("\n%-26s", "op (rel err, worst batch)");
+    for (int j = 0; j < NPREC; j++) printf(" %10s", PREC_NAME[j]);
+    printf("\n");
+    for (int k = 0; k < g_nops; k++) {
+        printf("%-26s", g_op[k]);
+        for (int j = 0; j < NPREC; j++) {
+            if (g_err[k][j] < 0) printf(" %10s", "-");
+            else printf(" %9.2e%s", g_err[k][j], g_bad[k][j] ? "!" : " ");
+        }
+        printf("\n");
+    }
+    printf("%s: %d failing checks\n", g_fail ? "FAIL" : "PASS", g_fail);
+    act_model_free(m);
+    act_model_free(mg);
+    return g_fail ? 1 : 0;
+}
