@@ -1,0 +1,360 @@
+"""act-serve end to end on loopback with the CPU backend and a small model.
+
+What must hold: the server's chunks equal `act-infer predict` on the same inputs (prior and
+posterior), requests from different connections share a forward pass, the contract is checked
+at the handshake, the runner has the seed's _RemotePolicyRunner semantics, /healthz and
+/metrics tell the truth, SIGTERM drains without losing or duplicating a request, and a client
+survives a server killed and restarted under it.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools" / "act_client"))
+
+from act_client import ActClient, ActContractError, ActPolicyRunner, ActTimeoutError  # noqa: E402
+from act_client import wire  # noqa: E402
+
+IMAGE = 40          # frames the tiny model expects (HWC uint8), resized to 48x48 for the trunk
+TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+class Server:
+    """One act-serve process on a free port; ready once it writes its --port-file."""
+
+    def __init__(self, exe, model, workdir: Path, *extra, port=0, metrics_port=0, env=None):
+        self.pf = workdir / f"port-{uuid.uuid4().hex}.txt"
+        self.logpath = workdir / f"serve-{uuid.uuid4().hex}.log"
+        cmd = [str(exe), "--model", str(model), "--device", "cpu", "--port", str(port), "--metrics-port", str(metrics_port),
+               "--port-file", str(self.pf), "--verbose", *map(str, extra)]
+        with open(self.logpath, "w") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        self.port = self.mport = None
+
+    def wait_ready(self, timeout=180):
+        deadline = time.monotonic() + timeout
+        while not self.pf.exists() or not self.pf.read_text().endswith("\n"):
+            assert self.proc.poll() is None, f"act-serve exited {self.proc.returncode}:\n{self.log()}"
+            assert time.monotonic() < deadline, f"act-serve not ready in {timeout} s:\n{self.log()}"
+            time.sleep(0.05)
+        self.port, self.mport = map(int, self.pf.read_text().split())
+        return self
+
+    def log(self) -> str:
+        return self.logpath.read_text()
+
+    def http(self, path):
+        c = http.client.HTTPConnection("127.0.0.1", self.mport, timeout=10)
+        c.request("GET", path)
+        r = c.getresponse()
+        return r.status, r.read().decode()
+
+    def metric(self, name) -> float:
+        for line in self.http("/metrics")[1].splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    def stop(self, sig=signal.SIGTERM, timeout=120) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=timeout)
+
+
+def _build_tiny(tmp_dir: Path, ref, seed=5, **over):
+    sys.path.insert(0, str(REPO / "tests" / "python"))
+    import conftest
+
+    cfg = conftest.small_cfg(image_size=IMAGE, vision_backbone={"input_shape": [3, 48, 48]}, **over)
+    agent = ref.randomize_(ref.build_agent(cfg), seed)
+    ck, yml, st, out = (tmp_dir / n for n in ("ck.pt", "ck.yaml", "stats.pkl", "tiny.actw"))
+    ref.save_checkpoint(agent, str(ck), cfg, layout="model_state_dict", stats_in="state_dict", prefix="",
+                        stats_path=str(st), config_path=str(yml), include_config=False)
+    subprocess.run([sys.executable, str(REPO / "tools" / "convert_checkpoint.py"), str(ck), "-o", str(out),
+                    "--config", str(yml), "--stats", str(st)], check=True, capture_output=True)
+    return out, cfg
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, ref):
+    path, cfg = _build_tiny(tmp_path_factory.mktemp("tiny"), ref)
+    return path, cfg
+
+
+@pytest.fixture
+def server(act_serve, tiny, tmp_path):
+    started = []
+
+    def start(*extra, port=0, wait=True, model=None):
+        s = Server(act_serve, model or tiny[0], tmp_path, *extra, port=port)
+        started.append(s)
+        return s.wait_ready() if wait else s
+
+    yield start
+    for s in started:
+        if s.proc.poll() is None:
+            s.proc.kill()
+            s.proc.wait()
+
+
+def _obs(rng, cams, obs_dim=5):
+    return (rng.standard_normal(obs_dim).astype(np.float32),
+            {c: rng.integers(0, 256, (IMAGE, IMAGE, 3), dtype=np.uint8) for c in cams})
+
+
+def test_predictions_equal_act_infer_predict_and_batch_across_connections(server, act_infer, tiny, tmp_path,
+                                                                         episode_factory, rng):
+    model, cfg = tiny
+    cams = cfg["camera_names"]
+    T, H = 6, cfg["pred_horizon"]
+    ep = episode_factory(T=T, image_size=IMAGE, seed=int(rng.integers(1 << 30)))
+    post_dir = tmp_path / "post"
+    post_dir.mkdir()
+    p = subprocess.run([str(act_infer), "predict", "--model", str(model), "--episode", str(ep), "--out",
+                        str(tmp_path / "pred.npy"), "--device", "cpu", "--posterior-dir", str(post_dir)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    want_prior = np.load(tmp_path / "pred.npy")
+    want_post, want_kl = np.load(post_dir / "post_actions.npy"), np.load(post_dir / "kl.npy")
+    with h5py.File(ep, "r") as f:
+        qpos, actions = f["observations/qpos"][:], f["action"][:]
+        images = {c: f[f"observations/images/{c}"][:] for c in cams}
+
+    # a long batching window: every request of the three clients should share one forward pass
+    srv = server("--max-batch", 8, "--max-wait-us", 2_000_000)
+    clients = [ActClient("127.0.0.1", srv.port, timeout=120, compress=(i == 1)) for i in range(3)]
+    for c in clients:
+        c.info()   # handshake first, so the server knows three clients may send
+    got_prior, got_post, got_kl, batches = {}, {}, {}, []
+    barrier, errors = threading.Barrier(3), []
+
+    def work(i):
+        try:
+            c = clients[i]
+            barrier.wait()
+            for t in range(i, T, 3):
+                imgs = {cam: images[cam][t] for cam in cams}
+                got_prior[t] = c.predict(qpos[t], imgs)
+                batches.append(c.last_result["batch"])
+                idx = np.minimum(np.arange(t, t + H), T - 1)
+                pad = (np.arange(t, t + H) >= T).astype(np.uint8)
+                got_post[t] = c.predict(qpos[t], imgs, actions=actions[idx], is_pad=pad)
+                assert c.last_result["posterior"]
+                got_kl[t] = c.last_result["kl"]
+        except BaseException as e:   # surfaced by the main thread below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    for t in range(T):
+        np.testing.assert_allclose(got_prior[t], want_prior[t], **TOL, err_msg=f"prior chunk, timestep {t}")
+        np.testing.assert_allclose(got_post[t], want_post[t], **TOL, err_msg=f"posterior chunk, timestep {t}")
+        np.testing.assert_allclose(got_kl[t], want_kl[t], rtol=1e-4, atol=1e-5, err_msg=f"kl, timestep {t}")
+    assert max(batches) > 1, f"no request shared a forward pass: batches {batches}"
+    assert srv.metric("act_serve_results_total") == 2 * T
+
+
+def test_contract_is_checked_at_the_handshake(server, tiny):
+    _, cfg = tiny
+    srv = server()
+    cams = cfg["camera_names"]
+    bad = [dict(camera_names=list(reversed(cams))), dict(camera_names=cams[:2]), dict(obs_dim=16),
+           dict(action_dim=16), dict(image_hw=(256, 256))]
+    for kw in bad:
+        with pytest.raises(ActContractError, match="contract") as e:
+            ActClient("127.0.0.1", srv.port, timeout=30, **kw).info()
+        assert e.value.name == "contract"
+    info = ActClient("127.0.0.1", srv.port, timeout=30, camera_names=cams, obs_dim=5, action_dim=4,
+                     image_hw=(IMAGE, IMAGE)).info()
+    assert info["camera_names"] == cams and info["pred_horizon"] == cfg["pred_horizon"]
+    assert info["num_action_steps"] == cfg["num_action_steps"] and info["obs_horizon"] == 1
+    assert len(info["model_hash"]) == 16 and (info["image_height"], info["image_width"]) == (IMAGE, IMAGE)
+
+
+def test_runner_requests_only_when_its_queue_is_empty(server, tiny, rng):
+    _, cfg = tiny
+    srv = server()
+    client = ActClient("127.0.0.1", srv.port, timeout=120)
+    runner = ActPolicyRunner(client, obs_horizon=2, num_action_steps=3)
+    obs = [_obs(rng, cfg["camera_names"]) for _ in range(4)]
+    acts, forwards = [], []
+    for q, imgs in obs:
+        acts.append(runner.select_action({"qpos": q, "images": imgs}))
+        forwards.append(runner.last_forward)
+    assert forwards == [True, False, False, True]
+    chunk0 = client.predict(*obs[0])
+    chunk3 = client.predict(*obs[3])
+    np.testing.assert_allclose(np.stack(acts[:3]), chunk0[1:4], **TOL)   # [obs_horizon-1 : +num_action_steps]
+    np.testing.assert_allclose(acts[3], chunk3[1], **TOL)
+    runner.reset()
+    runner.select_action({"qpos": obs[1][0], "images": obs[1][1]})
+    assert runner.last_forward and runner.forward_count == 3
+    with pytest.raises(ValueError, match="pred_horizon"):
+        ActPolicyRunner(client, obs_horizon=4, num_action_steps=cfg["pred_horizon"])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_healthz_is_503_while_loading_and_sigterm_while_loading_exits_0(act_serve, tmp_path):
+    fifo = tmp_path / "model.actw"
+    os.mkfifo(fifo)   # the loader blocks opening it: the server is "loading" for as long as we like
+    srv = Server(act_serve, fifo, tmp_path, metrics_port=_free_port())
+    srv.mport = int(srv.proc.args[srv.proc.args.index("--metrics-port") + 1])
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            status, body = srv.http("/healthz")
+            break
+        except OSError:
+            assert srv.proc.poll() is None and time.monotonic() < deadline, srv.log()
+            time.sleep(0.05)
+    assert (status, body) == (503, "loading\n")
+    assert srv.stop(signal.SIGTERM) == 0, srv.log()
+    assert not srv.pf.exists()
+
+
+def test_metrics_audit_log_and_healthz(server, tiny, tmp_path, rng):
+    _, cfg = tiny
+    audit = tmp_path / "audit.jsonl"
+    srv = server("--audit-log", audit)
+    assert srv.http("/healthz") == (200, "ok\n")
+    assert srv.http("/nope")[0] == 404
+    c = ActClient("127.0.0.1", srv.port, timeout=120)
+    q, imgs = _obs(rng, cfg["camera_names"])
+    c.predict(q, imgs)
+    rid, code, msg = _raw_bad_qpos(c, imgs)
+    assert (rid, wire.ERROR_NAMES[code]) == (99, "bad_qpos") and "obs_dim 5" in msg, msg
+    text = srv.http("/metrics")[1]
+    for name in ("act_serve_requests_total 2", "act_serve_results_total 1", 'act_serve_errors_total{code="bad_qpos"} 1',
+                 "act_serve_connections 1", "act_serve_batch_size_bucket", "act_serve_queue_wait_seconds_count 1",
+                 "act_serve_inference_seconds_count", "act_serve_ready 1"):
+        assert name in text, text
+    lines = audit.read_text().splitlines()
+    assert len(lines) == 2 and '"status":"ok"' in lines[0] and '"status":"bad_qpos"' in lines[1], lines
+
+
+def _raw_bad_qpos(client, imgs):
+    """A PREDICT whose qpos has the wrong width, sent by hand (the client itself refuses it)."""
+    info = client.info()
+    frames = wire.encode_frames(imgs, info["camera_names"], (IMAGE, IMAGE))
+    client._sock.sendall(wire.predict(99, np.zeros(7, np.float32), frames))
+    mtype, p = client._recv_frame()
+    assert mtype == wire.ERROR
+    return wire.parse_error(p)
+
+
+def test_sigterm_drains_in_flight_requests(server, tiny, rng):
+    _, cfg = tiny
+    srv = server("--max-batch", 2)
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=120)
+    s.sendall(wire.hello())
+    _recv(s)
+    n = 6
+    q, imgs = _obs(rng, cfg["camera_names"])
+    frames = wire.encode_frames(imgs, cfg["camera_names"], (IMAGE, IMAGE))
+    s.sendall(b"".join(wire.predict(100 + i, q + i, frames) for i in range(n)))
+    deadline = time.monotonic() + 60
+    while srv.metric("act_serve_requests_total") < n:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert srv.metric("act_serve_results_total") < n, "requests finished before SIGTERM: nothing was in flight"
+    srv.proc.send_signal(signal.SIGTERM)
+    got = {}
+    for _ in range(n):
+        mtype, p = _recv(s)
+        assert mtype == wire.RESULT, wire.parse_error(p) if mtype == wire.ERROR else mtype
+        r = wire.parse_result(p)
+        assert r["request_id"] not in got, f"request {r['request_id']} answered twice"
+        got[r["request_id"]] = r["chunk"]
+    assert sorted(got) == [100 + i for i in range(n)]
+    assert srv.proc.wait(timeout=120) == 0, srv.log()
+    assert s.recv(1) == b"", "connection left open after the drain"
+    assert "drained" in srv.log()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+
+
+def _recv(s):
+    def exact(n):
+        b = b""
+        while len(b) < n:
+            chunk = s.recv(n - len(b))
+            if not chunk:
+                raise ConnectionError("closed")
+            b += chunk
+        return b
+
+    magic, version, mtype, length = wire.HDR.unpack(exact(12))
+    assert magic == wire.MAGIC and version == wire.VERSION
+    return mtype, exact(length)
+
+
+def test_client_survives_server_killed_and_restarted(server, tiny, rng):
+    _, cfg = tiny
+    srv = server()
+    port = srv.port
+    client = ActClient("127.0.0.1", port, timeout=180)
+    q, imgs = _obs(rng, cfg["camera_names"])
+    want = client.predict(q, imgs)
+    results, errors, stop = [], [], threading.Event()
+
+    def loop():
+        try:
+            while not stop.is_set():
+                results.append(client.predict(q, imgs))
+        except BaseException as e:
+            errors.append(e)
+
+    th = threading.Thread(target=loop)
+    th.start()
+    time.sleep(0.3)
+    srv.stop(signal.SIGKILL)
+    n_before = len(results)
+    time.sleep(0.5)
+    server(port=port)   # a new process on the same port
+    deadline = time.monotonic() + 120
+    while len(results) < n_before + 2 and not errors and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    th.join(timeout=180)
+    assert not errors, errors
+    assert len(results) >= n_before + 2 and client.reconnects >= 1
+    for r in results:
+        np.testing.assert_allclose(r, want, **TOL)
+
+
+def test_timeouts_raise_a_clear_exception(tiny):
+    mute = socket.socket()
+    mute.bind(("127.0.0.1", 0))
+    mute.listen(4)   # accepts (in the kernel) and never answers
+    t0 = time.monotonic()
+    with pytest.raises(ActTimeoutError, match=r"no HELLO reply within 0.5 s"):
+        ActClient("127.0.0.1", mute.getsockname()[1], timeout=0.5).info()
+    assert time.monotonic() - t0 < 10
+    port = mute.getsockname()[1]
+    mute.close()
+    with pytest.raises(ActTimeoutError, match="could not complete"):
+        ActClient("127.0.0.1", port, timeout=0.5).info()
