@@ -1,0 +1,268 @@
+"""act-infer eval / eval-merge: the metrics against the PyTorch reference computing the same
+numbers here, shard + merge equal to one run, failure handling (--keep-going) with broken files,
+saved predictions, plots, episode order.
+
+Metrics (issue "act-infer eval"), per episode, for t + k < T (k = chunk step):
+  action_l1 / action_mse / per_joint_l1: prior chunk (z = 0) vs action[t + k], raw units;
+  val_l1: posterior chunk (z = mu) vs normalized targets; val_kl: mean over t of the KL summed
+  over latent dims; val_loss = val_l1 + kl_weight * val_kl (the seed's compute_loss with z = mu).
+One small model and four tiny episodes are shared by the module (the CI machine has 2 cores)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+import act_reference
+import make_episodes
+
+TOL = 1e-4  # relative, fp32 CPU engine vs the float32 PyTorch reference
+BATCH = 4
+# index -> (T, gzip, chunked); T = 3 is shorter than the horizon (6): every chunk is padded
+EPISODES = {1: (7, True, True), 2: (3, False, False), 3: (5, True, True), 10: (9, False, True)}
+
+
+def run(binary, *args, check_rc=None, env_extra=None):
+    env = dict(os.environ, **(env_extra or {}))
+    p = subprocess.run([str(binary), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=900, env=env)
+    if check_rc is not None:
+        assert p.returncode == check_rc, f"rc {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    return p
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, make_cfg, repo_root, act_infer):
+    d = tmp_path_factory.mktemp("eval")
+    cfg = make_cfg()
+    agent = act_reference.randomize_(act_reference.build_agent(cfg), 21)
+    ckpt, yaml_path, actw = d / "m.pt", d / "m.yaml", d / "m.actw"
+    act_reference.save_checkpoint(agent, str(ckpt), cfg, config_path=str(yaml_path))
+    subprocess.run([sys.executable, str(repo_root / "tools" / "convert_checkpoint.py"), str(ckpt), "-o", str(actw),
+                    "--config", str(yaml_path)], check=True, stdout=subprocess.DEVNULL)
+    eps = d / "episodes"
+    eps.mkdir()
+    h, w = cfg["vision_backbone"]["image_shape"]
+    for i, (T, gz, chunked) in EPISODES.items():
+        make_episodes.make_episode(str(eps / f"episode_{i}.hdf5"), T, h, w, list(cfg["camera_names"]), gz, chunked,
+                                   seed=100 + i, obs_dim=cfg["obs_dim"], action_dim=cfg["action_dim"])
+    single = d / "single.json"
+    preds = d / "preds"
+    p = run(act_infer, "eval", "--model", actw, "--episodes", eps, "--device", "cpu", "--batch", BATCH,
+            "--json", single, "--save-predictions", preds, check_rc=0)
+    return {"dir": d, "cfg": cfg, "agent": agent, "actw": actw, "eps": eps, "single": json.loads(single.read_text()),
+            "single_path": single, "preds": preds, "stderr": p.stderr, "stdout": p.stdout}
+
+
+def reference_sums(agent, cfg, path):
+    """The reference's sums for one episode, in float64."""
+    cams = list(cfg["camera_names"])
+    with h5py.File(path, "r") as f:
+        action = f["action"][:].astype(np.float32)
+        qpos = f["observations/qpos"][:].astype(np.float32)
+        images = {c: f[f"observations/images/{c}"][:] for c in cams}
+    T, H = len(action), cfg["pred_horizon"]
+    idx = np.arange(T)[:, None] + np.arange(H)[None, :]
+    tg, pad = action[np.minimum(idx, T - 1)], idx >= T
+    r = act_reference.posterior(agent, qpos, images, tg, pad)
+    valid = ~pad
+    d = (r["prior"].astype(np.float64) - tg)[valid]            # [n_valid, A]
+    tn = agent.normalization.normalize_action(torch.from_numpy(tg)).numpy()
+    dv = (r["actions_norm"].astype(np.float64) - tn)[valid]
+    return {"l1": np.abs(d).sum(), "sq": (d * d).sum(), "count": d.size, "joint_l1": np.abs(d).sum(axis=0),
+            "val_l1": np.abs(dv).sum(), "kl": r["kl"].astype(np.float64).sum(), "kl_count": T, "loss": r["loss"]}
+
+
+def means(s, kl_weight):
+    A = len(s["joint_l1"])
+    m = {"action_l1": s["l1"] / s["count"], "action_mse": s["sq"] / s["count"], "val_l1": s["val_l1"] / s["count"],
+         "val_kl": s["kl"] / s["kl_count"], "per_joint_l1": np.asarray(s["joint_l1"]) / (s["count"] / A)}
+    m["val_loss"] = m["val_l1"] + kl_weight * m["val_kl"]
+    return m
+
+
+def close(a, b, tol=TOL):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return np.all(np.abs(a - b) <= tol * np.maximum(np.abs(b), 1e-6)), (a, b)
+
+
+def test_metrics_match_the_pytorch_reference(setup):
+    cfg, agent, s = setup["cfg"], setup["agent"], setup["single"]
+    kw = float(cfg["head"]["kl_weight"])
+    assert s["kl_weight"] == pytest.approx(kw)
+    total = None
+    for e in s["episodes"]:
+        assert e["status"] == "ok"
+        ref = reference_sums(agent, cfg, setup["eps"] / e["name"])
+        assert e["steps"] == ref["kl_count"] and e["valid_elements"] == ref["count"]
+        m = means(ref, kw)
+        for key in ("action_l1", "action_mse", "val_l1", "val_kl", "val_loss", "per_joint_l1"):
+            ok, detail = close(e[key], m[key])
+            assert ok, (e["name"], key, detail)
+        ok, detail = close(e["val_loss"], ref["loss"])  # the seed's loss formula, whole episode as a batch
+        assert ok, (e["name"], "seed loss", detail)
+        if total is None:
+            total = {k: np.asarray(v, np.float64) for k, v in ref.items() if k != "loss"}
+        else:
+            for k in total:
+                total[k] = total[k] + ref[k]
+    m = means(total, kw)
+    o = s["overall"]
+    for key in ("action_l1", "action_mse", "val_l1", "val_kl", "val_loss", "per_joint_l1"):
+        ok, detail = close(o[key], m[key])
+        assert ok, ("overall", key, detail)
+    assert o["episodes"] == len(EPISODES) and o["failed"] == 0
+    assert o["timesteps"] == sum(T for T, _, _ in EPISODES.values())
+    tp = o["throughput"]
+    assert tp["timesteps_per_s"] > 0 and tp["images_per_s"] == pytest.approx(3 * tp["timesteps_per_s"])
+    assert s["device"] == "cpu" and s["precision"] == "fp32" and len(s["model_hash"]) == 16
+
+
+def test_episodes_run_in_episode_number_order(setup):
+    names = [e["name"] for e in setup["single"]["episodes"]]
+    assert names == [f"episode_{i}.hdf5" for i in sorted(EPISODES)]
+    assert [e["index"] for e in setup["single"]["episodes"]] == list(range(len(EPISODES)))
+
+
+def test_progress_bar_stays_quiet_in_a_pipe(setup):
+    assert "\r" not in setup["stderr"]
+    assert "overall:" in setup["stdout"]
+
+
+def test_saved_predictions_equal_predict(setup, act_infer, tmp_path):
+    cfg = setup["cfg"]
+    for i, (T, _, _) in EPISODES.items():
+        saved = np.load(setup["preds"] / f"episode_{i}.npy")
+        assert saved.shape == (T, cfg["pred_horizon"], cfg["action_dim"]) and saved.dtype == np.float32
+    out = tmp_path / "p.npy"
+    run(act_infer, "predict", "--model", setup["actw"], "--episode", setup["eps"] / "episode_10.hdf5", "--out", out,
+        "--device", "cpu", "--batch", BATCH, check_rc=0)
+    # eval decodes the prior beside the posterior in one act_run, so GEMM shapes differ: not bitwise
+    np.testing.assert_allclose(np.load(setup["preds"] / "episode_10.npy"), np.load(out), rtol=1e-5, atol=1e-6)
+
+
+def _strip(summary):
+    """The parts of a summary that must not depend on sharding (timings and shard lists do)."""
+    s = json.loads(json.dumps(summary))
+    for k in ("shards",):
+        s.pop(k)
+    s["overall"].pop("throughput")
+    return s
+
+
+def test_shards_merged_equal_a_single_run(setup, act_infer, tmp_path):
+    parts = []
+    for i in range(3):
+        out = tmp_path / f"s{i}.json"
+        run(act_infer, "eval", "--model", setup["actw"], "--episodes", setup["eps"], "--device", "cpu",
+            "--batch", BATCH, "--shard", f"{i}/3", "--json", out, check_rc=0)
+        parts.append(out)
+    s0 = json.loads(parts[0].read_text())
+    assert [e["name"] for e in s0["episodes"]] == ["episode_1.hdf5", "episode_10.hdf5"]  # every 3rd from 0
+    merged = tmp_path / "all.json"
+    run(act_infer, "eval-merge", parts[2], parts[0], parts[1], "--json", merged, check_rc=0)
+    m = json.loads(merged.read_text())
+    single = setup["single"]
+    assert m["shards"] == [0, 1, 2] and m["shard_count"] == 3
+    a, b = _strip(m), _strip(single)
+    b["shard_count"] = 3
+    assert a == b  # bit-identical metrics and sums, episodes in the single run's order
+    assert m["overall"]["throughput"]["timesteps_per_s"] > 0
+    assert m["overall"]["timesteps"] == single["overall"]["timesteps"]
+
+
+def test_merge_refuses_incomplete_or_foreign_sets(setup, act_infer, tmp_path):
+    parts = []
+    for i in range(2):
+        out = tmp_path / f"s{i}.json"
+        run(act_infer, "eval", "--model", setup["actw"], "--episodes", setup["eps"] / "episode_2.hdf5",
+            setup["eps"] / "episode_3.hdf5", "--device", "cpu", "--shard", f"{i}/2", "--json", out, check_rc=0)
+        parts.append(out)
+    p = run(act_infer, "eval-merge", parts[0], "--json", tmp_path / "x.json", check_rc=1)
+    assert "shard 1/2 is missing" in p.stderr
+    p = run(act_infer, "eval-merge", parts[0], parts[0], parts[1], "--json", tmp_path / "x.json", check_rc=1)
+    assert "shard 0/2 appears in 2 summaries" in p.stderr
+    other = json.loads(parts[1].read_text())
+    other["model_hash"] = "0123456789abcdef"
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    p = run(act_infer, "eval-merge", parts[0], tmp_path / "other.json", "--json", tmp_path / "x.json", check_rc=1)
+    assert "only evals of one model merge" in p.stderr
+    (tmp_path / "junk.json").write_text('{"format": "something-else"}')
+    p = run(act_infer, "eval-merge", tmp_path / "junk.json", "--json", tmp_path / "x.json", check_rc=1)
+    assert "junk.json" in p.stderr and "not an act-infer eval summary" in p.stderr
+    (tmp_path / "cut.json").write_text(parts[0].read_text()[:200])
+    p = run(act_infer, "eval-merge", tmp_path / "cut.json", "--json", tmp_path / "x.json", check_rc=1)
+    assert "cut.json" in p.stderr and "invalid JSON" in p.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+@pytest.fixture
+def broken_set(setup, tmp_path):
+    """episode_0 ok, episode_1 truncated, episode_2 ok, episode_3 with a corrupt image chunk."""
+    d = tmp_path / "mixed"
+    d.mkdir()
+    src = setup["eps"]
+    shutil.copy(src / "episode_1.hdf5", d / "episode_0.hdf5")
+    data = (src / "episode_3.hdf5").read_bytes()
+    (d / "episode_1.hdf5").write_bytes(data[: len(data) // 2])
+    shutil.copy(src / "episode_10.hdf5", d / "episode_2.hdf5")
+    shutil.copy(src / "episode_3.hdf5", d / "episode_3.hdf5")
+    cam = setup["cfg"]["camera_names"][0]
+    with h5py.File(d / "episode_3.hdf5", "r") as f:
+        info = f[f"observations/images/{cam}"].id.get_chunk_info(2)
+    with open(d / "episode_3.hdf5", "r+b") as f:
+        f.seek(info.byte_offset + info.size // 2)
+        f.write(b"\x00\xff" * 40)
+    return d
+
+
+def test_a_broken_episode_stops_eval_without_keep_going(setup, act_infer, broken_set, tmp_path):
+    out = tmp_path / "s.json"
+    p = run(act_infer, "eval", "--model", setup["actw"], "--episodes", broken_set, "--device", "cpu",
+            "--json", out, check_rc=1)
+    assert "episode_1.hdf5" in p.stderr and "truncated" in p.stderr and "--keep-going" in p.stderr
+    assert not out.exists()
+
+
+def test_keep_going_reports_failures_and_evaluates_the_rest(setup, act_infer, broken_set, tmp_path):
+    out = tmp_path / "s.json"
+    p = run(act_infer, "eval", "--model", setup["actw"], "--episodes", broken_set, "--device", "cpu",
+            "--batch", BATCH, "--json", out, "--keep-going")
+    assert p.returncode == 1, p.stderr
+    s = json.loads(out.read_text())
+    status = [(e["name"], e["status"]) for e in s["episodes"]]
+    assert status == [("episode_0.hdf5", "ok"), ("episode_1.hdf5", "failed"), ("episode_2.hdf5", "ok"),
+                      ("episode_3.hdf5", "failed")]
+    cam = setup["cfg"]["camera_names"][0]
+    assert "episode_1.hdf5" in s["episodes"][1]["error"] and "truncated" in s["episodes"][1]["error"]
+    assert f"observations/images/{cam}" in s["episodes"][3]["error"]
+    assert s["overall"]["failed"] == 2 and s["overall"]["episodes"] == 4
+    # the good episodes score exactly what they scored in the clean run
+    single = {e["name"]: e for e in setup["single"]["episodes"]}
+    for name, orig in (("episode_0.hdf5", "episode_1.hdf5"), ("episode_2.hdf5", "episode_10.hdf5")):
+        got = next(e for e in s["episodes"] if e["name"] == name)
+        assert got["sums"] == single[orig]["sums"]
+    assert s["overall"]["timesteps"] == single["episode_1.hdf5"]["steps"] + single["episode_10.hdf5"]["steps"]
+    assert s["overall"]["sums"]["count"] == (single["episode_1.hdf5"]["sums"]["count"]
+                                             + single["episode_10.hdf5"]["sums"]["count"])
+
+
+def test_plots_are_written_per_episode(setup, act_infer, repo_root, tmp_path):
+    pytest.importorskip("matplotlib")
+    plots = tmp_path / "plots"
+    env = {"ACT_PYTHON": sys.executable, "ACT_EVAL_PLOTS": str(repo_root / "tools" / "eval_plots.py")}
+    run(act_infer, "eval", "--model", setup["actw"], "--episodes", setup["eps"] / "episode_3.hdf5",
+        setup["eps"] / "episode_2.hdf5", "--device", "cpu", "--plots", plots, "--json", tmp_path / "s.json",
+        check_rc=0, env_extra=env)
+    for stem in ("episode_3", "episode_2"):
+        png = plots / f"{stem}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (plots / "predictions" / f"{stem}.npy").exists()
