@@ -557,7 +557,7 @@ def _calibrate_trunks(agent: ACTAgent, gen: torch.Generator, perturb) -> None:
     explodes nor collapses, and the keypoint conv is scaled so its maps have a spread of about
     2.5 logits: a softmax neither uniform nor one-hot."""
     h, w = backbone_image_hw(agent.cfg["vision_backbone"])
-    images = F.interpolate(torch.rand(8, 3, 8, 8, generator=gen), size=(h, w), mode="bilinear", align_corners=False)
+    images = F.interpolate(torch.rand(4, 3, 8, 8, generator=gen), size=(h, w), mode="bilinear", align_corners=False)
     for enc in _encoders(agent):
         bns = [m for m in enc.backbone.modules() if isinstance(m, nn.BatchNorm2d)]
         for m in bns:
@@ -590,6 +590,8 @@ def randomize_(agent: ACTAgent, seed: int) -> ACTAgent:
         if isinstance(m, nn.Conv2d):
             fan_in = m.in_channels * m.kernel_size[0] * m.kernel_size[1]
             m.weight.copy_(normal(m.weight.shape, math.sqrt(2.0 / fan_in)))
+            if m.bias is not None:
+                m.bias.copy_(normal(m.bias.shape, 0.5))
         elif isinstance(m, nn.Linear):
             bound = math.sqrt(6.0 / (m.in_features + m.out_features))
             m.weight.copy_(uniform(m.weight.shape, -bound, bound))
