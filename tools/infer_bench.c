@@ -495,7 +495,7 @@ static int write_json(const bench_report *r, const char *path, char *err, size_t
     for (int i = 0; i < r->n_res; i++) {
         const batch_result *b = &r->res[i];
         fprintf(f, "    {\"batch\": %d, \"latency_ms\": {\"min\": %.6f, \"p50\": %.6f, \"p90\": %.6f, \"p99\": %.6f, "
-                   "\"mean\": %.6f}, \"steps_per_s\": %.3f, \"images_per_s\": %.3f, \"stages_ms\": ",
+                   "\"mean\": %.6f}, \"steps_per_s\": %.9g, \"images_per_s\": %.9g, \"stages_ms\": ",
                 b->batch, b->min, b->p50, b->p90, b->p99, b->mean, b->steps_per_s, b->steps_per_s * cfg->num_cams);
         if (b->have_stages) {
             fputc('{', f);
