@@ -446,8 +446,8 @@ def preprocess(frames: torch.Tensor, vb: dict) -> torch.Tensor:
     if vb.get("crop_shape"):
         x = torchvision.transforms.CenterCrop(tuple(int(v) for v in vb["crop_shape"]))(x)
     if vb.get("image_normalization") == "imagenet":
-        mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float32).view(1, 3, 1, 1)
-        std = torch.tensor(IMAGENET_STD, dtype=torch.float32).view(1, 3, 1, 1)
+        mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float32, device=x.device).view(1, 3, 1, 1)
+        std = torch.tensor(IMAGENET_STD, dtype=torch.float32, device=x.device).view(1, 3, 1, 1)
         x = (x - mean) / std
     return x
 
@@ -637,6 +637,10 @@ def randomize_(agent: ACTAgent, seed: int) -> ACTAgent:
 # --------------------------------------------------------------------------------------------
 
 
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy().astype(np.float32)
+
+
 def _as_inputs(agent: ACTAgent, qpos, images) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
     q = torch.as_tensor(np.asarray(qpos, dtype=np.float32))
     if q.ndim != 2 or q.shape[1] != agent.obs_dim:
@@ -649,7 +653,8 @@ def _as_inputs(agent: ACTAgent, qpos, images) -> Tuple[torch.Tensor, Dict[str, t
         if a.dtype != np.uint8 or a.ndim != 4 or a.shape[0] != q.shape[0] or a.shape[3] != 3:
             raise ValueError(f"images['{c}'] is {a.dtype} {a.shape}, expected uint8 [{q.shape[0]}, H, W, 3]")
         imgs[c] = torch.from_numpy(np.ascontiguousarray(a))
-    return q, imgs
+    dev = next(agent.parameters()).device
+    return q.to(dev), {c: v.to(dev) for c, v in imgs.items()}
 
 
 @torch.no_grad()
@@ -659,7 +664,7 @@ def predict(agent: ACTAgent, qpos, images) -> np.ndarray:
     q, imgs = _as_inputs(agent, qpos, images)
     tokens = agent.visual_tokens(imgs)
     pred, _ = agent.policy_head(agent.normalization.normalize_qpos(q), tokens)
-    return agent.normalization.denormalize_action(pred).numpy().astype(np.float32)
+    return _np(agent.normalization.denormalize_action(pred))
 
 
 @torch.no_grad()
@@ -669,11 +674,11 @@ def posterior(agent: ACTAgent, qpos, images, actions, is_pad=None) -> Dict[str, 
     prior_norm / prior (the z = 0 chunk) and loss (the seed's masked L1 + kl_weight * KL, z = mu)."""
     agent.eval()
     q, imgs = _as_inputs(agent, qpos, images)
-    a = torch.as_tensor(np.asarray(actions, dtype=np.float32))
+    a = torch.as_tensor(np.asarray(actions, dtype=np.float32)).to(q.device)
     expected = (q.shape[0], agent.pred_horizon, agent.action_dim)
     if tuple(a.shape) != expected:
         raise ValueError(f"actions has shape {tuple(a.shape)}, expected {list(expected)}")
-    pad = None if is_pad is None else torch.as_tensor(np.asarray(is_pad)).to(torch.bool)
+    pad = None if is_pad is None else torch.as_tensor(np.asarray(is_pad)).to(device=q.device, dtype=torch.bool)
     tokens = agent.visual_tokens(imgs)
     qn = agent.normalization.normalize_qpos(q)
     an = agent.normalization.normalize_action(a)
@@ -688,14 +693,14 @@ def posterior(agent: ACTAgent, qpos, images, actions, is_pad=None) -> Dict[str, 
         l1_loss = l1.mean()
     denorm = agent.normalization.denormalize_action
     return {
-        "mu": info["mu"].numpy(),
-        "logvar": info["logvar"].numpy(),
-        "kl": kl_per_sample(info["mu"], info["logvar"]).numpy(),
-        "kl_mean": info["kl"].numpy(),
-        "actions_norm": post.numpy(),
-        "actions": denorm(post).numpy(),
-        "prior_norm": prior.numpy(),
-        "prior": denorm(prior).numpy(),
+        "mu": _np(info["mu"]),
+        "logvar": _np(info["logvar"]),
+        "kl": _np(kl_per_sample(info["mu"], info["logvar"])),
+        "kl_mean": _np(info["kl"]),
+        "actions_norm": _np(post),
+        "actions": _np(denorm(post)),
+        "prior_norm": _np(prior),
+        "prior": _np(denorm(prior)),
         "loss": float(l1_loss + head.kl_weight * info["kl"].squeeze()),
     }
 
