@@ -169,7 +169,7 @@ static int parse_config(const act_weights *w, act_config *c, char *err, size_t e
     if (meta_float(w, "norm.eps", 1e-8f, 1e-30, 1.0, &c->norm_eps, err, errlen)) return -1;
 
     /* the trunk's output map follows from its input: conv1 7/2/3, maxpool 3/2/1, then three
-     * stride-2 stages (3x3, pad 1) */
+     * stride-2 stages (3x3, pad 1); each maps n >= 1 to n' >= 1 */
     int h = c->crop_h ? c->crop_h : c->input_h, wd = c->crop_w ? c->crop_w : c->input_w;
     int fh = h, fw = wd;
     fh = conv_out(conv_out(fh, 7, 2, 3), 3, 2, 1);
@@ -178,12 +178,12 @@ static int parse_config(const act_weights *w, act_config *c, char *err, size_t e
         fh = conv_out(fh, 3, 2, 1);
         fw = conv_out(fw, 3, 2, 1);
     }
-    if (fh < 1 || fw < 1)
-        return act_errf(err, errlen, "%s: a %dx%d backbone input is too small for ResNet18", w->path, h, wd);
-    if (meta_int(w, "vision.feature_height", 0, fh, fh, fh, &c->feat_h, err, errlen) ||
-        meta_int(w, "vision.feature_width", 0, fw, fw, fw, &c->feat_w, err, errlen))
+    if (meta_int(w, "vision.feature_height", 0, fh, 1, 4096, &c->feat_h, err, errlen) ||
+        meta_int(w, "vision.feature_width", 0, fw, 1, 4096, &c->feat_w, err, errlen))
         return -1;
-
+    if (c->feat_h != fh || c->feat_w != fw)
+        return act_errf(err, errlen, "%s: metadata vision.feature_height/width %dx%d disagree with the %dx%d map "
+                        "ResNet18 makes of a %dx%d input", w->path, c->feat_h, c->feat_w, fh, fw, h, wd);
     const char *s = act_meta_get(w, "converter_version");
     snprintf(c->converter_version, sizeof c->converter_version, "%s", s ? s : "");
     s = act_meta_get(w, "source_sha256");

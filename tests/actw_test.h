@@ -24,8 +24,10 @@
 
 #if defined(__GNUC__)
 #define ACT_TEST_SENTINEL __attribute__((sentinel))
+#define ACT_PRINTF_TEST __attribute__((format(printf, 3, 4)))
 #else
 #define ACT_TEST_SENTINEL
+#define ACT_PRINTF_TEST
 #endif
 
 static int g_fail, g_checks;
