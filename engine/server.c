@@ -217,11 +217,13 @@ static int conn_send(act_server *s, act_conn *c, uint8_t *p, size_t n)
     o->p = p;
     o->n = n;
     o->off = 0;
+    int backlog = c->out_head != NULL;
     if (c->out_tail) c->out_tail->next = o;
     else c->out_head = o;
     c->out_tail = o;
     c->out_bytes += n;
-    return conn_flush(s, c);
+    /* with replies already waiting the socket is full: EPOLLOUT will say when it drains */
+    return backlog ? 0 : conn_flush(s, c);
 }
 
 static void audit_line(act_server *s, act_conn *c, uint64_t id, int code, const act_req *r)
@@ -435,8 +437,18 @@ static void do_accept(act_server *s)
             return;   /* EAGAIN, or an aborted handshake: nothing more to take now */
         }
         if (atomic_load(&s->draining) || s->n_free == 0) {
+            /* say why in one best-effort send: a fresh socket's buffer always takes it */
+            char msg[128];
+            size_t n;
+            snprintf(msg, sizeof msg, atomic_load(&s->draining) ? "server is draining; connect to another replica"
+                                                                  : "max clients (%d) reached; try another replica",
+                     s->o.max_clients);
+            uint8_t *f = act_proto_build_error(0, atomic_load(&s->draining) ? ACT_E_SHUTTING_DOWN : ACT_E_OVERLOADED,
+                                               msg, &n);
+            if (f && send(fd, f, n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) act_serve_log(s, "refusing a client: %s", strerror(errno));
+            free(f);
             close(fd);
-            if (!atomic_load(&s->draining)) act_serve_log(s, "max clients (%d) reached: refused a connection", s->o.max_clients);
+            act_serve_log(s, "%s: refused a connection", msg);
             continue;
         }
         int one = 1;

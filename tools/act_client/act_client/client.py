@@ -65,7 +65,7 @@ class ActClient:
                 import zstandard
             except ImportError as e:
                 raise ActError("compress=True needs the 'zstandard' package (pip install zstandard)") from e
-            self._compressor = zstandard.ZstdCompressor(level=1)
+            self._compressor = zstandard.ZstdCompressor(level=1, write_checksum=True)
         self.last_result: Dict = {}
         self.reconnects = 0
 
@@ -123,8 +123,8 @@ class ActClient:
         if mtype == wire.ERROR:
             self._close()
             rid, code, msg = wire.parse_error(p)
-            if code == wire.E_SHUTTING_DOWN:
-                raise ConnectionError(msg)
+            if code in (wire.E_SHUTTING_DOWN, wire.E_OVERLOADED):
+                raise ConnectionError(msg)   # draining or full: retry until the timeout
             raise ActContractError(code, msg, rid)
         if mtype != wire.INFO:
             self._close()

@@ -1,0 +1,349 @@
+"""act-serve under bad input: every fault gets a clear ERROR or a closed connection, and never
+harms the other clients or the process.
+
+One server (small CPU model) serves the whole module; after every fault a well-behaved client
+that stayed connected throughout must still get correct chunks, and the server must still run.
+"""
+
+from __future__ import annotations
+
+import http.client
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools" / "act_client"))
+
+from act_client import ActClient  # noqa: E402
+from act_client import wire  # noqa: E402
+
+IMAGE = 40
+CAMS = ["l_vis", "r_vis", "front"]
+
+
+def _start(exe, model, workdir: Path, *extra):
+    pf = workdir / f"port-{uuid.uuid4().hex}.txt"
+    log = workdir / f"serve-{uuid.uuid4().hex}.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen([str(exe), "--model", str(model), "--device", "cpu", "--port", "0", "--metrics-port",
+                                 "0", "--port-file", str(pf), "--verbose", *map(str, extra)],
+                                stdout=f, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 180
+    while not pf.exists() or not pf.read_text().endswith("\n"):
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+    port, mport = map(int, pf.read_text().split())
+    return proc, port, mport, log
+
+
+def _metrics(mport) -> str:
+    c = http.client.HTTPConnection("127.0.0.1", mport, timeout=10)
+    c.request("GET", "/metrics")
+    return c.getresponse().read().decode()
+
+
+def _metric(mport, name) -> float:
+    for line in _metrics(mport).splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+@pytest.fixture(scope="module")
+def srv(act_serve, ref, tmp_path_factory):
+    sys.path.insert(0, str(REPO / "tests" / "python"))
+    import conftest
+
+    d = tmp_path_factory.mktemp("faults")
+    cfg = conftest.small_cfg(image_size=IMAGE, vision_backbone={"input_shape": [3, 48, 48]})
+    agent = ref.randomize_(ref.build_agent(cfg), 11)
+    ref.save_checkpoint(agent, str(d / "ck.pt"), cfg, layout="model_state_dict", stats_in="state_dict", prefix="",
+                        stats_path=str(d / "st.pkl"), config_path=str(d / "ck.yaml"), include_config=False)
+    model = d / "tiny.actw"
+    subprocess.run([sys.executable, str(REPO / "tools" / "convert_checkpoint.py"), str(d / "ck.pt"), "-o", str(model),
+                    "--config", str(d / "ck.yaml"), "--stats", str(d / "st.pkl")], check=True, capture_output=True)
+    # small output queue so a client that never reads is found quickly
+    proc, port, mport, log = _start(act_serve, model, d, "--max-out-bytes", 65536, "--max-clients", 256)
+    rng = np.random.default_rng(2024)
+    q = rng.standard_normal(5).astype(np.float32)
+    imgs = {c: rng.integers(0, 256, (IMAGE, IMAGE, 3), dtype=np.uint8) for c in CAMS}
+    good = ActClient("127.0.0.1", port, timeout=120)
+    want = good.predict(q, imgs)
+    ns = type("Srv", (), dict(proc=proc, port=port, mport=mport, log=log, good=good, q=q, imgs=imgs, want=want,
+                              model=model, exe=act_serve, dir=d))
+    yield ns
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0, log.read_text()
+
+
+@pytest.fixture(autouse=True)
+def still_serving(srv):
+    """After each fault: the process lives and the client connected all along is served."""
+    yield
+    assert srv.proc.poll() is None, srv.log.read_text()
+    reconnects = srv.good.reconnects
+    np.testing.assert_allclose(srv.good.predict(srv.q, srv.imgs), srv.want, rtol=1e-5, atol=1e-5)
+    assert srv.good.reconnects == reconnects, "the well-behaved client lost its connection"
+
+
+def _conn(srv, hello=True):
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+    if hello:
+        s.sendall(wire.hello(client_name="faulty"))
+        assert _recv(s)[0] == wire.INFO
+    return s
+
+
+def _recv(s):
+    def exact(n):
+        b = b""
+        while len(b) < n:
+            chunk = s.recv(n - len(b))
+            if not chunk:
+                raise ConnectionError("closed by server")
+            b += chunk
+        return b
+
+    magic, version, mtype, length = wire.HDR.unpack(exact(12))
+    assert magic == wire.MAGIC and version == wire.VERSION
+    return mtype, exact(length)
+
+
+def _expect_error(s, name, fragment, rid=None, closed=False):
+    mtype, p = _recv(s)
+    assert mtype == wire.ERROR, f"expected ERROR {name}, got type {mtype}"
+    erid, code, msg = wire.parse_error(p)
+    assert wire.ERROR_NAMES[code] == name and fragment in msg, (wire.ERROR_NAMES[code], msg)
+    if rid is not None:
+        assert erid == rid
+    if closed:
+        assert s.recv(1) == b"", "connection should be closed after a framing error"
+    return msg
+
+
+def _frames(srv, **over):
+    imgs = dict(srv.imgs, **over)
+    return [(c, wire.ENC_RAW, IMAGE, IMAGE, np.ascontiguousarray(imgs[c]).tobytes()) for c in CAMS]
+
+
+# ---- framing errors: ERROR, then the connection closes ----
+def test_wrong_magic(srv):
+    s = _conn(srv, hello=False)
+    s.sendall(wire.frame(wire.HELLO, b"", magic=b"HTTP"))
+    _expect_error(s, "bad_magic", "expected \"ACTS\"", closed=True)
+
+
+def test_wrong_version(srv):
+    s = _conn(srv, hello=False)
+    s.sendall(wire.frame(wire.HELLO, b"\0" * 21, version=7))
+    _expect_error(s, "bad_version", "version 7", closed=True)
+
+
+def test_oversized_frame_is_refused_before_allocation(srv):
+    s = _conn(srv)
+    s.sendall(wire.HDR.pack(wire.MAGIC, wire.VERSION, wire.PREDICT, 0xFFFFFFF0))
+    _expect_error(s, "too_large", "exceeds the limit", closed=True)
+    s = _conn(srv, hello=False)
+    s.sendall(wire.HDR.pack(wire.MAGIC, wire.VERSION, wire.HELLO, 1 << 20))
+    _expect_error(s, "too_large", "exceeds the limit", closed=True)
+
+
+def test_unknown_type_and_predict_before_hello(srv):
+    s = _conn(srv)
+    s.sendall(wire.frame(wire.RESULT, b"\0" * 8))
+    _expect_error(s, "bad_type", "type 4", closed=True)
+    s = _conn(srv, hello=False)
+    s.sendall(wire.predict(1, srv.q, _frames(srv)))
+    _expect_error(s, "no_hello", "HELLO first", closed=True)
+
+
+def test_garbage_bytes(srv):
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        s = _conn(srv, hello=bool(rng.integers(2)))
+        s.sendall(rng.integers(0, 256, int(rng.integers(1, 4096)), dtype=np.uint8).tobytes())
+        s.shutdown(socket.SHUT_WR)   # a short header must not leave the server waiting forever
+        s.settimeout(10)
+        try:
+            while s.recv(4096):   # whatever it answers, it must end the conversation
+                pass
+        except ConnectionResetError:
+            pass
+        s.close()
+
+
+def test_disconnect_mid_frame(srv):
+    full = wire.predict(5, srv.q, _frames(srv))
+    for cut in (3, 12, 40, len(full) // 2, len(full) - 1):
+        s = _conn(srv)
+        s.sendall(full[:cut])
+        s.close()
+    s = _conn(srv, hello=False)
+    s.sendall(wire.hello()[:10])
+    s.close()
+
+
+# ---- content errors: ERROR with the request id, and the connection stays usable ----
+def _predict_error(srv, payload_frame, name, fragment, rid):
+    s = _conn(srv)
+    s.sendall(payload_frame)
+    _expect_error(s, name, fragment, rid=rid)
+    s.sendall(wire.predict(rid + 1, srv.q, _frames(srv)))   # same connection, a good request
+    mtype, p = _recv(s)
+    assert mtype == wire.RESULT
+    r = wire.parse_result(p)
+    assert r["request_id"] == rid + 1
+    np.testing.assert_allclose(r["chunk"], srv.want, rtol=1e-5, atol=1e-5)
+    s.close()
+
+
+def test_wrong_qpos_width(srv):
+    _predict_error(srv, wire.predict(10, np.zeros(6, np.float32), _frames(srv)), "bad_qpos", "obs_dim 5", 10)
+    nan_q = srv.q.copy()
+    nan_q[2] = np.nan
+    _predict_error(srv, wire.predict(12, nan_q, _frames(srv)), "bad_qpos", "NaN", 12)
+
+
+def test_missing_extra_unknown_and_misordered_cameras(srv):
+    f = _frames(srv)
+    _predict_error(srv, wire.predict(20, srv.q, f[:2]), "bad_camera", "2 cameras sent, model expects 3", 20)
+    extra = f + [("top", wire.ENC_RAW, IMAGE, IMAGE, b"x")]   # small: a full 4th frame would be too_large
+    _predict_error(srv, wire.predict(22, srv.q, extra), "bad_camera", "4 cameras sent", 22)
+    unknown = [("wrist",) + f[0][1:]] + f[1:]
+    _predict_error(srv, wire.predict(24, srv.q, unknown), "bad_camera", "unknown camera 'wrist'", 24)
+    _predict_error(srv, wire.predict(26, srv.q, [f[1], f[0], f[2]]), "bad_camera", "model order", 26)
+
+
+def test_wrong_frame_size(srv):
+    f = _frames(srv)
+    small = [(c, wire.ENC_RAW, 32, 32, b"\0" * (32 * 32 * 3)) for c in CAMS]
+    _predict_error(srv, wire.predict(30, srv.q, small), "bad_frame", "is 32x32, model expects 40x40", 30)
+    short = [f[0][:4] + (f[0][4][:-3],)] + f[1:]
+    _predict_error(srv, wire.predict(32, srv.q, short), "bad_frame", "raw frame has 4797 bytes", 32)
+    bad_enc = [(f[0][0], 9) + f[0][2:]] + f[1:]
+    _predict_error(srv, wire.predict(34, srv.q, bad_enc), "bad_frame", "encoding 9", 34)
+
+
+def test_corrupt_and_wrong_size_zstd(srv):
+    zstandard = pytest.importorskip("zstandard", reason="zstandard is not installed")
+    info = srv.good.info()
+    if not info["zstd"]:
+        pytest.skip("this act-serve was built without zstd")
+    f = _frames(srv)
+    good = zstandard.ZstdCompressor(write_checksum=True).compress(f[0][4])
+    flipped = bytearray(good)
+    flipped[len(flipped) // 2] ^= 0xFF   # caught by the frame checksum the client writes
+    for i, corrupt in enumerate((bytes(flipped), good[:-10])):
+        bad = [(f[0][0], wire.ENC_ZSTD, IMAGE, IMAGE, corrupt)] + f[1:]
+        _predict_error(srv, wire.predict(40 + i, srv.q, bad), "bad_zstd", "corrupt", 40 + i)
+    junk = [(f[0][0], wire.ENC_ZSTD, IMAGE, IMAGE, b"not zstd at all")] + f[1:]
+    _predict_error(srv, wire.predict(46, srv.q, junk), "bad_zstd", "not a zstd frame", 46)
+    bomb = zstandard.ZstdCompressor().compress(b"\0" * (IMAGE * IMAGE * 3 * 50))
+    big = [(f[0][0], wire.ENC_ZSTD, IMAGE, IMAGE, bomb)] + f[1:]
+    _predict_error(srv, wire.predict(44, srv.q, big), "bad_frame", "inflates to 240000 bytes", 44)
+
+
+def test_truncated_payload_and_trailing_bytes(srv):
+    full = wire.predict(50, srv.q, _frames(srv))
+    body = full[12:]
+    cut = wire.frame(wire.PREDICT, body[:-100])
+    _predict_error(srv, cut, "malformed", "remain", 50)
+    _predict_error(srv, wire.frame(wire.PREDICT, body + b"xx"), "malformed", "2 trailing bytes", 50)
+
+
+def test_bad_action_chunk(srv):
+    info = srv.good.info()
+    H, A = info["pred_horizon"], info["action_dim"]
+    f = _frames(srv)
+    wrong = wire.predict(60, srv.q, f, actions=np.zeros((H, A + 1), np.float32))
+    _predict_error(srv, wrong, "bad_actions", f"model expects [{H},{A}]", 60)
+    nan = np.zeros((H, A), np.float32)
+    nan[0, 0] = np.inf
+    _predict_error(srv, wire.predict(62, srv.q, f, actions=nan), "bad_actions", "NaN or Inf", 62)
+
+
+# ---- resource abuse ----
+def test_client_that_never_reads_is_dropped(srv):
+    s = _conn(srv)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    pings = b"".join(wire.ping(i) for i in range(2000))
+    dropped = _metric(srv.mport, "act_serve_connections_dropped_total")
+    deadline = time.monotonic() + 180
+    try:
+        while time.monotonic() < deadline:
+            s.sendall(pings)   # never reads a PONG: the server's queue for it must overflow
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    assert _metric(srv.mport, "act_serve_connections_dropped_total") > dropped
+    assert "does not read its replies" in srv.log.read_text()
+
+
+def test_thousands_of_connections_opened_and_dropped(srv):
+    rng = np.random.default_rng(3)
+    hello = wire.hello()
+    for _ in range(10):
+        socks = [socket.create_connection(("127.0.0.1", srv.port), timeout=60) for _ in range(200)]
+        for s in socks:
+            mode = rng.integers(3)
+            if mode == 1:
+                s.sendall(hello)
+            elif mode == 2:
+                s.sendall(hello[: int(rng.integers(1, len(hello)))])
+            if rng.integers(2):
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))   # RST
+            s.close()
+    deadline = time.monotonic() + 60
+    while _metric(srv.mport, "act_serve_connections") > 1:
+        assert time.monotonic() < deadline, _metrics(srv.mport)
+        time.sleep(0.05)
+    assert _metric(srv.mport, "act_serve_connections_total") >= 2000
+
+
+def test_max_clients_refuses_the_extra_connection(act_serve, srv):
+    proc, port, mport, log = _start(act_serve, srv.model, srv.dir, "--max-clients", 2)
+    try:
+        a = ActClient("127.0.0.1", port, timeout=30)
+        b = ActClient("127.0.0.1", port, timeout=30)
+        a.info(), b.info()
+        s = socket.create_connection(("127.0.0.1", port), timeout=30)
+        try:   # the refusal says why, unless the reset of the close overtakes it
+            _expect_error(s, "overloaded", "max clients (2) reached", closed=True)
+        except ConnectionResetError:
+            pass
+        assert "max clients (2) reached" in log.read_text()
+        assert a.ping() > 0 and b.ping() > 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0
+
+
+def test_overload_is_an_error_not_a_stall(act_serve, srv):
+    proc, port, mport, log = _start(act_serve, srv.model, srv.dir, "--max-queue", 2, "--max-batch", 1)
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=120)
+        s.sendall(wire.hello())
+        assert _recv(s)[0] == wire.INFO
+        s.sendall(b"".join(wire.predict(70 + i, srv.q, _frames(srv)) for i in range(6)))
+        kinds = {}
+        for _ in range(6):
+            mtype, p = _recv(s)
+            if mtype == wire.RESULT:
+                kinds[wire.parse_result(p)["request_id"]] = "ok"
+            else:
+                rid, code, msg = wire.parse_error(p)
+                assert wire.ERROR_NAMES[code] == "overloaded" and "limit 2" in msg, msg
+                kinds[rid] = "overloaded"
+        assert sorted(kinds) == list(range(70, 76))
+        assert kinds[70] == "ok" and kinds[71] == "ok" and "overloaded" in kinds.values()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0

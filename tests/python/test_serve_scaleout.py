@@ -1,0 +1,159 @@
+"""Scale-out: two act-serve replicas behind HAProxy (TCP mode) on loopback, the setup that
+docs/SERVING.md documents. Clients talk to the balancer only; both replicas must serve, every
+chunk must be right, and draining one replica (SIGTERM) must not fail a single client call:
+the replica answers what it holds, the client reconnects, HAProxy's /healthz check and
+redispatch send it to the other replica.
+"""
+
+from __future__ import annotations
+
+import http.client
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools" / "act_client"))
+
+from act_client import ActClient  # noqa: E402
+
+IMAGE = 40
+CAMS = ["l_vis", "r_vis", "front"]
+
+HAPROXY_CFG = """\
+global
+    maxconn 4096
+defaults
+    mode tcp
+    timeout connect 2s
+    timeout client 300s
+    timeout server 300s
+    retries 3
+    option redispatch
+frontend act_serve
+    bind 127.0.0.1:{port}
+    default_backend replicas
+backend replicas
+    balance roundrobin
+    option httpchk
+    http-check send meth GET uri /healthz
+    default-server inter 200ms fall 1 rise 2
+{servers}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_replica(exe, model, d: Path):
+    pf = d / f"port-{uuid.uuid4().hex}.txt"
+    log = d / f"serve-{uuid.uuid4().hex}.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen([str(exe), "--model", str(model), "--device", "cpu", "--port", "0", "--metrics-port",
+                                 "0", "--port-file", str(pf), "--verbose"], stdout=f, stderr=subprocess.STDOUT)
+    return proc, pf, log
+
+
+def _wait_port_file(proc, pf, log, timeout=180):
+    deadline = time.monotonic() + timeout
+    while not pf.exists() or not pf.read_text().endswith("\n"):
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+    return tuple(map(int, pf.read_text().split()))
+
+
+def _results_total(mport) -> float:
+    c = http.client.HTTPConnection("127.0.0.1", mport, timeout=10)
+    c.request("GET", "/metrics")
+    for line in c.getresponse().read().decode().splitlines():
+        if line.startswith("act_serve_results_total "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def test_two_replicas_behind_haproxy(act_serve, ref, tmp_path):
+    haproxy = shutil.which("haproxy")
+    if haproxy is None:
+        pytest.skip("haproxy is not installed (apt-get install -y haproxy); CI installs it")
+    sys.path.insert(0, str(REPO / "tests" / "python"))
+    import conftest
+
+    cfg = conftest.small_cfg(image_size=IMAGE, vision_backbone={"input_shape": [3, 48, 48]})
+    agent = ref.randomize_(ref.build_agent(cfg), 21)
+    ref.save_checkpoint(agent, str(tmp_path / "ck.pt"), cfg, layout="model_state_dict", stats_in="state_dict",
+                        prefix="", stats_path=str(tmp_path / "st.pkl"), config_path=str(tmp_path / "ck.yaml"),
+                        include_config=False)
+    model = tmp_path / "tiny.actw"
+    subprocess.run([sys.executable, str(REPO / "tools" / "convert_checkpoint.py"), str(tmp_path / "ck.pt"), "-o",
+                    str(model), "--config", str(tmp_path / "ck.yaml"), "--stats", str(tmp_path / "st.pkl")],
+                   check=True, capture_output=True)
+
+    procs = []
+    try:
+        replicas = [_start_replica(act_serve, model, tmp_path) for _ in range(2)]
+        procs += [r[0] for r in replicas]
+        ports = [_wait_port_file(*r) for r in replicas]
+        lb_port = _free_port()
+        servers = "\n".join(f"    server r{i} 127.0.0.1:{p} check port {m}" for i, (p, m) in enumerate(ports))
+        (tmp_path / "haproxy.cfg").write_text(HAPROXY_CFG.format(port=lb_port, servers=servers))
+        lb_log = open(tmp_path / "haproxy.log", "w")
+        lb = subprocess.Popen([haproxy, "-db", "-f", str(tmp_path / "haproxy.cfg")], stdout=lb_log,
+                              stderr=subprocess.STDOUT)
+        procs.append(lb)
+        time.sleep(1.0)   # first health checks (inter 200ms, rise 2)
+        assert lb.poll() is None, (tmp_path / "haproxy.log").read_text()
+
+        rng = np.random.default_rng(5)
+        q = rng.standard_normal(5).astype(np.float32)
+        imgs = {c: rng.integers(0, 256, (IMAGE, IMAGE, 3), dtype=np.uint8) for c in CAMS}
+        want = ActClient("127.0.0.1", ports[0][0], timeout=120).predict(q, imgs)
+
+        # four clients through the balancer, each its own connection: round robin spreads them
+        clients = [ActClient("127.0.0.1", lb_port, timeout=120) for _ in range(4)]
+        for c in clients:
+            np.testing.assert_allclose(c.predict(q, imgs), want, rtol=1e-5, atol=1e-5)
+        assert all(_results_total(m) >= 1 for _, m in ports), "a replica received no traffic"
+
+        got, errors, stop = [], [], threading.Event()
+
+        def loop(c):
+            try:
+                while not stop.is_set():
+                    got.append(c.predict(q, imgs))
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=loop, args=(c,)) for c in clients]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        procs[0].send_signal(signal.SIGTERM)   # drain replica 0 under load
+        assert procs[0].wait(timeout=120) == 0
+        n = len(got)
+        deadline = time.monotonic() + 120
+        while len(got) < n + 8 and not errors and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stop.set()
+        for t in threads:
+            t.join(timeout=180)
+        assert not errors, errors
+        assert len(got) >= n + 8, "clients made no progress after one replica drained"
+        for g in got:
+            np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-5)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
