@@ -80,11 +80,11 @@ def rng(request) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
-def small_cfg(**over) -> dict:
-    """SMALL_CFG with shortcuts: norm='bn'|'gn', separate_trunks, normalization, image_size,
-    crop_shape, image_normalization, cameras (list); any other keyword is a top-level key, and
-    `head` / `vision_backbone` dicts are merged."""
-    cfg = copy.deepcopy(act_reference.SMALL_CFG)
+def small_cfg(base: str = "small", **over) -> dict:
+    """SMALL_CFG (or FULL_CFG with base='full') with shortcuts: norm='bn'|'gn', separate_trunks,
+    normalization, image_size, crop_shape, image_normalization, cameras (list); any other keyword
+    is a top-level key, and `head` / `vision_backbone` dicts are merged."""
+    cfg = copy.deepcopy(act_reference.FULL_CFG if base == "full" else act_reference.SMALL_CFG)
     vb = cfg["vision_backbone"]
     if "norm" in over:
         vb["use_group_norm"] = over.pop("norm") == "gn"
@@ -118,10 +118,7 @@ def tmp_ckpt(tmp_path):
 
     def make(seed=0, layout="model_state_dict", stats_in="state_dict", prefix="", include_config=False,
              name="ckpt", base="small", **over):
-        if base == "full":
-            cfg = act_reference.resolve_config(act_reference._merge(act_reference.FULL_CFG, over))
-        else:
-            cfg = small_cfg(**over)
+        cfg = small_cfg(base, **over)
         agent = act_reference.randomize_(act_reference.build_agent(cfg), seed)
         out = SimpleNamespace(ckpt=tmp_path / f"{name}.pt", config=tmp_path / f"{name}.yaml",
                               stats=tmp_path / f"{name}_dataset_stats.pkl", agent=agent, cfg=cfg)

@@ -437,7 +437,7 @@ def test_checkpoint_round_trips(ref, small_agent, tmp_ckpt, tmp_path, rng):
     variants = [
         dict(layout="model_state_dict", stats_in="state_dict", prefix=""),
         dict(layout="agent", stats_in="dataset_stats", prefix="module.", include_config=True),
-        dict(layout="bare", stats_in="pkl", prefix="_orig_mod.", norm="gn", separate_trunks=True, normalization="mean_std"),
+        dict(layout="bare", stats_in="pkl", prefix="_orig_mod.", norm="gn", normalization="mean_std"),
     ]
     for i, v in enumerate(variants):
         if "norm" in v:
