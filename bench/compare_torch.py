@@ -13,15 +13,19 @@ Both sides read the same rotated pool of inputs (written once to --workdir as ra
 act-infer bench reads with --inputs), and both are timed the same way: host clock around the
 step after a device synchronize, warmup first, median of many steps.
 
-Each peer runs in its own process with a timeout (--peer-timeout): torch.compile's autotuning
-can take minutes, and one peer that hangs or fails must not take the comparison down with it.
+Each peer runs in its own process with a timeout (--peer-timeout) inside a budget for the whole
+run (--budget-s): torch.compile's autotuning can take minutes, and one peer that hangs or fails
+must not take the comparison down with it. Peers run in the order of the goals (eager, then
+max-autotune at batch 1, then compile default, channels_last, reduce-overhead).
 
 Correctness before speed: the chunk of the first input from act-infer and from every peer is
 compared with the torch eager fp32 chunk (||x - ref|| / ||ref||) against ARCHITECTURE section 6's
 tolerance for the precision.
 
 Here (CPU, Debian torch 1.13):  bench/compare_torch.py --device cpu
-On the GPU machine (torch 2.x):  bench/compare_torch.py --device cuda --batch 1,256 --precision fp32,bf16
+On the GPU machine (torch 2.x):  bench/compare_torch.py --device cuda --batch 1,256 --precision fp32,bf16 \
+                                     --budget-s 240 --json $OUT/compare.json
+Exit status 0: act-infer ran in every precision and its chunk matches torch eager fp32.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import datetime
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -213,7 +218,25 @@ def prepare_model(a, work: str):
     return ckpt, cfg_path, stats_path, model
 
 
-def run_ours(a, model, inputs, precision, work):
+def run_limited(cmd, timeout, env=None):
+    """Runs cmd in its own process group; returns (returncode, stderr) or None after `timeout`
+    seconds, having killed the whole group (torch.compile leaves compile workers behind)."""
+    p = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         env=env, start_new_session=True)
+    try:
+        _, err = p.communicate(timeout=max(timeout, 1))
+        return p.returncode, err
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        return None
+
+
+def last_line(text: str, code: int) -> str:
+    return ((text or "").strip().splitlines() or [f"exit {code}"])[-1][:300]
+
+
+def run_ours(a, model, inputs, precision, work, timeout):
     out = os.path.join(work, f"ours_{precision}.json")
     cmd = [a.act_infer, "bench", "--model", model, "--device", a.device, "--precision", precision,
            "--batch", ",".join(map(str, a.batches)), "--iters", str(a.iters), "--warmup", str(a.warmup),
@@ -225,12 +248,11 @@ def run_ours(a, model, inputs, precision, work):
         env.setdefault("OPENBLAS_NUM_THREADS", str(a.threads))
         env.setdefault("OMP_NUM_THREADS", str(a.threads))
     print("compare_torch: " + " ".join(cmd), file=sys.stderr)
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.peer_timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {"status": "timeout", "reason": f"act-infer bench ran past {a.peer_timeout} s"}
-    if p.returncode != 0:
-        return {"status": "error", "reason": (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]}
+    r = run_limited(cmd, timeout, env)
+    if r is None:
+        return {"status": "timeout", "reason": f"act-infer bench ran past {timeout:.0f} s"}
+    if r[0] != 0:
+        return {"status": "error", "reason": last_line(r[1], r[0])}
     with open(out) as f:
         res = json.load(f)
     res["status"] = "ok"
@@ -238,23 +260,20 @@ def run_ours(a, model, inputs, precision, work):
     return res
 
 
-def spawn_peer(a, peer, precision, ckpt, cfg_path, stats_path, inputs, work) -> dict:
+def spawn_peer(a, peer, precision, batches, ckpt, cfg_path, stats_path, inputs, work, timeout) -> dict:
     out = os.path.join(work, f"peer_{peer}_{precision}.json")
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--worker-out", out,
-           "--device", a.device, "--precision", precision, "--batch", ",".join(map(str, a.batches)),
+           "--device", a.device, "--precision", precision, "--batch", ",".join(map(str, batches)),
            "--iters", str(a.iters), "--warmup", str(a.warmup), "--threads", str(a.threads),
            "--ckpt", ckpt, "--config", cfg_path, "--inputs", inputs]
     if stats_path:
         cmd += ["--stats", stats_path]
     t0 = time.time()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.peer_timeout)
-    except subprocess.TimeoutExpired:
-        return {"peer": peer, "precision": precision, "status": "timeout",
-                "reason": f"ran past --peer-timeout {a.peer_timeout} s"}
-    if p.returncode != 0 or not os.path.exists(out):
-        tail = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
-        return {"peer": peer, "precision": precision, "status": "error", "reason": tail[:300]}
+    r = run_limited(cmd, timeout)
+    if r is None:
+        return {"peer": peer, "precision": precision, "status": "timeout", "reason": f"ran past {timeout:.0f} s"}
+    if r[0] != 0 or not os.path.exists(out):
+        return {"peer": peer, "precision": precision, "status": "error", "reason": last_line(r[1], r[0])}
     with open(out) as f:
         res = json.load(f)
     res["wall_s"] = time.time() - t0
@@ -358,6 +377,11 @@ def main(argv=None) -> int:
                                                       "else build/act-infer)")
     ap.add_argument("--no-graph", action="store_true", help="act-infer without CUDA graphs")
     ap.add_argument("--peer-timeout", type=float, default=300, help="seconds per peer (and per act-infer run)")
+    ap.add_argument("--budget-s", type=float, default=900, help="seconds for the whole comparison; peers "
+                                                                 "not reached are reported as skipped")
+    ap.add_argument("--autotune-batches", default="1", help="batch sizes torch.compile max-autotune runs at "
+                                                            "(its goal is batch 1; each size autotunes anew); "
+                                                            "'' = all of --batch")
     ap.add_argument("--workdir", help="where checkpoint, model and inputs go (default: a temporary folder)")
     ap.add_argument("--json", help="write the whole comparison here")
     ap.add_argument("--worker", choices=PEERS, help=argparse.SUPPRESS)
@@ -367,6 +391,7 @@ def main(argv=None) -> int:
     cuda = a.device == "cuda"
     a.batches = [int(b) for b in (a.batch or ("1,256" if cuda else "1")).split(",")]
     a.precisions = (a.precision or ("fp32,bf16" if cuda else "fp32")).split(",")
+    a.autotune_batches = [int(b) for b in a.autotune_batches.split(",") if b]
     a.iters = a.iters if a.iters is not None else (100 if cuda else 10)
     a.warmup = a.warmup if a.warmup is not None else (10 if cuda else 2)
     bad = [p for p in a.precisions if p not in TOLERANCE] + [p for p in a.peers.split(",") if p not in PEERS]
@@ -395,23 +420,44 @@ def main(argv=None) -> int:
     write_inputs(cfg, n_in, a.seed + 1, inputs)
     has_compile = hasattr(torch, "compile")
 
+    deadline = time.time() + a.budget_s
+
+    def left():
+        return min(a.peer_timeout, deadline - time.time())
+
     ours = {}
     for prec in a.precisions:
-        ours[prec] = run_ours(a, model, inputs, prec, work) if os.path.exists(a.act_infer) else \
-            {"status": "error", "reason": f"{a.act_infer} not found (build it, or pass --act-infer)"}
-    peers = []
-    wanted = a.peers.split(",")
-    runs = [("eager", "fp32")] + [(p, q) for q in a.precisions for p in wanted if (p, q) != ("eager", "fp32")]
-    for peer, prec in runs:
-        if peer.startswith("compile-") and not has_compile:
-            peers.append({"peer": peer, "precision": prec, "status": f"n/a (torch {torch.__version__} has no torch.compile)"})
-        elif prec in ("bf16", "fp16") and not cuda:
-            peers.append({"peer": peer, "precision": prec, "status": "n/a (autocast peers run on the GPU)"})
+        if not os.path.exists(a.act_infer):
+            ours[prec] = {"status": "error", "reason": f"{a.act_infer} not found (build it, or pass --act-infer)"}
         else:
-            print(f"compare_torch: torch {peer} {prec} ...", file=sys.stderr)
-            peers.append(spawn_peer(a, peer, prec, ckpt, cfg_path, stats_path, inputs, work))
-        if peers[-1]["status"] not in ("ok",) and not peers[-1]["status"].startswith("n/a"):
-            print(f"compare_torch: {peer} {prec}: {peers[-1]['status']}: {peers[-1].get('reason')}", file=sys.stderr)
+            ours[prec] = run_ours(a, model, inputs, prec, work, left())
+    # The order is the goals' order: the reference and eager peers first, max-autotune next (the
+    # batch-1 goal), then the rest; what the budget does not reach is reported as skipped.
+    order = {"eager": 0, "compile-max-autotune": 1, "compile-default": 2, "channels_last": 3,
+             "compile-reduce-overhead": 4}
+    wanted = sorted(set(a.peers.split(",")), key=order.get)
+    runs = [("eager", "fp32")] + [(p, q) for p in wanted for q in a.precisions if (p, q) != ("eager", "fp32")]
+    peers = []
+    for peer, prec in runs:
+        batches = a.batches
+        if peer == "compile-max-autotune" and a.autotune_batches:
+            batches = [b for b in a.batches if b in a.autotune_batches]
+        if peer.startswith("compile-") and not has_compile:
+            res = {"status": f"n/a (torch {torch.__version__} has no torch.compile)"}
+        elif prec in ("bf16", "fp16") and not cuda:
+            res = {"status": "n/a (autocast peers run on the GPU)"}
+        elif not batches:
+            res = {"status": "n/a (--autotune-batches excludes every --batch)"}
+        elif left() < 5:
+            res = {"status": f"skipped (--budget-s {a.budget_s:.0f} spent)"}
+        else:
+            print(f"compare_torch: torch {peer} {prec} batch {','.join(map(str, batches))} ...", file=sys.stderr)
+            res = spawn_peer(a, peer, prec, batches, ckpt, cfg_path, stats_path, inputs, work, left())
+        res.setdefault("peer", peer)
+        res.setdefault("precision", prec)
+        peers.append(res)
+        if res["status"] in ("error", "timeout"):
+            print(f"compare_torch: {peer} {prec}: {res['status']}: {res.get('reason')}", file=sys.stderr)
 
     reference = next((p for p in peers if p["peer"] == "eager" and p["precision"] == "fp32" and p["status"] == "ok"), None)
     rows, checks = [], []

@@ -12,7 +12,7 @@
  *   the window starting at frame i % ROTATIONS, so no two consecutive steps see the same data.
  *   --inputs DIR replaces the generated pool with raw files (bench/compare_torch.py writes them
  *   so that PyTorch and act-infer time the very same frames).
- * - Memory: device bytes held by the session, host peak RSS (getrusage), and beside them the
+ * - Memory: device bytes held by the session, host peak RSS (VmHWM), and beside them the
  *   weight and input-pool bytes, so the engine's own share can be read off.
  * - Output: a table on stdout, and with --json a JSON document for scripts; --check-output adds
  *   the chunk of the first input (window 0 of the first batch size) so a caller can verify that
@@ -373,7 +373,19 @@ static int bench_batch(act_session *s, const act_config *cfg, const input_pool *
 
 /* ---- machine facts ---- */
 
+/* Peak RSS of this program: VmHWM of the current address space. getrusage's ru_maxrss is the
+ * fallback only: Linux carries the pre-exec peak of the forked parent into it, so a bench started
+ * from a large process (Python with torch loaded) would report that process's memory. */
 static size_t peak_rss_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kib = 0;
+        int found = 0;
+        while (!found && fgets(line, sizeof line, f)) found = sscanf(line, "VmHWM: %llu kB", &kib) == 1;
+        fclose(f);
+        if (found) return (size_t)kib * 1024;
+    }
     struct rusage ru;
     return getrusage(RUSAGE_SELF, &ru) ? 0 : (size_t)ru.ru_maxrss * 1024;  /* Linux: KiB */
 }
