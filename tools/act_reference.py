@@ -131,6 +131,12 @@ def resolve_config(cfg: Optional[dict]) -> dict:
         out["num_cams"] = len(out["camera_names"])
     if len(out["camera_names"]) != out["num_cams"]:
         raise ValueError(f"camera_names has {len(out['camera_names'])} entries, num_cams is {out['num_cams']}")
+    # The seed's ACTAgent refuses a backbone that disagrees with the agent on cameras.
+    vb = out["vision_backbone"]
+    if vb.get("num_cameras") is not None and int(vb["num_cameras"]) != int(out["num_cams"]):
+        raise ValueError(f"num_cams ({out['num_cams']}) differs from vision_backbone.num_cameras ({vb['num_cameras']})")
+    if vb.get("camera_names") is not None and list(vb["camera_names"]) != list(out["camera_names"]):
+        raise ValueError(f"camera_names {out['camera_names']} differ from vision_backbone.camera_names {vb['camera_names']}")
     return out
 
 

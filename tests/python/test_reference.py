@@ -645,3 +645,19 @@ def test_cli_make_checkpoint_and_predict(ref, repo_root, tmp_path, episode_facto
     with h5py.File(ep) as f:
         want = ref.predict(agent, f["observations/qpos"][()], {c: f["observations/images/" + c][()] for c in agent.camera_names})
     assert pred.shape == (5, 6, 4) and rel(pred, want) <= 1e-6
+
+
+def test_shipped_configs(ref, repo_root):
+    """tools/configs/*.yaml are the Hydra-resolved forms of FULL_CFG and SMALL_CFG."""
+    def core(cfg):
+        out = {k: v for k, v in cfg.items() if not k.startswith("_")}
+        out["head"] = {k: v for k, v in cfg["head"].items() if not k.startswith("_")}
+        out["vision_backbone"] = {k: v for k, v in cfg["vision_backbone"].items()
+                                  if not k.startswith("_") and k not in ("num_cameras", "camera_names")}
+        return out
+
+    for name, want in (("act_resnet.yaml", ref.FULL_CFG), ("act_resnet_small.yaml", ref.SMALL_CFG)):
+        assert core(ref.resolve_config(ref.load_config(str(repo_root / "tools" / "configs" / name)))) == want, name
+    bad = ref._merge(ref.SMALL_CFG, {"vision_backbone": {"camera_names": ["front", "l_vis", "r_vis"]}})
+    with pytest.raises(ValueError, match="camera_names"):
+        ref.resolve_config(bad)
