@@ -16,6 +16,7 @@ nothing in the file ever executes. Tensors stay lazy until asked for, so optimiz
 same checkpoint costs nothing.
 """
 
+import _compat_pickle
 import collections
 import io
 import pickle
@@ -155,6 +156,9 @@ class _RestrictedUnpickler(pickle.Unpickler):
         self.source, self.archive = source, archive
 
     def find_class(self, module, name):
+        # protocol-2 pickles (torch.save's) spell some globals the Python 2 way
+        module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
+        module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         fn = _ALLOWED.get((module, name))
         if fn is None:
             raise CheckpointError(f"refusing to load global '{module}.{name}' from {self.source}: "

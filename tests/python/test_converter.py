@@ -1,0 +1,491 @@
+"""The checkpoint converter (tools/convert_checkpoint.py) against the PyTorch reference.
+
+Checkpoints are written by the installed torch (1.13) from randomized reference agents
+(tools/act_reference.py); the converter reads them without torch and its output is read back
+with tools/actw.py, which checks every rule of weights/FORMAT.md. Numerical checks run the
+converted trunk in torch and compare it with the reference module: BatchNorm folding must agree
+to <= 1e-5 relative (norm of the difference over norm of the reference).
+Agents are built once per module (a ResNet18 trunk is ~45 MB even in the small config).
+"""
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import pickle
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+TOOLS = Path(__file__).resolve().parents[2] / "tools"
+sys.path.insert(0, str(TOOLS))
+import act_reference as ar  # noqa: E402
+import actw  # noqa: E402
+import convert_checkpoint as cc  # noqa: E402
+
+FOLD_TOL = 1e-5
+
+
+def rel_err(got, want):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
+
+
+def small_cfg(**vb):
+    cfg = ar._merge(ar.SMALL_CFG, {"vision_backbone": vb})
+    return ar.resolve_config(cfg)
+
+
+def run(*args):
+    """Run the converter in-process; returns (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = cc.main([str(a) for a in args])
+    return rc, out.getvalue(), err.getvalue()
+
+
+def convert_ok(ckpt, out_dir, *args, name="model", verify=False):
+    out, rep = Path(out_dir) / f"{name}.actw", Path(out_dir) / f"{name}.json"
+    rc, stdout, stderr = run(ckpt, "-o", out, "--report", rep, *args)
+    assert rc == 0, stderr
+    meta, tensors, header = actw.read_actw(out, verify_checksum=verify)
+    return meta, tensors, json.loads(rep.read_text()), stdout + stderr
+
+
+def convert_fails(ckpt, out_dir, *args):
+    out = Path(out_dir) / "fail.actw"
+    rc, _, stderr = run(ckpt, "-o", out, *args)
+    assert rc == 1, f"converter accepted it: {stderr}"
+    assert not out.exists()
+    return stderr
+
+
+class Setup:
+    def __init__(self, tmp, cfg, seed):
+        self.cfg = cfg
+        self.agent = ar.randomize_(ar.build_agent(cfg), seed)
+        self.sd = self.agent.state_dict()
+        self.dir = tmp
+        self.config = tmp / "agent.yaml"
+        ar.save_config(cfg, str(self.config))
+        self.ckpt = tmp / "ckpt.pt"
+        ar.save_checkpoint(self.agent, str(self.ckpt), cfg)
+
+    def save(self, name, **kw):
+        path = self.dir / name
+        ar.save_checkpoint(self.agent, str(path), self.cfg, **kw)
+        return path
+
+    def save_sd(self, name, sd):
+        path = self.dir / name
+        torch.save({"model_state_dict": sd}, str(path))
+        return path
+
+
+@pytest.fixture(scope="module")
+def bn(tmp_path_factory):
+    return Setup(tmp_path_factory.mktemp("bn"), small_cfg(), seed=11)
+
+
+@pytest.fixture(scope="module")
+def bn_out(bn):
+    return convert_ok(bn.ckpt, bn.dir, "--config", bn.config, name="base", verify=True)
+
+
+@pytest.fixture(scope="module")
+def gn_sep(tmp_path_factory):
+    cfg = small_cfg(use_group_norm=True, use_separate_rgb_encoder_per_camera=True)
+    cfg["normalization_type"] = "mean_std"
+    return Setup(tmp_path_factory.mktemp("gn"), cfg, seed=12)
+
+
+def encoders(agent):
+    enc = agent.vision_encoder.rgb_encoder
+    return list(enc) if isinstance(enc, torch.nn.ModuleList) else [enc]
+
+
+def trunk_tokens(tensors, t, x, groupnorm):
+    """The converted trunk T run in torch: ResNet18 (folded BN or GN), SpatialSoftmax, Linear."""
+    w = {k: torch.from_numpy(v) for k, v in tensors.items() if k.startswith(f"vision.{t}.")}
+    p = f"vision.{t}."
+
+    def conv(name, x, stride, pad):
+        y = F.conv2d(x, w[p + name + ".w"], w[p + name + ".b"], stride, pad)
+        if groupnorm:
+            y = F.group_norm(y, y.shape[1] // 16, w[p + name + ".gn.w"], w[p + name + ".gn.b"], 1e-5)
+        return y
+
+    x = F.max_pool2d(F.relu(conv("conv1", x, 2, 3)), 3, 2, 1)
+    for layer in range(1, 5):
+        for i in range(2):
+            stride = 2 if layer > 1 and i == 0 else 1
+            name = f"layer{layer}.{i}."
+            skip = conv(name + "down", x, stride, 0) if p + name + "down.w" in w else x
+            y = conv(name + "conv2", F.relu(conv(name + "conv1", x, stride, 1)), 1, 1)
+            x = F.relu(y + skip)
+    maps = F.conv2d(x, w[p + "keypoints.w"], w[p + "keypoints.b"]).flatten(2)
+    xy = torch.softmax(maps, -1) @ w[p + "pos_grid"]
+    return F.relu(F.linear(xy.flatten(1), w[p + "out.w"], w[p + "out.b"]))
+
+
+# ------------------------------------------------------------------------ happy paths --
+
+def test_bn_checkpoint_maps_every_key_and_folds_batchnorm(bn, bn_out, rng):
+    meta, tensors, report, text = bn_out
+    assert meta["format"] == "actw" and meta["arch"] == "act_resnet"
+    assert meta["source_sha256"] == hashlib.sha256(bn.ckpt.read_bytes()).hexdigest()
+    assert meta["converter_version"] == cc.CONVERTER_VERSION
+    want = {"obs_dim": "5", "action_dim": "4", "pred_horizon": "6", "num_action_steps": "3",
+            "camera_names": "l_vis,r_vis,front", "image_height": "80", "vision.input_width": "64",
+            "vision.crop_height": "0", "vision.imagenet_norm": "0", "vision.norm": "batchnorm",
+            "vision.separate_trunks": "0", "vision.num_keypoints": "8", "vision.output_dim": "16",
+            "vision.feature_height": "2", "vision.feature_width": "2", "head.hidden_dim": "32",
+            "head.nheads": "4", "head.enc_layers": "2", "head.dec_layers": "2",
+            "head.dim_feedforward": "64", "head.latent_dim": "8", "head.activation": "gelu",
+            "head.kl_weight": "10", "head.layer_norm_eps": "1e-05", "norm.type": "min_max",
+            "norm.eps": "1e-08"}
+    assert {k: meta[k] for k in want} == want
+    assert "model hash" in text and report["model_hash"] in text
+
+    # every state-dict key is accounted for, exactly once
+    accounted = set(report["mapped"]) | set(report["consumed"]) | set(report["ignored"])
+    assert accounted == set(bn.sd)
+    assert not set(report["mapped"]) & set(report["consumed"])
+    assert any(k.endswith("num_batches_tracked") for k in report["consumed"])
+    assert all(k.startswith("noise_pred_net.") or k.endswith("num_batches_tracked")
+               or k.endswith(("_mean", "_std")) for k in report["consumed"])
+    assert "not used" in report["consumed"]["normalization.qpos_mean"]
+
+    # head tensors are copied bit for bit
+    for src, dst in report["mapped"].items():
+        if src.startswith("policy_head.") or src.startswith("normalization."):
+            assert np.array_equal(tensors[dst].reshape(-1), bn.sd[src].numpy().reshape(-1)), src
+    assert tensors["head.cls_embed"].shape == (32,)
+
+    # folded convs equal conv + BatchNorm (eval) of the reference, one by one and end to end
+    enc = encoders(bn.agent)[0]
+    bb = enc.backbone
+    pairs = [("conv1", bb[0], bb[1])]
+    for layer in range(1, 5):
+        for i in range(2):
+            blk = bb[3 + layer][i]
+            pairs += [(f"layer{layer}.{i}.conv1", blk.conv1, blk.bn1),
+                      (f"layer{layer}.{i}.conv2", blk.conv2, blk.bn2)]
+            if blk.downsample is not None:
+                pairs.append((f"layer{layer}.{i}.down", blk.downsample[0], blk.downsample[1]))
+    assert len(pairs) == 20
+    with torch.no_grad():
+        for name, conv, norm in pairs:
+            x = torch.from_numpy(rng.standard_normal((2, conv.in_channels, 9, 9)).astype(np.float32))
+            want_y = norm(conv(x)).numpy()
+            got = F.conv2d(x, torch.from_numpy(tensors[f"vision.0.{name}.w"]),
+                           torch.from_numpy(tensors[f"vision.0.{name}.b"]), conv.stride,
+                           conv.padding).numpy()
+            assert rel_err(got, want_y) <= FOLD_TOL, name
+        x = torch.from_numpy(rng.random((2, 3, 64, 64), dtype=np.float32))
+        err = rel_err(trunk_tokens(tensors, 0, x, False).numpy(), enc(x).numpy())
+    assert err <= FOLD_TOL, f"trunk tokens rel err {err:.2e}"
+
+
+def test_groupnorm_separate_trunks_mean_std(gn_sep, rng):
+    meta, tensors, report, _ = convert_ok(gn_sep.ckpt, gn_sep.dir, "--config", gn_sep.config)
+    assert meta["vision.norm"] == "groupnorm" and meta["vision.separate_trunks"] == "1"
+    assert meta["norm.type"] == "mean_std"
+    assert {"norm.qpos.mean", "norm.qpos.std", "norm.action.mean", "norm.action.std"} <= set(tensors)
+    assert not any(k.endswith((".min", ".max")) for k in tensors)
+    stats = gn_sep.agent.normalization.get_stats()
+    assert np.array_equal(tensors["norm.action.std"], stats["action_std"])
+    encs = encoders(gn_sep.agent)
+    assert len(encs) == 3
+    for t, enc in enumerate(encs):
+        assert np.array_equal(tensors[f"vision.{t}.conv1.gn.w"], enc.backbone[1].weight.detach().numpy())
+        assert np.array_equal(tensors[f"vision.{t}.layer2.0.down.gn.b"],
+                              enc.backbone[5][0].downsample[1].bias.detach().numpy())
+        assert not tensors[f"vision.{t}.layer3.1.conv2.b"].any()
+        x = torch.from_numpy(rng.random((2, 3, 64, 64), dtype=np.float32))
+        with torch.no_grad():
+            err = rel_err(trunk_tokens(tensors, t, x, True).numpy(), enc(x).numpy())
+        assert err <= 1e-5, f"trunk {t}: rel err {err:.2e}"
+    assert not np.array_equal(tensors["vision.0.conv1.w"], tensors["vision.1.conv1.w"])
+    assert "vision.3.conv1.w" not in tensors
+
+
+@pytest.mark.parametrize("layout,prefix", [("state_dict", "module."), ("model", "_orig_mod."),
+                                           ("agent", ""), ("bare", "module.")])
+def test_layouts_and_prefixes(bn, bn_out, layout, prefix):
+    ckpt = bn.save(f"{layout}{prefix}.pt", layout=layout, prefix=prefix)
+    _, tensors, report, _ = convert_ok(ckpt, bn.dir, "--config", bn.config, name=layout)
+    base = bn_out[1]
+    assert list(tensors) == list(base)
+    assert all(np.array_equal(tensors[k], base[k]) for k in base)
+    assert report["state_dict"] == ("top level" if layout == "bare" else f"entry '{layout}'")
+
+
+def test_stats_from_dataset_stats_entry_and_pkl(bn, bn_out):
+    base = bn_out[1]
+    entry = bn.save("entry.pt", stats_in="dataset_stats")
+    _, tensors, report, _ = convert_ok(entry, bn.dir, "--config", bn.config, name="entry")
+    assert report["stats_source"] == "checkpoint dataset_stats entry"
+    assert np.array_equal(tensors["norm.qpos.max"], base["norm.qpos.max"])
+
+    pkl_stats = bn.dir / "stats.pkl"
+    only_pkl = bn.save("pkl.pt", stats_in="pkl", stats_path=str(pkl_stats))
+    err = convert_fails(only_pkl, bn.dir, "--config", bn.config)
+    assert "no min_max statistics" in err
+    _, tensors, report, _ = convert_ok(only_pkl, bn.dir, "--config", bn.config, "--stats",
+                                       pkl_stats, name="pkl")
+    assert report["stats_source"] == str(pkl_stats)
+    assert np.array_equal(tensors["norm.action.min"], base["norm.action.min"])
+
+
+def test_stats_file_overrides_state_dict_with_a_warning(bn, bn_out, rng):
+    stats = bn.agent.normalization.get_stats()
+    stats["qpos_min"] = stats["qpos_min"] - rng.random(5, dtype=np.float32) - 0.1
+    path = bn.dir / "other_stats.pkl"
+    path.write_bytes(pickle.dumps(stats, protocol=5))
+    _, tensors, _, text = convert_ok(bn.ckpt, bn.dir, "--config", bn.config, "--stats", path,
+                                     name="override")
+    assert np.array_equal(tensors["norm.qpos.min"], stats["qpos_min"])
+    assert "WARNING statistics ['qpos_min']" in text
+
+
+def test_config_from_checkpoint_entry_and_zstd_round_trip(bn, bn_out):
+    ckpt = bn.save("with_config.pt", include_config=True)
+    meta, tensors, _, _ = convert_ok(ckpt, bn.dir, "--compress", "zstd", name="zstd", verify=True)
+    base_meta, base = bn_out[0], bn_out[1]
+    assert {k: v for k, v in meta.items() if k != "source_sha256"} == \
+        {k: v for k, v in base_meta.items() if k != "source_sha256"}
+    assert all(np.array_equal(tensors[k], base[k]) for k in base)
+    header = actw.read_actw(bn.dir / "zstd.actw", verify_checksum=False)[2]
+    assert header["compression"] == 1 and header["stored_size"] < header["data_size"]
+
+
+def test_json_config_with_hydra_keys_and_flags(bn):
+    agent = json.loads(json.dumps(bn.cfg))
+    agent.update({"_target_": "roboimi.vla.agent_act.ACTAgent", "defaults": ["_self_"],
+                  "camera_names": "${data.camera_names}", "unknown_key": 3})
+    agent["head"]["_partial_"] = True
+    root = {"data": {"camera_names": ["left", "right", "top"]}, "agent": agent}
+    path = bn.dir / "config.json"
+    path.write_text(json.dumps(root))
+    meta, _, report, _ = convert_ok(bn.ckpt, bn.dir, "--config", path, "--image-size", "96x128",
+                                    "--crop", "48x56", "--imagenet-norm", "--nheads", "8",
+                                    name="json")
+    assert meta["camera_names"] == "left,right,top"
+    assert (meta["image_height"], meta["image_width"]) == ("96", "128")
+    assert (meta["vision.crop_height"], meta["vision.crop_width"]) == ("48", "56")
+    assert meta["vision.imagenet_norm"] == "1" and meta["head.nheads"] == "8"
+    assert report["config_sources"]["hidden_dim"] == "shapes: head.query"
+
+
+# ------------------------------------------------------------------ tensors as stored --
+
+def test_noncontiguous_offset_and_low_precision_tensors(bn, bn_out):
+    sd = {k: v.clone() for k, v in bn.sd.items() if not k.startswith("noise_pred_net.")}
+    w = sd["policy_head.action_head.weight"]
+    sd["policy_head.action_head.weight"] = w.t().contiguous().t()          # transposed strides
+    big = torch.cat([torch.randn(3), sd["policy_head.action_head.bias"]])
+    sd["policy_head.action_head.bias"] = big[3:]                            # storage offset
+    sd["policy_head.query_embed.weight"] = sd["policy_head.query_embed.weight"].half()
+    sd["policy_head.latent_proj.weight"] = sd["policy_head.latent_proj.weight"].bfloat16()
+    sd["policy_head.visual_proj.weight"] = sd["policy_head.visual_proj.weight"].double()
+    assert not sd["policy_head.action_head.weight"].is_contiguous()
+    assert sd["policy_head.action_head.bias"].storage_offset() == 3
+    ckpt = bn.save_sd("mixed.pt", sd)
+    _, tensors, _, _ = convert_ok(ckpt, bn.dir, "--config", bn.config, name="mixed")
+    assert np.array_equal(tensors["head.action_head.w"], w.numpy())
+    assert np.array_equal(tensors["head.action_head.b"], bn.sd["policy_head.action_head.bias"].numpy())
+    assert np.array_equal(tensors["head.query"], sd["policy_head.query_embed.weight"].float().numpy())
+    assert np.array_equal(tensors["head.latent_proj.w"],
+                          sd["policy_head.latent_proj.weight"].float().numpy())
+    assert np.array_equal(tensors["head.visual_proj.w"], bn_out[1]["head.visual_proj.w"])
+
+
+def _rewrite_zip(src, dst, rename_top, extra, transform=None):
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
+        old_top = zin.namelist()[0].split("/")[0]
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            rest = info.filename.split("/", 1)[1]
+            if transform:
+                data = transform(rest, data)
+            zout.writestr(f"{rename_top}/{rest}", data)
+        for rest, data in extra.items():
+            zout.writestr(f"{rename_top}/{rest}", data)
+    return old_top
+
+
+def test_torch2_style_archive_and_big_endian_storages(bn, bn_out):
+    v2 = bn.dir / "torch2.pt"
+    old_top = _rewrite_zip(bn.ckpt, v2, "archive", {"byteorder": b"little",
+                                                    ".data/serialization_id": b"1234567890"})
+    assert old_top != "archive"
+    _, tensors, _, _ = convert_ok(v2, bn.dir, "--config", bn.config, name="torch2")
+    assert all(np.array_equal(tensors[k], bn_out[1][k]) for k in bn_out[1])
+
+    # the same storages written big-endian (float32 only: every record is 4-byte items)
+    def swap(rest, data):
+        if rest.startswith("data/"):
+            return np.frombuffer(data, "<u4").byteswap().tobytes()
+        return data
+
+    int_free = {k: v for k, v in bn.sd.items() if v.dtype == torch.float32}
+    plain = bn.save_sd("float_only.pt", int_free)   # num_batches_tracked (int64) left out
+    big = bn.dir / "big.pt"
+    _rewrite_zip(plain, big, "archive", {"byteorder": b"big"}, swap)
+    _, tensors, _, _ = convert_ok(big, bn.dir, "--config", bn.config, name="big")
+    assert all(np.array_equal(tensors[k], bn_out[1][k]) for k in bn_out[1])
+
+
+# ----------------------------------------------------------------------------- refusals --
+
+def test_noise_pred_net_mismatch_is_refused(bn):
+    sd = {k: v.clone() for k, v in bn.sd.items()}
+    sd["noise_pred_net.action_head.bias"] += 1e-3
+    err = convert_fails(bn.save_sd("alias.pt", sd), bn.dir, "--config", bn.config)
+    assert "'noise_pred_net.action_head.bias' differs from 'policy_head.action_head.bias'" in err
+
+
+def test_unknown_keys_are_reported_and_can_be_ignored(bn, bn_out):
+    sd = dict(bn.sd)
+    sd["ema.decay"] = torch.rand(1)
+    sd["vision_encoder.rgb_encoder.backbone.9.weight"] = torch.rand(3)
+    ckpt = bn.save_sd("unknown.pt", sd)
+    err = convert_fails(ckpt, bn.dir, "--config", bn.config)
+    assert "2 state-dict keys are not part of the ACT model" in err
+    assert "ema.decay" in err and "vision_encoder.rgb_encoder.backbone.9.weight" in err
+    _, tensors, report, _ = convert_ok(ckpt, bn.dir, "--config", bn.config, "--ignore",
+                                       r"ema\..*", "--ignore", r".*backbone\.9\..*", name="ign")
+    assert sorted(report["ignored"]) == ["ema.decay", "vision_encoder.rgb_encoder.backbone.9.weight"]
+    assert all(np.array_equal(tensors[k], bn_out[1][k]) for k in bn_out[1])
+
+
+def test_key_map_renames_foreign_names(bn, bn_out):
+    sd = {}
+    for k, v in bn.sd.items():
+        if k.startswith("noise_pred_net."):
+            continue
+        k = k.replace("policy_head.", "actor.").replace("vision_encoder.rgb_encoder.", "cam_enc.")
+        sd[k] = v
+    sd["extra_counter"] = torch.tensor(5)
+    ckpt = bn.save_sd("foreign.pt", sd)
+    err = convert_fails(ckpt, bn.dir, "--config", bn.config)
+    assert "state-dict keys are not part of the ACT model: cam_enc.backbone.0.weight" in err
+    key_map = bn.dir / "map.json"
+    key_map.write_text(json.dumps({"re:actor\\.(.*)": "policy_head.\\1",
+                                   "re:cam_enc\\.(.*)": "vision_encoder.rgb_encoder.\\1",
+                                   "extra_counter": None}))
+    _, tensors, report, _ = convert_ok(ckpt, bn.dir, "--config", bn.config, "--key-map", key_map,
+                                       name="mapped")
+    assert all(np.array_equal(tensors[k], bn_out[1][k]) for k in bn_out[1])
+    assert report["renamed"]["actor.query_embed.weight"] == "policy_head.query_embed.weight"
+    assert report["ignored"] == ["extra_counter"]
+
+
+def test_config_that_disagrees_with_shapes_is_refused(bn):
+    cfg = json.loads(json.dumps(bn.cfg))
+    cfg["head"]["hidden_dim"] = 64
+    cfg["vision_backbone"]["spatial_softmax_num_keypoints"] = 16
+    path = bn.dir / "wrong.yaml"
+    ar.save_config(cfg, str(path))
+    err = convert_fails(bn.ckpt, bn.dir, "--config", path)
+    assert "hidden_dim: head.query says 32" in err and "says 64" in err
+    assert "num_keypoints: pool.nets.weight says 8" in err
+    rc, _, err = run(bn.ckpt, "-o", bn.dir / "trusted.actw", "--config", path, "--trust-shapes")
+    assert rc == 0 and "WARNING --trust-shapes" in err
+    meta = actw.read_actw(bn.dir / "trusted.actw", verify_checksum=False)[0]
+    assert meta["head.hidden_dim"] == "32"
+
+    cfg = json.loads(json.dumps(bn.cfg))
+    cfg["vision_backbone"]["input_shape"] = [3, 224, 224]
+    ar.save_config(cfg, str(path))
+    err = convert_fails(bn.ckpt, bn.dir, "--config", path)
+    assert "feature_height: pool.pos_grid says 2" in err and "gives 7" in err
+    # without a config the small model cannot pass as act_resnet under --strict-shapes
+    err = convert_fails(bn.ckpt, bn.dir, "--strict-shapes", "--input-size", "64x64")
+    assert "hidden_dim: head.query says 32, act_resnet.yaml defaults says 256" in err
+
+
+def test_missing_and_nonfinite_tensors_are_named(bn):
+    sd = {k: v for k, v in bn.sd.items() if "decoder.layers.1.linear2.weight" not in k}
+    err = convert_fails(bn.save_sd("missing.pt", sd), bn.dir, "--config", bn.config)
+    assert "missing tensors (policy_head): head.dec.1.ff2.w" in err
+    sd = {k: v for k, v in bn.sd.items() if k != "vision_encoder.rgb_encoder.backbone.5.0.bn2.running_var"}
+    err = convert_fails(bn.save_sd("missing_bn.pt", sd), bn.dir, "--config", bn.config)
+    assert "vision.0.layer2.0.conv2" in err and "running_var" in err
+    sd = {k: v.clone() for k, v in bn.sd.items()}
+    sd["vision_encoder.rgb_encoder.out.weight"][1, 2] = float("nan")
+    err = convert_fails(bn.save_sd("nan.pt", sd), bn.dir, "--config", bn.config)
+    assert "tensor 'vision_encoder.rgb_encoder.out.weight' holds NaN or Inf" in err
+
+
+class _Evil:
+    def __init__(self, func, *args):
+        self.func, self.args = func, args
+
+    def __reduce__(self):
+        return self.func, self.args
+
+
+def _evil_zip(path, payload):
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", pickle.dumps({"model_state_dict": {"x": payload}},
+                                                    protocol=2))
+        z.writestr("archive/version", b"3\n")
+
+
+@pytest.mark.parametrize("kind", ["os.system", "builtins.eval", "subprocess.call"])
+def test_malicious_pickles_are_refused_without_side_effects(bn, tmp_path, kind):
+    import builtins
+    import subprocess as sp
+    marker = tmp_path / "pwned"
+    cmd = f"touch {marker}"
+    payload = {"os.system": _Evil(os.system, cmd),
+               "builtins.eval": _Evil(builtins.eval, f"__import__('os').system({cmd!r})"),
+               "subprocess.call": _Evil(sp.call, ["touch", str(marker)])}[kind]
+    global_name = {"os.system": f"{os.system.__module__}.system", "builtins.eval": "builtins.eval",
+                   "subprocess.call": "subprocess.call"}[kind]
+    ckpt = tmp_path / "evil.pt"
+    _evil_zip(ckpt, payload)
+    err = convert_fails(ckpt, tmp_path)
+    assert f"refusing to load global '{global_name}' from {ckpt}" in err
+    stats = tmp_path / "evil_stats.pkl"
+    stats.write_bytes(pickle.dumps({"qpos_min": payload}))
+    err = convert_fails(bn.ckpt, tmp_path, "--config", bn.config, "--stats", stats)
+    assert "refusing to load global" in err
+    assert not marker.exists()
+
+
+def test_legacy_and_foreign_files_are_refused(bn, tmp_path):
+    legacy = tmp_path / "legacy.pt"
+    torch.save({"model_state_dict": {"w": torch.rand(2)}}, str(legacy),
+               _use_new_zipfile_serialization=False)
+    assert "legacy (pre-1.6, non-zip) torch.save file" in convert_fails(legacy, tmp_path)
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(np.random.default_rng(5).bytes(300))
+    assert "not a torch.save zip archive" in convert_fails(junk, tmp_path)
+    assert "No such file" in convert_fails(tmp_path / "absent.pt", tmp_path)
+
+
+def test_converter_never_imports_torch(bn, tmp_path):
+    """Run the CLI in a fresh interpreter where importing torch raises."""
+    code = (
+        "import sys, runpy\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'torch' or name.startswith('torch.'):\n"
+        "            raise ImportError('torch is blocked in this test')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        f"sys.argv = ['convert_checkpoint.py', {str(bn.ckpt)!r}, '-o', "
+        f"{str(tmp_path / 'no_torch.actw')!r}, '--config', {str(bn.config)!r}]\n"
+        f"runpy.run_path({str(TOOLS / 'convert_checkpoint.py')!r}, run_name='__main__')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "model hash" in proc.stdout
