@@ -12,9 +12,11 @@
  * conv weights at the same offsets; biases, norms and embeddings always read the fp32 copy.
  * Activations (alloc ACT_DT_ACT) are fp32 for fp32/tf32 and bf16/fp16 otherwise.
  *
- * Graphs: begin_capture starts a stream capture, end_capture instantiates and launches it and
- * keeps the executable graph under its key; graph_replay launches a kept one. An op that fails
- * during a capture ends the capture, so the stream is usable again after the error.
+ * Graphs: the first step of a key runs eagerly (begin_capture returns 0 without capturing), so
+ * cuDNN plans, cuBLAS heuristics and lazily loaded kernels are all set up outside any capture;
+ * the next step of that key is captured, instantiated and launched by end_capture, which keeps
+ * the executable graph; graph_replay launches a kept one. An op that fails during a capture
+ * ends the capture, so the stream is usable again after the error.
  *
  * Feature maps are NCHW, the layout preprocess writes and cuDNN's NCHW plans read. */
 #include <math.h>
@@ -62,7 +64,10 @@ typedef struct {
     int n_convs, cap_convs;
     graph_entry graphs[MAX_GRAPHS];
     int n_graphs;
+    int warm[MAX_GRAPHS];           /* keys whose first, eager step has run */
+    int n_warm;
     int capturing;
+    int eager_step;                 /* begin_capture let this step run eagerly */
     widen_job **jobs;               /* widen jobs captured into graphs, freed at destroy */
     int n_jobs, cap_jobs;
     cudaEvent_t ev[MAX_MARKS];
@@ -132,7 +137,8 @@ static act_buf cu_alloc(act_backend *be, size_t n, act_dtype dt) {
         snprintf(be->err, sizeof be->err, "cuda alloc: out of host memory");
         return b;
     }
-    cudaError_t e = cudaMalloc(&b.p, bytes);
+    cudaError_t e = cudaSetDevice(c->dev);
+    if (e == cudaSuccess) e = cudaMalloc(&b.p, bytes);
     if (e != cudaSuccess) {
         snprintf(be->err, sizeof be->err, "cuda alloc: cudaMalloc(%zu bytes): %s", bytes,
                  cudaGetErrorString(e));
@@ -203,6 +209,7 @@ static int cu_load_weights(act_backend *be, const act_model *m) {
 static int cu_graph_replay(act_backend *be, int key) {
     cuda_ctx *c = CTX(be);
     BE_ERR;
+    KCHECK(cudaSetDevice(c->dev));          /* the step may run on another host thread */
     for (int i = 0; i < c->n_graphs; i++)
         if (c->graphs[i].key == key) {
             KCHECK(cudaGraphLaunch(c->graphs[i].exec, c->st));
@@ -218,6 +225,15 @@ static int cu_begin_capture(act_backend *be, int key) {
         snprintf(be->err, sizeof be->err, "cuda begin_capture(%d): a capture is already open", key);
         return -1;
     }
+    KCHECK(cudaSetDevice(c->dev));
+    c->eager_step = 0;                      /* a failed eager step never reached end_capture */
+    int seen = 0;
+    for (int i = 0; i < c->n_warm; i++) seen |= c->warm[i] == key;
+    if (!seen && c->n_warm < MAX_GRAPHS) {
+        c->warm[c->n_warm++] = key;
+        c->eager_step = 1;
+        return 0;
+    }
     KCHECK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal));
     c->capturing = 1;
     return 0;
@@ -226,6 +242,10 @@ static int cu_begin_capture(act_backend *be, int key) {
 static int cu_end_capture(act_backend *be, int key) {
     cuda_ctx *c = CTX(be);
     BE_ERR;
+    if (c->eager_step) {
+        c->eager_step = 0;
+        return 0;
+    }
     if (!c->capturing) {
         snprintf(be->err, sizeof be->err, "cuda end_capture(%d): no capture is open", key);
         return -1;

@@ -9,7 +9,9 @@
  * element it fails to write fails the check. Error: ||cuda - cpu|| / ||cpu|| over the output.
  * Tolerances: fp32 1e-5 (1e-4 for the cuBLAS/cuDNN ops, whose summation order differs),
  * tf32 2e-3, bf16 and fp16 2e-2. Prints a table op x precision (worst batch).
- * Exit 77 (skipped) without a usable CUDA device. */
+ * Exit 77 (skipped) without a usable CUDA device.
+ * Narrowing (for compute-sanitizer runs, which are slow): ACT_OPS_ONLY=attention,norm (ops whose
+ * name contains one of the words), ACT_OPS_PREC=fp32,bf16, ACT_OPS_BATCH=3. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -139,8 +141,19 @@ typedef struct {
     act_dtype dt;
 } input;
 
+/* is word (up to a comma) one of the comma-separated items of list? NULL list: yes */
+static int listed(const char *list, const char *word, int substring) {
+    if (!list || !*list) return 1;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ","))
+        if (substring ? strstr(word, t) != NULL : !strcmp(word, t)) return 1;
+    return 0;
+}
+
 static void run_case(const pair *p, const char *name, int gemm, op_fn fn, const void *arg,
                      const input *in, int nin, size_t nout, act_dtype odt) {
+    if (!listed(getenv("ACT_OPS_ONLY"), name, 1)) return;
     act_backend *bes[2] = {p->cpu, p->gpu};
     float *res[2];
     for (int s = 0; s < 2; s++) {
@@ -489,6 +502,11 @@ int main(void) {
     char err[512];
     for (int prec = 0; prec < NPREC; prec++)
         for (int bi = 0; bi < 3; bi++) {
+            char bname[16];
+            snprintf(bname, sizeof bname, "%d", batches[bi]);
+            if (!listed(getenv("ACT_OPS_PREC"), PREC_NAME[prec], 0) ||
+                !listed(getenv("ACT_OPS_BATCH"), bname, 0))
+                continue;
             /* a backend holds one model's weights: one pair of backends per model */
             for (int which = 0; which < 2; which++) {
                 const act_model *mm = which ? mg : m;
@@ -518,6 +536,10 @@ int main(void) {
             else printf(" %9.2e%s", g_err[k][j], g_bad[k][j] ? "!" : " ");
         }
         printf("\n");
+    }
+    if (g_nops == 0) {
+        printf("FAIL: no op ran (check ACT_OPS_ONLY / ACT_OPS_PREC / ACT_OPS_BATCH)\n");
+        g_fail++;
     }
     printf("%s: %d failing checks\n", g_fail ? "FAIL" : "PASS", g_fail);
     act_model_free(m);

@@ -5,9 +5,10 @@
  * (separate GroupNorm trunks, mean_std, relu, crop + ImageNet), plus full.actw (act_resnet size)
  * when that file exists. For each model and batch (1, 3, 64), two sets of fresh random frames,
  * qpos, actions and padding masks go through the CPU session once (the reference) and through
- * CUDA sessions in every precision, with graphs on and off. With graphs on, the second input set
- * replays the graph captured for the first: its outputs must match the CPU's for the second
- * set (a stale replay would reproduce the first). Error: ||cuda - cpu|| / ||cpu|| per output;
+ * CUDA sessions in every precision, with graphs on and off. With graphs on, the sets run in the
+ * order 0, 1, 0, 1: the backend runs a key's first step eagerly, captures the second and replays
+ * from then on, so the last two runs are replays of one graph with new inputs each, and each
+ * must match the CPU's outputs for its own set (a stale replay would reproduce the other). Error: ||cuda - cpu|| / ||cpu|| per output;
  * limits fp32 1e-4, tf32 2e-3, bf16/fp16 2e-2. Exit 77 (skipped) without a CUDA device. */
 #include <math.h>
 #include <stdint.h>
@@ -180,14 +181,15 @@ static int test_model(const char *path, int full) {
                     g_fail++;
                     continue;
                 }
-                for (int k = 0; k < 2; k++) {
+                for (int r = 0; r < (graphs ? 4 : 2); r++) {
+                    int k = r % 2;
                     run_io got;
                     memset(&got, 0, sizeof got);
                     alloc_outputs(&got, c, B);
                     char tag[160];
                     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-                    snprintf(tag, sizeof tag, "%s %s B=%d graphs=%d set=%d", base,
-                             PREC_NAME[prec], B, graphs, k);
+                    snprintf(tag, sizeof tag, "%s %s B=%d graphs=%d run=%d (set %d)", base,
+                             PREC_NAME[prec], B, graphs, r, k);
                     if (run(s, c, B, &in[k], &got, seeds[k], err, sizeof err)) {
                         printf("FAIL %s: %s\n", tag, err);
                         g_fail++;
