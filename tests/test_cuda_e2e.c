@@ -186,7 +186,7 @@ static int test_model(const char *path, int full) {
                     run_io got;
                     memset(&got, 0, sizeof got);
                     alloc_outputs(&got, c, B);
-                    char tag[160];
+                    char tag[1200];
                     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
                     snprintf(tag, sizeof tag, "%s %s B=%d graphs=%d run=%d (set %d)", base,
                              PREC_NAME[prec], B, graphs, r, k);
