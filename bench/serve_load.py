@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""serve_load.py - a bounded load test of act-serve on loopback.
+
+For batching on (--max-batch B) and off (--max-batch 1) it starts one act-serve, then for each
+client count (default 1, 8, 32) runs that many client processes in closed loop (send, wait for
+the chunk, send again), each with its own connection and pre-encoded random frames, for a fixed
+number of requests per client (bounded by --max-seconds). It reports per setting: round-trip
+p50/p99, throughput, the mean batch the server formed, and the server's own p50 inference and
+queue wait (from RESULT), so `round trip - inference` is the serving overhead.
+
+Goals (ARCHITECTURE section 9): p50 round trip <= inference + 0.3 ms at batch 1; with 32
+clients, batching on >= 8x the throughput of batching off. Figures go to bench/RESULTS.md.
+
+    python3 bench/serve_load.py --model weights/demo.actw --device cuda --json serve.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools" / "act_client"))
+
+from act_client import wire  # noqa: E402
+
+
+def _recv_exact(s, n):
+    b = bytearray()
+    while len(b) < n:
+        chunk = s.recv(n - len(b))
+        if not chunk:
+            raise ConnectionError("server closed the connection")
+        b += chunk
+    return bytes(b)
+
+
+def _recv(s):
+    magic, version, mtype, length = wire.HDR.unpack(_recv_exact(s, wire.HDR.size))
+    return mtype, _recv_exact(s, length)
+
+
+def _client(idx, port, n_req, max_seconds, barrier, out_q):
+    """One closed-loop client: the request bytes are built once; only the id changes."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=600)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.sendall(wire.hello(client_name=f"load-{idx}"))
+    mtype, p = _recv(s)
+    if mtype != wire.INFO:
+        out_q.put((idx, "handshake failed", [], []))
+        return
+    info = wire.parse_info(p)
+    rng = np.random.default_rng(idx)
+    q = rng.standard_normal(info["obs_dim"]).astype(np.float32)
+    hw = (info["image_height"], info["image_width"])
+    imgs = {c: rng.integers(0, 256, (*hw, 3), dtype=np.uint8) for c in info["camera_names"]}
+    msg = bytearray(wire.predict(0, q, wire.encode_frames(imgs, info["camera_names"], hw)))
+    rtt, server = [], []
+    barrier.wait()
+    deadline = time.monotonic() + max_seconds
+    for i in range(n_req):
+        struct.pack_into("<Q", msg, wire.HDR.size, i + 1)
+        t0 = time.perf_counter()
+        s.sendall(msg)
+        mtype, p = _recv(s)
+        t1 = time.perf_counter()
+        if mtype != wire.RESULT:
+            out_q.put((idx, f"error: {wire.parse_error(p)}", rtt, server))
+            return
+        r = wire.parse_result(p)
+        rtt.append((t1 - t0) * 1e3)
+        server.append((r["infer_ms"], r["queue_ms"], r["batch"]))
+        if time.monotonic() > deadline:
+            break
+    s.close()
+    out_q.put((idx, None, rtt, server))
+
+
+def _start_server(args, max_batch, workdir):
+    pf = Path(workdir) / f"port-{max_batch}.txt"
+    log = open(Path(workdir) / f"serve-{max_batch}.log", "w")
+    cmd = [args.act_serve, "--model", args.model, "--port", "0", "--port-file", str(pf), "--max-batch", str(max_batch),
+           "--max-wait-us", str(args.max_wait_us), "--precision", args.precision]
+    if args.device != "auto":
+        cmd += ["--device", args.device]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 600
+    while not pf.exists() or not pf.read_text().endswith("\n"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise SystemExit(f"serve_load: act-serve did not start:\n{Path(log.name).read_text()}")
+        time.sleep(0.05)
+    return proc, int(pf.read_text().split()[0])
+
+
+def _run_level(port, clients, n_req, max_seconds):
+    ctx = mp.get_context("fork")
+    barrier, out_q = ctx.Barrier(clients + 1), ctx.Queue()
+    procs = [ctx.Process(target=_client, args=(i, port, n_req, max_seconds, barrier, out_q)) for i in range(clients)]
+    for p in procs:
+        p.start()
+    barrier.wait(timeout=600)
+    t0 = time.perf_counter()
+    results = [out_q.get(timeout=max_seconds + 600) for _ in procs]
+    wall = time.perf_counter() - t0
+    for p in procs:
+        p.join()
+    errs = [e for _, e, _, _ in results if e]
+    if errs:
+        raise SystemExit(f"serve_load: {len(errs)} clients failed, first: {errs[0]}")
+    rtt = np.array([x for _, _, r, _ in results for x in r])
+    srv = np.array([x for _, _, _, s in results for x in s])
+    return {
+        "clients": clients, "requests": int(rtt.size), "wall_s": wall,
+        "throughput_rps": rtt.size / wall,
+        "rtt_p50_ms": float(np.percentile(rtt, 50)), "rtt_p99_ms": float(np.percentile(rtt, 99)),
+        "infer_p50_ms": float(np.percentile(srv[:, 0], 50)), "queue_p50_ms": float(np.percentile(srv[:, 1], 50)),
+        "mean_batch": float(srv[:, 2].mean()),
+    }
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=str(REPO / "weights" / "demo.actw"))
+    ap.add_argument("--act-serve", default=str(Path(os.environ.get("ACT_BUILD_DIR", REPO / "build")) / "act-serve"))
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--precision", default="fp32")
+    ap.add_argument("--clients", default="1,8,32")
+    ap.add_argument("--requests", type=int, default=50, help="requests per client per setting")
+    ap.add_argument("--max-seconds", type=float, default=60, help="cap per setting and client")
+    ap.add_argument("--max-batch", type=int, default=32, help="batching on: this max batch")
+    ap.add_argument("--max-wait-us", type=int, default=200)
+    ap.add_argument("--modes", default="on,off", help="on = --max-batch N, off = --max-batch 1")
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args(argv)
+    if not Path(args.model).is_file():
+        raise SystemExit(f"serve_load: {args.model} is missing: make it with scripts/demo.sh, or pass --model")
+    if not os.access(args.act_serve, os.X_OK):
+        raise SystemExit(f"serve_load: {args.act_serve} is not built (cmake --build build, or --act-serve)")
+    levels = [int(c) for c in args.clients.split(",")]
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        for mode in args.modes.split(","):
+            proc, port = _start_server(args, args.max_batch if mode == "on" else 1, work)
+            try:
+                for c in levels:
+                    r = _run_level(port, c, args.requests, args.max_seconds)
+                    r["batching"] = mode
+                    rows.append(r)
+                    print(f"  batching {mode:3s} clients {c:3d}: {r['throughput_rps']:9.1f} req/s  "
+                          f"p50 {r['rtt_p50_ms']:8.3f} ms  p99 {r['rtt_p99_ms']:8.3f} ms", file=sys.stderr)
+            finally:
+                proc.terminate()
+                proc.wait(timeout=120)
+    print(f"{'batching':>8} {'clients':>7} {'requests':>8} {'p50 ms':>9} {'p99 ms':>9} {'req/s':>9} "
+          f"{'batch':>6} {'infer p50':>9} {'queue p50':>9} {'overhead':>9}")
+    for r in rows:
+        print(f"{r['batching']:>8} {r['clients']:7d} {r['requests']:8d} {r['rtt_p50_ms']:9.3f} {r['rtt_p99_ms']:9.3f} "
+              f"{r['throughput_rps']:9.1f} {r['mean_batch']:6.2f} {r['infer_p50_ms']:9.3f} {r['queue_p50_ms']:9.3f} "
+              f"{r['rtt_p50_ms'] - r['infer_p50_ms']:9.3f}")
+    by = {(r["batching"], r["clients"]): r for r in rows}
+    summary = {}
+    top = max(levels)
+    if ("on", top) in by and ("off", top) in by:
+        summary[f"speedup_batching_{top}_clients"] = by[("on", top)]["throughput_rps"] / by[("off", top)]["throughput_rps"]
+    if ("on", top) in by and ("off", 1) in by:
+        summary[f"speedup_{top}_clients_vs_one_at_a_time"] = (by[("on", top)]["throughput_rps"]
+                                                             / by[("off", 1)]["throughput_rps"])
+    if ("on", 1) in by:
+        summary["overhead_p50_ms_batch1"] = by[("on", 1)]["rtt_p50_ms"] - by[("on", 1)]["infer_p50_ms"]
+    for k, v in summary.items():
+        print(f"{k}: {v:.3f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"model": args.model, "device": args.device, "precision": args.precision,
+                                               "max_batch": args.max_batch, "max_wait_us": args.max_wait_us,
+                                               "rows": rows, "summary": summary}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
