@@ -334,6 +334,8 @@ def goals(device, ours, peers, batches) -> list:
 
 def print_report(rep: dict) -> None:
     print(f"\ncompare_torch {rep['date']}  device {rep['device']} ({rep['device_name']})  torch {rep['torch']}")
+    print(f"host {rep['host']}: {rep['host_cpu']}, {rep['cores']} cores, load average {rep['load_average'][0]:.2f} at the "
+          f"start, {rep['load_average'][1]:.2f} at the end (figures from a busy machine are not clean)")
     print(f"model {rep['model']} ({rep['config']}), inputs {rep['inputs']}, {rep['iters']} timed steps "
           f"after {rep['warmup']} warmup, median = p50")
     hdr = f"{'who':<30} {'prec':<5} {'batch':>5} {'p50 ms':>9} {'min ms':>9} {'steps/s':>10} {'ours x':>8}"
@@ -405,6 +407,7 @@ def main(argv=None) -> int:
             json.dump(res, f)
         return 0
 
+    load0 = os.getloadavg()[0]
     import torch
 
     a.act_infer = a.act_infer or os.path.join(os.environ.get("ACT_BUILD_DIR", os.path.join(REPO, "build")), "act-infer")
@@ -490,8 +493,11 @@ def main(argv=None) -> int:
         add_rows("torch eager (reference)", "fp32", reference, None)
 
     dev_name = next((r.get("device_name") for r in list(ours.values()) + peers if r.get("device_name")), "?")
+    host_cpu = next((r["host_cpu"] for r in ours.values() if r.get("host_cpu")), platform.processor() or "?")
     rep = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "device": a.device, "device_name": dev_name, "torch": torch.__version__, "host": platform.node(),
+           "host_cpu": host_cpu, "cores": os.cpu_count(),
+           "load_average": [load0, os.getloadavg()[0]],
            "model": model, "config": a.config or "full", "inputs": f"{n_in} frames/camera, rotated over {ROTATIONS}",
            "iters": a.iters, "warmup": a.warmup, "threads": a.threads if not cuda else None,
            "batches": a.batches, "precisions": a.precisions, "rows": rows, "checks": checks,
