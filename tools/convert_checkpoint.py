@@ -252,7 +252,8 @@ def resolve(settings, found, trust, strict, warnings):
                 f"vision_backbone.input_shape ({settings.source('input_height')})"
             if value != feat[name]:
                 conflicts.append(f"{name}: {label} says {value}, {src} gives {feat[name]} "
-                                 f"(ResNet18 maps {eff_h}x{eff_w} to ceil(/32))")
+                                 f"(ResNet18 maps {eff_h}x{eff_w} to ceil(/32); set the input "
+                                 f"size in the config or with --input-size)")
         elif (settings.explicit(name) or strict) and cfg[name] != value:
             conflicts.append(f"{name}: {label} says {value}, {settings.source(name)} says "
                              f"{cfg[name]}")

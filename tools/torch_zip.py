@@ -221,13 +221,12 @@ def load_torch_zip(path):
         head = f.read(8)
     if not zipfile.is_zipfile(path):
         if head[:1] == b"\x80":
-            kind = "a legacy (pre-1.6, non-zip) torch.save file"
-        elif head[:4] == b"PK\x03\x04":
-            kind = "a damaged zip archive"
-        else:
-            kind = "not a torch.save zip archive"
-        raise CheckpointError(f"{path}: {kind}; re-save it with torch >= 1.6 "
-                              f"(torch.save(torch.load(p), p2)) and convert that")
+            raise CheckpointError(f"{path}: a legacy (pre-1.6, non-zip) torch.save file; re-save "
+                                  f"it with torch >= 1.6 (torch.save(torch.load(p), p2)) and "
+                                  f"convert that")
+        if head[:4] == b"PK\x03\x04":
+            raise CheckpointError(f"{path}: a damaged or truncated zip archive")
+        raise CheckpointError(f"{path}: not a torch.save zip archive")
     zf = zipfile.ZipFile(path)
     pkls = [n for n in zf.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
     if len(pkls) != 1:

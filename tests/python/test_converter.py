@@ -472,6 +472,16 @@ def test_legacy_and_foreign_files_are_refused(bn, tmp_path):
     junk.write_bytes(np.random.default_rng(5).bytes(300))
     assert "not a torch.save zip archive" in convert_fails(junk, tmp_path)
     assert "No such file" in convert_fails(tmp_path / "absent.pt", tmp_path)
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(bn.ckpt.read_bytes()[:3_000_000])
+    assert "damaged or truncated zip archive" in convert_fails(cut, tmp_path)
+    holed = tmp_path / "holed.pt"
+    with zipfile.ZipFile(bn.ckpt) as zin, zipfile.ZipFile(holed, "w") as zout:
+        for name in zin.namelist():
+            if not name.endswith("/data/0"):
+                zout.writestr(name, zin.read(name))
+    err = convert_fails(holed, tmp_path, "--config", bn.config)
+    assert "storage record 'ckpt/data/0' is missing" in err
 
 
 def test_converter_never_imports_torch(bn, tmp_path):
