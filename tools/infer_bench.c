@@ -9,7 +9,8 @@
  *   stage sum is reported beside, never mixed into, the clean latency numbers.
  * - Inputs look like camera frames (gradients, coloured shapes, sensor noise; never zeros) and
  *   are rotated: a pool of max_batch + ROTATIONS - 1 frames per camera, and iteration i reads
- *   the window starting at frame i % ROTATIONS, so no two consecutive steps see the same data.
+ *   the window starting at frame i % ROTATIONS, so consecutive steps never read the same window
+ *   (at batch 1, eight distinct inputs in turn).
  *   --inputs DIR replaces the generated pool with raw files (bench/compare_torch.py writes them
  *   so that PyTorch and act-infer time the very same frames).
  * - Memory: device bytes held by the session, host peak RSS (VmHWM), and beside them the
