@@ -229,15 +229,12 @@ static const act_tensor *bind(binder *b, int ndim, const int64_t *dims, const ch
 
 #define DIMS(...) ((const int64_t[]){__VA_ARGS__})
 #define NDIMS(...) ((int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
-#define BIND(b, name_fmt, ...) bind(b, NDIMS(__VA_ARGS__), DIMS(__VA_ARGS__), "%s", name_fmt)
+#define SHAPE(...) NDIMS(__VA_ARGS__), DIMS(__VA_ARGS__)
 
 /* A linear layer "<prefix>.w" [out][in] / "<prefix>.b" [out]. */
 static int bind_linear(binder *b, act_linear *l, const char *prefix, int out, int in) {
-    char n[ACTW_NAME_MAX * 2];
-    snprintf(n, sizeof n, "%s.w", prefix);
-    if (!(l->w = BIND(b, n, out, in))) return -1;
-    snprintf(n, sizeof n, "%s.b", prefix);
-    if (!(l->b = BIND(b, n, out))) return -1;
+    if (!(l->w = bind(b, SHAPE(out, in), "%s.w", prefix))) return -1;
+    if (!(l->b = bind(b, SHAPE(out), "%s.b", prefix))) return -1;
     l->row0 = 0;
     l->out = out;
     l->in = in;
@@ -264,26 +261,18 @@ static int bind_mha(binder *b, act_mha *m, const char *prefix, int E) {
 }
 
 static int bind_ln(binder *b, act_ln *l, const char *prefix, int E) {
-    char n[ACTW_NAME_MAX * 2];
-    snprintf(n, sizeof n, "%s.w", prefix);
-    if (!(l->w = BIND(b, n, E))) return -1;
-    snprintf(n, sizeof n, "%s.b", prefix);
-    return (l->b = BIND(b, n, E)) ? 0 : -1;
+    if (!(l->w = bind(b, SHAPE(E), "%s.w", prefix))) return -1;
+    return (l->b = bind(b, SHAPE(E), "%s.b", prefix)) ? 0 : -1;
 }
 
 static int bind_conv(binder *b, act_conv *c, const char *prefix, int cin, int cout, int k, int stride, int pad,
                      int groupnorm) {
-    char n[ACTW_NAME_MAX * 2];
-    snprintf(n, sizeof n, "%s.w", prefix);
-    if (!(c->w = BIND(b, n, cout, cin, k, k))) return -1;
-    snprintf(n, sizeof n, "%s.b", prefix);
-    if (!(c->b = BIND(b, n, cout))) return -1;
+    if (!(c->w = bind(b, SHAPE(cout, cin, k, k), "%s.w", prefix))) return -1;
+    if (!(c->b = bind(b, SHAPE(cout), "%s.b", prefix))) return -1;
     c->gn_w = c->gn_b = NULL;
     if (groupnorm) {
-        snprintf(n, sizeof n, "%s.gn.w", prefix);
-        if (!(c->gn_w = BIND(b, n, cout))) return -1;
-        snprintf(n, sizeof n, "%s.gn.b", prefix);
-        if (!(c->gn_b = BIND(b, n, cout))) return -1;
+        if (!(c->gn_w = bind(b, SHAPE(cout), "%s.gn.w", prefix))) return -1;
+        if (!(c->gn_b = bind(b, SHAPE(cout), "%s.gn.b", prefix))) return -1;
     }
     c->cin = cin;
     c->cout = cout;
@@ -319,23 +308,18 @@ static int bind_trunk(binder *b, act_trunk *t, int T, const act_config *c) {
         cin = width[L];
     }
     int K = c->num_keypoints;
-    snprintf(n, sizeof n, "vision.%d.keypoints.w", T);
-    if (!(t->kp_w = BIND(b, n, K, 512, 1, 1))) return -1;
-    snprintf(n, sizeof n, "vision.%d.keypoints.b", T);
-    if (!(t->kp_b = BIND(b, n, K))) return -1;
-    snprintf(n, sizeof n, "vision.%d.pos_grid", T);
-    if (!(t->pos_grid = BIND(b, n, (int64_t)c->feat_h * c->feat_w, 2))) return -1;
-    snprintf(n, sizeof n, "vision.%d.out.w", T);
-    if (!(t->out_w = BIND(b, n, c->vision_dim, 2 * K))) return -1;
-    snprintf(n, sizeof n, "vision.%d.out.b", T);
-    return (t->out_b = BIND(b, n, c->vision_dim)) ? 0 : -1;
+    if (!(t->kp_w = bind(b, SHAPE(K, 512, 1, 1), "vision.%d.keypoints.w", T))) return -1;
+    if (!(t->kp_b = bind(b, SHAPE(K), "vision.%d.keypoints.b", T))) return -1;
+    if (!(t->pos_grid = bind(b, SHAPE((int64_t)c->feat_h * c->feat_w, 2), "vision.%d.pos_grid", T))) return -1;
+    if (!(t->out_w = bind(b, SHAPE(c->vision_dim, 2 * K), "vision.%d.out.w", T))) return -1;
+    return (t->out_b = bind(b, SHAPE(c->vision_dim), "vision.%d.out.b", T)) ? 0 : -1;
 }
 
 static int bind_head(binder *b, act_model *m) {
     const act_config *c = &m->cfg;
     int E = c->hidden_dim, F = c->ff_dim, L = c->latent_dim;
     char n[ACTW_NAME_MAX * 2];
-    if (!(m->cls_embed = BIND(b, "head.cls_embed", E))) return -1;
+    if (!(m->cls_embed = bind(b, SHAPE(E), "head.cls_embed"))) return -1;
     if (bind_linear(b, &m->enc_qpos, "head.enc_qpos", E, c->obs_dim) ||
         bind_linear(b, &m->enc_action, "head.enc_action", E, c->action_dim))
         return -1;
@@ -357,8 +341,8 @@ static int bind_head(binder *b, act_model *m) {
         bind_linear(b, &m->dec_qpos, "head.dec_qpos", E, c->obs_dim) ||
         bind_linear(b, &m->visual_proj, "head.visual_proj", E, c->vision_dim))
         return -1;
-    if (!(m->mem_type = BIND(b, "head.mem_type", 3, E))) return -1;
-    if (!(m->query = BIND(b, "head.query", c->pred_horizon, E))) return -1;
+    if (!(m->mem_type = bind(b, SHAPE(3, E), "head.mem_type"))) return -1;
+    if (!(m->query = bind(b, SHAPE(c->pred_horizon, E), "head.query"))) return -1;
     for (int i = 0; i < c->dec_layers; i++) {
         act_dec_layer *d = &m->dec[i];
         snprintf(n, sizeof n, "head.dec.%d.self_attn", i);
@@ -378,14 +362,10 @@ static int bind_head(binder *b, act_model *m) {
     if (bind_linear(b, &m->action_head, "head.action_head", c->action_dim, E)) return -1;
     const char *lo = c->norm_type == ACT_NORM_MIN_MAX ? "min" : "mean";
     const char *hi = c->norm_type == ACT_NORM_MIN_MAX ? "max" : "std";
-    snprintf(n, sizeof n, "norm.qpos.%s", lo);
-    if (!(m->qpos_lo = BIND(b, n, c->obs_dim))) return -1;
-    snprintf(n, sizeof n, "norm.qpos.%s", hi);
-    if (!(m->qpos_hi = BIND(b, n, c->obs_dim))) return -1;
-    snprintf(n, sizeof n, "norm.action.%s", lo);
-    if (!(m->action_lo = BIND(b, n, c->action_dim))) return -1;
-    snprintf(n, sizeof n, "norm.action.%s", hi);
-    return (m->action_hi = BIND(b, n, c->action_dim)) ? 0 : -1;
+    if (!(m->qpos_lo = bind(b, SHAPE(c->obs_dim), "norm.qpos.%s", lo))) return -1;
+    if (!(m->qpos_hi = bind(b, SHAPE(c->obs_dim), "norm.qpos.%s", hi))) return -1;
+    if (!(m->action_lo = bind(b, SHAPE(c->action_dim), "norm.action.%s", lo))) return -1;
+    return (m->action_hi = bind(b, SHAPE(c->action_dim), "norm.action.%s", hi)) ? 0 : -1;
 }
 
 static int bind_all(act_model *m, char *err, size_t errlen) {
