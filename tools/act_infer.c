@@ -39,7 +39,24 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "--version")) {
-        printf("act-infer %s\n", ACT_VERSION);
+        /* the optional parts this binary was built with, for scripts and tests to check */
+        printf("act-infer %s (features:%s%s%s)\n", ACT_VERSION,
+#ifdef ACT_WITH_CUDA
+               " cuda",
+#else
+               "",
+#endif
+#ifdef ACT_WITH_HDF5
+               " hdf5",
+#else
+               "",
+#endif
+#ifdef ACT_WITH_ZSTD
+               " zstd"
+#else
+               ""
+#endif
+        );
         return 0;
     }
     if (!strcmp(cmd, "info")) return act_cmd_info(argc - 2, argv + 2);

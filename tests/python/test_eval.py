@@ -41,6 +41,9 @@ def run(binary, *args, check_rc=None, env_extra=None):
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, make_cfg, repo_root, act_infer):
+    version = subprocess.run([str(act_infer), "--version"], stdout=subprocess.PIPE, text=True).stdout
+    if "hdf5" not in version:
+        pytest.skip(f"act-infer was built without HDF5 ({version.strip()})")
     d = tmp_path_factory.mktemp("eval")
     cfg = make_cfg()
     agent = act_reference.randomize_(act_reference.build_agent(cfg), 21)
