@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -358,3 +359,18 @@ def test_timeouts_raise_a_clear_exception(tiny):
     mute.close()
     with pytest.raises(ActTimeoutError, match="could not complete"):
         ActClient("127.0.0.1", port, timeout=0.5).info()
+
+
+def test_client_installs_with_pip_and_needs_only_numpy(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "tools" / "act_client", src, ignore=shutil.ignore_patterns("__pycache__"))
+    target = tmp_path / "site"
+    p = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index",
+                        "--target", str(target), str(src)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    probe = ("import sys, act_client; from act_client import ActClient, ActPolicyRunner, ActTimeoutError; "
+             "assert act_client.__file__.startswith(sys.argv[1]), act_client.__file__; "
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'zstandard', 'h5py')))")
+    p = subprocess.run([sys.executable, "-c", probe, str(target)], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path, env={"PYTHONPATH": str(target), "PATH": os.environ.get("PATH", "")})
+    assert p.returncode == 0 and p.stdout.strip() == "[]", p.stdout + p.stderr
