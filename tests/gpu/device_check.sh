@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# device_check.sh - the whole GPU check in one command, for a fresh GPU machine (the H200 of the
+# project: torch at python3, nvcc, cmake; no apt, no network). Run from anywhere:
+#
+#   OUT=/some/dir tests/gpu/device_check.sh        (logs and compare.json go to $OUT)
+#
+# Steps, each with its own time limit inside one budget (ACT_CHECK_BUDGET_S, default 330 s),
+# each failing soft (a failed step is reported and the next one runs):
+#   deps       unpack the carried .devdeps/*.deb (OpenBLAS, zstd headers) into /tmp and point
+#              ACT_BLAS_ROOT / ACT_ZSTD_ROOT / LD_LIBRARY_PATH at them; find cuDNN in the torch
+#              wheel (nvidia.cudnn: lib/libcudnn.so.9 has no unversioned link, so make one in
+#              /tmp), headers from the wheel or .devdeps/cudnn/include. HDF5 is left out: the
+#              checks here read no episodes.
+#   build      cmake (sm_90, Release) + build -j16 into build-dev/
+#   testdata   tests/make_testdata.py (small models) + a full act_resnet checkpoint -> full.actw
+#   ops        tests/test_backend_ops: every CUDA op vs the CPU backend, 4 precisions x 3 batches
+#   e2e        tests/test_cuda_e2e: whole steps vs the CPU session, every precision, graphs on/off
+#   memcheck   compute-sanitizer memcheck on full-size steps (eager, captured and replayed)
+#   racecheck  compute-sanitizer racecheck on the attention and norm kernels
+#   bench      bench/compare_torch.py --device cuda (if present): ours vs PyTorch eager/compile
+# The last thing printed is the summary table (check, result, figure); it is also $OUT/summary.txt.
+set -u
+cd "$(dirname "$0")/../.." || exit 2
+ROOT=$PWD
+OUT=${OUT:-$ROOT/device_out}
+mkdir -p "$OUT"
+BUDGET=${ACT_CHECK_BUDGET_S:-330}
+T0=$SECONDS
+BUILD=$ROOT/build-dev
+TD=$BUILD/testdata
+FULLW=/tmp/act_full
+export PYTHONUNBUFFERED=1
+SUMMARY=()
+
+left() { echo $((BUDGET - (SECONDS - T0))); }
+row() { SUMMARY+=("$(printf '%-10s %-5s %s' "$1" "$2" "$3")"); echo "== $1: $2 $3"; }
+# limit WANT: the seconds a step may take, capped by what is left of the budget
+limit() { local l; l=$(left); if ((l < $1)); then echo "$l"; else echo "$1"; fi; }
+enough() { (($(left) >= $1)); }
+
+echo "device_check: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
+nvcc --version 2>&1 | tail -1
+
+# ---------------- deps ----------------
+deps() {
+    local dd=/tmp/act_devdeps f
+    if [ -d "$ROOT/.devdeps" ]; then
+        mkdir -p "$dd"
+        for f in "$ROOT"/.devdeps/*.deb; do
+            [ -e "$f" ] || continue
+            if command -v dpkg-deb >/dev/null; then dpkg-deb -x "$f" "$dd"
+            else local t; t=$(mktemp -d) && (cd "$t" && ar x "$f" && tar -xf data.tar.* -C "$dd"); rm -rf "$t"; fi
+        done
+        export ACT_BLAS_ROOT=$dd/usr ACT_ZSTD_ROOT=$dd/usr
+        export LD_LIBRARY_PATH=$dd/usr/lib/x86_64-linux-gnu/openblas-pthread:$dd/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    fi
+    local cp r=/tmp/act_cudnn
+    cp=$(python3 -c "import nvidia.cudnn as m; print(list(m.__path__)[0])" 2>/dev/null)
+    mkdir -p "$r/lib"
+    if [ -n "$cp" ] && [ -e "$cp/lib/libcudnn.so.9" ]; then
+        for f in "$cp"/lib/libcudnn*.so.9; do ln -sf "$f" "$r/lib/"; done
+        ln -sf "$cp/lib/libcudnn.so.9" "$r/lib/libcudnn.so"
+        export LD_LIBRARY_PATH=$cp/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    fi
+    if [ -n "$cp" ] && [ -e "$cp/include/cudnn.h" ]; then ln -sfn "$cp/include" "$r/include"
+    elif [ -e "$ROOT/.devdeps/cudnn/include/cudnn.h" ]; then ln -sfn "$ROOT/.devdeps/cudnn/include" "$r/include"; fi
+    export ACT_CUDNN_ROOT=$r
+    echo "cudnn wheel: ${cp:-none}; header: $(grep -h 'define CUDNN_M[AI][JN]OR' "$r/include/cudnn_version.h" 2>/dev/null | awk '{print $3}' | paste -sd.)"
+    echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    [ -e "$r/lib/libcudnn.so" ] || [ -n "$(ldconfig -p 2>/dev/null | grep libcudnn.so)" ]
+}
+if deps >"$OUT/deps.log" 2>&1; then row deps ok "$(grep '^cudnn' "$OUT/deps.log")"
+else row deps FAIL "no cuDNN found (see deps.log)"; fi
+# (deps ran in this shell, not a subshell: its exports hold for every step below)
+
+# ---------------- build ----------------
+built=0
+if timeout "$(limit 180)" bash -c "cmake -S '$ROOT' -B '$BUILD' -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DACT_ENABLE_HDF5=OFF && cmake --build '$BUILD' -j16" \
+        >"$OUT/build.log" 2>&1; then
+    if grep -q "CUDA=ON" "$OUT/build.log"; then built=1; row build ok "$(grep -o 'act-engine: .*' "$OUT/build.log" | tail -1)"
+    else row build FAIL "configured without CUDA: $(grep -o 'act-engine: .*' "$OUT/build.log" | tail -1)"; fi
+else
+    row build FAIL "$(grep -m1 -E 'error|Error' "$OUT/build.log" | cut -c1-150)"
+fi
+
+# ---------------- test data ----------------
+have_full=0
+if ((built)); then
+    mkdir -p "$TD" "$FULLW"
+    if timeout "$(limit 120)" python3 tests/make_testdata.py "$TD" >"$OUT/testdata.log" 2>&1; then
+        row testdata ok "$(ls "$TD"/*.actw | wc -l) small models"
+    else row testdata FAIL "$(tail -1 "$OUT/testdata.log" | cut -c1-150)"; fi
+    if timeout "$(limit 120)" bash -c "python3 tools/act_reference.py make-checkpoint --out '$FULLW/full.pt' \
+            --config full --seed 0 --stats-out '$FULLW/stats.pkl' --config-out '$FULLW/agent.yaml' &&
+            python3 tools/convert_checkpoint.py '$FULLW/full.pt' -o '$TD/full.actw' \
+            --config '$FULLW/agent.yaml' --stats '$FULLW/stats.pkl'" >>"$OUT/testdata.log" 2>&1; then
+        have_full=1; row fullmodel ok "act_resnet full size -> $TD/full.actw"
+    else row fullmodel FAIL "$(tail -1 "$OUT/testdata.log" | cut -c1-150)"; fi
+fi
+export ACT_TEST_DATA=$TD
+
+# ---------------- parity ----------------
+run_test() {   # name binary seconds
+    local name=$1 bin=$2 secs=$3 rc
+    if ! ((built)) || ! enough 20; then row "$name" SKIP "no build or no time left"; return; fi
+    timeout "$(limit "$secs")" "$bin" >"$OUT/$name.log" 2>&1
+    rc=$?
+    case $rc in
+        0) row "$name" PASS "$(grep -E 'worst|failing|checks failed' "$OUT/$name.log" | tail -2 | paste -sd' ' | cut -c1-200)";;
+        77) row "$name" SKIP "$(head -1 "$OUT/$name.log")";;
+        124) row "$name" FAIL "timed out after $(limit "$secs") s";;
+        *) row "$name" FAIL "rc $rc: $(grep -m3 FAIL "$OUT/$name.log" | paste -sd' ' | cut -c1-200)";;
+    esac
+}
+run_test ops "$BUILD/tests/test_backend_ops" 90
+run_test e2e "$BUILD/tests/test_cuda_e2e" 120
+
+# ---------------- sanitizers ----------------
+SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+sanitize() {   # name seconds summary-regex cmd...
+    local name=$1 secs=$2 re=$3 rc
+    shift 3
+    if [ -z "$SAN" ] || ! ((built)) || ! enough 20; then row "$name" SKIP "no compute-sanitizer, build or time"; return; fi
+    timeout "$(limit "$secs")" "$SAN" "$@" >"$OUT/$name.log" 2>&1
+    rc=$?
+    local fig; fig=$(grep -E "$re" "$OUT/$name.log" | tail -1)
+    if ((rc == 0)); then row "$name" PASS "$fig"
+    else row "$name" FAIL "rc $rc: ${fig:-$(tail -1 "$OUT/$name.log" | cut -c1-150)}"; fi
+}
+model=$TD/full.actw
+((have_full)) || model=$TD/small.actw
+# warmup 1 runs the step eagerly, iter 1 captures it, iter 2 replays the graph
+sanitize memcheck 90 "ERROR SUMMARY" --tool memcheck --error-exitcode 9 --leak-check no \
+    "$BUILD/act-infer" bench --model "$model" --device cuda --precision fp32 --batch 1,3 --iters 2 \
+    --warmup 1 --profile-iters 1
+ACT_OPS_ONLY=attention,norm,softmax ACT_OPS_PREC=fp32,bf16 ACT_OPS_BATCH=3 \
+    sanitize racecheck 90 "RACECHECK SUMMARY|ERROR SUMMARY" --tool racecheck --error-exitcode 9 \
+    "$BUILD/tests/test_backend_ops"
+
+# ---------------- benchmark ----------------
+if [ -f bench/compare_torch.py ] && ((built)) && ((have_full)) && enough 60; then
+    b=$(($(left) - 10))
+    ACT_BUILD_DIR=$BUILD timeout "$b" python3 bench/compare_torch.py --device cuda --batch 1,256 \
+        --precision fp32,bf16 --budget-s $((b - 15)) --json "$OUT/compare.json" --ckpt "$FULLW/full.pt" \
+        --model "$TD/full.actw" --config "$FULLW/agent.yaml" --stats "$FULLW/stats.pkl" \
+        --workdir /tmp/act_bench >"$OUT/bench.log" 2>&1
+    rc=$?
+    fig=$(python3 - "$OUT/compare.json" <<'EOF' 2>/dev/null
+import json, sys
+rep = json.load(open(sys.argv[1]))
+out = []
+for r in rep["rows"]:
+    if r.get("batch") == 1 and r.get("p50") is not None and (r["who"].startswith("act-infer") or
+            r["who"] in ("torch eager", "torch compile-max-autotune")):
+        out.append(f'{r["who"].replace("act-infer (graphs)", "ours")} {r["precision"]} {r["p50"]:.3f}ms')
+print("; ".join(out) if out else "no rows")
+EOF
+)
+    row bench "$([ $rc = 0 ] && echo ok || echo rc$rc)" "b=1 p50: ${fig:-no compare.json}"
+else
+    row bench SKIP "no bench/compare_torch.py, build, full model or time"
+fi
+
+echo
+echo "==== device_check summary ($(($SECONDS - T0)) s, logs in $OUT) ===="
+printf '%-10s %-5s %s\n' check result figure | tee "$OUT/summary.txt"
+printf '%s\n' "${SUMMARY[@]}" | tee -a "$OUT/summary.txt"
