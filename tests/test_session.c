@@ -1,0 +1,305 @@
+/* test_session.c - act_session_create / act_run on the CPU backend: what the step promises
+ * beyond matching PyTorch (test_parity.py covers that).
+ *
+ *  - bad input gets a clear error, never a crash: batch out of range, missing qpos or frames,
+ *    non-finite qpos or actions, posterior outputs without recorded actions, bad options;
+ *  - samples of a batch are independent: a batch of 3 equals three batches of 1;
+ *  - the prior and the posterior share one decoder pass without mixing: each alone equals the
+ *    joint run;
+ *  - the key-padding mask really masks: garbage in padded action steps leaves mu unchanged,
+ *    and unmasking them changes it;
+ *  - kl is the closed form of mu/logvar; actions is the denormalized actions_norm;
+ *  - sampling is seeded: the same seed gives the same chunk, another seed another chunk;
+ *  - profiling fills the stage times.
+ * Models: $ACT_TEST_DATA/small.actw and small_sep_gn.actw (tests/make_testdata.py). Inputs are
+ * fresh random values (seed printed, ACT_TEST_SEED replays). Tolerance 1e-5 relative where the
+ * batch size changes the GEMM shapes, exact where the same step runs twice. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "act.h"
+
+static int g_fail, g_checks;
+static uint64_t g_rng;
+
+#define CHECK(cond, ...)                                             \
+    do {                                                             \
+        g_checks++;                                                  \
+        if (!(cond)) {                                               \
+            g_fail++;                                                \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);     \
+            fprintf(stderr, __VA_ARGS__);                            \
+            fprintf(stderr, "\n");                                   \
+        }                                                            \
+    } while (0)
+
+static uint64_t rnd(void) {
+    uint64_t x = (g_rng += 0x9e3779b97f4a7c15ull);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+static float urand(float lo, float hi) { return lo + (hi - lo) * (float)((rnd() >> 40) * (1.0 / 16777216.0)); }
+
+static double rel(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num) / (den > 0 ? sqrt(den) : 1.0);
+}
+
+typedef struct batch {
+    int B;
+    float *qpos, *actions;
+    uint8_t *frames[ACT_MAX_CAMS], *pad;
+} batch;
+
+static batch make_batch(const act_config *c, int B) {
+    batch b;
+    memset(&b, 0, sizeof b);
+    b.B = B;
+    size_t fsz = (size_t)c->image_h * c->image_w * 3;
+    b.qpos = malloc(sizeof(float) * B * c->obs_dim);
+    for (int i = 0; i < B * c->obs_dim; i++) b.qpos[i] = urand(-2, 2);
+    b.actions = malloc(sizeof(float) * B * c->pred_horizon * c->action_dim);
+    for (int i = 0; i < B * c->pred_horizon * c->action_dim; i++) b.actions[i] = urand(-2, 2);
+    b.pad = calloc((size_t)B * c->pred_horizon, 1);
+    for (int cam = 0; cam < c->num_cams; cam++) {
+        b.frames[cam] = malloc(B * fsz);
+        for (size_t i = 0; i < B * fsz; i++) b.frames[cam][i] = (uint8_t)(rnd() & 255);
+    }
+    return b;
+}
+
+static void free_batch(batch *b) {
+    free(b->qpos), free(b->actions), free(b->pad);
+    for (int c = 0; c < ACT_MAX_CAMS; c++) free(b->frames[c]);
+}
+
+/* sample `i` of b as a batch of 1 (views, not copies) */
+static act_inputs inputs_of(const act_config *c, const batch *b, int i, int n) {
+    act_inputs in;
+    memset(&in, 0, sizeof in);
+    in.batch = n;
+    in.qpos = b->qpos + (size_t)i * c->obs_dim;
+    for (int cam = 0; cam < c->num_cams; cam++)
+        in.images[cam] = b->frames[cam] + (size_t)i * c->image_h * c->image_w * 3;
+    in.actions = b->actions + (size_t)i * c->pred_horizon * c->action_dim;
+    in.action_is_pad = b->pad + (size_t)i * c->pred_horizon;
+    return in;
+}
+
+typedef struct outs { float *a, *an, *pa, *pan, *mu, *lv, *kl; } outs;
+
+static outs make_outs(const act_config *c, int B) {
+    size_t ch = (size_t)B * c->pred_horizon * c->action_dim, l = (size_t)B * c->latent_dim;
+    outs o = {malloc(ch * 4), malloc(ch * 4), malloc(ch * 4), malloc(ch * 4), malloc(l * 4),
+              malloc(l * 4), malloc((size_t)B * 4)};
+    return o;
+}
+static void free_outs(outs *o) { free(o->a), free(o->an), free(o->pa), free(o->pan), free(o->mu), free(o->lv), free(o->kl); }
+static act_outputs all_of(outs *o) {
+    act_outputs r = {o->a, o->an, o->pa, o->pan, o->mu, o->lv, o->kl};
+    return r;
+}
+
+static void expect_error(act_session *s, const act_inputs *in, act_outputs *out, const char *needle, const char *what) {
+    char err[ACT_ERR_LEN] = "";
+    int rc = act_run(s, in, out, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, needle), "%s: rc %d, error '%s' (expected one naming '%s')", what, rc, err, needle);
+}
+
+static void test_validation(act_session *s, const act_config *c, batch *b, int max_batch) {
+    outs o = make_outs(c, max_batch);
+    act_outputs out = all_of(&o);
+    act_inputs in = inputs_of(c, b, 0, 1);
+    in.batch = 0;
+    expect_error(s, &in, &out, "batch 0", "batch 0");
+    in.batch = max_batch + 1;
+    expect_error(s, &in, &out, "max_batch", "batch over max");
+    in = inputs_of(c, b, 0, 1);
+    in.qpos = NULL;
+    expect_error(s, &in, &out, "qpos", "NULL qpos");
+    in = inputs_of(c, b, 0, 1);
+    in.images[c->num_cams - 1] = NULL;
+    expect_error(s, &in, &out, c->camera_names[c->num_cams - 1], "missing camera");
+    in = inputs_of(c, b, 0, 1);
+    float saved = b->qpos[1];
+    b->qpos[1] = NAN;
+    expect_error(s, &in, &out, "qpos[0][1]", "NaN qpos");
+    b->qpos[1] = saved;
+    saved = b->actions[c->action_dim + 2];
+    b->actions[c->action_dim + 2] = INFINITY;
+    expect_error(s, &in, &out, "actions[0][1][2]", "Inf action");
+    b->actions[c->action_dim + 2] = saved;
+    in.actions = NULL;
+    expect_error(s, &in, &out, "inputs.actions", "posterior outputs without actions");
+    act_outputs none;
+    memset(&none, 0, sizeof none);
+    expect_error(s, &in, &none, "no output", "nothing requested");
+    free_outs(&o);
+}
+
+static void test_options(const act_model *m) {
+    char err[ACT_ERR_LEN] = "";
+    act_session *s = NULL;
+    act_session_opts o = act_session_default_opts();
+    o.max_batch = 0;
+    CHECK(act_session_create(m, &o, &s, err, sizeof err) == -1 && strstr(err, "max_batch") && !s,
+          "max_batch 0 accepted: '%s'", err);
+    o = act_session_default_opts();
+    o.precision = ACT_BF16;
+    CHECK(act_session_create(m, &o, &s, err, sizeof err) == -1 && strstr(err, "bf16") && !s,
+          "bf16 on the CPU accepted: '%s'", err);
+    o = act_session_default_opts();
+    o.device = (act_device)7;
+    CHECK(act_session_create(m, &o, &s, err, sizeof err) == -1 && strstr(err, "device") && !s,
+          "device 7 accepted: '%s'", err);
+}
+
+static void run_ok(act_session *s, const act_inputs *in, act_outputs *out, const char *what) {
+    char err[ACT_ERR_LEN] = "";
+    int rc = act_run(s, in, out, err, sizeof err);
+    CHECK(rc == 0, "%s: %s", what, err);
+}
+
+static void test_model(const char *path) {
+    char err[ACT_ERR_LEN];
+    act_model *m;
+    if (act_model_load(path, &m, err, sizeof err)) {
+        fprintf(stderr, "FAIL cannot load %s: %s (make it with tests/make_testdata.py)\n", path, err);
+        g_fail++;
+        return;
+    }
+    const act_config *c = act_model_config(m);
+    const int MB = 3, H = c->pred_horizon, A = c->action_dim, L = c->latent_dim;
+    const size_t CH = (size_t)H * A;
+    act_session_opts opts = act_session_default_opts();
+    opts.max_batch = MB;
+    act_session *s;
+    if (act_session_create(m, &opts, &s, err, sizeof err)) {
+        fprintf(stderr, "FAIL session on %s: %s\n", path, err);
+        g_fail++;
+        act_model_free(m);
+        return;
+    }
+    printf("%s: %s, %zu bytes of buffers\n", path, act_session_device_name(s), act_session_device_bytes(s));
+    CHECK(strstr(act_session_device_name(s), "cpu") && act_session_device_bytes(s) > 0, "device name/bytes");
+    test_options(m);
+
+    batch b = make_batch(c, MB);
+    for (int i = 0; i < MB; i++)   /* sample i has i * 3 padded steps at the end */
+        for (int h = H - 3 * i; h < H; h++)
+            if (h >= 1) b.pad[(size_t)i * H + h] = 1;
+    test_validation(s, c, &b, MB);
+
+    /* the joint run of the whole batch */
+    outs full = make_outs(c, MB);
+    act_outputs fo = all_of(&full);
+    act_inputs in = inputs_of(c, &b, 0, MB);
+    run_ok(s, &in, &fo, "joint batch 3");
+
+    /* batch independence + prior/posterior independence, one sample at a time */
+    outs one = make_outs(c, 1);
+    for (int i = 0; i < MB; i++) {
+        act_inputs i1 = inputs_of(c, &b, i, 1);
+        act_outputs prior_only = {one.a, one.an, NULL, NULL, NULL, NULL, NULL};
+        act_inputs ip = i1;
+        ip.actions = NULL;
+        run_ok(s, &ip, &prior_only, "prior alone");
+        CHECK(rel(one.a, full.a + i * CH, CH) <= 1e-5, "sample %d: prior alone vs in a joint batch of 3: %.3g", i,
+              rel(one.a, full.a + i * CH, CH));
+        act_outputs post_only = {NULL, NULL, one.pa, one.pan, one.mu, one.lv, one.kl};
+        run_ok(s, &i1, &post_only, "posterior alone");
+        CHECK(rel(one.pa, full.pa + i * CH, CH) <= 1e-5 && rel(one.mu, full.mu + (size_t)i * L, L) <= 1e-5,
+              "sample %d: posterior alone vs in a joint batch of 3: chunk %.3g mu %.3g", i,
+              rel(one.pa, full.pa + i * CH, CH), rel(one.mu, full.mu + (size_t)i * L, L));
+    }
+
+    /* closed forms: kl from mu/logvar, actions = denormalize(actions_norm) */
+    for (int i = 0; i < MB; i++) {
+        double kl = 0;
+        for (int j = 0; j < L; j++) {
+            double mu = full.mu[i * L + j], lv = full.lv[i * L + j];
+            kl += -0.5 * (1 + lv - mu * mu - exp(lv));
+        }
+        CHECK(fabs(kl - full.kl[i]) <= 1e-5 * (fabs(kl) + 1e-3), "kl[%d] %.7g, closed form %.7g", i, full.kl[i], kl);
+    }
+    float *den = malloc(sizeof(float) * MB * CH);
+    act_denormalize_action(m, full.an, den, MB * H);
+    CHECK(rel(full.a, den, MB * CH) <= 1e-6, "actions vs denormalize(actions_norm): %.3g", rel(full.a, den, MB * CH));
+    act_denormalize_action(m, full.pan, den, MB * H);
+    CHECK(rel(full.pa, den, MB * CH) <= 1e-6, "post_actions vs denormalize(post_actions_norm)");
+    CHECK(rel(full.pa, full.a, MB * CH) > 1e-3, "posterior chunk equals the prior chunk: z is not used");
+
+    /* key padding: garbage in padded steps changes nothing, unmasking them changes mu */
+    outs g = make_outs(c, MB);
+    act_outputs go = all_of(&g);
+    for (int i = 0; i < MB; i++)
+        for (int h = 0; h < H; h++)
+            if (b.pad[(size_t)i * H + h])
+                for (int a = 0; a < A; a++) b.actions[((size_t)i * H + h) * A + a] = urand(-50, 50);
+    run_ok(s, &in, &go, "garbage in padded steps");
+    CHECK(rel(g.mu, full.mu, (size_t)MB * L) == 0.0, "padded steps leak into mu: %.3g", rel(g.mu, full.mu, (size_t)MB * L));
+    memset(b.pad, 0, (size_t)MB * H);
+    run_ok(s, &in, &go, "no padding");
+    CHECK(rel(g.mu + L, full.mu + L, (size_t)(MB - 1) * L) > 1e-4, "unmasking steps left mu unchanged");
+    CHECK(rel(g.mu, full.mu, L) == 0.0, "sample 0 had no padding, yet mu moved");
+
+    /* seeded sampling */
+    outs s1 = make_outs(c, MB), s2 = make_outs(c, MB);
+    act_outputs so1 = all_of(&s1), so2 = all_of(&s2);
+    in.sample_latent = 1;
+    in.seed = rnd();
+    run_ok(s, &in, &so1, "sample seed A");
+    run_ok(s, &in, &so2, "sample seed A again");
+    CHECK(memcmp(s1.pa, s2.pa, sizeof(float) * MB * CH) == 0, "same seed, different chunks");
+    CHECK(rel(s1.mu, g.mu, (size_t)MB * L) == 0.0, "sampling changed mu");
+    CHECK(rel(s1.pa, g.pa, MB * CH) > 1e-4, "a sampled z decodes like z = mu");
+    in.seed ^= 0x5bd1e995u;
+    run_ok(s, &in, &so2, "sample seed B");
+    CHECK(rel(s2.pa, s1.pa, MB * CH) > 1e-4, "another seed, same chunk");
+    CHECK(memcmp(s2.a, s1.a, sizeof(float) * MB * CH) == 0, "the prior depends on the sampling seed");
+
+    /* profiling */
+    double ms[ACT_STAGE_COUNT];
+    CHECK(act_session_stage_ms(s, ms) == -1, "stage times without profiling");
+    act_session_profile(s, 1);
+    run_ok(s, &in, &so2, "profiled");
+    CHECK(act_session_stage_ms(s, ms) == 0, "no stage times after a profiled run");
+    double sum = 0;
+    for (int i = 0; i < ACT_STAGE_COUNT; i++) {
+        CHECK(ms[i] >= 0, "stage %s: %.3f ms", act_stage_name((act_stage)i), ms[i]);
+        sum += ms[i];
+    }
+    CHECK(ms[ACT_STAGE_VISION] > 0 && sum > 0, "vision stage took no time (%.3f ms)", ms[ACT_STAGE_VISION]);
+    CHECK(!strcmp(act_stage_name(ACT_STAGE_VISION), "vision"), "stage name");
+
+    free(den);
+    free_outs(&full), free_outs(&one), free_outs(&g), free_outs(&s1), free_outs(&s2);
+    free_batch(&b);
+    act_session_free(s);
+    act_model_free(m);
+}
+
+int main(void) {
+    const char *seed = getenv("ACT_TEST_SEED");
+    g_rng = seed ? strtoull(seed, NULL, 0) : ((uint64_t)time(NULL) << 16 ^ (uint64_t)getpid());
+    printf("test_session: seed %llu (replay with ACT_TEST_SEED)\n", (unsigned long long)g_rng);
+    const char *dir = getenv("ACT_TEST_DATA");
+    if (!dir) dir = "build/testdata";
+    const char *models[] = {"small.actw", "small_sep_gn.actw"};
+    for (int i = 0; i < 2; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, models[i]);
+        test_model(path);
+    }
+    printf("test_session: %d checks, %d failed\n", g_checks, g_fail);
+    return g_fail ? 1 : 0;
+}
