@@ -20,6 +20,7 @@
  *
  * Feature maps are NCHW, the layout preprocess writes and cuDNN's NCHW plans read. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cuda_runtime.h>
@@ -68,6 +69,7 @@ typedef struct {
     int n_warm;
     int capturing;
     int eager_step;                 /* begin_capture let this step run eagerly */
+    int warned_direct;              /* the direct-conv fallback was reported */
     widen_job **jobs;               /* widen jobs captured into graphs, freed at destroy */
     int n_jobs, cap_jobs;
     cudaEvent_t ev[MAX_MARKS];
@@ -402,6 +404,8 @@ static int cu_preprocess(act_backend *be, act_buf frames, int B, int hi, int wi,
     return 0;
 }
 
+/* The cuDNN plan of a conv at (N, H, W), made at its first call; *out = NULL means the
+ * direct kernel runs it (cuDNN offered no algorithm, or ACT_CUDA_CONV=direct). */
 static int conv_plan_for(act_backend *be, const act_conv *cv, int N, int H, int W,
                          act_conv_plan **out) {
     cuda_ctx *c = CTX(be);
@@ -417,9 +421,17 @@ static int conv_plan_for(act_backend *be, const act_conv *cv, int N, int H, int 
         return -1;
     }
     act_conv_plan *p = NULL;
-    if (act_k_conv_plan(c->dnn, c->wdt, be->precision, N, cv->cin, H, W, cv->cout, cv->k,
-                        cv->stride, cv->pad, CONV_WS_BYTES, &p, KE))
-        return -1;
+    const char *force = getenv("ACT_CUDA_CONV");
+    if (!(force && !strcmp(force, "direct")) &&
+        act_k_conv_plan(c->dnn, c->wdt, be->precision, N, cv->cin, H, W, cv->cout, cv->k,
+                        cv->stride, cv->pad, CONV_WS_BYTES, &p, KE)) {
+        /* slow but exact: say so once, the run stays correct */
+        if (!c->warned_direct)
+            fprintf(stderr, "act-engine: %s; conv '%s' and any like it run on the direct kernel\n",
+                    be->err, cv->w->name);
+        c->warned_direct = 1;
+        p = NULL;
+    }
     conv_entry e = {cv->w->index, N, H, W, p};
     c->convs[c->n_convs++] = e;
     *out = p;
@@ -437,12 +449,19 @@ static int cu_conv2d(act_backend *be, const act_conv *cv, act_buf x, int N, int 
     }
     act_conv_plan *p;
     TRY(conv_plan_for(be, cv, N, H, W, &p));
+    const void *w = wlow(be, cv->w->offset);
+    if (!p) {
+        TRY(act_k_conv_direct(x.p, w, c->wdt, N, cv->cin, H, W, cv->cout, cv->k, cv->stride,
+                              cv->pad, wf(be, cv->b), residual.p, residual.dt, epi, y.p, c->st,
+                              KE));
+        return 0;
+    }
     int Ho, Wo;
     act_k_conv_out_dims(p, &Ho, &Wo);
     /* a residual that is y itself is accumulated by cuDNN (beta = 1) */
     int res_in_y = residual.p && residual.p == y.p;
-    TRY(act_k_conv_run(c->dnn, p, x.p, wlow(be, cv->w->offset), res_in_y ? 1.0f : 0.0f, y.p,
-                       c->conv_ws, CONV_WS_BYTES, KE));
+    TRY(act_k_conv_run(c->dnn, p, x.p, w, res_in_y ? 1.0f : 0.0f, y.p, c->conv_ws, CONV_WS_BYTES,
+                       KE));
     TRY(act_k_bias_res_act(y.p, y.dt, wf(be, cv->b), res_in_y ? NULL : residual.p, residual.dt,
                            (size_t)N, cv->cout, (size_t)Ho * Wo, epi, c->st, KE));
     return 0;

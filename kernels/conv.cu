@@ -98,6 +98,49 @@ void act_k_conv_out_dims(const act_conv_plan *p, int *Ho, int *Wo) {
     *Wo = p->Wo;
 }
 
+static __global__ void conv_direct_kernel(const void *x, const void *w, int dt, int N, int cin,
+                                          int H, int W, int cout, int k, int s, int pad, int Ho,
+                                          int Wo, const float *bias, const void *res, int rdt,
+                                          int epi, void *y) {
+    size_t n = (size_t)N * cout * Ho * Wo;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int ox = (int)(i % Wo), oy = (int)((i / Wo) % Ho), co = (int)((i / ((size_t)Wo * Ho)) % cout);
+        size_t img = i / ((size_t)Wo * Ho * cout);
+        float acc = 0.0f;
+        for (int ci = 0; ci < cin; ci++) {
+            size_t xb = (img * cin + ci) * H * W, wb = ((size_t)co * cin + ci) * k * k;
+            for (int ky = 0; ky < k; ky++) {
+                int iy = oy * s - pad + ky;
+                if (iy < 0 || iy >= H) continue;
+                for (int kx = 0; kx < k; kx++) {
+                    int ix = ox * s - pad + kx;
+                    if (ix < 0 || ix >= W) continue;
+                    acc += kld(x, dt, xb + (size_t)iy * W + ix) * kld(w, dt, wb + ky * k + kx);
+                }
+            }
+        }
+        if (bias) acc += bias[co];
+        if (res) acc += kld(res, rdt, i);
+        if (epi == 1) acc = fmaxf(acc, 0.0f);
+        else if (epi == 2) acc = act_gelu(acc);
+        kst(y, dt, i, acc);
+    }
+}
+
+int act_k_conv_direct(const void *x, const void *w, int dt, int N, int cin, int H, int W,
+                      int cout, int k, int stride, int pad, const float *bias, const void *res,
+                      int rdt, int epi, void *y, cudaStream_t st, char *err, size_t errlen) {
+    int Ho = (H + 2 * pad - k) / stride + 1, Wo = (W + 2 * pad - k) / stride + 1;
+    size_t n = (size_t)N * cout * Ho * Wo;
+    if (n == 0) return 0;
+    size_t g = CEIL_DIV(n, (size_t)256);
+    conv_direct_kernel<<<(int)(g < 65535 * 8 ? g : 65535 * 8), 256, 0, st>>>(
+        x, w, dt, N, cin, H, W, cout, k, stride, pad, Ho, Wo, bias, res, rdt, epi, y);
+    KLAUNCH(conv_direct_kernel);
+    return 0;
+}
+
 void act_k_conv_plan_free(act_conv_plan *p) {
     if (!p) return;
     if (p->xd) cudnnDestroyTensorDescriptor(p->xd);

@@ -25,6 +25,12 @@ int act_k_conv_plan(cudnnHandle_t h, int dt, int prec, int N, int cin, int H, in
 int act_k_conv_run(cudnnHandle_t h, const act_conv_plan *p, const void *x, const void *w,
                    float beta, void *y, void *ws, size_t ws_size, char *err, size_t errlen);
 void act_k_conv_out_dims(const act_conv_plan *p, int *Ho, int *Wo);
+/* The fallback when cuDNN offers no algorithm (or ACT_CUDA_CONV=direct): a direct convolution,
+ * one thread per output, fp32 accumulation, with the whole epilogue fused:
+ * y = epi(conv(x, w) + bias + res); res may be y itself. x, w, y of dtype dt. */
+int act_k_conv_direct(const void *x, const void *w, int dt, int N, int cin, int H, int W,
+                      int cout, int k, int stride, int pad, const float *bias, const void *res,
+                      int rdt, int epi, void *y, cudaStream_t st, char *err, size_t errlen);
 void act_k_conv_plan_free(act_conv_plan *p);
 
 #ifdef __cplusplus
