@@ -69,9 +69,13 @@ static __global__ void convert_kernel(void *dst, int ddt, const void *src, int s
 
 int act_k_convert(void *dst, int ddt, const void *src, int sdt, size_t n, cudaStream_t st,
                   char *err, size_t errlen) {
-    if (n == 0 || dst == src) return 0;
+    if (n == 0 || (dst == src && ddt == sdt)) return 0;
+    if ((ddt > KDT_F16 || sdt > KDT_F16) && ddt != sdt) {
+        snprintf(err, errlen, "copy: cannot convert dtype %d to %d", sdt, ddt);
+        return -1;
+    }
     if (ddt == sdt) {
-        size_t es = ddt == KDT_F32 ? 4 : 2;
+        size_t es = ddt == KDT_F32 ? 4 : ddt == KDT_BF16 || ddt == KDT_F16 ? 2 : 1;   /* 3: u8 */
         KCHECK(cudaMemcpyAsync(dst, src, n * es, cudaMemcpyDeviceToDevice, st));
         return 0;
     }

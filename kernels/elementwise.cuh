@@ -18,7 +18,7 @@ int act_k_bias_res_act(void *y, int ydt, const float *bias, const void *res, int
 int act_k_normalize(const void *x, int xdt, void *y, int ydt, int rows, int dim, const float *lo,
                     const float *hi, int type, float eps, int inverse, cudaStream_t st,
                     char *err, size_t errlen);
-/* dst[i] = src[i] converted, i < n (different dtypes; equal dtypes are a memcpy) */
+/* dst[i] = src[i] converted, i < n, between F32/BF16/F16 (equal dtypes, U8 too, are a memcpy) */
 int act_k_convert(void *dst, int ddt, const void *src, int sdt, size_t n, cudaStream_t st,
                   char *err, size_t errlen);
 /* out[b][j] = t[j] for b < B, j < n (t F32) */
