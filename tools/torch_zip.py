@@ -161,9 +161,13 @@ class _RestrictedUnpickler(pickle.Unpickler):
         module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         fn = _ALLOWED.get((module, name))
         if fn is None:
+            hint = ""
+            if module.split(".")[0] == "omegaconf":
+                hint = (" (an OmegaConf config object: re-save the checkpoint with "
+                        "OmegaConf.to_container(cfg) or without it, and pass --config)")
             raise CheckpointError(f"refusing to load global '{module}.{name}' from {self.source}: "
                                   f"only tensors, storages, OrderedDict and numpy arrays are "
-                                  f"allowed")
+                                  f"allowed{hint}")
         return fn
 
     def persistent_load(self, pid):
