@@ -70,8 +70,9 @@ static __global__ void convert_kernel(void *dst, int ddt, const void *src, int s
 int act_k_convert(void *dst, int ddt, const void *src, int sdt, size_t n, cudaStream_t st,
                   char *err, size_t errlen) {
     if (n == 0 || (dst == src && ddt == sdt)) return 0;
-    if ((ddt > KDT_F16 || sdt > KDT_F16) && ddt != sdt) {
-        snprintf(err, errlen, "copy: cannot convert dtype %d to %d", sdt, ddt);
+    if (((ddt > KDT_F16 || sdt > KDT_F16) && ddt != sdt) || dst == src) {
+        snprintf(err, errlen, "copy: cannot convert dtype %d to %d%s", sdt, ddt,
+                 dst == src ? " in place" : "");
         return -1;
     }
     if (ddt == sdt) {
