@@ -199,13 +199,12 @@ static int parse_meta(const char *path, const unsigned char *text, size_t n, act
     return 0;
 }
 
-static const act_tensor *g_sort_tensors; /* qsort has no context argument; the reader runs single-threaded */
-
+/* comparators over an array of tensor pointers (no globals: loads may run in parallel threads) */
 static int cmp_name(const void *a, const void *b) {
-    return strcmp(g_sort_tensors[*(const int *)a].name, g_sort_tensors[*(const int *)b].name);
+    return strcmp((*(const act_tensor *const *)a)->name, (*(const act_tensor *const *)b)->name);
 }
 static int cmp_offset(const void *a, const void *b) {
-    size_t x = g_sort_tensors[*(const int *)a].offset, y = g_sort_tensors[*(const int *)b].offset;
+    size_t x = (*(const act_tensor *const *)a)->offset, y = (*(const act_tensor *const *)b)->offset;
     return x < y ? -1 : x > y;
 }
 
@@ -267,7 +266,7 @@ static int parse_record(const char *path, int i, const unsigned char *r, uint64_
 static int parse_directory(const char *path, const unsigned char *dir, int n, uint64_t data_size, act_weights *w,
                            char *err, size_t errlen) {
     w->tensors = (act_tensor *)act_array_alloc((size_t)n, sizeof(act_tensor));
-    int *order = (int *)act_array_alloc((size_t)n, sizeof(int));
+    const act_tensor **order = (const act_tensor **)act_array_alloc((size_t)n, sizeof(act_tensor *));
     if (!w->tensors || !order) {
         free(order);
         return act_errf(err, errlen, "%s: out of memory for %d directory records", path, n);
@@ -278,23 +277,21 @@ static int parse_directory(const char *path, const unsigned char *dir, int n, ui
             free(order);
             return -1;
         }
-        order[i] = i;
+        order[i] = &w->tensors[i];
     }
     int rc = 0;
-    g_sort_tensors = w->tensors;
-    qsort(order, (size_t)n, sizeof(int), cmp_name);
+    qsort(order, (size_t)n, sizeof order[0], cmp_name);
     for (int i = 1; i < n && !rc; i++)
-        if (strcmp(w->tensors[order[i - 1]].name, w->tensors[order[i]].name) == 0)
+        if (strcmp(order[i - 1]->name, order[i]->name) == 0)
             rc = act_errf(err, errlen, "%s: tensor '%s' appears twice in the directory (records %d and %d)", path,
-                          w->tensors[order[i]].name, w->tensors[order[i - 1]].index, w->tensors[order[i]].index);
-    qsort(order, (size_t)n, sizeof(int), cmp_offset);
+                          order[i]->name, order[i - 1]->index, order[i]->index);
+    qsort(order, (size_t)n, sizeof order[0], cmp_offset);
     for (int i = 1; i < n && !rc; i++) {
-        const act_tensor *a = &w->tensors[order[i - 1]], *b = &w->tensors[order[i]];
+        const act_tensor *a = order[i - 1], *b = order[i];
         if (a->offset + (size_t)a->numel > b->offset)
             rc = act_errf(err, errlen, "%s: tensors '%s' and '%s' overlap in the data (offsets %zu and %zu bytes)",
                           path, a->name, b->name, a->offset * 4, b->offset * 4);
     }
-    g_sort_tensors = NULL;
     free(order);
     return rc;
 }
@@ -397,7 +394,7 @@ int act_weights_open(const char *path, act_weights **out, char *err, size_t errl
     }
     uint64_t actual = (uint64_t)st.st_size;
     unsigned char hb[ACTW_HEADER_SIZE];
-    actw_header h;
+    actw_header h = {0};
     if (actual < ACTW_HEADER_SIZE) {
         fclose(f);
         return act_errf(err, errlen, "%s: file is %llu bytes, shorter than the %u-byte header (truncated)", path,

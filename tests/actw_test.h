@@ -257,17 +257,10 @@ static inline int write_bytes(const char *path, const bytes *b) {
     return fclose(f) || w != b->n ? -1 : 0;
 }
 
-/* Writes b to a temp file and opens it with act_weights_open (model = 0) or act_model_load
- * (model = 1). Expects failure whose message contains the path and every word in the
- * NULL-terminated list. Returns 1 if so (frees b). */
-static inline int expect_fail_v(bytes *b, int model, const char *what, va_list ap) {
-    char path[512], err[ACT_ERR_LEN] = "";
-    tmp_path(path, sizeof path);
-    if (write_bytes(path, b)) {
-        CHECK(0, "%s: cannot write %s", what, path);
-        free(b->p);
-        return 0;
-    }
+/* Opens path with act_weights_open (model = 0) or act_model_load (model = 1) and expects
+ * failure with a message that contains the path and every word of the NULL-terminated list. */
+static inline int expect_load_fails(const char *path, int model, const char *what, va_list ap) {
+    char err[ACT_ERR_LEN] = "";
     int rc;
     if (model) {
         act_model *m = NULL;
@@ -278,8 +271,6 @@ static inline int expect_fail_v(bytes *b, int model, const char *what, va_list a
         rc = act_weights_open(path, &w, err, sizeof err);
         act_weights_free(w);
     }
-    remove(path);
-    free(b->p);
     int ok = rc == -1 && strstr(err, path) != NULL;
     for (const char *word; ok && (word = va_arg(ap, const char *));) ok = strstr(err, word) != NULL;
     CHECK(ok, "%s: rc %d, message \"%s\"", what, rc, err);
@@ -287,13 +278,80 @@ static inline int expect_fail_v(bytes *b, int model, const char *what, va_list a
     return ok;
 }
 
+/* Writes b (which it frees) to a temp file and expects loading it to fail (see above). */
 static inline int expect_fail(bytes b, int model, const char *what, ...) ACT_TEST_SENTINEL;
 static inline int expect_fail(bytes b, int model, const char *what, ...) {
-    va_list ap;
-    va_start(ap, what);
-    int ok = expect_fail_v(&b, model, what, ap);
-    va_end(ap);
+    char path[512];
+    tmp_path(path, sizeof path);
+    int ok = 0;
+    if (write_bytes(path, &b) == 0) {
+        va_list ap;
+        va_start(ap, what);
+        ok = expect_load_fails(path, model, what, ap);
+        va_end(ap);
+    } else {
+        CHECK(0, "%s: cannot write %s", what, path);
+    }
+    remove(path);
+    free(b.p);
     return ok;
+}
+
+/* A scratch copy of a good file, patched in place and restored after each case: for the many
+ * cases that change a few bytes or cut the file short, this saves writing the whole file. */
+typedef struct scratch { char path[512]; const bytes *good; } scratch;
+
+static inline int scratch_open(scratch *s, const bytes *good) {
+    s->good = good;
+    tmp_path(s->path, sizeof s->path);
+    return write_bytes(s->path, good);
+}
+
+static inline void scratch_close(scratch *s) { remove(s->path); }
+
+static inline int pwrite_at(const char *path, size_t off, const void *data, size_t n) {
+    FILE *f = fopen(path, "r+b");
+    if (!f) return -1;
+    int bad = fseek(f, (long)off, SEEK_SET) || fwrite(data, 1, n, f) != n;
+    return fclose(f) || bad ? -1 : 0;
+}
+
+/* Replaces bytes [off, off+n) by data, expects loading to fail, restores the bytes. */
+static inline int expect_fail_patch(scratch *s, size_t off, const void *data, size_t n, int model, const char *what,
+                                    ...) ACT_TEST_SENTINEL;
+static inline int expect_fail_patch(scratch *s, size_t off, const void *data, size_t n, int model, const char *what,
+                                    ...) {
+    int ok = 0;
+    if (pwrite_at(s->path, off, data, n) == 0) {
+        va_list ap;
+        va_start(ap, what);
+        ok = expect_load_fails(s->path, model, what, ap);
+        va_end(ap);
+    } else {
+        CHECK(0, "%s: cannot patch %s", what, s->path);
+    }
+    CHECK(pwrite_at(s->path, off, s->good->p + off, n) == 0, "%s: cannot restore %s", what, s->path);
+    return ok;
+}
+
+/* Cuts the scratch file to `len` bytes and expects loading to fail. Cuts must come in
+ * decreasing order; scratch_restore() rewrites the whole file afterwards. */
+static inline int expect_fail_truncated(scratch *s, size_t len, const char *what, ...) ACT_TEST_SENTINEL;
+static inline int expect_fail_truncated(scratch *s, size_t len, const char *what, ...) {
+    int ok = 0;
+    if (truncate(s->path, (off_t)len) == 0) {
+        va_list ap;
+        va_start(ap, what);
+        ok = expect_load_fails(s->path, 0, what, ap);
+        va_end(ap);
+    } else {
+        CHECK(0, "%s: cannot truncate %s", what, s->path);
+    }
+    return ok;
+}
+
+static inline void scratch_restore(scratch *s) {
+    CHECK(write_bytes(s->path, s->good) == 0, "cannot rewrite %s", s->path);
 }
 
 #endif
