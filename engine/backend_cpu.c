@@ -152,13 +152,7 @@ int act_backend_cpu_create(act_precision prec, act_backend **out, char *err, siz
     be->name = "cpu";
     be->ctx = ctx;
     be->precision = prec;
-    snprintf(be->device_name, sizeof be->device_name, "cpu (fp32, %s)",
-#ifdef ACT_WITH_BLAS
-             "OpenBLAS"
-#else
-             "built-in GEMM"
-#endif
-    );
+    snprintf(be->device_name, sizeof be->device_name, "cpu (fp32, %s)", act_cpu_blas_init());
     be->destroy = cpu_destroy;
     be->alloc = cpu_alloc;
     be->host_alloc = cpu_host_alloc;

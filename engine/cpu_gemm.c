@@ -1,13 +1,57 @@
 /* cpu_gemm.c - the one matrix product of the CPU backend (convolutions and linears).
- * defines: act_cpu_sgemm
+ * defines: act_cpu_sgemm, act_cpu_blas_init
  *
  * With OpenBLAS (ACT_WITH_BLAS) it is cblas_sgemm, which threads over the machine's cores.
- * Without it, a cache-blocked triple loop: slow but exact enough (fp32 accumulation in the same
+ * A DYNAMIC_ARCH OpenBLAS picks its kernels from the CPU model number; a model newer than the
+ * library (Debian 12's 0.3.21 on Emerald Rapids) falls back to the SSE3 "Prescott" kernels, 3-4x
+ * slower than its AVX2/AVX-512 ones. act_cpu_blas_init repairs that the way OpenBLAS documents
+ * (OPENBLAS_CORETYPE), re-running OpenBLAS's own core selection, and only when the user has not
+ * chosen a core and the CPU has the instructions the chosen kernels need.
+ * Built without a BLAS: a cache-blocked triple loop: slow but exact enough (fp32 accumulation in the same
  * order for every element), so a machine without a BLAS still runs and passes the tests. */
+#define _POSIX_C_SOURCE 200809L   /* setenv, strcasecmp */
 #include "cpu_ops.h"
 
 #ifdef ACT_WITH_BLAS
 #include <cblas.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <strings.h>
+
+/* OpenBLAS's DYNAMIC_ARCH entry points; weak, so any other BLAS links too (and is left alone) */
+char *openblas_get_corename(void) __attribute__((weak));
+void gotoblas_dynamic_init(void) __attribute__((weak));
+void gotoblas_dynamic_quit(void) __attribute__((weak));
+
+static char g_core[64] = "OpenBLAS";
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void blas_init_once(void) {
+    if (!openblas_get_corename) return;
+    const char *core = openblas_get_corename();
+    static const char *const pre_avx2[] = {"prescott", "core2", "penryn", "dunnington", "nehalem",
+                                           "sandybridge", "atom", "katmai", "northwood", "banias"};
+    int old = 0;
+    for (size_t i = 0; i < sizeof pre_avx2 / sizeof pre_avx2[0]; i++)
+        old |= !strcasecmp(core, pre_avx2[i]);
+    __builtin_cpu_init();
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    if (old && avx2 && !getenv("OPENBLAS_CORETYPE") && gotoblas_dynamic_init && gotoblas_dynamic_quit) {
+        setenv("OPENBLAS_CORETYPE", avx512 ? "SkylakeX" : "Haswell", 1);
+        gotoblas_dynamic_quit();
+        gotoblas_dynamic_init();
+        core = openblas_get_corename();
+    }
+    snprintf(g_core, sizeof g_core, "OpenBLAS %s", core);
+}
+
+const char *act_cpu_blas_init(void) {
+    pthread_once(&g_once, blas_init_once);
+    return g_core;
+}
 
 void act_cpu_sgemm(int trans_b, int M, int N, int K, const float *A, int lda, const float *B,
                    int ldb, float *C, int ldc) {
@@ -16,6 +60,8 @@ void act_cpu_sgemm(int trans_b, int M, int N, int K, const float *A, int lda, co
 }
 
 #else
+
+const char *act_cpu_blas_init(void) { return "built-in GEMM"; }
 
 enum { BLK_M = 64, BLK_N = 256, BLK_K = 256 };
 

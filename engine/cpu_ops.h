@@ -28,6 +28,9 @@ typedef struct act_cpu_ctx {
 void act_cpu_sgemm(int trans_b, int M, int N, int K, const float *A, int lda, const float *B,
                    int ldb, float *C, int ldc);
 
+/* Prepares the GEMM library once per process (see cpu_gemm.c); returns its name for display. */
+const char *act_cpu_blas_init(void);
+
 /* Largest im2col column matrix (elements) any conv of the model needs for one image. */
 int act_cpu_conv_workspace(const act_model *m, size_t *elems, char *err, size_t errlen);
 
