@@ -258,6 +258,13 @@ def test_keep_going_reports_failures_and_evaluates_the_rest(setup, act_infer, br
                                              + single["episode_10.hdf5"]["sums"]["count"])
 
 
+def test_an_unwritable_summary_path_fails_before_evaluating(setup, act_infer, tmp_path):
+    p = run(act_infer, "eval", "--model", setup["actw"], "--episodes", setup["eps"], "--device", "cpu",
+            "--json", tmp_path / "no" / "such" / "dir" / "s.json", check_rc=1)
+    assert "cannot write into" in p.stderr and "s.json" in p.stderr
+    assert "overall:" not in p.stdout
+
+
 def test_plots_are_written_per_episode(setup, act_infer, repo_root, tmp_path):
     pytest.importorskip("matplotlib")
     plots = tmp_path / "plots"
