@@ -124,8 +124,8 @@ run_test() {   # name binary seconds
         *) row "$name" FAIL "rc $rc: $(grep -m3 FAIL "$OUT/$name.log" | paste -sd' ' | cut -c1-200)";;
     esac
 }
-run_test ops "$BUILD/tests/test_backend_ops" 90
-run_test e2e "$BUILD/tests/test_cuda_e2e" 120
+run_test ops "$BUILD/tests/test_backend_ops" 120
+run_test e2e "$BUILD/tests/test_cuda_e2e" 150
 
 # ---------------- sanitizers ----------------
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
