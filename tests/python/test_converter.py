@@ -499,3 +499,41 @@ def test_converter_never_imports_torch(bn, tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "model hash" in proc.stdout
+
+
+# ------------------------------------------------------------------ through the engine --
+
+def _engine_vs_reference(act_infer, agent, model, episode, out_dir):
+    import h5py
+    pred = Path(out_dir) / "pred.npy"
+    proc = subprocess.run([str(act_infer), "predict", "--model", str(model), "--episode",
+                           str(episode), "--out", str(pred), "--device", "cpu"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    with h5py.File(episode, "r") as f:
+        qpos = f["observations/qpos"][()]
+        images = {c: f["observations/images/" + c][()] for c in agent.camera_names}
+    return rel_err(np.load(pred), ar.predict(agent, qpos, images))
+
+
+def test_engine_matches_reference_on_gn_separate_mean_std(act_infer, episode_factory, gn_sep):
+    """The converter's GroupNorm / per-camera-trunk / mean_std output, read by the engine."""
+    convert_ok(gn_sep.ckpt, gn_sep.dir, "--config", gn_sep.config, name="engine_gn")
+    ep = episode_factory(T=3, image_size=80, obs_dim=5, action_dim=4, seed=21)
+    err = _engine_vs_reference(act_infer, gn_sep.agent, gn_sep.dir / "engine_gn.actw", ep,
+                               gn_sep.dir)
+    assert err <= 1e-4, f"engine vs reference rel err {err:.2e}"
+
+
+def test_engine_matches_reference_with_crop_and_imagenet_flags(act_infer, episode_factory, bn):
+    """Preprocessing options set only by converter flags reach the engine; the reference agent
+    gets the same options in its config (48x48 crop keeps the 2x2 feature map)."""
+    cfg = json.loads(json.dumps(bn.cfg))
+    cfg["vision_backbone"].update(crop_shape=[48, 48], image_normalization="imagenet")
+    agent = ar.build_agent(cfg)
+    agent.load_state_dict(bn.agent.state_dict())
+    convert_ok(bn.ckpt, bn.dir, "--config", bn.config, "--crop", "48x48", "--imagenet-norm",
+               name="engine_crop")
+    ep = episode_factory(T=3, image_size=80, obs_dim=5, action_dim=4, seed=22)
+    err = _engine_vs_reference(act_infer, agent.eval(), bn.dir / "engine_crop.actw", ep, bn.dir)
+    assert err <= 1e-4, f"engine vs reference rel err {err:.2e}"
