@@ -14,6 +14,7 @@
 #   build      cmake (sm_90, Release) + build -j16 into build-dev/
 #   testdata   tests/make_testdata.py (small models) + a full act_resnet checkpoint -> full.actw
 #   ops        tests/test_backend_ops: every CUDA op vs the CPU backend, 4 precisions x 3 batches
+#              (if a conv fails: again on the direct conv kernel, ACT_CUDA_CONV=direct)
 #   e2e        tests/test_cuda_e2e: whole steps vs the CPU session, every precision, graphs on/off
 #   memcheck   compute-sanitizer memcheck on full-size steps (eager, captured and replayed)
 #   racecheck  compute-sanitizer racecheck on the attention and norm kernels
@@ -125,6 +126,10 @@ run_test() {   # name binary seconds
     esac
 }
 run_test ops "$BUILD/tests/test_backend_ops" 120
+# a failing op table: does the conv part pass on the direct kernel (is cuDNN the cause)?
+if grep -q "FAIL.*conv" "$OUT/ops.log" 2>/dev/null; then
+    ACT_CUDA_CONV=direct ACT_OPS_ONLY=conv run_test ops-direct "$BUILD/tests/test_backend_ops" 60
+fi
 run_test e2e "$BUILD/tests/test_cuda_e2e" 150
 
 # ---------------- sanitizers ----------------
