@@ -66,7 +66,7 @@ int cpu_latent(act_backend *be, act_buf ml, int B, int L, int sample, act_buf se
 /* y = epi(v), the activation epilogues every op shares (GELU is the exact erf form, as
  * PyTorch's activation="gelu"). */
 static inline float act_cpu_epi(float v, act_epilogue epi) {
-    if (epi == ACT_EPI_RELU) return v > 0.0f ? v : 0.0f;
+    if (epi == ACT_EPI_RELU) return v < 0.0f ? 0.0f : v;   /* NaN passes, as torch.relu */
     if (epi == ACT_EPI_GELU) return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
     return v;
 }

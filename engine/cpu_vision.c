@@ -7,7 +7,6 @@
  * a 1x1 stride-1 conv multiplies the input map directly. Bias, residual and ReLU are applied in
  * one pass over the output (the fused epilogue), in PyTorch's order: conv + bias, + residual,
  * then the activation. Preprocessing follows PyTorch to the rounding rule (see cpu_preprocess). */
-#include <float.h>
 #include <math.h>
 #include <string.h>
 #include "cpu_ops.h"
@@ -105,27 +104,68 @@ int cpu_preprocess(act_backend *be, act_buf frames, int B, int hi, int wi, const
     return 0;
 }
 
+/* Output columns [*lo, *hi) read an input column inside [0, W) for kernel offset kw. */
+static void valid_cols(int Wo, int W, int s, int p, int kw, int *lo, int *hi) {
+    int a = 0, b = Wo;
+    while (a < b && a * s - p + kw < 0) a++;
+    while (b > a && (b - 1) * s - p + kw >= W) b--;
+    *lo = a;
+    *hi = b;
+}
+
+/* col[(ci, kh, kw)][oh * Wo + ow] = x[ci][oh*s - p + kh][ow*s - p + kw], zero outside the map.
+ * The valid column range is computed once per kernel column, so the inner loop has no bounds
+ * checks (a plain copy at stride 1). */
 static void im2col(const float *x, int cin, int H, int W, int k, int s, int p, int Ho, int Wo,
                    float *col) {
     size_t P = (size_t)Ho * Wo;
-    for (int ci = 0; ci < cin; ci++)
-        for (int kh = 0; kh < k; kh++)
-            for (int kw = 0; kw < k; kw++) {
+    for (int kw = 0; kw < k; kw++) {
+        int lo, hi;
+        valid_cols(Wo, W, s, p, kw, &lo, &hi);
+        for (int ci = 0; ci < cin; ci++)
+            for (int kh = 0; kh < k; kh++) {
                 float *dst = col + ((size_t)(ci * k + kh) * k + kw) * P;
                 for (int oh = 0; oh < Ho; oh++) {
                     int ih = oh * s - p + kh;
                     float *d = dst + (size_t)oh * Wo;
-                    if (ih < 0 || ih >= H) {
+                    if (ih < 0 || ih >= H || lo >= hi) {
                         memset(d, 0, sizeof(float) * Wo);
                         continue;
                     }
-                    const float *row = x + ((size_t)ci * H + ih) * W;
-                    for (int ow = 0; ow < Wo; ow++) {
-                        int iw = ow * s - p + kw;
-                        d[ow] = (iw >= 0 && iw < W) ? row[iw] : 0.0f;
+                    const float *row = x + ((size_t)ci * H + ih) * W + (kw - p);
+                    for (int ow = 0; ow < lo; ow++) d[ow] = 0.0f;
+                    if (s == 1) {
+                        memcpy(d + lo, row + lo, sizeof(float) * (hi - lo));
+                    } else {
+                        for (int ow = lo; ow < hi; ow++) d[ow] = row[(size_t)ow * s];
                     }
+                    for (int ow = hi; ow < Wo; ow++) d[ow] = 0.0f;
                 }
             }
+    }
+}
+
+/* o = epi(o + b + r) over one output channel; one loop per case so each vectorizes. */
+static void conv_epilogue(float *o, size_t P, float b, const float *r, act_epilogue epi) {
+    if (r && epi == ACT_EPI_RELU) {
+        for (size_t i = 0; i < P; i++) {
+            float t = (o[i] + b) + r[i];
+            o[i] = t < 0.0f ? 0.0f : t;
+        }
+    } else if (!r && epi == ACT_EPI_RELU) {
+        for (size_t i = 0; i < P; i++) {
+            float t = o[i] + b;
+            o[i] = t < 0.0f ? 0.0f : t;
+        }
+    } else if (epi == ACT_EPI_NONE) {
+        if (r) {
+            for (size_t i = 0; i < P; i++) o[i] = (o[i] + b) + r[i];
+        } else {
+            for (size_t i = 0; i < P; i++) o[i] = o[i] + b;
+        }
+    } else {
+        for (size_t i = 0; i < P; i++) o[i] = act_cpu_epi((o[i] + b) + (r ? r[i] : 0.0f), epi);
+    }
 }
 
 int cpu_conv2d(act_backend *be, const act_conv *c, act_buf x, int N, int H, int W,
@@ -153,16 +193,9 @@ int cpu_conv2d(act_backend *be, const act_conv *c, act_buf x, int N, int H, int 
         float *out = f32(y) + (size_t)n * c->cout * P;
         act_cpu_sgemm(0, c->cout, (int)P, (int)Kd, c->w->data, (int)Kd, col, (int)P, out, (int)P);
         const float *res = residual.p ? f32(residual) + (size_t)n * c->cout * P : NULL;
-        for (int co = 0; co < c->cout; co++) {
-            float b = bias ? bias[co] : 0.0f;
-            float *o = out + (size_t)co * P;
-            const float *r = res ? res + (size_t)co * P : NULL;
-            if (r) {
-                for (size_t i = 0; i < P; i++) o[i] = act_cpu_epi((o[i] + b) + r[i], epi);
-            } else {
-                for (size_t i = 0; i < P; i++) o[i] = act_cpu_epi(o[i] + b, epi);
-            }
-        }
+        for (int co = 0; co < c->cout; co++)
+            conv_epilogue(out + (size_t)co * P, P, bias ? bias[co] : 0.0f,
+                          res ? res + (size_t)co * P : NULL, epi);
     }
     return 0;
 }
@@ -205,26 +238,32 @@ int cpu_groupnorm(act_backend *be, act_buf x, int N, int C, int HW, int groups,
     return 0;
 }
 
+/* Max of the valid taps; NaN propagates as in PyTorch (a NaN tap wins). Rows are combined a
+ * whole output row at a time so the inner loops stay branch-free. */
+static inline float max_nan(float m, float v) { return (v > m || v != v) ? v : m; }
+
 int cpu_maxpool(act_backend *be, act_buf x, int N, int C, int H, int W, act_buf y) {
     int Ho = (H + 2 - 3) / 2 + 1, Wo = (W + 2 - 3) / 2 + 1;
     for (size_t nc = 0; nc < (size_t)N * C; nc++) {
         const float *xi = f32(x) + nc * H * W;
         float *yo = f32(y) + nc * Ho * Wo;
-        for (int oh = 0; oh < Ho; oh++)
-            for (int ow = 0; ow < Wo; ow++) {
-                float m = -FLT_MAX;
-                for (int kh = 0; kh < 3; kh++) {
-                    int ih = oh * 2 - 1 + kh;
-                    if (ih < 0 || ih >= H) continue;
-                    for (int kw = 0; kw < 3; kw++) {
-                        int iw = ow * 2 - 1 + kw;
-                        if (iw < 0 || iw >= W) continue;
-                        float v = xi[(size_t)ih * W + iw];
-                        if (v > m || isnan(v)) m = v;
-                    }
-                }
-                yo[(size_t)oh * Wo + ow] = m;
+        for (int oh = 0; oh < Ho; oh++) {
+            float *yr = yo + (size_t)oh * Wo;
+            for (int ow = 0; ow < Wo; ow++) yr[ow] = -INFINITY;
+            for (int ih = 2 * oh - 1; ih <= 2 * oh + 1; ih++) {
+                if (ih < 0 || ih >= H) continue;
+                const float *r = xi + (size_t)ih * W;
+                /* ow = 0 has no left tap; the last ow may lack a right one */
+                yr[0] = max_nan(yr[0], r[0]);
+                if (W > 1) yr[0] = max_nan(yr[0], r[1]);
+                int full = (W - 2) / 2 + 1;    /* ow with all three taps 2ow-1..2ow+1 < W */
+                if (full > Wo) full = Wo;
+                for (int ow = 1; ow < full; ow++)
+                    yr[ow] = max_nan(max_nan(max_nan(yr[ow], r[2 * ow - 1]), r[2 * ow]), r[2 * ow + 1]);
+                for (int ow = full > 1 ? full : 1; ow < Wo; ow++)
+                    for (int iw = 2 * ow - 1; iw <= 2 * ow + 1 && iw < W; iw++) yr[ow] = max_nan(yr[ow], r[iw]);
             }
+        }
     }
     return 0;
 }

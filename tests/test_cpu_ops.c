@@ -515,6 +515,8 @@ int main(void) {
     test_conv(be, 2, 8, 16, 11, 13, 1, 2, 0, 0, ACT_EPI_NONE);  /* downsample 1x1 stride 2 */
     test_conv(be, 3, 16, 5, 7, 7, 1, 1, 0, 0, ACT_EPI_NONE);    /* keypoints 1x1 (no im2col) */
     test_conv(be, 1, 16, 5, 7, 7, 1, 1, 0, 1, ACT_EPI_RELU);
+    test_conv(be, 2, 2, 3, 3, 2, 7, 2, 3, 1, ACT_EPI_NONE);     /* map smaller than the kernel */
+    test_conv(be, 1, 4, 4, 5, 1, 3, 1, 1, 0, ACT_EPI_GELU);     /* one column; generic epilogue */
 
     test_groupnorm(be, 2, 32, 49, 2, 0, ACT_EPI_RELU);
     test_groupnorm(be, 3, 64, 30, 4, 1, ACT_EPI_RELU);
@@ -522,6 +524,8 @@ int main(void) {
 
     test_maxpool(be, 2, 3, 12, 12);
     test_maxpool(be, 1, 4, 13, 7);
+    test_maxpool(be, 2, 2, 2, 3);
+    test_maxpool(be, 1, 3, 1, 1);
 
     test_spatial_softmax(be, 2, 8, 7, 7);
     test_spatial_softmax(be, 3, 4, 5, 9);
