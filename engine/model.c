@@ -39,7 +39,7 @@ static int meta_int(const act_weights *w, const char *key, int required, int def
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
-    if (end == v || *end || errno)
+    if ((*v != '-' && (*v < '0' || *v > '9')) || end == v || *end || errno) /* strtol skips spaces, takes '+' */
         return act_errf(err, errlen, "%s: metadata '%s=%s' is not an integer", w->path, key, v);
     if (x < lo || x > hi)
         return act_errf(err, errlen, "%s: metadata '%s=%ld' is out of range [%d, %d]", w->path, key, x, lo, hi);

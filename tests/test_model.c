@@ -320,6 +320,7 @@ static void test_metadata(const bytes *good) {
     meta_fail(good, "obs_dim", "5x", "obs_dim", "not an integer");
     meta_fail(good, "obs_dim", "", "obs_dim", "not an integer");
     meta_fail(good, "obs_dim", "99999999999999999999", "obs_dim", "not an integer");
+    meta_fail(good, "obs_dim", " 5", "obs_dim", "not an integer");
     meta_fail(good, "obs_dim", "0", "obs_dim", "out of range");
     meta_fail(good, "head.enc_layers", "17", "head.enc_layers", "out of range");
     meta_fail(good, "head.nheads", "3", "head.nheads", "divisible");

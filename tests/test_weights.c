@@ -139,9 +139,11 @@ static void test_flips(const bytes *good, const char *tag) {
     char what[96];
     scratch s;
     CHECK(scratch_open(&s, good) == 0, "cannot write a scratch copy");
-    for (int i = 0; i < 45; i++) {
-        /* a third of the flips in the header, the rest anywhere */
-        size_t pos = i % 3 == 0 ? rnd_below(128) : rnd_below(good->n);
+    size_t meta = get64(good, H_META_SIZE), dir = get64(good, H_DIR_OFF), dir_n = get64(good, H_NT) * 128;
+    for (int i = 0; i < 48; i++) {
+        /* every section gets its share: header, metadata, directory, then anywhere (mostly data) */
+        size_t pos = i % 4 == 0 ? rnd_below(128) : i % 4 == 1 ? 128 + rnd_below(meta)
+                   : i % 4 == 2 ? dir + rnd_below(dir_n) : rnd_below(good->n);
         unsigned char v = good->p[pos] ^ (unsigned char)(1 + rnd_below(255));
         snprintf(what, sizeof what, "%s byte %zu flipped", tag, pos);
         if (pos >= 128) expect_fail_patch(&s, pos, &v, 1, 0, what, "checksum mismatch", NULL);
