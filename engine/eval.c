@@ -133,8 +133,10 @@ int act_eval_write_json(const act_eval_summary *s, const char *path, char *err, 
         return -1;
     }
     fprintf(f, "{\n  \"format\": \"act-eval-summary\",\n  \"version\": 1,\n");
-    fprintf(f, "  \"model_hash\": \"%s\",\n  \"device\": \"%s\",\n  \"precision\": \"%s\",\n",
-            s->model_hash, s->device, s->precision);
+    fprintf(f, "  \"model_hash\": \"%s\",\n  \"device\": \"%s\",\n  \"device_name\": ",
+            s->model_hash, s->device);
+    act_json_write_string(f, s->device_name);
+    fprintf(f, ",\n  \"precision\": \"%s\",\n", s->precision);
     fprintf(f, "  \"kl_weight\": %.9g,\n  \"action_dim\": %d,\n  \"pred_horizon\": %d,\n  \"num_cams\": %d,\n",
             s->kl_weight, s->action_dim, s->pred_horizon, s->num_cams);
     fprintf(f, "  \"shard_count\": %d,\n  \"shards\": [", s->shard_count);
@@ -244,6 +246,7 @@ static int read_tree(const act_json *r, const char *path, act_eval_summary *s, c
     if (get_str(r, "model_hash", s->model_hash, sizeof s->model_hash)) BAD("\"model_hash\" missing");
     if (get_str(r, "device", s->device, sizeof s->device)) BAD("\"device\" missing");
     if (get_str(r, "precision", s->precision, sizeof s->precision)) BAD("\"precision\" missing");
+    get_str(r, "device_name", s->device_name, sizeof s->device_name);
     s->kl_weight = (float)act_json_num(r, "kl_weight");
     if (!isfinite(s->kl_weight)) BAD("\"kl_weight\" missing");
     if (get_int(r, "action_dim", 1, 1 << 16, &v)) BAD("\"action_dim\" missing");
@@ -381,6 +384,8 @@ int act_eval_merge(const act_eval_summary *in, int n, act_eval_summary *out, cha
         const act_eval_summary *b = &in[i];
         if (strcmp(b->device, out->device)) snprintf(out->device, sizeof out->device, "mixed");
         if (strcmp(b->precision, out->precision)) snprintf(out->precision, sizeof out->precision, "mixed");
+        if (i == 0) snprintf(out->device_name, sizeof out->device_name, "%s", b->device_name);
+        else if (strcmp(b->device_name, out->device_name)) snprintf(out->device_name, sizeof out->device_name, "mixed");
         out->timesteps += b->timesteps;
         out->elapsed_s += b->elapsed_s;
         if (b->elapsed_max_s > out->elapsed_max_s) out->elapsed_max_s = b->elapsed_max_s;

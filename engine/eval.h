@@ -40,6 +40,7 @@ typedef struct act_eval_episode {
 typedef struct act_eval_summary {
     char model_hash[17];
     char device[16], precision[16];
+    char device_name[128];     /* e.g. the GPU's name, from act_session_device_name */
     float kl_weight;
     int action_dim, pred_horizon, num_cams;
     int shard_count;           /* n of --shard i/n (1 without sharding) */

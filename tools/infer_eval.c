@@ -292,6 +292,7 @@ int act_cmd_eval(int argc, char **argv) {
         fprintf(stderr, "act-infer eval: %s\n", err[0] ? err : "out of memory");
         goto done;
     }
+    snprintf(sum.device_name, sizeof sum.device_name, "%s", act_session_device_name(ctx.session));
     for (int i = 0; i < nsel; i++) {
         snprintf(sum.episodes[i].name, sizeof sum.episodes[i].name, "%s", act_episode_basename(sel[i]));
         sum.episodes[i].index = sel_index[i];

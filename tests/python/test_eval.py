@@ -127,6 +127,7 @@ def test_metrics_match_the_pytorch_reference(setup):
     tp = o["throughput"]
     assert tp["timesteps_per_s"] > 0 and tp["images_per_s"] == pytest.approx(3 * tp["timesteps_per_s"])
     assert s["device"] == "cpu" and s["precision"] == "fp32" and len(s["model_hash"]) == 16
+    assert isinstance(s["device_name"], str) and s["device_name"]
 
 
 def test_episodes_run_in_episode_number_order(setup):
