@@ -19,8 +19,10 @@ same checkpoint costs nothing.
 import _compat_pickle
 import collections
 import io
+import math
 import pickle
 import zipfile
+import zlib
 
 import numpy as np
 
@@ -29,7 +31,14 @@ class CheckpointError(ValueError):
     """A checkpoint or stats file that cannot be read safely or correctly."""
 
 
-class _StorageType:
+class _StandIn:
+    """Objects this module hands to the unpickler; a pickle may not set their state (BUILD)."""
+
+    def __setstate__(self, state):
+        raise CheckpointError(f"the pickle tries to set the state of a {type(self).__name__}")
+
+
+class _StorageType(_StandIn):
     def __init__(self, name, dtype):
         self.name, self.dtype = name, dtype
 
@@ -40,7 +49,7 @@ _STORAGE_TYPES = {n: _StorageType(n, d) for n, d in {
     "ByteStorage": "u1", "BoolStorage": "?", "UntypedStorage": "u1"}.items()}
 
 
-class _Storage:
+class _Storage(_StandIn):
     def __init__(self, archive, key, stype, numel):
         self.archive, self.key, self.stype, self.numel = archive, key, stype, numel
         self._array = None
@@ -51,7 +60,7 @@ class _Storage:
         return self._array
 
 
-class LazyTensor:
+class LazyTensor(_StandIn):
     """A tensor rebuilt from the checkpoint: shape now, data (numpy) on demand."""
 
     def __init__(self, storage, offset, size, stride):
@@ -61,6 +70,9 @@ class LazyTensor:
                 or self.offset < 0:
             raise CheckpointError(f"tensor in storage '{storage.key}' has size {list(self.shape)}, "
                                   f"stride {list(self.stride)}, offset {self.offset}")
+        if math.prod(self.shape) > max(storage.numel, 1):
+            raise CheckpointError(f"tensor of size {list(self.shape)} has more elements than its "
+                                  f"storage '{storage.key}' ({storage.numel}): overlapping strides")
         if all(self.shape):
             last = self.offset + sum((n - 1) * s for n, s in zip(self.shape, self.stride))
             if last >= storage.numel:
@@ -206,10 +218,7 @@ class _Archive:
 
     def storage_array(self, key, stype, numel):
         record = f"{self.prefix}data/{key}"
-        try:
-            raw = self.zf.read(record)
-        except KeyError:
-            raise CheckpointError(f"{self.path}: storage record '{record}' is missing") from None
+        raw = _read_record(self.path, self.zf, record)
         dt = np.dtype("<u2" if stype.dtype == "bf16" else stype.dtype)
         if self.big_endian:
             dt = dt.newbyteorder(">")
@@ -217,6 +226,15 @@ class _Archive:
             raise CheckpointError(f"{self.path}: storage '{record}' has {len(raw)} bytes, "
                                   f"{stype.name} of {numel} elements needs {numel * dt.itemsize}")
         return np.frombuffer(raw, dt, count=numel).astype(dt.newbyteorder("="))
+
+
+def _read_record(path, zf, record):
+    try:
+        return zf.read(record)
+    except KeyError:
+        raise CheckpointError(f"{path}: storage record '{record}' is missing") from None
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as e:
+        raise CheckpointError(f"{path}: record '{record}' is damaged ({e})") from None
 
 
 def load_torch_zip(path):
@@ -231,7 +249,10 @@ def load_torch_zip(path):
         if head[:4] == b"PK\x03\x04":
             raise CheckpointError(f"{path}: a damaged or truncated zip archive")
         raise CheckpointError(f"{path}: not a torch.save zip archive")
-    zf = zipfile.ZipFile(path)
+    try:
+        zf = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, EOFError) as e:
+        raise CheckpointError(f"{path}: a damaged zip archive ({e})") from None
     pkls = [n for n in zf.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
     if len(pkls) != 1:
         raise CheckpointError(f"{path}: expected one '<name>/data.pkl' record, found {pkls}")
@@ -243,7 +264,7 @@ def load_torch_zip(path):
             raise CheckpointError(f"{path}: byteorder record says {order!r}")
         big_endian = order == "big"
     archive = _Archive(path, zf, prefix, big_endian)
-    return _unpickle(zf.read(pkls[0]), path, archive)
+    return _unpickle(_read_record(path, zf, pkls[0]), path, archive)
 
 
 def load_pickle(path):

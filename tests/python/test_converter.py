@@ -29,6 +29,7 @@ sys.path.insert(0, str(TOOLS))
 import act_reference as ar  # noqa: E402
 import actw  # noqa: E402
 import convert_checkpoint as cc  # noqa: E402
+import torch_zip  # noqa: E402
 
 FOLD_TOL = 1e-5
 
@@ -482,6 +483,45 @@ def test_legacy_and_foreign_files_are_refused(bn, tmp_path):
                 zout.writestr(name, zin.read(name))
     err = convert_fails(holed, tmp_path, "--config", bn.config)
     assert "storage record 'ckpt/data/0' is missing" in err
+
+
+def _materialize(obj):
+    if isinstance(obj, torch_zip.LazyTensor):
+        obj.numpy()
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _materialize(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _materialize(v)
+
+
+def test_mutated_archives_fail_cleanly(tmp_path, rng):
+    """Random byte edits of data.pkl (zip CRCs kept valid): the reader returns or raises
+    CheckpointError - never another exception, never a huge allocation."""
+    src = tmp_path / "tiny.pt"
+    torch.save({"model_state_dict": {"a": torch.randn(3, 4), "b": torch.randn(5).half(),
+                                     "c": torch.arange(6.0).view(2, 3).t(),
+                                     "d": torch.randn(8)[2:]},
+                "dataset_stats": {"qpos_min": np.arange(4, dtype=np.float32)}}, str(src))
+    with zipfile.ZipFile(src) as z:
+        records = {n: z.read(n) for n in z.namelist()}
+    pkl_name = next(n for n in records if n.endswith("/data.pkl"))
+    outcomes = {"ok": 0, "refused": 0}
+    for i in range(300):
+        pkl = bytearray(records[pkl_name])
+        for _ in range(int(rng.integers(1, 5))):
+            pkl[int(rng.integers(0, len(pkl)))] = int(rng.integers(0, 256))
+        path = tmp_path / "mut.pt"
+        with zipfile.ZipFile(path, "w") as z:
+            for n, data in records.items():
+                z.writestr(n, bytes(pkl) if n == pkl_name else data)
+        try:
+            _materialize(torch_zip.load_torch_zip(str(path)))
+            outcomes["ok"] += 1
+        except torch_zip.CheckpointError:
+            outcomes["refused"] += 1
+    assert outcomes["refused"] > 30 and outcomes["ok"] + outcomes["refused"] == 300
 
 
 def test_converter_never_imports_torch(bn, tmp_path):
