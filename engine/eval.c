@@ -99,8 +99,7 @@ static void write_metrics(FILE *f, const act_eval_sums *s, int A, float kl_weigh
     fputs("]}", f);
 }
 
-/* The overall sums: every successful episode's sums, added in episode-list order. */
-static int overall_sums(const act_eval_summary *s, act_eval_sums *o, int *failed) {
+int act_eval_overall(const act_eval_summary *s, act_eval_sums *o, int *failed) {
     memset(o, 0, sizeof *o);
     o->joint_l1 = calloc((size_t)s->action_dim, sizeof(double));
     if (!o->joint_l1) return -1;
@@ -122,7 +121,7 @@ static int overall_sums(const act_eval_summary *s, act_eval_sums *o, int *failed
 int act_eval_write_json(const act_eval_summary *s, const char *path, char *err, size_t errlen) {
     act_eval_sums o;
     int failed;
-    if (overall_sums(s, &o, &failed) != 0) {
+    if (act_eval_overall(s, &o, &failed) != 0) {
         snprintf(err, errlen, "%s: out of memory", path);
         return -1;
     }

@@ -1,6 +1,6 @@
 /* eval.h - batch-evaluation metrics: accumulation per episode, the JSON summary, shard merge.
  * defines: act_eval_summary, act_eval_episode, act_eval_init, act_eval_add_batch,
- *          act_eval_write_json, act_eval_read_json, act_eval_merge, act_eval_free
+ *          act_eval_overall, act_eval_write_json, act_eval_read_json, act_eval_merge, act_eval_free
  * Metrics (issue "act-infer eval"), for every timestep t and chunk step k with t + k < T:
  *   action_l1 / action_mse   prior chunk (z = 0) vs action[t+k], denormalized units, mean over
  *                            valid (t, k, joint);  per_joint_l1 the same per joint;
@@ -72,5 +72,8 @@ typedef struct act_eval_means {
     double action_l1, action_mse, val_l1, val_kl, val_loss;
 } act_eval_means;
 act_eval_means act_eval_means_of(const act_eval_sums *s, float kl_weight);
+/* The overall sums (the successful episodes' sums added in list order; o->joint_l1 is allocated,
+ * free it) and the number of failed episodes. */
+int act_eval_overall(const act_eval_summary *s, act_eval_sums *o, int *failed);
 
 #endif

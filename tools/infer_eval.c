@@ -223,18 +223,13 @@ static void print_table(const act_eval_summary *s) {
 
 static void print_overall(const act_eval_summary *s) {
     act_eval_sums o;
-    memset(&o, 0, sizeof o);
-    int failed = 0;
-    for (int i = 0; i < s->n_episodes; i++) {
-        const act_eval_episode *e = &s->episodes[i];
-        if (e->failed) { failed++; continue; }
-        o.l1 += e->s.l1; o.sq += e->s.sq; o.count += e->s.count;
-        o.val_l1 += e->s.val_l1; o.kl += e->s.kl; o.kl_count += e->s.kl_count;
-    }
+    int failed;
+    if (act_eval_overall(s, &o, &failed) != 0) return;
     act_eval_means m = act_eval_means_of(&o, s->kl_weight);
     printf("overall: %d episodes (%d failed), %lld timesteps: action_l1 %.6g  action_mse %.6g  "
            "val_l1 %.6g  val_kl %.6g  val_loss %.6g\n", s->n_episodes, failed, (long long)s->timesteps,
            m.action_l1, m.action_mse, m.val_l1, m.val_kl, m.val_loss);
+    free(o.joint_l1);
     if (s->elapsed_s > 0)
         printf("throughput: %.1f timesteps/s, %.1f images/s (%s, %s, model %s)\n",
                (double)s->timesteps / s->elapsed_s, (double)s->timesteps * s->num_cams / s->elapsed_s,
