@@ -16,6 +16,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -131,6 +132,7 @@ def main(argv=None):
                    check=True, stdout=subprocess.DEVNULL)
     ours = json.load(open(summary))["overall"]
     ref, steps, el = torch_eval(agent, paths, args.batch, args.device)
+    shutil.rmtree(tmp)  # the made model, episodes and summary: nothing here is needed afterwards
 
     ours_tps = ours["throughput"]["timesteps_per_s"]
     ref_tps = steps / el
