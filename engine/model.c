@@ -121,7 +121,7 @@ static int parse_config(const act_weights *w, act_config *c, char *err, size_t e
     static const char *const vnorms[] = {"batchnorm", "groupnorm", NULL};
     static const char *const acts[] = {"relu", "gelu", NULL};
     static const char *const ntypes[] = {"min_max", "mean_std", NULL};
-    int fmt, arch, v;
+    int fmt, arch, v = 0;
     const int big = 1 << 20;
     memset(c, 0, sizeof *c);
     if (meta_enum(w, "format", 1, 0, formats, &fmt, err, errlen) ||

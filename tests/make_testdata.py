@@ -28,23 +28,32 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
-import torch
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
-import act_reference as ref  # noqa: E402
-import actw  # noqa: E402
-
 NORM_ROWS = 7
+
+# numpy, torch and the reference are imported only when files must be made: the up-to-date
+# check runs on every ctest and should not pay for importing torch.
+np = torch = ref = actw = None
+
+
+def _import_heavy():
+    global np, torch, ref, actw
+    import numpy as np  # noqa: F811
+    import torch  # noqa: F811
+    import act_reference as ref  # noqa: F811
+    import actw  # noqa: F811
+
+
+OUTPUTS = ("small", "small_zstd", "small_sep_gn")
 
 
 def variants():
     small = copy.deepcopy(ref.SMALL_CFG)
     sep = copy.deepcopy(ref.SMALL_CFG)
     sep["normalization_type"] = "mean_std"
-    sep["head"]["activation"] = "relu"
     sep["camera_names"], sep["num_cams"] = ["top", "wrist"], 2
+    sep["head"]["activation"] = "relu"
     sep["vision_backbone"].update(use_group_norm=True, use_separate_rgb_encoder_per_camera=True,
                                   crop_shape=[56, 48], image_normalization="imagenet")
     # (checkpoint config, seed, [(output name, converter flags)]): one checkpoint per config, so
@@ -114,8 +123,7 @@ def up_to_date(out_dir):
                                              ("act_reference.py", "actw.py", "convert_checkpoint.py",
                                               "convert_config.py", "convert_keys.py", "torch_zip.py")]
     newest = max(os.path.getmtime(s) for s in sources if os.path.exists(s))
-    outs = [os.path.join(out_dir, n + ext) for _, _, files in variants() for n, _ in files
-            for ext in (".actw", ".expect")]
+    outs = [os.path.join(out_dir, n + ext) for n in OUTPUTS for ext in (".actw", ".expect")]
     return all(os.path.exists(o) and os.path.getmtime(o) > newest for o in outs)
 
 
@@ -125,6 +133,7 @@ def main(argv):
     if up_to_date(out_dir):
         print(f"make_testdata: {out_dir} is up to date")
         return 0
+    _import_heavy()
     rng = np.random.default_rng()
     with tempfile.TemporaryDirectory() as tmp:
         for cfg, seed, files in variants():
