@@ -30,7 +30,7 @@ static const char *USAGE =
     "  --json SUMMARY.json       write the summary (per episode and overall, with the raw sums)\n"
     "  --save-predictions DIR    write DIR/<episode>.npy: float32 (T, pred_horizon, action_dim) prior chunks\n"
     "  --plots DIR               PNG per episode: recorded vs predicted per joint, error over time\n"
-    "                            (runs tools/eval_plots.py with $ACT_PYTHON or python3; needs\n"
+    "                            (runs tools/eval_plots.py with $ACT_PYTHON or /usr/bin/python3; needs\n"
     "                            matplotlib and h5py; predictions go to DIR/predictions unless\n"
     "                            --save-predictions is given)\n"
     "  --shard i/n               evaluate episodes i, i+n, i+2n, ... of the list (0 <= i < n)\n"
@@ -108,7 +108,8 @@ static int run_plots(const char *plots, const char *preds, const char *summary, 
         return -1;
     }
     const char *py = getenv("ACT_PYTHON");
-    if (!py || !*py) py = "python3";
+    /* Debian's interpreter is the one apt's matplotlib/numpy live in; a pyenv python3 may shadow it */
+    if (!py || !*py) py = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
     char **argv = calloc((size_t)s->n_episodes + 12, sizeof(char *));
     if (!argv) return -1;
     int a = 0, nplots = 0;
