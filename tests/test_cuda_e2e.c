@@ -8,8 +8,14 @@
  * CUDA sessions in every precision, with graphs on and off. With graphs on, the sets run in the
  * order 0, 1, 0, 1: the backend runs a key's first step eagerly, captures the second and replays
  * from then on, so the last two runs are replays of one graph with new inputs each, and each
- * must match the CPU's outputs for its own set (a stale replay would reproduce the other). Error: ||cuda - cpu|| / ||cpu|| per output;
- * limits fp32 1e-4, tf32 2e-3, bf16/fp16 2e-2. Exit 77 (skipped) without a CUDA device. */
+ * must match the CPU's outputs for its own set (a stale replay would reproduce the other).
+ * Error: ||cuda - cpu|| / ||cpu|| per output.
+ * Limits: ARCHITECTURE section 6's - fp32 1e-4, tf32 2e-3, bf16/fp16 2e-2 - on the full-size
+ * model. The small test models amplify rounding (2x2 feature maps under a 4-way spatial
+ * softmax, a 32-wide head): a PyTorch emulation of the same storage precisions on them
+ * (weights and every layer output rounded) measured tf32 1.4e-3..1.6e-3 and bf16 1.2e-2..3.7e-2
+ * on actions, against 1.2e-3 and 1.0e-2 at full size; so they get tf32 5e-3 and bf16/fp16 6e-2,
+ * and fp32 keeps 1e-4. Exit 77 (skipped) without a CUDA device. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,10 +25,13 @@
 #include "act.h"
 
 static const char *PREC_NAME[4] = {"fp32", "tf32", "bf16", "fp16"};
-static const double TOL[4] = {1e-4, 2e-3, 2e-2, 2e-2};
+static const double TOL_FULL[4] = {1e-4, 2e-3, 2e-2, 2e-2};
+static const double TOL_SMALL[4] = {1e-4, 5e-3, 6e-2, 6e-2};
+static const double *TOL = TOL_SMALL;          /* the limits of the model under test */
 static int g_fail, g_checks;
 static uint64_t g_rng;
-static double g_worst[4];
+static double g_worst[4], g_worst_full[4];
+static int g_full_ran;
 
 static uint64_t rnd(void) {
     uint64_t x = (g_rng += 0x9e3779b97f4a7c15ull);
@@ -121,7 +130,8 @@ static void check(const char *what, const char *tag, int prec, const float *got,
         g_fail++;
         printf("FAIL %-40s %-12s rel err %.3g > %.0e\n", tag, what, e, TOL[prec]);
     }
-    if (!(e <= g_worst[prec])) g_worst[prec] = isnan(e) ? INFINITY : e;
+    double *worst = TOL == TOL_FULL ? g_worst_full : g_worst;
+    if (!(e <= worst[prec])) worst[prec] = isnan(e) ? INFINITY : e;
 }
 
 static void compare(const char *tag, int prec, const act_config *c, int B, const run_io *got,
@@ -143,6 +153,8 @@ static int test_model(const char *path, int full) {
         return -1;
     }
     const act_config *c = act_model_config(m);
+    TOL = full ? TOL_FULL : TOL_SMALL;
+    g_full_ran |= full;
     const int batches[3] = {1, 3, 64};
     int nb = full ? 2 : 3;                           /* full size: batch 1 and 3 keep the CPU short */
     for (int bi = 0; bi < nb; bi++) {
@@ -234,8 +246,12 @@ int main(void) {
         }
         if (test_model(path, i == 2)) return 1;
     }
-    printf("\nworst relative error over all outputs:");
-    for (int p = 0; p < 4; p++) printf("  %s %.2e (limit %.0e)", PREC_NAME[p], g_worst[p], TOL[p]);
+    printf("\nworst relative error, small models:");
+    for (int p = 0; p < 4; p++) printf("  %s %.2e (limit %.0e)", PREC_NAME[p], g_worst[p], TOL_SMALL[p]);
+    printf("\nworst relative error, full size:");
+    for (int p = 0; p < 4; p++)
+        if (g_full_ran) printf("  %s %.2e (limit %.0e)", PREC_NAME[p], g_worst_full[p], TOL_FULL[p]);
+    if (!g_full_ran) printf(" not run (no full.actw)");
     printf("\n%s: %d of %d checks failed\n", g_fail ? "FAIL" : "PASS", g_fail, g_checks);
     return g_fail ? 1 : 0;
 }
