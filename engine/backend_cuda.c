@@ -18,7 +18,11 @@
  * the executable graph; graph_replay launches a kept one. An op that fails during a capture
  * ends the capture, so the stream is usable again after the error.
  *
- * Feature maps are NCHW, the layout preprocess writes and cuDNN's NCHW plans read. */
+ * Feature maps are NCHW, the layout preprocess writes and cuDNN's NCHW plans read. A conv is a
+ * cuDNN plan per (layer, N, H, W) plus one bias/residual/activation kernel; where cuDNN offers
+ * no algorithm, the direct kernel of conv.cu runs it with the epilogue fused. A linear layer
+ * whose input is F32 in a bf16/fp16 session converts it into a scratch buffer sized at alloc
+ * time (the largest F32 buffer), so no step allocates. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
