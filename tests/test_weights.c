@@ -59,13 +59,14 @@ static void test_good_files(const bytes *raw, const bytes *zst) {
     act_weights *a = NULL, *b = NULL;
     int ra = act_weights_open(g_raw_path, &a, err, sizeof err);
     CHECK(ra == 0, "open %s: %s", g_raw_path, err);
+    if (zst) {
+        int rb = act_weights_open(g_zst_path, &b, err, sizeof err);
 #ifdef ACT_WITH_ZSTD
-    int rb = act_weights_open(g_zst_path, &b, err, sizeof err);
-    CHECK(rb == 0, "open %s: %s", g_zst_path, err);
+        CHECK(rb == 0, "open %s: %s", g_zst_path, err);
 #else
-    int rb = act_weights_open(g_zst_path, &b, err, sizeof err);
-    CHECK(rb == -1 && strstr(err, "without zstd"), "zstd file in a build without zstd: %s", err);
+        CHECK(rb == -1 && strstr(err, "without zstd"), "zstd file in a build without zstd: %s", err);
 #endif
+    }
     if (ra) return;
     CHECK(!a->compressed && a->checksum == get64(raw, H_CHECKSUM), "raw: flags/checksum");
     CHECK(a->checksum == act_fnv1a64(raw->p + 128, raw->n - 128, ACT_FNV_INIT), "raw: checksum is FNV-1a of [128, end)");
@@ -423,19 +424,24 @@ static void test_zstd(const bytes *good) {
 int main(void) {
     seed_rng("test_weights");
     bytes raw = need_file("small.actw", g_raw_path, sizeof g_raw_path);
-    bytes zst = need_file("small_zstd.actw", g_zst_path, sizeof g_zst_path);
-    test_good_files(&raw, &zst);
+    snprintf(g_zst_path, sizeof g_zst_path, "%s/small_zstd.actw", data_dir());
+    bytes zst = read_all(g_zst_path);
+    if (!zst.p)  /* make_testdata makes it only where python has the zstandard module */
+        printf("test_weights: %s not made (no zstandard module): zstd cases skipped\n", g_zst_path);
+    test_good_files(&raw, zst.p ? &zst : NULL);
     test_truncation(&raw, "raw");
-    test_truncation(&zst, "zstd");
     test_flips(&raw, "raw");
-    test_flips(&zst, "zstd");
     test_header(&raw);
     test_directory(&raw);
     test_meta(&raw);
     test_nonfinite(&raw);
+    if (zst.p) {
+        test_truncation(&zst, "zstd");
+        test_flips(&zst, "zstd");
 #ifdef ACT_WITH_ZSTD
-    test_zstd(&zst);
+        test_zstd(&zst);
 #endif
+    }
     free(raw.p);
     free(zst.p);
     printf("test_weights: %d checks, %d failed\n", g_checks, g_fail);
