@@ -150,7 +150,8 @@ static void conn_close(act_server *s, act_conn *c, int dropped, const char *why)
     free(c->in);
     c->in = NULL;
     c->in_cap = c->in_got = c->hdr_got = 0;
-    c->have_hdr = c->handshaken = c->inflight = c->want_out = 0;
+    c->have_hdr = c->handshaken = c->inflight = c->read_done = 0;
+    c->events = 0;
     c->out_bytes = 0;
     if (c->closing) s->n_closing--;
     c->closing = 0;
@@ -161,10 +162,10 @@ static void conn_close(act_server *s, act_conn *c, int dropped, const char *why)
 
 static void conn_update_events(act_server *s, act_conn *c)
 {
-    int want = c->out_head != NULL;
-    if (want == c->want_out) return;
-    c->want_out = want;
-    ep_set(s, EPOLL_CTL_MOD, c->fd, EPOLLIN | (want ? EPOLLOUT : 0u), ACT_TAG(TAG_CONN, c - s->conns));
+    uint32_t ev = (c->read_done ? 0u : EPOLLIN) | (c->out_head ? EPOLLOUT : 0u);
+    if (ev == c->events) return;
+    c->events = ev;
+    ep_set(s, EPOLL_CTL_MOD, c->fd, ev, ACT_TAG(TAG_CONN, c - s->conns));
 }
 
 /* Sends what the socket takes now. Returns -1 when the connection was closed. */
@@ -190,6 +191,10 @@ static int conn_flush(act_server *s, act_conn *c)
     if (!c->out_head && c->closing) {
         /* everything said: half-close and let the peer read the ERROR before we go */
         shutdown(c->fd, SHUT_WR);
+    }
+    if (!c->out_head && c->read_done && c->inflight == 0) {
+        conn_close(s, c, 0, NULL);   /* the half-closed peer has every reply it was owed */
+        return -1;
     }
     conn_update_events(s, c);
     return 0;
@@ -249,9 +254,6 @@ static int conn_error(act_server *s, act_conn *c, uint64_t id, int code, const c
     act_metrics_error(&s->metrics, code);
     act_serve_log(s, "%s: error %s: %s", c->peer, act_err_code_name(code), msg);
     if (fatal) {
-        epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &(struct epoll_event){ .events = EPOLLIN | EPOLLOUT,
-                  .data.u64 = ACT_TAG(TAG_CONN, c - s->conns) });
-        c->want_out = 1;
         c->closing = 1;
         c->closing_deadline = act_now() + CLOSING_LINGER_S;
         s->n_closing++;
@@ -398,6 +400,11 @@ static void conn_read(act_server *s, act_conn *c)
             return;
         }
         if (n == 0) {
+            if (!in_payload && !c->hdr_got && (c->inflight > 0 || c->out_head)) {
+                c->read_done = 1;   /* half-closed after whole frames: answer them, then close */
+                conn_update_events(s, c);
+                return;
+            }
             conn_close(s, c, 0, in_payload || c->hdr_got ? "client disconnected mid-frame" : NULL);
             return;
         }
@@ -469,6 +476,7 @@ static void do_accept(act_server *s)
         c->client[0] = 0;
         s->n_open++;
         act_metrics_conn(&s->metrics, 1, 0);
+        c->events = EPOLLIN;
         if (ep_set(s, EPOLL_CTL_ADD, fd, EPOLLIN, ACT_TAG(TAG_CONN, slot))) conn_close(s, c, 0, strerror(errno));
     }
 }
@@ -570,6 +578,10 @@ static void *io_main(void *arg)
             } else if (kind == TAG_CONN) {
                 act_conn *c = &s->conns[slot];
                 if (c->fd < 0) continue;
+                if (c->read_done && (evs[i].events & (EPOLLERR | EPOLLHUP))) {
+                    conn_close(s, c, 0, "client vanished before its replies");
+                    continue;
+                }
                 if (evs[i].events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) {
                     if (conn_flush(s, c)) continue;
                 }

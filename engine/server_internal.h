@@ -35,7 +35,8 @@ typedef struct act_out {           /* one queued reply frame */
 typedef struct act_conn {
     int fd;                        /* -1 = free slot */
     uint32_t gen;
-    int handshaken, closing, want_out;
+    int handshaken, closing, read_done;   /* read_done: peer half-closed, still owed replies */
+    uint32_t events;               /* what epoll watches for it now */
     double closing_deadline;
     char peer[64], client[64];
     uint8_t hdr[ACT_PROTO_HDR];

@@ -273,8 +273,14 @@ def test_bad_action_chunk(srv):
 
 # ---- resource abuse ----
 def test_client_that_never_reads_is_dropped(srv):
-    s = _conn(srv)
+    s = socket.socket()
+    # a small receive window, set before connecting (shrinking it later makes loopback TCP drop
+    # segments and back off for minutes, which would test the kernel, not the server)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(60)
+    s.connect(("127.0.0.1", srv.port))
+    s.sendall(wire.hello(client_name="never-reads"))
+    assert _recv(s)[0] == wire.INFO
     pings = b"".join(wire.ping(i) for i in range(2000))
     dropped = _metric(srv.mport, "act_serve_connections_dropped_total")
     deadline = time.monotonic() + 180
@@ -283,6 +289,8 @@ def test_client_that_never_reads_is_dropped(srv):
             s.sendall(pings)   # never reads a PONG: the server's queue for it must overflow
     except (BrokenPipeError, ConnectionResetError):
         pass
+    except socket.timeout:
+        pytest.fail("the server stopped reading a client that floods it:\n" + srv.log.read_text()[-3000:])
     assert _metric(srv.mport, "act_serve_connections_dropped_total") > dropped
     assert "does not read its replies" in srv.log.read_text()
 
@@ -347,3 +355,18 @@ def test_overload_is_an_error_not_a_stall(act_serve, srv):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=120) == 0
+
+
+def test_half_closed_client_still_gets_its_replies(srv):
+    s = _conn(srv)
+    s.sendall(b"".join(wire.predict(80 + i, srv.q, _frames(srv)) for i in range(3)))
+    s.shutdown(socket.SHUT_WR)   # "that is all I will send": the answers are still owed
+    ids = []
+    for _ in range(3):
+        mtype, p = _recv(s)
+        assert mtype == wire.RESULT
+        r = wire.parse_result(p)
+        np.testing.assert_allclose(r["chunk"], srv.want, rtol=1e-5, atol=1e-5)
+        ids.append(r["request_id"])
+    assert sorted(ids) == [80, 81, 82]
+    assert s.recv(1) == b"", "the server closes once it has answered everything"
