@@ -101,8 +101,8 @@ def tiny(tmp_path_factory, ref):
 def server(act_serve, tiny, tmp_path):
     started = []
 
-    def start(*extra, port=0, wait=True, model=None):
-        s = Server(act_serve, model or tiny[0], tmp_path, *extra, port=port)
+    def start(*extra, port=0, wait=True, model=None, env=None):
+        s = Server(act_serve, model or tiny[0], tmp_path, *extra, port=port, env=env)
         started.append(s)
         return s.wait_ready() if wait else s
 
@@ -374,3 +374,19 @@ def test_client_installs_with_pip_and_needs_only_numpy(tmp_path):
     p = subprocess.run([sys.executable, "-c", probe, str(target)], capture_output=True, text=True, timeout=120,
                        cwd=tmp_path, env={"PYTHONPATH": str(target), "PATH": os.environ.get("PATH", "")})
     assert p.returncode == 0 and p.stdout.strip() == "[]", p.stdout + p.stderr
+
+
+def test_every_flag_has_an_environment_twin_and_the_flag_wins(server, act_serve, tiny, tmp_path):
+    env = dict(os.environ, ACT_SERVE_MAX_BATCH="3", ACT_SERVE_AUDIT_LOG=str(tmp_path / "env_audit.jsonl"))
+    srv = server(env=env)
+    assert ActClient("127.0.0.1", srv.port, timeout=60).info()["max_batch"] == 3
+    assert (tmp_path / "env_audit.jsonl").exists()
+    srv = server("--max-batch", 5, env=env)
+    assert ActClient("127.0.0.1", srv.port, timeout=60).info()["max_batch"] == 5
+    p = subprocess.run([str(act_serve), "--model", str(tiny[0])], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, ACT_SERVE_PORT="seventy"))
+    assert p.returncode == 2 and "ACT_SERVE_PORT" in p.stderr and "seventy" in p.stderr, p.stderr
+    p = subprocess.run([str(act_serve), "--help"], capture_output=True, text=True, timeout=60)
+    for flag in ("--model", "--port", "--device", "--precision", "--max-batch", "--max-wait-us", "--max-clients",
+                 "--metrics-port", "--audit-log"):
+        assert flag in p.stderr and "ACT_SERVE_" + flag[2:].upper().replace("-", "_") in p.stderr, flag
