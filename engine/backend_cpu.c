@@ -26,7 +26,8 @@ static void cpu_destroy(act_backend *be) {
     if (ctx) {
         for (size_t i = 0; i < ctx->n_allocs; i++) act_aligned_free(ctx->allocs[i]);
         free(ctx->allocs);
-        act_aligned_free(ctx->ws);
+        act_aligned_free(ctx->ws_col);
+        act_aligned_free(ctx->ws_out);
         free(ctx);
     }
     free(be);
@@ -71,19 +72,27 @@ static void *cpu_host_alloc(act_backend *be, size_t bytes) {
 static void cpu_host_free(act_backend *be, void *p) { act_aligned_free(p); }
 static size_t cpu_device_bytes(act_backend *be) { return ((act_cpu_ctx *)be->ctx)->bytes; }
 
-/* Weights are read in place from the model's blob; only the im2col workspace is sized here. */
+/* Weights are read in place from the model's blob; only the conv workspaces are sized here. */
 static int cpu_load_weights(act_backend *be, const act_model *m) {
     act_cpu_ctx *ctx = be->ctx;
-    size_t elems;
-    if (act_cpu_conv_workspace(m, &elems, be->err, sizeof be->err)) return -1;
-    if (elems > ctx->ws_elems) {
-        float *ws = act_aligned_alloc(elems * sizeof(float));
-        if (!ws)
-            return act_errf(be->err, sizeof be->err, "cpu load_weights: out of memory for a "
-                            "%zu-float conv workspace", elems);
-        act_aligned_free(ctx->ws);
-        ctx->ws = ws;
-        ctx->ws_elems = elems;
+    size_t col, out;
+    if (act_cpu_conv_workspace(m, &col, &out, be->err, sizeof be->err)) return -1;
+    col *= ACT_CPU_CONV_GROUP;
+    out *= ACT_CPU_CONV_GROUP;
+    if (col > ctx->ws_col_elems || out > ctx->ws_out_elems) {
+        float *wc = act_aligned_alloc(col * sizeof(float)), *wo = act_aligned_alloc(out * sizeof(float));
+        if (!wc || !wo) {
+            act_aligned_free(wc);
+            act_aligned_free(wo);
+            return act_errf(be->err, sizeof be->err, "cpu load_weights: out of memory for conv "
+                            "workspaces of %zu + %zu floats", col, out);
+        }
+        act_aligned_free(ctx->ws_col);
+        act_aligned_free(ctx->ws_out);
+        ctx->ws_col = wc;
+        ctx->ws_col_elems = col;
+        ctx->ws_out = wo;
+        ctx->ws_out_elems = out;
     }
     return 0;
 }

@@ -4,7 +4,7 @@
  *
  * The CPU backend is plain C11, fp32 only, feature maps NCHW. Buffers are host memory, so an
  * act_buf's p is used directly and weights are read in place from the model's blob. All scratch
- * (the im2col workspace) is sized from the model at load_weights, so no op allocates. */
+ * (the im2col and GEMM workspaces) is sized from the model at load_weights, so no op allocates. */
 #ifndef ACT_CPU_OPS_H
 #define ACT_CPU_OPS_H
 
@@ -16,8 +16,10 @@ typedef struct act_cpu_ctx {
     void **allocs;            /* every alloc() block, freed at destroy */
     size_t n_allocs, cap_allocs;
     size_t bytes;             /* sum of alloc() sizes: the "device" memory of this backend */
-    float *ws;                /* im2col workspace: one image's columns of the largest conv */
-    size_t ws_elems;
+    float *ws_col;            /* im2col columns of ACT_CPU_CONV_GROUP images of the largest conv */
+    size_t ws_col_elems;
+    float *ws_out;            /* GEMM output of such a group, before the NCHW epilogue */
+    size_t ws_out_elems;
     double stage_acc[ACT_STAGE_COUNT];
     double stage_t0;
     int stage_open;           /* stage being timed, -1 when none */
@@ -31,8 +33,13 @@ void act_cpu_sgemm(int trans_b, int M, int N, int K, const float *A, int lda, co
 /* Prepares the GEMM library once per process (see cpu_gemm.c); returns its name for display. */
 const char *act_cpu_blas_init(void);
 
-/* Largest im2col column matrix (elements) any conv of the model needs for one image. */
-int act_cpu_conv_workspace(const act_model *m, size_t *elems, char *err, size_t errlen);
+/* Images whose convolution runs as one GEMM: one policy step's cameras (3), so the weights are
+ * packed once per conv and the GEMM is wide enough to thread well. */
+#define ACT_CPU_CONV_GROUP 3
+
+/* Per image, the largest im2col matrix and the largest conv output (elements) of the model. */
+int act_cpu_conv_workspace(const act_model *m, size_t *col_elems, size_t *out_elems, char *err,
+                           size_t errlen);
 
 /* ---- vision (cpu_vision.c) ---- */
 int cpu_preprocess(act_backend *be, act_buf frames, int B, int hi, int wi, const act_config *cfg,

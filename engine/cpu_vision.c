@@ -15,33 +15,39 @@
 
 static float *f32(act_buf b) { return (float *)b.p; }
 
-static int conv_ws(const act_conv *c, int H, int W, size_t *mx) {
+static void conv_ws(const act_conv *c, int H, int W, size_t *col, size_t *out) {
     int Ho = act_conv_out(H, c), Wo = act_conv_out(W, c);
-    if (Ho < 1 || Wo < 1) return -1;
-    size_t n = (size_t)c->cin * c->k * c->k * Ho * Wo;
-    if (n > *mx) *mx = n;
-    return 0;
+    if (Ho < 1 || Wo < 1) return;
+    size_t P = (size_t)Ho * Wo, n = (size_t)c->cin * c->k * c->k * P, o = (size_t)c->cout * P;
+    if (n > *col) *col = n;
+    if (o > *out) *out = o;
 }
 
-int act_cpu_conv_workspace(const act_model *m, size_t *elems, char *err, size_t errlen) {
+int act_cpu_conv_workspace(const act_model *m, size_t *col_elems, size_t *out_elems, char *err,
+                           size_t errlen) {
     act_trunk_geom g;
     if (act_trunk_geometry(m, &g, err, errlen)) return -1;
-    size_t mx = 0;
+    size_t col = 0, out = 0;
     for (int t = 0; t < m->n_trunks; t++) {
         const act_trunk *tr = &m->trunks[t];
-        conv_ws(&tr->conv1, g.in_h, g.in_w, &mx);
+        conv_ws(&tr->conv1, g.in_h, g.in_w, &col, &out);
         int H = g.pool_h, W = g.pool_w;
         for (int l = 0; l < 4; l++)
             for (int i = 0; i < 2; i++) {
                 const act_block *b = &tr->blocks[l][i];
-                conv_ws(&b->conv1, H, W, &mx);
-                if (b->has_down) conv_ws(&b->down, H, W, &mx);
+                conv_ws(&b->conv1, H, W, &col, &out);
+                if (b->has_down) conv_ws(&b->down, H, W, &col, &out);
                 H = act_conv_out(H, &b->conv1);
                 W = act_conv_out(W, &b->conv1);
-                conv_ws(&b->conv2, H, W, &mx);
+                conv_ws(&b->conv2, H, W, &col, &out);
             }
+        if (tr->kp_w) {   /* the keypoint 1x1 conv on the final map */
+            act_conv kp = {tr->kp_w, NULL, NULL, NULL, (int)tr->kp_w->dims[1], (int)tr->kp_w->dims[0], 1, 1, 0};
+            conv_ws(&kp, H, W, &col, &out);
+        }
     }
-    *elems = mx;
+    *col_elems = col;
+    *out_elems = out;
     return 0;
 }
 
@@ -114,17 +120,17 @@ static void valid_cols(int Wo, int W, int s, int p, int kw, int *lo, int *hi) {
 }
 
 /* col[(ci, kh, kw)][oh * Wo + ow] = x[ci][oh*s - p + kh][ow*s - p + kw], zero outside the map.
+ * Row r of the matrix starts at col + r * ld (ld >= Ho*Wo: images of a group side by side).
  * The valid column range is computed once per kernel column, so the inner loop has no bounds
  * checks (a plain copy at stride 1). */
 static void im2col(const float *x, int cin, int H, int W, int k, int s, int p, int Ho, int Wo,
-                   float *col) {
-    size_t P = (size_t)Ho * Wo;
+                   float *col, size_t ld) {
     for (int kw = 0; kw < k; kw++) {
         int lo, hi;
         valid_cols(Wo, W, s, p, kw, &lo, &hi);
         for (int ci = 0; ci < cin; ci++)
             for (int kh = 0; kh < k; kh++) {
-                float *dst = col + ((size_t)(ci * k + kh) * k + kw) * P;
+                float *dst = col + ((size_t)(ci * k + kh) * k + kw) * ld;
                 for (int oh = 0; oh < Ho; oh++) {
                     int ih = oh * s - p + kh;
                     float *d = dst + (size_t)oh * Wo;
@@ -145,29 +151,34 @@ static void im2col(const float *x, int cin, int H, int W, int k, int s, int p, i
     }
 }
 
-/* o = epi(o + b + r) over one output channel; one loop per case so each vectorizes. */
-static void conv_epilogue(float *o, size_t P, float b, const float *r, act_epilogue epi) {
+/* o = epi(g + b + r) over one output channel (o may be g); one loop per case so each
+ * vectorizes. */
+static void conv_epilogue(float *o, const float *g, size_t P, float b, const float *r, act_epilogue epi) {
     if (r && epi == ACT_EPI_RELU) {
         for (size_t i = 0; i < P; i++) {
-            float t = (o[i] + b) + r[i];
+            float t = (g[i] + b) + r[i];
             o[i] = t < 0.0f ? 0.0f : t;
         }
     } else if (!r && epi == ACT_EPI_RELU) {
         for (size_t i = 0; i < P; i++) {
-            float t = o[i] + b;
+            float t = g[i] + b;
             o[i] = t < 0.0f ? 0.0f : t;
         }
     } else if (epi == ACT_EPI_NONE) {
         if (r) {
-            for (size_t i = 0; i < P; i++) o[i] = (o[i] + b) + r[i];
+            for (size_t i = 0; i < P; i++) o[i] = (g[i] + b) + r[i];
         } else {
-            for (size_t i = 0; i < P; i++) o[i] = o[i] + b;
+            for (size_t i = 0; i < P; i++) o[i] = g[i] + b;
         }
     } else {
-        for (size_t i = 0; i < P; i++) o[i] = act_cpu_epi((o[i] + b) + (r ? r[i] : 0.0f), epi);
+        for (size_t i = 0; i < P; i++) o[i] = act_cpu_epi((g[i] + b) + (r ? r[i] : 0.0f), epi);
     }
 }
 
+/* Images go through the GEMM in groups: the group's im2col matrices side by side
+ * ([cin*k*k][g*P]), one GEMM into [cout][g*P], and the epilogue writes each image's NCHW
+ * block. A group of one image multiplies straight into the output (and a 1x1 stride-1 conv
+ * needs no im2col at all). */
 int cpu_conv2d(act_backend *be, const act_conv *c, act_buf x, int N, int H, int W,
                act_buf residual, act_epilogue epi, act_buf y) {
     act_cpu_ctx *ctx = be->ctx;
@@ -176,26 +187,45 @@ int cpu_conv2d(act_backend *be, const act_conv *c, act_buf x, int N, int H, int 
     if (Ho < 1 || Wo < 1 || !c->w)
         return act_errf(be->err, sizeof be->err, "cpu conv2d: %dx%d input too small for k=%d "
                         "stride=%d pad=%d", H, W, k, s, p);
-    size_t P = (size_t)Ho * Wo, Kd = (size_t)c->cin * k * k;
+    size_t P = (size_t)Ho * Wo, Kd = (size_t)c->cin * k * k, HW = (size_t)H * W;
     int direct = k == 1 && s == 1 && p == 0;
-    if (!direct && Kd * P > ctx->ws_elems)
-        return act_errf(be->err, sizeof be->err, "cpu conv2d: '%s' on %dx%d needs %zu workspace "
-                        "floats, have %zu (load_weights sized it for another model)",
-                        c->w->name, H, W, Kd * P, ctx->ws_elems);
+    size_t G = ACT_CPU_CONV_GROUP;
+    if (G > ctx->ws_col_elems / (Kd * P)) G = ctx->ws_col_elems / (Kd * P);
+    if (G > ctx->ws_out_elems / ((size_t)c->cout * P)) G = ctx->ws_out_elems / ((size_t)c->cout * P);
+    if (G < 1 && !direct)
+        return act_errf(be->err, sizeof be->err, "cpu conv2d: '%s' on %dx%d needs %zu + %zu "
+                        "workspace floats, have %zu + %zu (load_weights sized them for another "
+                        "model)", c->w->name, H, W, Kd * P, (size_t)c->cout * P,
+                        ctx->ws_col_elems, ctx->ws_out_elems);
+    if (G < 1) G = 1;
     const float *bias = c->b ? c->b->data : NULL;
-    for (int n = 0; n < N; n++) {
-        const float *xin = f32(x) + (size_t)n * c->cin * H * W;
+    for (int n0 = 0; n0 < N; n0 += (int)G) {
+        int g = N - n0 < (int)G ? N - n0 : (int)G;
+        size_t NP = (size_t)g * P;
+        const float *xin = f32(x) + (size_t)n0 * c->cin * HW;
         const float *col = xin;
-        if (!direct) {
-            im2col(xin, c->cin, H, W, k, s, p, Ho, Wo, ctx->ws);
-            col = ctx->ws;
+        if (direct && g > 1) {
+            for (int j = 0; j < g; j++)
+                for (int ci = 0; ci < c->cin; ci++)
+                    memcpy(ctx->ws_col + (size_t)ci * NP + (size_t)j * P,
+                           xin + ((size_t)j * c->cin + ci) * HW, sizeof(float) * P);
+            col = ctx->ws_col;
+        } else if (!direct) {
+            for (int j = 0; j < g; j++)
+                im2col(xin + (size_t)j * c->cin * HW, c->cin, H, W, k, s, p, Ho, Wo,
+                       ctx->ws_col + (size_t)j * P, NP);
+            col = ctx->ws_col;
         }
-        float *out = f32(y) + (size_t)n * c->cout * P;
-        act_cpu_sgemm(0, c->cout, (int)P, (int)Kd, c->w->data, (int)Kd, col, (int)P, out, (int)P);
-        const float *res = residual.p ? f32(residual) + (size_t)n * c->cout * P : NULL;
-        for (int co = 0; co < c->cout; co++)
-            conv_epilogue(out + (size_t)co * P, P, bias ? bias[co] : 0.0f,
-                          res ? res + (size_t)co * P : NULL, epi);
+        float *out0 = f32(y) + (size_t)n0 * c->cout * P;
+        float *gout = g == 1 ? out0 : ctx->ws_out;
+        act_cpu_sgemm(0, c->cout, (int)NP, (int)Kd, c->w->data, (int)Kd, col, (int)NP, gout, (int)NP);
+        for (int j = 0; j < g; j++) {
+            float *out = out0 + (size_t)j * c->cout * P;
+            const float *res = residual.p ? f32(residual) + ((size_t)n0 + j) * c->cout * P : NULL;
+            for (int co = 0; co < c->cout; co++)
+                conv_epilogue(out + (size_t)co * P, gout + (size_t)co * NP + (size_t)j * P, P,
+                              bias ? bias[co] : 0.0f, res ? res + (size_t)co * P : NULL, epi);
+        }
     }
     return 0;
 }

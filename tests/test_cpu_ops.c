@@ -516,6 +516,8 @@ int main(void) {
     test_conv(be, 3, 16, 5, 7, 7, 1, 1, 0, 0, ACT_EPI_NONE);    /* keypoints 1x1 (no im2col) */
     test_conv(be, 1, 16, 5, 7, 7, 1, 1, 0, 1, ACT_EPI_RELU);
     test_conv(be, 2, 2, 3, 3, 2, 7, 2, 3, 1, ACT_EPI_NONE);     /* map smaller than the kernel */
+    test_conv(be, 5, 4, 6, 9, 8, 3, 1, 1, 1, ACT_EPI_RELU);     /* GEMM groups of 3 + 2 images */
+    test_conv(be, 4, 8, 3, 5, 5, 1, 1, 0, 1, ACT_EPI_NONE);     /* 1x1 groups: 3 copied + 1 direct */
     test_conv(be, 1, 4, 4, 5, 1, 3, 1, 1, 0, ACT_EPI_GELU);     /* one column; generic epilogue */
 
     test_groupnorm(be, 2, 32, 49, 2, 0, ACT_EPI_RELU);
