@@ -3,10 +3,10 @@
  * defines: cpu_preprocess, cpu_conv2d, cpu_groupnorm, cpu_maxpool, cpu_spatial_softmax,
  *          act_cpu_conv_workspace
  *
- * Convolutions are im2col + one sgemm per image (y[cout][P] = W[cout][cin*k*k] x col[..][P]);
- * a 1x1 stride-1 conv multiplies the input map directly. Bias, residual and ReLU are applied in
- * one pass over the output (the fused epilogue), in PyTorch's order: conv + bias, + residual,
- * then the activation. Preprocessing follows PyTorch to the rounding rule (see cpu_preprocess). */
+ * Convolutions are im2col + one sgemm per group of images (y[cout][P] = W[cout][cin*k*k] x
+ * col[..][P], see cpu_conv2d); a lone 1x1 stride-1 conv multiplies the input map directly. Bias,
+ * residual and ReLU are applied in one pass over the output (the fused epilogue), in PyTorch's
+ * order: conv + bias, + residual, then the activation. Preprocessing follows PyTorch to the rounding rule (see cpu_preprocess). */
 #include <math.h>
 #include <string.h>
 #include "cpu_ops.h"
