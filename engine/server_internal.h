@@ -1,4 +1,5 @@
-/* server_internal.h - the state the act-serve threads share (server.c, server_infer.c, http.c).
+/* server_internal.h - the state the act-serve threads share (server.c, server_conn.c,
+ * server_infer.c, http.c).
  * Ownership: connections, sockets and the audit file belong to the I/O thread; the session and
  * batch buffers to the inference thread; the pending and done lists, and the connection counts
  * the batcher reads, are guarded by mu. */
@@ -96,6 +97,15 @@ struct act_server {
 double act_now(void);              /* monotonic seconds */
 void act_server_wake(act_server *s);
 void act_serve_log(const act_server *s, const char *fmt, ...);
+
+/* server_conn.c (I/O thread only) */
+int act_ep_set(act_server *s, int op, int fd, uint32_t events, uint64_t tag);
+void act_conn_accept(act_server *s);
+void act_conn_read(act_server *s, act_conn *c);
+int act_conn_flush(act_server *s, act_conn *c);      /* -1: the connection was closed */
+void act_conn_close(act_server *s, act_conn *c, int dropped, const char *why);
+void act_conn_expire(act_server *s, double now);     /* closes refused clients past their linger */
+void act_deliver_done(act_server *s);                /* routes finished requests to their clients */
 
 /* server_infer.c */
 int act_infer_start(act_server *s, char *err, size_t errlen);
