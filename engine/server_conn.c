@@ -365,10 +365,10 @@ void act_conn_accept(act_server *s)
                      s->o.max_clients);
             uint8_t *f = act_proto_build_error(0, atomic_load(&s->draining) ? ACT_E_SHUTTING_DOWN : ACT_E_OVERLOADED,
                                                msg, &n);
+            act_serve_log(s, "%s: refused a connection", msg);
             if (f && send(fd, f, n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) act_serve_log(s, "refusing a client: %s", strerror(errno));
             free(f);
             close(fd);
-            act_serve_log(s, "%s: refused a connection", msg);
             continue;
         }
         int one = 1;

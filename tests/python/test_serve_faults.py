@@ -298,6 +298,8 @@ def test_client_that_never_reads_is_dropped(srv):
 def test_thousands_of_connections_opened_and_dropped(srv):
     rng = np.random.default_rng(3)
     hello = wire.hello()
+    graceful = 0
+    total0 = _metric(srv.mport, "act_serve_connections_total")
     for _ in range(10):
         socks = [socket.create_connection(("127.0.0.1", srv.port), timeout=60) for _ in range(200)]
         for s in socks:
@@ -308,12 +310,16 @@ def test_thousands_of_connections_opened_and_dropped(srv):
                 s.sendall(hello[: int(rng.integers(1, len(hello)))])
             if rng.integers(2):
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))   # RST
+            else:
+                graceful += 1
             s.close()
+    # every connection the kernel handed over is accepted and released again (a reset one may
+    # die in the accept queue, so only the graceful ones are sure to be counted)
     deadline = time.monotonic() + 60
-    while _metric(srv.mport, "act_serve_connections") > 1:
+    while (_metric(srv.mport, "act_serve_connections") > 1
+           or _metric(srv.mport, "act_serve_connections_total") - total0 < graceful):
         assert time.monotonic() < deadline, _metrics(srv.mport)
         time.sleep(0.05)
-    assert _metric(srv.mport, "act_serve_connections_total") >= 2000
 
 
 def test_max_clients_refuses_the_extra_connection(act_serve, srv):
@@ -325,13 +331,13 @@ def test_max_clients_refuses_the_extra_connection(act_serve, srv):
         s = socket.create_connection(("127.0.0.1", port), timeout=30)
         try:   # the refusal says why, unless the reset of the close overtakes it
             _expect_error(s, "overloaded", "max clients (2) reached", closed=True)
-        except ConnectionResetError:
+        except ConnectionError:
             pass
         assert "max clients (2) reached" in log.read_text()
         assert a.ping() > 0 and b.ping() > 0
     finally:
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=120) == 0
+        assert proc.wait(timeout=120) == 0, log.read_text()
 
 
 def test_overload_is_an_error_not_a_stall(act_serve, srv):
@@ -354,7 +360,7 @@ def test_overload_is_an_error_not_a_stall(act_serve, srv):
         assert kinds[70] == "ok" and kinds[71] == "ok" and "overloaded" in kinds.values()
     finally:
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=120) == 0
+        assert proc.wait(timeout=120) == 0, log.read_text()
 
 
 def test_half_closed_client_still_gets_its_replies(srv):
