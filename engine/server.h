@@ -31,6 +31,7 @@ typedef struct act_server_opts {
     int max_inflight_per_conn; /* requests one connection may have outstanding */
     size_t max_out_bytes;      /* unread replies a connection may hold before it is dropped */
     int drain_timeout_ms;      /* after stop: longest wait for slow readers to take their replies */
+    int frame_timeout_ms;      /* longest a frame may take to arrive, and HELLO after connecting (0 = no limit) */
     const char *audit_log;     /* NULL or a file: one JSON line per request */
     int verbose;               /* log connections and errors to stderr */
 } act_server_opts;

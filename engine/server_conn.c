@@ -65,6 +65,7 @@ void act_conn_close(act_server *s, act_conn *c, int dropped, const char *why)
     c->in_cap = c->in_got = c->hdr_got = 0;
     c->have_hdr = c->handshaken = c->inflight = c->read_done = 0;
     c->events = 0;
+    c->frame_deadline = 0;
     c->out_bytes = 0;
     if (c->closing) s->n_closing--;
     c->closing = 0;
@@ -322,6 +323,8 @@ void act_conn_read(act_server *s, act_conn *c)
             return;
         }
         if (!in_payload) {
+            if (c->hdr_got == 0 && c->handshaken && s->o.frame_timeout_ms)
+                c->frame_deadline = act_now() + 1e-3 * s->o.frame_timeout_ms;
             c->hdr_got += (size_t)n;
             if (c->hdr_got < ACT_PROTO_HDR) continue;
             c->hdr_got = 0;
@@ -334,6 +337,7 @@ void act_conn_read(act_server *s, act_conn *c)
         c->have_hdr = 0;
         frames++;
         if (on_frame(s, c) || c->closing) return;
+        if (c->handshaken) c->frame_deadline = 0;   /* between frames a client may idle */
     }
 }
 
@@ -387,6 +391,7 @@ void act_conn_accept(act_server *s)
         }
         snprintf(c->peer, sizeof c->peer, "%s:%d", addr, port);
         c->client[0] = 0;
+        c->frame_deadline = s->o.frame_timeout_ms ? act_now() + 1e-3 * s->o.frame_timeout_ms : 0;
         s->n_open++;
         act_metrics_conn(&s->metrics, 1, 0);
         c->events = EPOLLIN;
@@ -432,9 +437,17 @@ void act_deliver_done(act_server *s)
 
 void act_conn_expire(act_server *s, double now)
 {
-    if (!s->n_closing) return;
+    /* a scan of the table ten times a second at most: deadlines are seconds long */
+    if (now - s->last_scan < 0.1 || (!s->n_closing && !s->o.frame_timeout_ms)) return;
+    s->last_scan = now;
     for (int i = 0; i < s->o.max_clients; i++) {
         act_conn *c = &s->conns[i];
-        if (c->fd >= 0 && c->closing && now > c->closing_deadline) act_conn_close(s, c, 0, NULL);
+        if (c->fd < 0) continue;
+        if (c->closing && now > c->closing_deadline) {
+            act_conn_close(s, c, 0, NULL);
+        } else if (!c->closing && c->frame_deadline && now > c->frame_deadline) {
+            act_conn_close(s, c, 1, c->handshaken ? "frame not completed within --frame-timeout-ms"
+                                                  : "no HELLO within --frame-timeout-ms");
+        }
     }
 }

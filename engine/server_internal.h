@@ -39,6 +39,7 @@ typedef struct act_conn {
     int handshaken, closing, read_done;   /* read_done: peer half-closed, still owed replies */
     uint32_t events;               /* what epoll watches for it now */
     double closing_deadline;
+    double frame_deadline;         /* a frame begun (or HELLO owed) must be complete by then; 0 = idle */
     char peer[64], client[64];
     uint8_t hdr[ACT_PROTO_HDR];
     size_t hdr_got;
@@ -82,6 +83,7 @@ struct act_server {
     act_conn *conns;               /* max_clients slots */
     int *free_slots, n_free;
     int n_open, n_closing;
+    double last_scan;              /* of the connection table for expired deadlines */
     act_http_conn http[ACT_HTTP_SLOTS];
     int inflight;                  /* requests queued or running (I/O thread's count) */
 

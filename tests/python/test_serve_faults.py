@@ -72,7 +72,8 @@ def srv(act_serve, ref, tmp_path_factory):
     subprocess.run([sys.executable, str(REPO / "tools" / "convert_checkpoint.py"), str(d / "ck.pt"), "-o", str(model),
                     "--config", str(d / "ck.yaml"), "--stats", str(d / "st.pkl")], check=True, capture_output=True)
     # small output queue so a client that never reads is found quickly
-    proc, port, mport, log = _start(act_serve, model, d, "--max-out-bytes", 65536, "--max-clients", 256)
+    proc, port, mport, log = _start(act_serve, model, d, "--max-out-bytes", 65536, "--max-clients", 256,
+                                    "--frame-timeout-ms", 1500)
     rng = np.random.default_rng(2024)
     q = rng.standard_normal(5).astype(np.float32)
     imgs = {c: rng.integers(0, 256, (IMAGE, IMAGE, 3), dtype=np.uint8) for c in CAMS}
@@ -320,6 +321,23 @@ def test_thousands_of_connections_opened_and_dropped(srv):
            or _metric(srv.mport, "act_serve_connections_total") - total0 < graceful):
         assert time.monotonic() < deadline, _metrics(srv.mport)
         time.sleep(0.05)
+
+
+def test_stalled_frames_and_silent_connections_time_out(srv):
+    dropped = _metric(srv.mport, "act_serve_connections_dropped_total")
+    silent = _conn(srv, hello=False)                    # never says HELLO
+    header = _conn(srv)
+    header.sendall(wire.predict(90, srv.q, _frames(srv))[:5])      # stalls inside a header
+    payload = _conn(srv)
+    payload.sendall(wire.predict(91, srv.q, _frames(srv))[:3000])  # stalls inside a payload
+    t0 = time.monotonic()
+    for s in (silent, header, payload):
+        s.settimeout(30)
+        assert s.recv(1) == b"", "a stalled connection must be closed"
+    assert time.monotonic() - t0 < 20
+    assert _metric(srv.mport, "act_serve_connections_dropped_total") >= dropped + 3
+    log = srv.log.read_text()
+    assert "no HELLO within --frame-timeout-ms" in log and "frame not completed within --frame-timeout-ms" in log
 
 
 def test_max_clients_refuses_the_extra_connection(act_serve, srv):
