@@ -109,7 +109,27 @@ def stats(samples_ms, batch: int) -> dict:
 
     mean = float(t.mean())
     return {"batch": batch, "latency_ms": {"min": float(t[0]), "p50": pct(50), "p90": pct(90), "p99": pct(99),
-                                           "mean": mean}, "steps_per_s": batch * 1e3 / mean}
+                                           "mean": mean}, "steps_per_s": batch * 1e3 / mean,
+            "samples_ms": [float(v) for v in samples_ms]}
+
+
+def merge_rounds(results: list) -> dict:
+    """One result from the same measurement repeated in several rounds: samples pooled, figures
+    recomputed. A round that failed makes the whole result that failure."""
+    bad = next((r for r in results if r.get("status") != "ok"), None)
+    if bad is not None or len(results) == 1:
+        return bad or results[0]
+    out = dict(results[0])
+    out["rounds"] = len(results)
+    out["results"] = []
+    for i, first in enumerate(results[0]["results"]):
+        samples = [v for r in results for v in r["results"][i]["samples_ms"]]
+        merged = dict(first)
+        merged.update(stats(samples, first["batch"]))
+        if "images_per_s" in first:   # act-infer's figure: images per step stays the same
+            merged["images_per_s"] = first["images_per_s"] * merged["steps_per_s"] / first["steps_per_s"]
+        out["results"].append(merged)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -379,6 +399,8 @@ def main(argv=None) -> int:
                                                       "else build/act-infer)")
     ap.add_argument("--no-graph", action="store_true", help="act-infer without CUDA graphs")
     ap.add_argument("--peer-timeout", type=float, default=300, help="seconds per peer (and per act-infer run)")
+    ap.add_argument("--rounds", type=int, default=1, help="repeat act-infer and every peer, alternating, and pool "
+                                                           "the samples (fairer on a shared machine)")
     ap.add_argument("--budget-s", type=float, default=900, help="seconds for the whole comparison; peers "
                                                                  "not reached are reported as skipped")
     ap.add_argument("--autotune-batches", default="1", help="batch sizes torch.compile max-autotune runs at "
@@ -397,7 +419,7 @@ def main(argv=None) -> int:
     a.iters = a.iters if a.iters is not None else (100 if cuda else 10)
     a.warmup = a.warmup if a.warmup is not None else (10 if cuda else 2)
     bad = [p for p in a.precisions if p not in TOLERANCE] + [p for p in a.peers.split(",") if p not in PEERS]
-    if bad or min(a.batches) < 1 or a.iters < 1:
+    if bad or min(a.batches) < 1 or a.iters < 1 or a.rounds < 1:
         ap.error(f"bad --precision/--peers/--batch/--iters: {bad or a.batches}")
 
     if a.worker:
@@ -428,12 +450,6 @@ def main(argv=None) -> int:
     def left():
         return min(a.peer_timeout, deadline - time.time())
 
-    ours = {}
-    for prec in a.precisions:
-        if not os.path.exists(a.act_infer):
-            ours[prec] = {"status": "error", "reason": f"{a.act_infer} not found (build it, or pass --act-infer)"}
-        else:
-            ours[prec] = run_ours(a, model, inputs, prec, work, left())
     # The order serves the goals under a tight budget: the reference and eager peers first, then
     # compile default (the batch-256 goal; it compiles in a fraction of max-autotune's time), then
     # max-autotune (the batch-1 goal), then the rest; what the budget does not reach is "skipped".
@@ -441,8 +457,8 @@ def main(argv=None) -> int:
              "compile-reduce-overhead": 4}
     wanted = sorted(set(a.peers.split(",")), key=order.get)
     runs = [("eager", "fp32")] + [(p, q) for p in wanted for q in a.precisions if (p, q) != ("eager", "fp32")]
-    peers = []
-    for peer, prec in runs:
+
+    def one_peer(peer, prec):
         batches = a.batches
         if peer == "compile-max-autotune" and a.autotune_batches:
             batches = [b for b in a.batches if b in a.autotune_batches]
@@ -459,9 +475,25 @@ def main(argv=None) -> int:
             res = spawn_peer(a, peer, prec, batches, ckpt, cfg_path, stats_path, inputs, work, left())
         res.setdefault("peer", peer)
         res.setdefault("precision", prec)
-        peers.append(res)
         if res["status"] in ("error", "timeout"):
             print(f"compare_torch: {peer} {prec}: {res['status']}: {res.get('reason')}", file=sys.stderr)
+        return res
+
+    # Rounds alternate act-infer and the peers, so load from other work on a shared machine falls
+    # on both sides alike; the samples of all rounds are pooled.
+    ours_rounds = {prec: [] for prec in a.precisions}
+    peer_rounds = [[] for _ in runs]
+    for rnd in range(a.rounds):
+        for prec in a.precisions:
+            if not os.path.exists(a.act_infer):
+                res = {"status": "error", "reason": f"{a.act_infer} not found (build it, or pass --act-infer)"}
+            else:
+                res = run_ours(a, model, inputs, prec, work, left())
+            ours_rounds[prec].append(res)
+        for i, (peer, prec) in enumerate(runs):
+            peer_rounds[i].append(one_peer(peer, prec))
+    ours = {prec: merge_rounds(r) for prec, r in ours_rounds.items()}
+    peers = [merge_rounds(r) for r in peer_rounds]
 
     reference = next((p for p in peers if p["peer"] == "eager" and p["precision"] == "fp32" and p["status"] == "ok"), None)
     rows, checks = [], []

@@ -13,5 +13,5 @@ echo "cpu_latency: $(date -u +%FT%TZ) on $(nproc) cores, load average $load" >&2
 if awk -v l="$load" 'BEGIN { exit !(l > 0.5) }'; then
   echo "cpu_latency: WARNING: the machine is busy (load $load); the figures below are not clean" >&2
 fi
-exec "$py" bench/compare_torch.py --device cpu --config full --batch 1 --iters 20 --warmup 3 \
-     --threads 2 --peers eager,channels_last,compile-default --json "$out" "$@"
+exec "$py" bench/compare_torch.py --device cpu --config full --batch 1 --iters 10 --warmup 2 \
+     --threads 2 --rounds 3 --peers eager,channels_last,compile-default --json "$out" "$@"

@@ -55,6 +55,7 @@ typedef struct batch_result {
     int batch;
     double min, p50, p90, p99, mean;   /* ms */
     double steps_per_s;
+    double *samples;                   /* ms, in run order (owned); JSON carries them for merging runs */
     int have_stages;
     double stage_ms[ACT_STAGE_COUNT];
 } batch_result;
@@ -338,7 +339,8 @@ static int bench_batch(act_session *s, const act_config *cfg, const input_pool *
         if (act_run(s, &in, &o, err, errlen)) return -1;
     }
     double *t = malloc(sizeof(double) * a->iters);
-    if (!t) { snprintf(err, errlen, "out of memory for %d samples", a->iters); return -1; }
+    r->samples = malloc(sizeof(double) * a->iters);
+    if (!t || !r->samples) { free(t); snprintf(err, errlen, "out of memory for %d samples", a->iters); return -1; }
     double total = 0;
     for (int i = 0; i < a->iters; i++) {
         pool_window(pool, cfg, batch, i % windows, &in);
@@ -347,6 +349,7 @@ static int bench_batch(act_session *s, const act_config *cfg, const input_pool *
         t[i] = now_ms() - t0;
         total += t[i];
     }
+    memcpy(r->samples, t, sizeof(double) * a->iters);
     qsort(t, a->iters, sizeof(double), cmp_double);
     r->min = t[0];
     r->p50 = percentile(t, a->iters, 50);
@@ -518,7 +521,9 @@ static int write_json(const bench_report *r, const char *path, char *err, size_t
         } else {
             fputs("null", f);
         }
-        fprintf(f, "}%s\n", i + 1 < r->n_res ? "," : "");
+        fprintf(f, ", \"samples_ms\": [");
+        for (int k = 0; k < r->a->iters; k++) fprintf(f, "%s%.6f", k ? ", " : "", b->samples[k]);
+        fprintf(f, "]}%s\n", i + 1 < r->n_res ? "," : "");
     }
     fprintf(f, "  ]");
     if (r->first_chunk) {
@@ -565,6 +570,7 @@ int act_cmd_bench(int argc, char **argv) {
     input_pool pool = {0};
     float *out = NULL, *first = NULL;
     batch_result res[MAX_BATCHES];
+    memset(res, 0, sizeof res);
     int status = 1, max_batch = 0;
     if (act_model_load(a.model, &m, err, sizeof err)) goto fail;
     const act_config *cfg = act_model_config(m);
@@ -629,6 +635,7 @@ int act_cmd_bench(int argc, char **argv) {
     status = 0;
 fail:
     if (status) fprintf(stderr, "act-infer bench: %s\n", err);
+    for (int i = 0; i < MAX_BATCHES; i++) free(res[i].samples);
     free(first);
     free(out);
     pool_free(&pool);

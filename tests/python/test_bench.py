@@ -186,3 +186,19 @@ def test_compare_torch_runs_and_checks_outputs(act_infer, small_model, repo_root
                 row["p50"] / next(x["p50"] for x in r["rows"]
                                   if x["who"] == "act-infer" and x.get("batch") == row["batch"]), rel=1e-9)
     assert any(g["goal"].startswith("CPU batch 1") for g in r["goals"])
+
+
+def test_compare_rounds_pool_samples_and_keep_failures(repo_root, rng):
+    ct = _bench_module(repo_root)
+    a, b = rng.uniform(1, 2, 7).tolist(), rng.uniform(3, 4, 5).tolist()
+    r1 = {"status": "ok", "results": [ct.stats(a, 4)]}
+    r2 = {"status": "ok", "results": [ct.stats(b, 4)]}
+    m = ct.merge_rounds([r1, r2])
+    assert m["rounds"] == 2 and m["results"][0]["samples_ms"] == a + b
+    lat = m["results"][0]["latency_ms"]
+    pooled = np.sort(a + b)
+    assert lat["min"] == pooled[0] and lat["p50"] == pooled[5]   # nearest rank: ceil(0.5 * 12) - 1
+    assert lat["mean"] == pytest.approx(pooled.mean()) and lat["p99"] == pooled[-1]
+    assert m["results"][0]["steps_per_s"] == pytest.approx(4e3 / pooled.mean())
+    failed = {"status": "timeout", "reason": "ran past 5 s"}
+    assert ct.merge_rounds([r1, failed]) is failed
