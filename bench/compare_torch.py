@@ -166,7 +166,6 @@ def run_peer(a) -> dict:
             pred, _ = agent.policy_head(agent.normalization.normalize_qpos(q), tokens)
         return agent.normalization.denormalize_action(pred.float())
 
-    compile_s = None
     if a.peer.startswith("compile-"):
         step = torch.compile(step, mode=a.peer[len("compile-"):], dynamic=False)
 
@@ -194,10 +193,10 @@ def run_peer(a) -> dict:
         for bi, batch in enumerate(a.batches):
             windows = min(ROTATIONS, qpos.shape[0] - batch + 1)
             t0 = time.perf_counter()
-            out = one(batch, 0)   # first call: compiles when compiled
+            out = one(batch, 0)   # first call at this size: compiles when compiled
+            first_call_s = time.perf_counter() - t0
             if bi == 0:
                 first = out.numpy().astype(np.float32).ravel().tolist()
-                compile_s = time.perf_counter() - t0
             for i in range(a.warmup):
                 one(batch, i % windows)
             samples = []
@@ -207,12 +206,12 @@ def run_peer(a) -> dict:
                 one(batch, i % windows)
                 sync()
                 samples.append((time.perf_counter() - t0) * 1e3)
-            results.append(stats(samples, batch))
+            results.append(dict(stats(samples, batch), first_call_s=first_call_s))
             print(f"compare_torch: {a.peer} {a.precision} batch {batch}: p50 "
                   f"{results[-1]['latency_ms']['p50']:.3f} ms", file=sys.stderr)
     name = torch.cuda.get_device_name(dev) if pin else platform.processor() or platform.machine()
     return {"peer": a.peer, "precision": a.precision, "status": "ok", "torch": torch.__version__,
-            "device_name": name, "first_call_s": compile_s, "results": results, "first_output": first}
+            "device_name": name, "results": results, "first_output": first}
 
 
 # ---------------------------------------------------------------------------------------------
