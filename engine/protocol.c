@@ -343,8 +343,14 @@ static int read_camera(const act_config *cfg, cursor *c, int i, uint8_t *dst, ch
 #endif
 }
 
+size_t act_proto_predict_bytes(const act_config *c)
+{
+    size_t na = (size_t)c->pred_horizon * c->action_dim;
+    return 4 * (size_t)c->obs_dim + 4 * na + (size_t)c->num_cams * c->image_h * c->image_w * 3 + (size_t)c->pred_horizon;
+}
+
 int act_proto_parse_predict(const act_config *cfg, const uint8_t *p, uint32_t len, act_predict *out,
-                            char *msg, size_t msglen)
+                            void *buf, char *msg, size_t msglen)
 {
     cursor c = { p, len, 0 };
     uint32_t obs_dim, ncams;
@@ -361,86 +367,51 @@ int act_proto_parse_predict(const act_config *cfg, const uint8_t *p, uint32_t le
         return fail(msg, msglen, ACT_E_BAD_QPOS, "PREDICT: qpos has %u values, model expects obs_dim %d",
                     obs_dim, cfg->obs_dim);
 
+    /* layout: qpos | actions | frames | is_pad, floats first so every float is aligned */
     size_t frame = (size_t)cfg->image_h * cfg->image_w * 3;
     size_t na = (size_t)cfg->pred_horizon * cfg->action_dim;
     int has_actions = (out->flags & ACT_PREDICT_HAS_ACTIONS) != 0;
-    size_t qbytes = 4 * (size_t)cfg->obs_dim, abytes = has_actions ? 4 * na : 0;
-    size_t total = qbytes + abytes + (size_t)cfg->num_cams * frame + (has_actions ? (size_t)cfg->pred_horizon : 0);
-    uint8_t *data = malloc(total ? total : 1);
-    if (!data) return fail(msg, msglen, ACT_E_INTERNAL, "PREDICT: out of memory for %zu bytes", total);
-    out->data = data;
+    size_t qbytes = 4 * (size_t)cfg->obs_dim, abytes = 4 * na;
+    uint8_t *data = buf;
     out->qpos = (float *)data;
     if (has_actions) out->actions = (float *)(data + qbytes);
     for (int i = 0; i < cfg->num_cams; i++) out->images[i] = data + qbytes + abytes + (size_t)i * frame;
     if (has_actions) out->is_pad = data + qbytes + abytes + (size_t)cfg->num_cams * frame;
 
-    int rc;
-    if (get_f32s(&c, out->qpos, (size_t)cfg->obs_dim)) {
-        rc = fail(msg, msglen, ACT_E_MALFORMED, "PREDICT: qpos is truncated");
-        goto bad;
-    }
-    if (!finite_all(out->qpos, (size_t)cfg->obs_dim)) {
-        rc = fail(msg, msglen, ACT_E_BAD_QPOS, "PREDICT: qpos holds NaN or Inf");
-        goto bad;
-    }
-    if (get_u32(&c, &ncams)) {
-        rc = fail(msg, msglen, ACT_E_MALFORMED, "PREDICT: camera count is truncated");
-        goto bad;
-    }
+    if (get_f32s(&c, out->qpos, (size_t)cfg->obs_dim))
+        return fail(msg, msglen, ACT_E_MALFORMED, "PREDICT: qpos is truncated");
+    if (!finite_all(out->qpos, (size_t)cfg->obs_dim))
+        return fail(msg, msglen, ACT_E_BAD_QPOS, "PREDICT: qpos holds NaN or Inf");
+    if (get_u32(&c, &ncams))
+        return fail(msg, msglen, ACT_E_MALFORMED, "PREDICT: camera count is truncated");
     if (ncams != (uint32_t)cfg->num_cams) {
         char have[ACT_MAX_CAMS * ACT_NAME_LEN];
         join_names(cfg->camera_names, cfg->num_cams, have, sizeof have);
-        rc = fail(msg, msglen, ACT_E_BAD_CAMERA, "PREDICT: %u cameras sent, model expects %d [%s]",
-                  ncams, cfg->num_cams, have);
-        goto bad;
+        return fail(msg, msglen, ACT_E_BAD_CAMERA, "PREDICT: %u cameras sent, model expects %d [%s]",
+                    ncams, cfg->num_cams, have);
     }
-    for (int i = 0; i < cfg->num_cams; i++)
-        if ((rc = read_camera(cfg, &c, i, out->images[i], msg, msglen))) goto bad;
+    for (int i = 0; i < cfg->num_cams; i++) {
+        int rc = read_camera(cfg, &c, i, out->images[i], msg, msglen);
+        if (rc) return rc;
+    }
     if (has_actions) {
         uint32_t hh, aa;
-        if (get_u32(&c, &hh) || get_u32(&c, &aa)) {
-            rc = fail(msg, msglen, ACT_E_MALFORMED, "PREDICT: action chunk header is truncated");
-            goto bad;
-        }
-        if (hh != (uint32_t)cfg->pred_horizon || aa != (uint32_t)cfg->action_dim) {
-            rc = fail(msg, msglen, ACT_E_BAD_ACTIONS, "PREDICT: action chunk is [%u,%u], model expects [%d,%d]",
-                      hh, aa, cfg->pred_horizon, cfg->action_dim);
-            goto bad;
-        }
+        if (get_u32(&c, &hh) || get_u32(&c, &aa))
+            return fail(msg, msglen, ACT_E_MALFORMED, "PREDICT: action chunk header is truncated");
+        if (hh != (uint32_t)cfg->pred_horizon || aa != (uint32_t)cfg->action_dim)
+            return fail(msg, msglen, ACT_E_BAD_ACTIONS, "PREDICT: action chunk is [%u,%u], model expects [%d,%d]",
+                        hh, aa, cfg->pred_horizon, cfg->action_dim);
         if (get_f32s(&c, out->actions, na) || take(&c, out->is_pad, (size_t)cfg->pred_horizon) ||
-            get_u64(&c, &out->seed)) {
-            rc = fail(msg, msglen, ACT_E_MALFORMED, "PREDICT: action chunk is truncated");
-            goto bad;
-        }
-        if (!finite_all(out->actions, na)) {
-            rc = fail(msg, msglen, ACT_E_BAD_ACTIONS, "PREDICT: action chunk holds NaN or Inf");
-            goto bad;
-        }
+            get_u64(&c, &out->seed))
+            return fail(msg, msglen, ACT_E_MALFORMED, "PREDICT: action chunk is truncated");
+        if (!finite_all(out->actions, na))
+            return fail(msg, msglen, ACT_E_BAD_ACTIONS, "PREDICT: action chunk holds NaN or Inf");
         for (int t = 0; t < cfg->pred_horizon; t++)
-            if (out->is_pad[t] > 1) {
-                rc = fail(msg, msglen, ACT_E_BAD_ACTIONS, "PREDICT: is_pad[%d] = %u, expected 0 or 1", t, out->is_pad[t]);
-                goto bad;
-            }
-    } else if (out->flags & ACT_PREDICT_SAMPLE_LATENT) {
-        rc = fail(msg, msglen, ACT_E_MALFORMED, "PREDICT: sample_latent needs an action chunk (posterior path)");
-        goto bad;
-    }
-    if (c.off != c.len) {
-        rc = fail(msg, msglen, ACT_E_MALFORMED, "PREDICT: %zu trailing bytes after the last field", c.len - c.off);
-        goto bad;
-    }
+            if (out->is_pad[t] > 1)
+                return fail(msg, msglen, ACT_E_BAD_ACTIONS, "PREDICT: is_pad[%d] = %u, expected 0 or 1", t, out->is_pad[t]);
+    } else if (out->flags & ACT_PREDICT_SAMPLE_LATENT)
+        return fail(msg, msglen, ACT_E_MALFORMED, "PREDICT: sample_latent needs an action chunk (posterior path)");
+    if (c.off != c.len)
+        return fail(msg, msglen, ACT_E_MALFORMED, "PREDICT: %zu trailing bytes after the last field", c.len - c.off);
     return 0;
-bad:
-    act_predict_free(out);
-    return rc;
-}
-
-void act_predict_free(act_predict *r)
-{
-    free(r->data);
-    r->data = NULL;
-    r->qpos = NULL;
-    r->actions = NULL;
-    r->is_pad = NULL;
-    memset(r->images, 0, sizeof r->images);
 }

@@ -74,24 +74,24 @@ typedef struct act_result_hdr {
 uint8_t *act_proto_build_result(const act_result_hdr *r, const float *chunk, int horizon,
                                 int action_dim, size_t *n);
 
-/* A decoded PREDICT: qpos, then every camera's raw HWC frame in config order, then actions.
- * One allocation (data) sized from the model contract, never from the peer's numbers. */
+/* A decoded PREDICT: qpos, every camera's raw HWC frame in config order, the optional action
+ * chunk - all inside a buffer the caller owns, sized from the model contract alone
+ * (act_proto_predict_bytes), never from the peer's numbers, so a server can recycle them. */
 typedef struct act_predict {
     uint64_t request_id;
     uint32_t flags;
     uint64_t seed;
-    float *qpos;                           /* [obs_dim], inside data */
-    uint8_t *images[ACT_MAX_CAMS];         /* [image_h][image_w][3] each, inside data */
-    float *actions;                        /* [pred_horizon][action_dim] or NULL, inside data */
-    uint8_t *is_pad;                       /* [pred_horizon] or NULL, inside data */
-    void *data;
+    float *qpos;                           /* [obs_dim] */
+    uint8_t *images[ACT_MAX_CAMS];         /* [image_h][image_w][3] each */
+    float *actions;                        /* [pred_horizon][action_dim] or NULL */
+    uint8_t *is_pad;                       /* [pred_horizon] or NULL */
 } act_predict;
 
-/* Decodes and validates a PREDICT payload against the contract; zstd frames are inflated
- * (refused when the build has no zstd). On error returns the code, writes msg, frees nothing it
- * did not allocate, and leaves out->request_id set when it could be read (0 otherwise). */
+size_t act_proto_predict_bytes(const act_config *c);
+/* Decodes and validates a PREDICT payload against the contract into data (act_proto_predict_bytes
+ * bytes, 4-byte aligned); zstd frames are inflated (refused when the build has no zstd). On
+ * error returns the code and writes msg; out->request_id is set when it could be read. */
 int act_proto_parse_predict(const act_config *c, const uint8_t *p, uint32_t len, act_predict *out,
-                            char *msg, size_t msglen);
-void act_predict_free(act_predict *r);
+                            void *data, char *msg, size_t msglen);
 
 #endif

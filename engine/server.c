@@ -260,6 +260,8 @@ int act_server_attach(act_server *s, const act_model *m, act_session *sess, act_
     s->cfg = act_model_config(m);
     snprintf(s->device, sizeof s->device, "%s", act_session_device_name(sess));
     s->info_frame = act_proto_build_info(s->cfg, s->o.max_batch, s->device, &s->info_len);
+    s->req_bytes = sizeof(act_req) + (size_t)s->cfg->pred_horizon * s->cfg->action_dim * sizeof(float) +
+                   act_proto_predict_bytes(s->cfg);
     if (!s->info_frame) return fail(err, errlen, "act-serve: out of memory");
     if (act_infer_warmup(s, device, err, errlen)) return -1;
     if (s->stop_flag) return fail(err, errlen, "act-serve: stopped before the model was ready");
@@ -301,9 +303,12 @@ void act_server_free(act_server *s)
     for (int i = 0; s->conns && i < s->o.max_clients; i++)
         if (s->conns[i].fd >= 0) act_conn_close(s, &s->conns[i], 0, NULL);
     act_http_close_all(s);
+    for (act_req *r = s->req_pool, *n; r; r = n) {
+        n = r->next;
+        free(r);
+    }
     for (act_req *r = s->pend_head, *n; r; r = n) {
         n = r->next;
-        act_predict_free(&r->p);
         free(r);
     }
     if (s->lfd >= 0) close(s->lfd);

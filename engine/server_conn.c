@@ -202,6 +202,34 @@ static int on_hello(act_server *s, act_conn *c, const uint8_t *p, uint32_t len)
     return conn_send(s, c, f, s->info_len);
 }
 
+static act_req *req_get(act_server *s)
+{
+    act_req *r = s->req_pool;
+    if (r) {
+        s->req_pool = r->next;
+        s->n_pool--;
+    } else {
+        size_t chunk = (size_t)s->cfg->pred_horizon * s->cfg->action_dim * sizeof(float);
+        if (!(r = malloc(s->req_bytes))) return NULL;
+        r->data = (uint8_t *)r->chunk + chunk;
+    }
+    uint8_t *data = r->data;
+    memset(r, 0, sizeof *r);   /* the header only: data and chunk are overwritten before use */
+    r->data = data;
+    return r;
+}
+
+void act_req_put(act_server *s, act_req *r)
+{
+    if (s->n_pool >= s->o.max_queue) {
+        free(r);
+        return;
+    }
+    r->next = s->req_pool;
+    s->req_pool = r;
+    s->n_pool++;
+}
+
 static int on_predict(act_server *s, act_conn *c, const uint8_t *p, uint32_t len)
 {
     char msg[512];
@@ -219,12 +247,11 @@ static int on_predict(act_server *s, act_conn *c, const uint8_t *p, uint32_t len
         audit_line(s, c, id, ACT_E_OVERLOADED, NULL);
         return conn_error(s, c, id, ACT_E_OVERLOADED, msg, 0);
     }
-    size_t chunk = (size_t)cfg->pred_horizon * cfg->action_dim * sizeof(float);
-    act_req *r = calloc(1, sizeof *r + chunk);
+    act_req *r = req_get(s);
     if (!r) return conn_error(s, c, id, ACT_E_INTERNAL, "out of memory for a request", 0);
-    int code = act_proto_parse_predict(cfg, p, len, &r->p, msg, sizeof msg);
+    int code = act_proto_parse_predict(cfg, p, len, &r->p, r->data, msg, sizeof msg);
     if (code) {
-        free(r);
+        act_req_put(s, r);
         audit_line(s, c, id, code, NULL);
         return conn_error(s, c, id, code, msg, 0);
     }
@@ -429,8 +456,7 @@ void act_deliver_done(act_server *s)
                 conn_send(s, c, f, n);
             }
         }
-        act_predict_free(&r->p);
-        free(r);
+        act_req_put(s, r);
         r = next;
     }
 }

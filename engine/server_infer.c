@@ -108,20 +108,29 @@ static void run_batch(act_server *s, batch_bufs *b, act_req **rs, int n)
     act_outputs out;
     memset(&in, 0, sizeof in);
     memset(&out, 0, sizeof out);
-    for (int i = 0; i < n; i++) {
-        memcpy(b->qpos + (size_t)i * c->obs_dim, rs[i]->p.qpos, (size_t)c->obs_dim * sizeof(float));
-        for (int k = 0; k < c->num_cams; k++) memcpy(b->images[k] + (size_t)i * frame, rs[i]->p.images[k], frame);
+    in.batch = n;
+    if (n == 1) {   /* a batch of one is already laid out as act_run wants it: no copy */
+        in.qpos = rs[0]->p.qpos;
+        for (int k = 0; k < c->num_cams; k++) in.images[k] = rs[0]->p.images[k];
+        in.actions = rs[0]->p.actions;
+        in.action_is_pad = rs[0]->p.is_pad;
+    } else {
+        for (int i = 0; i < n; i++) {
+            memcpy(b->qpos + (size_t)i * c->obs_dim, rs[i]->p.qpos, (size_t)c->obs_dim * sizeof(float));
+            for (int k = 0; k < c->num_cams; k++) memcpy(b->images[k] + (size_t)i * frame, rs[i]->p.images[k], frame);
+            if (kind) {
+                memcpy(b->actions + (size_t)i * na, rs[i]->p.actions, na * sizeof(float));
+                memcpy(b->is_pad + (size_t)i * c->pred_horizon, rs[i]->p.is_pad, (size_t)c->pred_horizon);
+            }
+        }
+        in.qpos = b->qpos;
+        for (int k = 0; k < c->num_cams; k++) in.images[k] = b->images[k];
         if (kind) {
-            memcpy(b->actions + (size_t)i * na, rs[i]->p.actions, na * sizeof(float));
-            memcpy(b->is_pad + (size_t)i * c->pred_horizon, rs[i]->p.is_pad, (size_t)c->pred_horizon);
+            in.actions = b->actions;
+            in.action_is_pad = b->is_pad;
         }
     }
-    in.batch = n;
-    in.qpos = b->qpos;
-    for (int k = 0; k < c->num_cams; k++) in.images[k] = b->images[k];
     if (kind) {
-        in.actions = b->actions;
-        in.action_is_pad = b->is_pad;
         in.sample_latent = kind == 2;
         in.seed = rs[0]->p.seed;
         out.post_actions = b->out;

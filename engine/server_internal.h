@@ -14,7 +14,9 @@
 #include "protocol.h"
 #include "server.h"
 
-/* One PREDICT on its way through the server. chunk is sized at creation from the contract. */
+/* One PREDICT on its way through the server: one block sized from the contract at attach
+ * (header, chunk, then the decoded inputs at data), recycled through a pool so that the
+ * steady state allocates nothing and touches no fresh pages. */
 typedef struct act_req {
     struct act_req *next;
     uint32_t slot, gen;            /* the connection that asked */
@@ -24,6 +26,7 @@ typedef struct act_req {
     int code;                      /* 0 = chunk valid, else an act_err_code */
     char msg[ACT_ERR_LEN + 32];
     float kl;
+    uint8_t *data;                 /* act_proto_predict_bytes, inside this block */
     float chunk[];                 /* [pred_horizon][action_dim] */
 } act_req;
 
@@ -86,6 +89,9 @@ struct act_server {
     double last_scan;              /* of the connection table for expired deadlines */
     act_http_conn http[ACT_HTTP_SLOTS];
     int inflight;                  /* requests queued or running (I/O thread's count) */
+    act_req *req_pool;             /* recycled request blocks (I/O thread only) */
+    int n_pool;
+    size_t req_bytes;              /* one request block */
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -108,6 +114,7 @@ int act_conn_flush(act_server *s, act_conn *c);      /* -1: the connection was c
 void act_conn_close(act_server *s, act_conn *c, int dropped, const char *why);
 void act_conn_expire(act_server *s, double now);     /* closes refused clients past their linger */
 void act_deliver_done(act_server *s);                /* routes finished requests to their clients */
+void act_req_put(act_server *s, act_req *r);         /* back to the pool (or freed when it is full) */
 
 /* server_infer.c */
 int act_infer_start(act_server *s, char *err, size_t errlen);
