@@ -19,6 +19,7 @@
 #   memcheck   compute-sanitizer memcheck on full-size steps (eager, captured and replayed)
 #   racecheck  compute-sanitizer racecheck on the attention and norm kernels
 #   bench      bench/compare_torch.py --device cuda (if present): ours vs PyTorch eager/compile
+#   serve      bench/serve_load.py: act-serve on the GPU, 1/8/32 loopback clients, batching on/off
 # The last thing printed is the summary table (check, result, figure); it is also $OUT/summary.txt.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -176,6 +177,17 @@ EOF
     row bench "$([ $rc = 0 ] && echo ok || echo rc$rc)" "b=1 p50: ${fig:-no compare.json}"
 else
     row bench SKIP "no bench/compare_torch.py, build, full model or time"
+fi
+
+# ---------------- serving under load (act-serve on the GPU, loopback clients) ----------------
+if [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && [ -x "$BUILD/act-serve" ] && enough 40; then
+    timeout "$(limit 150)" python3 bench/serve_load.py --model "$TD/full.actw" --act-serve "$BUILD/act-serve" \
+        --device cuda --clients 1,8,32 --requests 50 --max-seconds 20 --json "$OUT/serve_load.json" \
+        >"$OUT/serve.log" 2>&1
+    rc=$?
+    row serve "$([ $rc = 0 ] && echo ok || echo rc$rc)" "$(tail -1 "$OUT/serve.log" | cut -c1-150)"
+else
+    row serve SKIP "no bench/serve_load.py, act-serve, full model or time"
 fi
 
 echo
