@@ -235,8 +235,8 @@ static int cu_begin_capture(act_backend *be, int key) {
     c->eager_step = 0;                      /* a failed eager step never reached end_capture */
     int seen = 0;
     for (int i = 0; i < c->n_warm; i++) seen |= c->warm[i] == key;
-    if (!seen && c->n_warm < MAX_GRAPHS) {
-        c->warm[c->n_warm++] = key;
+    if (!seen) {                            /* first step of the key, or no room for its graph */
+        if (c->n_warm < MAX_GRAPHS) c->warm[c->n_warm++] = key;
         c->eager_step = 1;
         return 0;
     }
