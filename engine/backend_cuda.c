@@ -199,7 +199,9 @@ static int cu_load_weights(act_backend *be, const act_model *m) {
     size_t n = w->blob_elems ? w->blob_elems : 1;
     KCHECK(cudaMalloc((void **)&c->wf32, n * 4));
     c->bytes += n * 4;
-    KCHECK(cudaMemcpy(c->wf32, w->blob, w->blob_elems * 4, cudaMemcpyHostToDevice));
+    /* on our stream: a pageable cudaMemcpy may return before its DMA lands, and the conversion
+     * below runs on a non-blocking stream that would not wait for it */
+    KCHECK(cudaMemcpyAsync(c->wf32, w->blob, w->blob_elems * 4, cudaMemcpyHostToDevice, c->st));
     if (c->wdt != ACT_DT_F32) {
         KCHECK(cudaMalloc(&c->wlow, n * 2));
         c->bytes += n * 2;
@@ -594,7 +596,10 @@ static int cu_sinusoid_table(act_backend *be, int L, int E, act_buf out) {
             if (2 * i + 1 < E) t[(size_t)p * E + 2 * i + 1] = cosf(a);
         }
     }
-    cudaError_t e = cudaMemcpy(out.p, t, (size_t)L * E * sizeof(float), cudaMemcpyHostToDevice);
+    /* on our stream and waited for: a pageable cudaMemcpy may return before its DMA lands */
+    cudaError_t e = cudaMemcpyAsync(out.p, t, (size_t)L * E * sizeof(float),
+                                    cudaMemcpyHostToDevice, CTX(be)->st);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(CTX(be)->st);
     free(t);
     CK(e);
     return 0;
