@@ -1,5 +1,6 @@
 /* backend_cuda.c - the act_backend op table on one CUDA device, in C.
- * defines: act_backend_cuda_create, act_cuda_available
+ * defines: act_cuda_plugin_create, act_cuda_plugin_available (the entry points of the plugin
+ *          libact_cuda.so, see backend_cuda_plugin.h)
  *
  * Each op resolves its weights to device pointers and calls an extern "C" launcher from
  * kernels/<family>.cuh on the backend's own non-blocking stream; cuBLAS and cuDNN run on that stream
@@ -31,7 +32,7 @@
 #include <cublas_v2.h>
 #include <cudnn.h>
 
-#include "backend.h"
+#include "backend_cuda_plugin.h"
 #include "attention.cuh"
 #include "conv.cuh"
 #include "elementwise.cuh"
@@ -668,7 +669,7 @@ static void cu_destroy(act_backend *be) {
     free(be);
 }
 
-int act_cuda_available(char *why, size_t whylen) {
+int act_cuda_plugin_available(char *why, size_t whylen) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
@@ -719,15 +720,15 @@ static int cu_setup(act_backend *be, int device) {
     return 0;
 }
 
-int act_backend_cuda_create(int device, act_precision prec, act_backend **out, char *err,
-                            size_t errlen) {
+int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, char *err,
+                           size_t errlen) {
     *out = NULL;
     if (prec < ACT_FP32 || prec > ACT_FP16) {
         snprintf(err, errlen, "cuda backend: unknown precision %d", (int)prec);
         return -1;
     }
     char why[256];
-    if (!act_cuda_available(why, sizeof why)) {
+    if (!act_cuda_plugin_available(why, sizeof why)) {
         snprintf(err, errlen, "cuda backend: %s", why);
         return -1;
     }

@@ -1,7 +1,7 @@
 /* session.c - a model bound to a backend: create, run, profile, free.
  * defines: act_session_default_opts, act_session_create, act_session_free, act_run,
  *          act_session_profile, act_session_stage_ms, act_session_device_name,
- *          act_session_device_bytes, act_stage_name, act_dtype_size
+ *          act_session_device_bytes, act_stage_name
  *
  * act_run is the only door from the caller's memory into a step: it checks every input (batch
  * range, a frame buffer per camera, finite qpos and actions), copies the inputs into the
@@ -23,16 +23,6 @@ struct act_session {
     int have_stages;
     double stage_ms[ACT_STAGE_COUNT];
 };
-
-size_t act_dtype_size(act_dtype dt) {
-    switch (dt) {
-    case ACT_DT_F32: return 4;
-    case ACT_DT_BF16:
-    case ACT_DT_F16: return 2;
-    case ACT_DT_U8: return 1;
-    default: return 4;
-    }
-}
 
 const char *act_stage_name(act_stage st) {
     static const char *names[ACT_STAGE_COUNT] = {"upload", "preprocess", "vision", "transformer",
