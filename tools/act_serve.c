@@ -152,7 +152,8 @@ int main(int argc, char **argv)
     char err[ACT_ERR_LEN], why[256];
     act_session_opts sopts = act_session_default_opts();
     if (parse_precision(c.precision, &sopts.precision)) return 2;
-    int cuda = act_cuda_available(why, sizeof why);
+    /* --device cpu never asks: that would load the CUDA plugin and its libraries for nothing */
+    int cuda = strcmp(c.device, "cpu") ? act_cuda_available(why, sizeof why) : 0;
     if (!strcmp(c.device, "auto")) {
         sopts.device = cuda ? ACT_DEVICE_CUDA : ACT_DEVICE_CPU;
     } else if (!strcmp(c.device, "cuda")) {
