@@ -669,6 +669,8 @@ static void cu_destroy(act_backend *be) {
     free(be);
 }
 
+unsigned act_cuda_plugin_abi(void) { return ACT_CUDA_PLUGIN_ABI; }
+
 int act_cuda_plugin_available(char *why, size_t whylen) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);

@@ -43,11 +43,21 @@ static int open_plugin(const char *what) {
     }
     g_create = (act_cuda_plugin_create_fn)dlsym(h, "act_cuda_plugin_create");
     g_available = (act_cuda_plugin_available_fn)dlsym(h, "act_cuda_plugin_available");
-    if (!g_create || !g_available) {
+    act_cuda_plugin_abi_fn abi = (act_cuda_plugin_abi_fn)dlsym(h, "act_cuda_plugin_abi");
+    if (!g_create || !g_available || !abi) {
         g_create = NULL;
         g_available = NULL;
         snprintf(g_err, sizeof g_err, "CUDA backend unavailable: %s is not an act-engine CUDA "
-                 "plugin (act_cuda_plugin_create/act_cuda_plugin_available not exported)", what);
+                 "plugin (act_cuda_plugin_create/_available/_abi not exported)", what);
+        return -1;
+    }
+    if (abi() != ACT_CUDA_PLUGIN_ABI) {
+        g_create = NULL;
+        g_available = NULL;
+        snprintf(g_err, sizeof g_err, "CUDA backend unavailable: %s comes from another build of "
+                 "act-engine (plugin ABI %08x, this program %08x): rebuild, or point "
+                 "ACT_CUDA_PLUGIN at the plugin built with this program", what, abi(),
+                 ACT_CUDA_PLUGIN_ABI);
         return -1;
     }
     return 0;

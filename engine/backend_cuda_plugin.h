@@ -5,7 +5,7 @@
  * The CUDA backend lives in a plugin so that a process maps cuBLAS/cuDNN/cudart (about 210 MB
  * resident just for being linked) only when it asks for a CUDA device, and so that CPU-only
  * machines run the binaries without any CUDA library installed. backend_cuda_loader.c dlopens
- * the plugin once and looks up exactly these two symbols; the plugin is built with hidden
+ * the plugin once and looks up exactly these symbols; the plugin is built with hidden
  * visibility, so nothing else it carries (its own copy of act_dtype_size, the kernels) can
  * clash with the core. They behave as act_backend_cuda_create / act_cuda_available in
  * backend.h / act.h; the act_backend they return is plain data from backend.h, and its op
@@ -16,14 +16,20 @@
 #include "backend.h"
 
 #define ACT_CUDA_PLUGIN_FILE "libact_cuda.so"
+/* The layout both sides must share: a plugin from another build (an older act_backend or
+ * act_model) is refused instead of being called with structures it does not know. */
+#define ACT_CUDA_PLUGIN_ABI ((unsigned)(sizeof(act_backend) * 1000003u + sizeof(act_model) * 1009u + \
+                                        sizeof(act_config) * 31u + sizeof(act_conv) + 1u))
 #define ACT_CUDA_PLUGIN_EXPORT __attribute__((visibility("default")))
 
 typedef int (*act_cuda_plugin_create_fn)(int device, act_precision prec, act_backend **out,
                                          char *err, size_t errlen);
 typedef int (*act_cuda_plugin_available_fn)(char *why, size_t whylen);
+typedef unsigned (*act_cuda_plugin_abi_fn)(void);
 
 ACT_CUDA_PLUGIN_EXPORT int act_cuda_plugin_create(int device, act_precision prec,
                                                   act_backend **out, char *err, size_t errlen);
 ACT_CUDA_PLUGIN_EXPORT int act_cuda_plugin_available(char *why, size_t whylen);
+ACT_CUDA_PLUGIN_EXPORT unsigned act_cuda_plugin_abi(void);   /* ACT_CUDA_PLUGIN_ABI as built */
 
 #endif
