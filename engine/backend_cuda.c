@@ -327,6 +327,9 @@ static int cu_stage_ms(act_backend *be, double *ms) {
 
 static int cu_upload(act_backend *be, act_buf dst, const void *host, size_t n) {
     if (n == 0) return 0;
+    /* the first op of an eager step (graphs off), which may run on another host thread than the
+     * last one: make our device current there (begin_capture/graph_replay do it otherwise) */
+    if (!CTX(be)->capturing) CK(cudaSetDevice(CTX(be)->dev));
     CK(cudaMemcpyAsync(dst.p, host, n * act_dtype_size(dst.dt), cudaMemcpyHostToDevice,
                        CTX(be)->st));
     return 0;
