@@ -14,7 +14,10 @@
  *   4. dlopen("libact_cuda.so"): LD_LIBRARY_PATH, the system library directories
  * A plugin file that exists but cannot be loaded (a CUDA library it needs is missing) stops the
  * search with dlerror()'s reason rather than silently trying the next one. A build without
- * CUDA has no plugin and says so without searching. */
+ * CUDA has no plugin and says so without searching.
+ * Before any of that, the NVIDIA driver (libcuda.so.1, a few MB) is asked whether a device
+ * exists: where there is none, the plugin - and the ~210 MB of cuBLAS it maps - is never loaded,
+ * so `--device auto` on a CPU-only machine costs nothing. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -80,7 +83,29 @@ static int try_file(const char *path, char *tried, size_t cap) {
     return 1;
 }
 
+/* 0 when the driver reports at least one device; else g_err says why not */
+static int probe_driver(void) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(g_err, sizeof g_err, "no usable CUDA device: the NVIDIA driver (libcuda.so.1) "
+                 "is not installed");
+        return -1;
+    }
+    int (*init)(unsigned) = (int (*)(unsigned))dlsym(h, "cuInit");
+    int (*count)(int *) = (int (*)(int *))dlsym(h, "cuDeviceGetCount");
+    int n = 0, rc = init && count ? init(0) : -1;
+    if (rc == 0) rc = count(&n);
+    dlclose(h);
+    if (rc != 0 || n < 1) {
+        snprintf(g_err, sizeof g_err, "no usable CUDA device: the NVIDIA driver %s",
+                 rc != 0 ? "failed to initialize (cuInit error)" : "reports no device");
+        return -1;
+    }
+    return 0;
+}
+
 static void load_plugin(void) {
+    if (probe_driver()) return;
     char tried[1024] = "";
     char path[4096];
     const char *env = getenv("ACT_CUDA_PLUGIN");
