@@ -9,7 +9,8 @@ build_dir=${1:-build}; shift || true
 
 pkgs=(build-essential cmake pkg-config libopenblas-dev libhdf5-dev libzstd-dev
       python3 python3-numpy python3-h5py python3-pytest python3-yaml python3-matplotlib
-      python3-zstandard python3-torch python3-torchvision haproxy)
+      python3-zstandard python3-torch python3-torchvision python3-pip python3-setuptools
+      python3-wheel haproxy)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -18,7 +19,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}" >&2
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
