@@ -57,6 +57,7 @@ class ActClient:
         self._declared = {"camera_names": list(camera_names or []), "obs_dim": int(obs_dim),
                           "action_dim": int(action_dim), "image_hw": tuple(int(v) for v in image_hw)}
         self._sock: Optional[socket.socket] = None
+        self._rbuf, self._rpos, self._rend = bytearray(65536), 0, 0   # received, not yet parsed
         self._info: Optional[Dict] = None
         self._ids = itertools.count(1)
         self._compressor = None
@@ -71,6 +72,7 @@ class ActClient:
 
     # ---- connection ----
     def _close(self) -> None:
+        self._rpos = self._rend = 0   # what a dead connection left unread belongs to no reply
         if self._sock is not None:
             try:
                 self._sock.close()
@@ -87,13 +89,35 @@ class ActClient:
         self.close()
 
     def _recv_exact(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self._sock.recv(n - len(buf))
-            if not chunk:
+        # buffered: one recv_into usually brings a whole reply (header and payload), so a
+        # RESULT costs one system call instead of two, and nothing is appended piecewise
+        while self._rend - self._rpos < n:
+            if self._rpos:
+                left = self._rend - self._rpos
+                self._rbuf[:left] = self._rbuf[self._rpos:self._rend]
+                self._rpos, self._rend = 0, left
+            if len(self._rbuf) < n:
+                self._rbuf.extend(bytes(n - len(self._rbuf)))
+            got = self._sock.recv_into(memoryview(self._rbuf)[self._rend:])
+            if not got:
                 raise ConnectionError("server closed the connection")
-            buf += chunk
-        return bytes(buf)
+            self._rend += got
+        out = bytes(self._rbuf[self._rpos:self._rpos + n])
+        self._rpos += n
+        return out
+
+    def _send_parts(self, parts, deadline: float) -> None:
+        """sendall of a list of buffers with scatter-gather: the frames are sent from the
+        caller's arrays rather than joined into one fresh ~590 KB bytes first."""
+        views = [memoryview(b).cast("B") for b in parts]
+        while views:
+            self._set_deadline(deadline)   # the whole send, not each partial one, has the timeout
+            sent = self._sock.sendmsg(views)
+            while views and sent >= views[0].nbytes:
+                sent -= views[0].nbytes
+                views.pop(0)
+            if sent:
+                views[0] = views[0][sent:]
 
     def _recv_frame(self):
         magic, version, mtype, length = wire.HDR.unpack(self._recv_exact(wire.HDR.size))
@@ -150,9 +174,8 @@ class ActClient:
                     self._connect(deadline)
                 if make_frame is None:
                     return None
-                rid, data = make_frame()
-                self._set_deadline(deadline)
-                self._sock.sendall(data)
+                rid, parts = make_frame()
+                self._send_parts(parts, deadline)
                 while True:
                     mtype, p = self._recv_frame()
                     if mtype == wire.ERROR:
@@ -205,7 +228,7 @@ class ActClient:
 
         def make():
             rid = next(self._ids)
-            return rid, wire.predict(rid, q, frames, actions, is_pad, sample_latent, seed)
+            return rid, wire.predict_parts(rid, q, frames, actions, is_pad, sample_latent, seed)
 
         t0 = time.perf_counter()
         _, p = self._call(make, wire.RESULT, "PREDICT")
@@ -219,5 +242,5 @@ class ActClient:
         """Round trip of a PING in seconds."""
         nonce = next(self._ids)
         t0 = time.perf_counter()
-        self._call(lambda: (nonce, wire.ping(nonce)), wire.PONG, "PING")
+        self._call(lambda: (nonce, [wire.ping(nonce)]), wire.PONG, "PING")
         return time.perf_counter() - t0

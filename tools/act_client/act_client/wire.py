@@ -47,20 +47,34 @@ def hello(obs_dim: int = 0, action_dim: int = 0, image_hw: Tuple[int, int] = (0,
     return frame(HELLO, p)
 
 
-def predict(request_id: int, qpos: np.ndarray, frames: Sequence[Tuple[str, int, int, int, bytes]],
-            actions: Optional[np.ndarray] = None, is_pad: Optional[np.ndarray] = None,
-            sample_latent: bool = False, seed: int = 0) -> bytes:
-    """frames: (camera, encoding, height, width, data) in model camera order."""
+def predict_parts(request_id: int, qpos: np.ndarray, frames: Sequence[Tuple[str, int, int, int, bytes]],
+                  actions: Optional[np.ndarray] = None, is_pad: Optional[np.ndarray] = None,
+                  sample_latent: bool = False, seed: int = 0) -> List:
+    """A PREDICT frame as a list of buffers (for socket.sendmsg): the frame data go in as they
+    are, not copied, since a full-size request is ~590 KB of pixels and each copy costs.
+    frames: (camera, encoding, height, width, data) in model camera order; data: any buffer."""
     flags = (HAS_ACTIONS if actions is not None else 0) | (SAMPLE_LATENT if sample_latent else 0)
     q = np.ascontiguousarray(qpos, dtype="<f4").reshape(-1)
-    parts = [struct.pack("<QII", request_id, flags, q.size), q.tobytes(), struct.pack("<I", len(frames))]
+    parts = [b"", struct.pack("<QII", request_id, flags, q.size), q.tobytes(), struct.pack("<I", len(frames))]
     for cam, enc, h, w, data in frames:
-        parts += [_name(cam), struct.pack("<BIII", enc, h, w, len(data)), data]
+        parts += [_name(cam) + struct.pack("<BIII", enc, h, w, _nbytes(data)), data]
     if actions is not None:
         a = np.ascontiguousarray(actions, dtype="<f4")
         pad = np.zeros(a.shape[0], np.uint8) if is_pad is None else np.asarray(is_pad, np.uint8).reshape(-1)
         parts += [struct.pack("<II", a.shape[0], a.shape[1]), a.tobytes(), pad.tobytes(), struct.pack("<Q", seed)]
-    return frame(PREDICT, b"".join(parts))
+    parts[0] = HDR.pack(MAGIC, VERSION, PREDICT, sum(_nbytes(b) for b in parts))
+    return parts
+
+
+def _nbytes(b) -> int:
+    return b.nbytes if isinstance(b, memoryview) else len(b)
+
+
+def predict(request_id: int, qpos: np.ndarray, frames: Sequence[Tuple[str, int, int, int, bytes]],
+            actions: Optional[np.ndarray] = None, is_pad: Optional[np.ndarray] = None,
+            sample_latent: bool = False, seed: int = 0) -> bytes:
+    """frames: (camera, encoding, height, width, data) in model camera order."""
+    return b"".join(predict_parts(request_id, qpos, frames, actions, is_pad, sample_latent, seed))
 
 
 def ping(nonce: int) -> bytes:
@@ -114,8 +128,9 @@ def parse_error(p: bytes) -> Tuple[int, int, str]:
 
 
 def encode_frames(images: Dict[str, np.ndarray], camera_names: List[str], hw: Tuple[int, int],
-                  compressor=None) -> List[Tuple[str, int, int, int, bytes]]:
-    """Checks and orders the camera frames; compressor: a zstandard.ZstdCompressor or None."""
+                  compressor=None) -> List[Tuple[str, int, int, int, memoryview]]:
+    """Checks and orders the camera frames; compressor: a zstandard.ZstdCompressor or None.
+    Raw frames are byte views of the caller's arrays (valid while those arrays are unchanged)."""
     missing = [c for c in camera_names if c not in images]
     extra = [c for c in images if c not in camera_names]
     if missing or extra:
@@ -125,7 +140,8 @@ def encode_frames(images: Dict[str, np.ndarray], camera_names: List[str], hw: Tu
         img = np.asarray(images[cam])
         if img.dtype != np.uint8 or img.shape != (hw[0], hw[1], 3):
             raise ValueError(f"images['{cam}']: expected uint8 {(hw[0], hw[1], 3)} (HWC), got {img.dtype} {img.shape}")
-        raw = np.ascontiguousarray(img).tobytes()
+        # a flat byte view of the pixels: no copy unless the array is not C-contiguous
+        raw = memoryview(np.ascontiguousarray(img)).cast("B")
         if compressor is not None:
             out.append((cam, ENC_ZSTD, hw[0], hw[1], compressor.compress(raw)))
         else:
