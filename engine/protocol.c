@@ -288,7 +288,9 @@ static int finite_all(const float *x, size_t n)
     return 1;
 }
 
-static int read_camera(const act_config *cfg, cursor *c, int i, uint8_t *dst, char *msg, size_t msglen)
+/* dst: where the frame goes; with view set, a raw frame is not copied there but *viewp is
+ * pointed at it inside the payload. */
+static int read_camera(const act_config *cfg, cursor *c, int i, uint8_t *dst, uint8_t **viewp, char *msg, size_t msglen)
 {
     char name[256];
     uint8_t enc;
@@ -318,7 +320,8 @@ static int read_camera(const act_config *cfg, cursor *c, int i, uint8_t *dst, ch
         if (nbytes != raw)
             return fail(msg, msglen, ACT_E_BAD_FRAME, "PREDICT: camera '%s' raw frame has %u bytes, expected %zu (%dx%dx3)",
                         name, nbytes, raw, cfg->image_h, cfg->image_w);
-        memcpy(dst, src, raw);
+        if (viewp) *viewp = (uint8_t *)src;
+        else memcpy(dst, src, raw);
         return 0;
     }
     if (enc != ACT_ENC_ZSTD)
@@ -349,8 +352,8 @@ size_t act_proto_predict_bytes(const act_config *c)
     return 4 * (size_t)c->obs_dim + 4 * na + (size_t)c->num_cams * c->image_h * c->image_w * 3 + (size_t)c->pred_horizon;
 }
 
-int act_proto_parse_predict(const act_config *cfg, const uint8_t *p, uint32_t len, act_predict *out,
-                            void *buf, char *msg, size_t msglen)
+static int parse_predict(const act_config *cfg, const uint8_t *p, uint32_t len, act_predict *out,
+                         void *buf, int view, char *msg, size_t msglen)
 {
     cursor c = { p, len, 0 };
     uint32_t obs_dim, ncams;
@@ -391,7 +394,7 @@ int act_proto_parse_predict(const act_config *cfg, const uint8_t *p, uint32_t le
                     ncams, cfg->num_cams, have);
     }
     for (int i = 0; i < cfg->num_cams; i++) {
-        int rc = read_camera(cfg, &c, i, out->images[i], msg, msglen);
+        int rc = read_camera(cfg, &c, i, out->images[i], view ? &out->images[i] : NULL, msg, msglen);
         if (rc) return rc;
     }
     if (has_actions) {
@@ -414,4 +417,16 @@ int act_proto_parse_predict(const act_config *cfg, const uint8_t *p, uint32_t le
     if (c.off != c.len)
         return fail(msg, msglen, ACT_E_MALFORMED, "PREDICT: %zu trailing bytes after the last field", c.len - c.off);
     return 0;
+}
+
+int act_proto_parse_predict(const act_config *cfg, const uint8_t *p, uint32_t len, act_predict *out,
+                            void *data, char *msg, size_t msglen)
+{
+    return parse_predict(cfg, p, len, out, data, 0, msg, msglen);
+}
+
+int act_proto_parse_predict_view(const act_config *cfg, uint8_t *p, uint32_t len, act_predict *out,
+                                 void *data, char *msg, size_t msglen)
+{
+    return parse_predict(cfg, p, len, out, data, 1, msg, msglen);
 }

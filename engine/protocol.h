@@ -93,5 +93,9 @@ size_t act_proto_predict_bytes(const act_config *c);
  * error returns the code and writes msg; out->request_id is set when it could be read. */
 int act_proto_parse_predict(const act_config *c, const uint8_t *p, uint32_t len, act_predict *out,
                             void *data, char *msg, size_t msglen);
+/* The same, but raw frames are not copied: out->images point into p, which must then outlive
+ * the request (the server hands the receive buffer to the request instead of copying ~590 KB). */
+int act_proto_parse_predict_view(const act_config *c, uint8_t *p, uint32_t len, act_predict *out,
+                                 void *data, char *msg, size_t msglen);
 
 #endif

@@ -305,10 +305,12 @@ void act_server_free(act_server *s)
     act_http_close_all(s);
     for (act_req *r = s->req_pool, *n; r; r = n) {
         n = r->next;
+        free(r->wire);
         free(r);
     }
     for (act_req *r = s->pend_head, *n; r; r = n) {
         n = r->next;
+        free(r->wire);
         free(r);
     }
     if (s->lfd >= 0) close(s->lfd);

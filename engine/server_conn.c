@@ -212,16 +212,22 @@ static act_req *req_get(act_server *s)
         size_t chunk = (size_t)s->cfg->pred_horizon * s->cfg->action_dim * sizeof(float);
         if (!(r = malloc(s->req_bytes))) return NULL;
         r->data = (uint8_t *)r->chunk + chunk;
+        r->wire = NULL;
+        r->wire_cap = 0;
     }
-    uint8_t *data = r->data;
+    uint8_t *data = r->data, *wire = r->wire;
+    size_t wire_cap = r->wire_cap;
     memset(r, 0, sizeof *r);   /* the header only: data and chunk are overwritten before use */
     r->data = data;
+    r->wire = wire;
+    r->wire_cap = wire_cap;
     return r;
 }
 
 void act_req_put(act_server *s, act_req *r)
 {
     if (s->n_pool >= s->o.max_queue) {
+        free(r->wire);
         free(r);
         return;
     }
@@ -230,7 +236,7 @@ void act_req_put(act_server *s, act_req *r)
     s->n_pool++;
 }
 
-static int on_predict(act_server *s, act_conn *c, const uint8_t *p, uint32_t len)
+static int on_predict(act_server *s, act_conn *c, uint8_t *p, uint32_t len)
 {
     char msg[512];
     uint64_t id = 0;
@@ -249,12 +255,20 @@ static int on_predict(act_server *s, act_conn *c, const uint8_t *p, uint32_t len
     }
     act_req *r = req_get(s);
     if (!r) return conn_error(s, c, id, ACT_E_INTERNAL, "out of memory for a request", 0);
-    int code = act_proto_parse_predict(cfg, p, len, &r->p, r->data, msg, sizeof msg);
+    int code = act_proto_parse_predict_view(cfg, p, len, &r->p, r->data, msg, sizeof msg);
     if (code) {
         act_req_put(s, r);
         audit_line(s, c, id, code, NULL);
         return conn_error(s, c, id, code, msg, 0);
     }
+    /* raw frames point into the receive buffer p (c->in): the request takes it, and the
+     * connection reads its next frame into the buffer the block brought back from its last use */
+    uint8_t *w = r->wire;
+    size_t wcap = r->wire_cap;
+    r->wire = c->in;
+    r->wire_cap = c->in_cap;
+    c->in = w;
+    c->in_cap = wcap;
     r->slot = (uint32_t)(c - s->conns);
     r->gen = c->gen;
     r->t_arrive = act_now();
@@ -273,7 +287,7 @@ static int on_predict(act_server *s, act_conn *c, const uint8_t *p, uint32_t len
 
 static int on_frame(act_server *s, act_conn *c)
 {
-    const uint8_t *p = c->in;
+    uint8_t *p = c->in;
     uint32_t len = c->fh.len;
     switch (c->fh.type) {
     case ACT_MSG_HELLO: return on_hello(s, c, p, len);

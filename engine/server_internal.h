@@ -27,6 +27,10 @@ typedef struct act_req {
     char msg[ACT_ERR_LEN + 32];
     float kl;
     uint8_t *data;                 /* act_proto_predict_bytes, inside this block */
+    uint8_t *wire;                 /* a payload buffer the raw frames point into, swapped with
+                                    * the connection's receive buffer instead of copied; it stays
+                                    * with the block when recycled (owned, may be NULL) */
+    size_t wire_cap;
     float chunk[];                 /* [pred_horizon][action_dim] */
 } act_req;
 

@@ -119,6 +119,16 @@ static void test_roundtrip(const act_config *c)
             CHECK(with ? r.actions && !memcmp(r.actions, acts, sizeof(float) * 24) && r.is_pad[5] == 1 && r.seed == 42
                        : r.actions == NULL, "action chunk differs");
         }
+        /* the server's form: the same decode, but raw frames are views into the payload */
+        act_predict v;
+        code = act_proto_parse_predict_view(c, b.p, (uint32_t)b.n, &v, data, msg, sizeof msg);
+        CHECK(code == 0, "valid PREDICT refused by the view parse: %s", msg);
+        if (!code) {
+            CHECK(!memcmp(v.qpos, qpos, sizeof(float) * 5) && v.seed == r.seed, "view parse: qpos or seed differs");
+            for (int k = 0; k < 3; k++)
+                CHECK(v.images[k] >= b.p && v.images[k] + 144 <= b.p + b.n && !memcmp(v.images[k], frames + k * 144, 144),
+                      "view parse: camera %d is not the payload's frame", k);
+        }
         free(data);
         CHECK(b.n <= act_proto_max_payload(c, ACT_MSG_PREDICT, 1), "valid payload %zu above the limit %u", b.n,
               act_proto_max_payload(c, ACT_MSG_PREDICT, 1));
