@@ -6,7 +6,7 @@
 #
 # Steps, each with its own time limit inside one budget (ACT_CHECK_BUDGET_S, default 330 s),
 # each failing soft (a failed step is reported and the next one runs):
-#   deps       unpack the carried .devdeps/*.deb (OpenBLAS, zstd headers) into /tmp and point
+#   deps       (tests/gpu/prepare_devdeps.sh fills .devdeps here) unpack the carried .devdeps/*.deb (OpenBLAS, zstd headers) into /tmp and point
 #              ACT_BLAS_ROOT / ACT_ZSTD_ROOT / LD_LIBRARY_PATH at them; find cuDNN in the torch
 #              wheel (nvidia.cudnn: lib/libcudnn.so.9 has no unversioned link, so make one in
 #              /tmp), headers from the wheel or .devdeps/cudnn/include. HDF5 is left out: the
