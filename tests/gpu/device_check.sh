@@ -32,6 +32,8 @@ BUILD=$ROOT/build-dev
 TD=$BUILD/testdata
 FULLW=/tmp/act_full
 export PYTHONUNBUFFERED=1
+# the interpreter with torch (the device's python3; ACT_PYTHON=/usr/bin/python3 for a dry run on Debian)
+PY=${ACT_PYTHON:-python3}
 SUMMARY=()
 
 left() { echo $((BUDGET - (SECONDS - T0))); }
@@ -58,7 +60,7 @@ deps() {
         export LD_LIBRARY_PATH=$dd/usr/lib/x86_64-linux-gnu/openblas-pthread:$dd/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     fi
     local cp r=/tmp/act_cudnn
-    cp=$(python3 -c "import nvidia.cudnn as m; print(list(m.__path__)[0])" 2>/dev/null)
+    cp=$("$PY" -c "import nvidia.cudnn as m; print(list(m.__path__)[0])" 2>/dev/null)
     mkdir -p "$r/lib"
     if [ -n "$cp" ] && [ -e "$cp/lib/libcudnn.so.9" ]; then
         for f in "$cp"/lib/libcudnn*.so.9; do ln -sf "$f" "$r/lib/"; done
@@ -91,10 +93,10 @@ fi
 have_full=0
 if ((built)); then
     mkdir -p "$TD" "$FULLW"
-    if timeout "$(limit 120)" python3 tests/make_testdata.py "$TD" >"$OUT/testdata.log" 2>&1; then
+    if timeout "$(limit 120)" "$PY" tests/make_testdata.py "$TD" >"$OUT/testdata.log" 2>&1; then
         row testdata ok "$(ls "$TD"/*.actw | wc -l) small models"
     # without the zstandard module the compressed variant fails: make the others without it
-    elif timeout "$(limit 120)" python3 - "$TD" >>"$OUT/testdata.log" 2>&1 <<'EOF'
+    elif timeout "$(limit 120)" "$PY" - "$TD" >>"$OUT/testdata.log" 2>&1 <<'EOF'
 import sys
 sys.path.insert(0, "tests")
 import make_testdata as m
@@ -104,9 +106,9 @@ sys.exit(m.main([None, sys.argv[1]]))
 EOF
     then row testdata ok "$(ls "$TD"/*.actw | wc -l) small models, no zstd variant (see testdata.log)"
     else row testdata FAIL "$(tail -1 "$OUT/testdata.log" | cut -c1-150)"; fi
-    if timeout "$(limit 120)" bash -c "python3 tools/act_reference.py make-checkpoint --out '$FULLW/full.pt' \
+    if timeout "$(limit 120)" bash -c "$PY tools/act_reference.py make-checkpoint --out '$FULLW/full.pt' \
             --config full --seed 0 --stats-out '$FULLW/stats.pkl' --config-out '$FULLW/agent.yaml' &&
-            python3 tools/convert_checkpoint.py '$FULLW/full.pt' -o '$TD/full.actw' \
+            $PY tools/convert_checkpoint.py '$FULLW/full.pt' -o '$TD/full.actw' \
             --config '$FULLW/agent.yaml' --stats '$FULLW/stats.pkl'" >>"$OUT/testdata.log" 2>&1; then
         have_full=1; row fullmodel ok "act_resnet full size -> $TD/full.actw"
     else row fullmodel FAIL "$(tail -1 "$OUT/testdata.log" | cut -c1-150)"; fi
@@ -158,12 +160,12 @@ ACT_OPS_ONLY=attention,norm,softmax ACT_OPS_PREC=fp32,bf16 ACT_OPS_BATCH=3 \
 # ---------------- benchmark ----------------
 if [ -f bench/compare_torch.py ] && ((built)) && ((have_full)) && enough 60; then
     b=$(($(left) - 10))
-    ACT_BUILD_DIR=$BUILD timeout "$b" python3 bench/compare_torch.py --device cuda --batch 1,256 \
+    ACT_BUILD_DIR=$BUILD timeout "$b" "$PY" bench/compare_torch.py --device cuda --batch 1,256 \
         --precision fp32,bf16 --budget-s $((b - 15)) --json "$OUT/compare.json" --ckpt "$FULLW/full.pt" \
         --model "$TD/full.actw" --config "$FULLW/agent.yaml" --stats "$FULLW/stats.pkl" \
         --workdir /tmp/act_bench >"$OUT/bench.log" 2>&1
     rc=$?
-    fig=$(python3 - "$OUT/compare.json" <<'EOF' 2>/dev/null
+    fig=$("$PY" - "$OUT/compare.json" <<'EOF' 2>/dev/null
 import json, sys
 rep = json.load(open(sys.argv[1]))
 out = []
@@ -181,7 +183,7 @@ fi
 
 # ---------------- serving under load (act-serve on the GPU, loopback clients) ----------------
 if [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && [ -x "$BUILD/act-serve" ] && enough 40; then
-    timeout "$(limit 150)" python3 bench/serve_load.py --model "$TD/full.actw" --act-serve "$BUILD/act-serve" \
+    timeout "$(limit 150)" "$PY" bench/serve_load.py --model "$TD/full.actw" --act-serve "$BUILD/act-serve" \
         --device cuda --clients 1,8,32 --requests 50 --max-seconds 20 --json "$OUT/serve_load.json" \
         >"$OUT/serve.log" 2>&1
     rc=$?
