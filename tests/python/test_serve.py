@@ -30,6 +30,7 @@ sys.path.insert(0, str(REPO / "tools" / "act_client"))
 
 from act_client import ActClient, ActContractError, ActPolicyRunner, ActTimeoutError  # noqa: E402
 from act_client import wire  # noqa: E402
+from serve_util import recv_frame  # noqa: E402
 
 IMAGE = 40          # frames the tiny model expects (HWC uint8), resized to 48x48 for the trunk
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -272,7 +273,7 @@ def test_sigterm_drains_in_flight_requests(server, tiny, rng):
     srv = server("--max-batch", 2)
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=120)
     s.sendall(wire.hello())
-    _recv(s)
+    recv_frame(s)
     n = 6
     q, imgs = _obs(rng, cfg["camera_names"])
     frames = wire.encode_frames(imgs, cfg["camera_names"], (IMAGE, IMAGE))
@@ -285,7 +286,7 @@ def test_sigterm_drains_in_flight_requests(server, tiny, rng):
     srv.proc.send_signal(signal.SIGTERM)
     got = {}
     for _ in range(n):
-        mtype, p = _recv(s)
+        mtype, p = recv_frame(s)
         assert mtype == wire.RESULT, wire.parse_error(p) if mtype == wire.ERROR else mtype
         r = wire.parse_result(p)
         assert r["request_id"] not in got, f"request {r['request_id']} answered twice"
@@ -298,19 +299,6 @@ def test_sigterm_drains_in_flight_requests(server, tiny, rng):
         socket.create_connection(("127.0.0.1", srv.port), timeout=5)
 
 
-def _recv(s):
-    def exact(n):
-        b = b""
-        while len(b) < n:
-            chunk = s.recv(n - len(b))
-            if not chunk:
-                raise ConnectionError("closed")
-            b += chunk
-        return b
-
-    magic, version, mtype, length = wire.HDR.unpack(exact(12))
-    assert magic == wire.MAGIC and version == wire.VERSION
-    return mtype, exact(length)
 
 
 def test_client_survives_server_killed_and_restarted(server, tiny, rng):

@@ -25,6 +25,7 @@ sys.path.insert(0, str(REPO / "tools" / "act_client"))
 
 from act_client import ActClient  # noqa: E402
 from act_client import wire  # noqa: E402
+from serve_util import recv_frame  # noqa: E402
 
 IMAGE = 40
 CAMS = ["l_vis", "r_vis", "front"]
@@ -100,27 +101,14 @@ def _conn(srv, hello=True):
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
     if hello:
         s.sendall(wire.hello(client_name="faulty"))
-        assert _recv(s)[0] == wire.INFO
+        assert recv_frame(s)[0] == wire.INFO
     return s
 
 
-def _recv(s):
-    def exact(n):
-        b = b""
-        while len(b) < n:
-            chunk = s.recv(n - len(b))
-            if not chunk:
-                raise ConnectionError("closed by server")
-            b += chunk
-        return b
-
-    magic, version, mtype, length = wire.HDR.unpack(exact(12))
-    assert magic == wire.MAGIC and version == wire.VERSION
-    return mtype, exact(length)
 
 
 def _expect_error(s, name, fragment, rid=None, closed=False):
-    mtype, p = _recv(s)
+    mtype, p = recv_frame(s)
     assert mtype == wire.ERROR, f"expected ERROR {name}, got type {mtype}"
     erid, code, msg = wire.parse_error(p)
     assert wire.ERROR_NAMES[code] == name and fragment in msg, (wire.ERROR_NAMES[code], msg)
@@ -199,7 +187,7 @@ def _predict_error(srv, payload_frame, name, fragment, rid):
     s.sendall(payload_frame)
     _expect_error(s, name, fragment, rid=rid)
     s.sendall(wire.predict(rid + 1, srv.q, _frames(srv)))   # same connection, a good request
-    mtype, p = _recv(s)
+    mtype, p = recv_frame(s)
     assert mtype == wire.RESULT
     r = wire.parse_result(p)
     assert r["request_id"] == rid + 1
@@ -281,7 +269,7 @@ def test_client_that_never_reads_is_dropped(srv):
     s.settimeout(60)
     s.connect(("127.0.0.1", srv.port))
     s.sendall(wire.hello(client_name="never-reads"))
-    assert _recv(s)[0] == wire.INFO
+    assert recv_frame(s)[0] == wire.INFO
     pings = b"".join(wire.ping(i) for i in range(2000))
     dropped = _metric(srv.mport, "act_serve_connections_dropped_total")
     deadline = time.monotonic() + 180
@@ -363,11 +351,11 @@ def test_overload_is_an_error_not_a_stall(act_serve, srv):
     try:
         s = socket.create_connection(("127.0.0.1", port), timeout=120)
         s.sendall(wire.hello())
-        assert _recv(s)[0] == wire.INFO
+        assert recv_frame(s)[0] == wire.INFO
         s.sendall(b"".join(wire.predict(70 + i, srv.q, _frames(srv)) for i in range(6)))
         kinds = {}
         for _ in range(6):
-            mtype, p = _recv(s)
+            mtype, p = recv_frame(s)
             if mtype == wire.RESULT:
                 kinds[wire.parse_result(p)["request_id"]] = "ok"
             else:
@@ -387,7 +375,7 @@ def test_half_closed_client_still_gets_its_replies(srv):
     s.shutdown(socket.SHUT_WR)   # "that is all I will send": the answers are still owed
     ids = []
     for _ in range(3):
-        mtype, p = _recv(s)
+        mtype, p = recv_frame(s)
         assert mtype == wire.RESULT
         r = wire.parse_result(p)
         np.testing.assert_allclose(r["chunk"], srv.want, rtol=1e-5, atol=1e-5)
