@@ -20,6 +20,7 @@
 
 #include "act.h"
 #include "model.h"
+#include "test_common.h"
 #include "weights.h"
 
 #if defined(__GNUC__)
@@ -30,41 +31,10 @@
 #define ACT_PRINTF_TEST
 #endif
 
-static int g_fail, g_checks;
-
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        g_checks++;                                                                        \
-        if (!(cond)) {                                                                     \
-            g_fail++;                                                                      \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                           \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fprintf(stderr, "\n");                                                         \
-        }                                                                                  \
-    } while (0)
 
 typedef struct bytes { unsigned char *p; size_t n; } bytes;
 
-/* xorshift-free splitmix64 stream: the seed is printed so a failure can be replayed */
-static uint64_t g_rng;
-static inline uint64_t rnd(void) {
-    uint64_t x = (g_rng += 0x9e3779b97f4a7c15ull);
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
 static inline size_t rnd_below(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
-static inline void seed_rng(const char *prog) {
-    const char *s = getenv("ACT_TEST_SEED");
-    g_rng = s ? strtoull(s, NULL, 0) : ((uint64_t)time(NULL) << 16 ^ (uint64_t)getpid());
-    printf("%s: seed %llu (replay with ACT_TEST_SEED)\n", prog, (unsigned long long)g_rng);
-}
-
-static inline const char *data_dir(void) {
-    const char *d = getenv("ACT_TEST_DATA");
-    return d ? d : "build/testdata";
-}
-
 static inline bytes read_all(const char *path) {
     bytes b = {NULL, 0};
     FILE *f = fopen(path, "rb");

@@ -21,6 +21,7 @@
 #include "backend.h"
 #include "forward.h"
 #include "model.h"
+#include "test_common.h"
 
 enum { NPREC = 4 };
 static const char *PREC_NAME[NPREC] = {"fp32", "tf32", "bf16", "fp16"};
@@ -28,21 +29,13 @@ static const char *PREC_NAME[NPREC] = {"fp32", "tf32", "bf16", "fp16"};
 #define MAX_OPS 48
 static const char *g_op[MAX_OPS];
 static double g_err[MAX_OPS][NPREC];
-static int g_bad[MAX_OPS][NPREC], g_nops, g_fail;
-static uint64_t g_rng;
+static int g_bad[MAX_OPS][NPREC], g_nops;
 
 typedef struct {
     act_backend *cpu, *gpu;
     int prec, B;
 } pair;
 
-static uint64_t rnd(void) {
-    uint64_t x = (g_rng += 0x9e3779b97f4a7c15ull);
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-static float urand(float lo, float hi) { return lo + (hi - lo) * (float)((rnd() >> 40) * (1.0 / 16777216.0)); }
 
 /* round to what the activation type can hold, so both backends get identical inputs */
 static float quant(float v, act_dtype dt) {
@@ -491,11 +484,8 @@ int main(void) {
         printf("SKIP test_backend_ops: %s\n", why);
         return 77;
     }
-    const char *dir = getenv("ACT_TEST_DATA");
-    if (!dir) dir = "build/testdata";
-    const char *s = getenv("ACT_TEST_SEED");
-    g_rng = s ? strtoull(s, NULL, 10) : (uint64_t)time(NULL);
-    printf("test_backend_ops: seed %llu (ACT_TEST_SEED replays it)\n", (unsigned long long)g_rng);
+    const char *dir = data_dir();
+    seed_rng("test_backend_ops");
     act_model *m = NULL, *mg = NULL;
     if (load(dir, "small.actw", &m) || load(dir, "small_sep_gn.actw", &mg)) return 1;
     const int batches[3] = {1, 3, 64};

@@ -15,19 +15,11 @@
 #include <unistd.h>
 #include "backend.h"
 #include "rng.h"
+#include "test_common.h"
 
 #define TOL 1e-5
 
-static int g_fail, g_checks;
-static uint64_t g_rng;
 
-static uint64_t rnd(void) {
-    uint64_t x = (g_rng += 0x9e3779b97f4a7c15ull);
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-static float urand(float lo, float hi) { return lo + (hi - lo) * (float)((rnd() >> 40) * (1.0 / 16777216.0)); }
 
 static float *rand_arr(size_t n, float lo, float hi) {
     float *p = malloc(n * sizeof *p);
@@ -484,9 +476,7 @@ static int load_ws(act_backend *be) {
 }
 
 int main(void) {
-    const char *s = getenv("ACT_TEST_SEED");
-    g_rng = s ? strtoull(s, NULL, 0) : ((uint64_t)time(NULL) << 16 ^ (uint64_t)getpid());
-    printf("test_cpu_ops: seed %llu (replay with ACT_TEST_SEED)\n", (unsigned long long)g_rng);
+    seed_rng("test_cpu_ops");
     char err[ACT_ERR_LEN];
     act_backend *be;
     if (act_backend_cpu_create(ACT_FP32, &be, err, sizeof err)) {

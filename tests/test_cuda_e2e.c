@@ -23,23 +23,15 @@
 #include <string.h>
 #include <time.h>
 #include "act.h"
+#include "test_common.h"
 
 static const char *PREC_NAME[4] = {"fp32", "tf32", "bf16", "fp16"};
 static const double TOL_FULL[4] = {1e-4, 2e-3, 2e-2, 2e-2};
 static const double TOL_SMALL[4] = {1e-4, 5e-3, 6e-2, 6e-2};
 static const double *TOL = TOL_SMALL;          /* the limits of the model under test */
-static int g_fail, g_checks;
-static uint64_t g_rng;
 static double g_worst[4], g_worst_full[4];
 static int g_full_ran;
 
-static uint64_t rnd(void) {
-    uint64_t x = (g_rng += 0x9e3779b97f4a7c15ull);
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-static float urand(float lo, float hi) { return lo + (hi - lo) * (float)((rnd() >> 40) * (1.0 / 16777216.0)); }
 
 typedef struct {                 /* one input set and the outputs of one run on it */
     float *qpos, *actions;
@@ -227,11 +219,8 @@ int main(void) {
         printf("SKIP test_cuda_e2e: %s\n", why);
         return 77;
     }
-    const char *dir = getenv("ACT_TEST_DATA");
-    if (!dir) dir = "build/testdata";
-    const char *s = getenv("ACT_TEST_SEED");
-    g_rng = s ? strtoull(s, NULL, 10) : (uint64_t)time(NULL);
-    printf("test_cuda_e2e: seed %llu (ACT_TEST_SEED replays it)\n", (unsigned long long)g_rng);
+    const char *dir = data_dir();
+    seed_rng("test_cuda_e2e");
     const char *names[3] = {"small.actw", "small_sep_gn.actw", "full.actw"};
     for (int i = 0; i < 3; i++) {
         char path[1024];

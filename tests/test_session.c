@@ -22,28 +22,10 @@
 #include <time.h>
 #include <unistd.h>
 #include "act.h"
+#include "test_common.h"
 
-static int g_fail, g_checks;
-static uint64_t g_rng;
 
-#define CHECK(cond, ...)                                             \
-    do {                                                             \
-        g_checks++;                                                  \
-        if (!(cond)) {                                               \
-            g_fail++;                                                \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);     \
-            fprintf(stderr, __VA_ARGS__);                            \
-            fprintf(stderr, "\n");                                   \
-        }                                                            \
-    } while (0)
 
-static uint64_t rnd(void) {
-    uint64_t x = (g_rng += 0x9e3779b97f4a7c15ull);
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-static float urand(float lo, float hi) { return lo + (hi - lo) * (float)((rnd() >> 40) * (1.0 / 16777216.0)); }
 
 static double rel(const float *a, const float *b, size_t n) {
     double num = 0, den = 0;
@@ -289,11 +271,8 @@ static void test_model(const char *path) {
 }
 
 int main(void) {
-    const char *seed = getenv("ACT_TEST_SEED");
-    g_rng = seed ? strtoull(seed, NULL, 0) : ((uint64_t)time(NULL) << 16 ^ (uint64_t)getpid());
-    printf("test_session: seed %llu (replay with ACT_TEST_SEED)\n", (unsigned long long)g_rng);
-    const char *dir = getenv("ACT_TEST_DATA");
-    if (!dir) dir = "build/testdata";
+    seed_rng("test_session");
+    const char *dir = data_dir();
     const char *models[] = {"small.actw", "small_sep_gn.actw"};
     for (int i = 0; i < 2; i++) {
         char path[1024];
