@@ -1,0 +1,506 @@
+/* emu_dnn.cc (CUDA emulator) - cuDNN's legacy forward convolution on the host.
+ *
+ * Descriptors are plain records. Everything a convolution call needs is checked at the call,
+ * as the real library does before it launches: inconsistent shapes give BAD_PARAM,
+ * configurations cuDNN (or this emulator) has no kernel for give NOT_SUPPORTED, an operand
+ * outside device memory is a fault. The work is queued on the handle's stream with emu_enqueue
+ * and captures the descriptors by value, so a graph replays exactly what was recorded.
+ *
+ * The heuristics imitate cuDNN's shape: several entries, a non-GEMM algorithm first for FLOAT
+ * data (conv.cu's fp32 mode must skip it), tensor-op entries for HALF/BFLOAT16, each with the
+ * workspace it needs; the workspace query returns the same number and a convolution given
+ * less refuses with BAD_PARAM. Every algorithm computes the same thing here: im2col per image,
+ * then one OpenBLAS sgemm [K x CRS] x [CRS x HoWo]. Numerics follow the math type: FLOAT data
+ * with FMA_MATH is plain fp32; with the other math types x and w are first rounded to TF32, as
+ * Ampere and later cuDNN do; HALF/BFLOAT16 products are exact in fp32 and accumulate in fp32,
+ * the output rounded to nearest even. */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+#include "cudnn.h"
+#include "emu_internal.h"
+
+struct emu_dnn_handle { cudaStream_t stream; };
+struct emu_dnn_tensor { int set; cudnnDataType_t t; int n, c, h, w; };
+struct emu_dnn_filter { int set; cudnnDataType_t t; int k, c, h, w; };
+struct emu_dnn_conv { int set; int ph, pw, sh, sw, dh, dw; cudnnMathType_t math; };
+struct emu_dnn_act { int set; cudnnActivationMode_t mode; cudnnNanPropagation_t nan; };
+
+/* one convolution's geometry, checked */
+struct conv_shape {
+    cudnnDataType_t t;
+    int N, C, H, W, K, R, S, Ho, Wo;
+    int ph, pw, sh, sw, dh, dw;
+};
+
+static int emulated_type(cudnnDataType_t t) {
+    return t == CUDNN_DATA_FLOAT || t == CUDNN_DATA_HALF || t == CUDNN_DATA_BFLOAT16;
+}
+static int known_type(cudnnDataType_t t) {
+    return emulated_type(t) || t == CUDNN_DATA_DOUBLE || t == CUDNN_DATA_INT8 ||
+           t == CUDNN_DATA_INT32;
+}
+static cudaDataType_t cuda_type(cudnnDataType_t t) {
+    return t == CUDNN_DATA_HALF ? CUDA_R_16F : t == CUDNN_DATA_BFLOAT16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+static size_t type_size(cudnnDataType_t t) { return t == CUDNN_DATA_FLOAT ? 4 : 2; }
+
+/* the environment switch that makes cuDNN offer nothing, read at each call so tests can flip it */
+static int dnn_disabled(void) {
+    const char *e = getenv("ACT_EMU_CUDNN");
+    return e && strcmp(e, "none") == 0;
+}
+
+static int out_dim(int in, int pad, int k, int stride, int dil) {
+    int span = (k - 1) * dil + 1;
+    return in + 2 * pad < span ? 0 : (in + 2 * pad - span) / stride + 1;
+}
+
+/* x, w, conv (and y when given) -> shape; BAD_PARAM when they do not fit together */
+static cudnnStatus_t make_shape(const emu_dnn_tensor *x, const emu_dnn_filter *w,
+                                const emu_dnn_conv *cd, const emu_dnn_tensor *y, conv_shape *s) {
+    if (!x || !w || !cd || !x->set || !w->set || !cd->set) return CUDNN_STATUS_BAD_PARAM;
+    if (x->c != w->c || x->t != w->t) return CUDNN_STATUS_BAD_PARAM;
+    *s = conv_shape{x->t, x->n, x->c, x->h, x->w, w->k, w->h, w->w, 0, 0,
+                    cd->ph, cd->pw, cd->sh, cd->sw, cd->dh, cd->dw};
+    s->Ho = out_dim(s->H, s->ph, s->R, s->sh, s->dh);
+    s->Wo = out_dim(s->W, s->pw, s->S, s->sw, s->dw);
+    if (s->Ho <= 0 || s->Wo <= 0) return CUDNN_STATUS_BAD_PARAM;
+    if (y && (!y->set || y->t != s->t || y->n != s->N || y->c != s->K || y->h != s->Ho ||
+              y->w != s->Wo))
+        return CUDNN_STATUS_BAD_PARAM;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+static size_t im2col_bytes(const conv_shape &s) {
+    return (size_t)s.C * s.R * s.S * s.Ho * s.Wo * type_size(s.t);
+}
+
+/* NOT_SUPPORTED when this emulated cuDNN has no kernel for algo on this shape */
+static cudnnStatus_t algo_workspace(const conv_shape &s, cudnnConvolutionFwdAlgo_t algo,
+                                    size_t *bytes) {
+    if (dnn_disabled()) return CUDNN_STATUS_NOT_SUPPORTED;
+    switch (algo) {
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: *bytes = 0; return CUDNN_STATUS_SUCCESS;
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM:
+        *bytes = im2col_bytes(s);
+        return CUDNN_STATUS_SUCCESS;
+    case CUDNN_CONVOLUTION_FWD_ALGO_GEMM:
+        if (s.t != CUDNN_DATA_FLOAT) return CUDNN_STATUS_NOT_SUPPORTED;
+        *bytes = (size_t)s.N * im2col_bytes(s);
+        return CUDNN_STATUS_SUCCESS;
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED: {
+        if (s.t != CUDNN_DATA_FLOAT || s.R != 3 || s.S != 3 || s.sh != 1 || s.sw != 1 ||
+            s.dh != 1 || s.dw != 1)
+            return CUDNN_STATUS_NOT_SUPPORTED;
+        /* F(4x4, 3x3): 6x6 transforms of the input tiles, the filters and the output tiles */
+        size_t tiles = (size_t)((s.Ho + 3) / 4) * ((s.Wo + 3) / 4);
+        *bytes = 36 * ((size_t)s.N * s.C * tiles + (size_t)s.K * s.C + (size_t)s.N * s.K * tiles) * 4;
+        return CUDNN_STATUS_SUCCESS;
+    }
+    default: return CUDNN_STATUS_NOT_SUPPORTED;
+    }
+}
+
+static int on_device(const char *call, const char *what, const void *p, size_t bytes) {
+    if (bytes == 0 || emu_is_device_range(p, bytes)) return 1;
+    emu_fault("%s: %s (%zu bytes at %p) is not in device memory", call, what, bytes, p);
+    return 0;
+}
+
+/* a buffer of n elements of type t as fp32, rounded to TF32 when tf32 */
+static std::vector<float> widen(const void *p, cudaDataType_t t, size_t n, int tf32) {
+    std::vector<float> out(n);
+    for (size_t i = 0; i < n; i++) {
+        float v = emu_load(p, t, i);
+        out[i] = tf32 ? emu_round_tf32(v) : v;
+    }
+    return out;
+}
+
+/* col[(c R + r) S + q][oy Wo + ox] = x[c][oy sh - ph + r dh][ox sw - pw + q dw], 0 outside */
+static void im2col(const float *x, const conv_shape &s, float *col) {
+    size_t P = (size_t)s.Ho * s.Wo;
+    for (int c = 0; c < s.C; c++)
+        for (int r = 0; r < s.R; r++)
+            for (int q = 0; q < s.S; q++) {
+                float *row = col + ((size_t)(c * s.R + r) * s.S + q) * P;
+                for (int oy = 0; oy < s.Ho; oy++) {
+                    float *dst = row + (size_t)oy * s.Wo;
+                    int iy = oy * s.sh - s.ph + r * s.dh;
+                    if (iy < 0 || iy >= s.H) {
+                        memset(dst, 0, sizeof(float) * s.Wo);
+                        continue;
+                    }
+                    const float *src = x + ((size_t)c * s.H + iy) * s.W;
+                    for (int ox = 0; ox < s.Wo; ox++) {
+                        int ix = ox * s.sw - s.pw + q * s.dw;
+                        dst[ox] = ix >= 0 && ix < s.W ? src[ix] : 0.0f;
+                    }
+                }
+            }
+}
+
+/* what one queued convolution does; the fused call fills the epilogue fields */
+struct conv_job {
+    conv_shape s;
+    int tf32;
+    float alpha, beta;
+    const void *x, *w;
+    void *y;
+    int fused;
+    float alpha2;
+    const void *z, *bias;
+    cudnnActivationMode_t act;
+    cudnnNanPropagation_t nan;
+};
+
+static float activate(float v, cudnnActivationMode_t act, cudnnNanPropagation_t nan) {
+    if (act != CUDNN_ACTIVATION_RELU) return v;
+    if (isnan(v)) return nan == CUDNN_PROPAGATE_NAN ? v : 0.0f;
+    return v > 0.0f ? v : 0.0f;
+}
+
+static void run_conv(const conv_job &j) {
+    const conv_shape &s = j.s;
+    cudaDataType_t ct = cuda_type(s.t);
+    size_t crs = (size_t)s.C * s.R * s.S, P = (size_t)s.Ho * s.Wo, chw = (size_t)s.C * s.H * s.W;
+    /* fp32 data read exactly is used in place; anything else goes through fp32 copies */
+    int in_place = s.t == CUDNN_DATA_FLOAT && !j.tf32;
+    int direct_out = s.t == CUDNN_DATA_FLOAT && !j.fused;
+    int pointwise = s.R == 1 && s.S == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
+    std::vector<float> w32, x32, col, out;
+    const float *wf = (const float *)j.w;
+    if (!in_place) {
+        w32 = widen(j.w, ct, (size_t)s.K * crs, j.tf32);
+        wf = w32.data();
+    }
+    if (!pointwise) col.resize(crs * P);
+    if (!direct_out) out.resize((size_t)s.K * P);
+    for (int n = 0; n < s.N; n++) {
+        const float *xf = (const float *)j.x + n * chw;
+        if (!in_place) {
+            x32 = widen((const char *)j.x + n * chw * type_size(s.t), ct, chw, j.tf32);
+            xf = x32.data();
+        }
+        if (!pointwise) im2col(xf, s, col.data());
+        const float *cf = pointwise ? xf : col.data();
+        size_t ybase = (size_t)n * s.K * P;
+        float beta = j.fused ? 0.0f : j.beta;
+        float *o = direct_out ? (float *)j.y + ybase : out.data();
+        if (!direct_out && beta != 0.0f)
+            for (size_t i = 0; i < out.size(); i++) out[i] = emu_load(j.y, ct, ybase + i);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.K, (int)P, (int)crs, j.alpha,
+                    wf, (int)crs, cf, (int)P, beta, o, (int)P);
+        if (direct_out) continue;
+        for (int k = 0; k < s.K; k++)
+            for (size_t p = 0; p < P; p++) {
+                size_t i = (size_t)k * P + p;
+                float v = out[i];
+                if (j.fused) {
+                    if (j.alpha2 != 0.0f) v += j.alpha2 * emu_load(j.z, ct, ybase + i);
+                    v = activate(v + emu_load(j.bias, ct, k), j.act, j.nan);
+                }
+                emu_store(j.y, ct, ybase + i, v);
+            }
+    }
+}
+
+/* the checks and the queueing shared by both convolution calls */
+static cudnnStatus_t convolve(const char *call, cudnnHandle_t h, const void *alpha,
+                              const emu_dnn_tensor *xd, const void *x, const emu_dnn_filter *wd,
+                              const void *w, const emu_dnn_conv *cd,
+                              cudnnConvolutionFwdAlgo_t algo, void *ws, size_t ws_size,
+                              const emu_dnn_tensor *yd, void *y, conv_job *j) {
+    if (!h || !alpha) return CUDNN_STATUS_BAD_PARAM;
+    cudnnStatus_t st = make_shape(xd, wd, cd, yd, &j->s);
+    if (st != CUDNN_STATUS_SUCCESS) return st;
+    size_t need = 0;
+    st = algo_workspace(j->s, algo, &need);
+    if (st != CUDNN_STATUS_SUCCESS) return st;
+    if (ws_size < need || (need > 0 && !ws)) return CUDNN_STATUS_BAD_PARAM;
+    const conv_shape &s = j->s;
+    size_t es = type_size(s.t);
+    if (!on_device(call, "x", x, (size_t)s.N * s.C * s.H * s.W * es) ||
+        !on_device(call, "w", w, (size_t)s.K * s.C * s.R * s.S * es) ||
+        !on_device(call, "y", y, (size_t)s.N * s.K * s.Ho * s.Wo * es) ||
+        !on_device(call, "the workspace", ws, need))
+        return CUDNN_STATUS_EXECUTION_FAILED;
+    j->tf32 = s.t == CUDNN_DATA_FLOAT && cd->math != CUDNN_FMA_MATH;
+    j->alpha = *(const float *)alpha;
+    j->x = x;
+    j->w = w;
+    j->y = y;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+static cudnnStatus_t enqueue(cudnnHandle_t h, const char *call, const conv_job &j) {
+    auto op = [j]() {
+        emu_count("conv");
+        run_conv(j);
+    };
+    return emu_enqueue(h->stream, call, op) == cudaSuccess ? CUDNN_STATUS_SUCCESS
+                                                           : CUDNN_STATUS_EXECUTION_FAILED;
+}
+
+template <class T> static cudnnStatus_t create(T **d) {
+    if (!d) return CUDNN_STATUS_BAD_PARAM;
+    *d = (T *)calloc(1, sizeof(T));
+    return *d ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;
+}
+
+extern "C" {
+
+cudnnStatus_t cudnnCreate(cudnnHandle_t *handle) { return create(handle); }
+
+cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) {
+    if (!handle) return CUDNN_STATUS_BAD_PARAM;
+    free(handle);
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t stream) {
+    if (!handle) return CUDNN_STATUS_BAD_PARAM;
+    handle->stream = stream;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+const char *cudnnGetErrorString(cudnnStatus_t status) {
+    switch (status) {
+    case CUDNN_STATUS_SUCCESS: return "CUDNN_STATUS_SUCCESS";
+    case CUDNN_STATUS_NOT_INITIALIZED: return "CUDNN_STATUS_NOT_INITIALIZED";
+    case CUDNN_STATUS_ALLOC_FAILED: return "CUDNN_STATUS_ALLOC_FAILED";
+    case CUDNN_STATUS_BAD_PARAM: return "CUDNN_STATUS_BAD_PARAM";
+    case CUDNN_STATUS_INTERNAL_ERROR: return "CUDNN_STATUS_INTERNAL_ERROR";
+    case CUDNN_STATUS_INVALID_VALUE: return "CUDNN_STATUS_INVALID_VALUE";
+    case CUDNN_STATUS_ARCH_MISMATCH: return "CUDNN_STATUS_ARCH_MISMATCH";
+    case CUDNN_STATUS_MAPPING_ERROR: return "CUDNN_STATUS_MAPPING_ERROR";
+    case CUDNN_STATUS_EXECUTION_FAILED: return "CUDNN_STATUS_EXECUTION_FAILED";
+    case CUDNN_STATUS_NOT_SUPPORTED: return "CUDNN_STATUS_NOT_SUPPORTED";
+    }
+    return "CUDNN_STATUS_UNKNOWN";
+}
+
+cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *desc) { return create(desc); }
+cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t desc) {
+    free(desc);
+    return CUDNN_STATUS_SUCCESS;
+}
+
+/* format and type: BAD_PARAM when not a cuDNN value at all, NOT_SUPPORTED when real but not
+ * emulated (NHWC, DOUBLE, INT8, INT32) */
+static cudnnStatus_t check_layout(cudnnTensorFormat_t f, cudnnDataType_t t) {
+    if ((f != CUDNN_TENSOR_NCHW && f != CUDNN_TENSOR_NHWC) || !known_type(t))
+        return CUDNN_STATUS_BAD_PARAM;
+    if (f != CUDNN_TENSOR_NCHW || !emulated_type(t)) return CUDNN_STATUS_NOT_SUPPORTED;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t desc, cudnnTensorFormat_t format,
+                                         cudnnDataType_t dataType, int n, int c, int h, int w) {
+    if (!desc || n <= 0 || c <= 0 || h <= 0 || w <= 0) return CUDNN_STATUS_BAD_PARAM;
+    cudnnStatus_t st = check_layout(format, dataType);
+    if (st != CUDNN_STATUS_SUCCESS) return st;
+    *desc = emu_dnn_tensor{1, dataType, n, c, h, w};
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *desc) { return create(desc); }
+cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t desc) {
+    free(desc);
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t desc, cudnnDataType_t dataType,
+                                         cudnnTensorFormat_t format, int k, int c, int h, int w) {
+    if (!desc || k <= 0 || c <= 0 || h <= 0 || w <= 0) return CUDNN_STATUS_BAD_PARAM;
+    cudnnStatus_t st = check_layout(format, dataType);
+    if (st != CUDNN_STATUS_SUCCESS) return st;
+    *desc = emu_dnn_filter{1, dataType, k, c, h, w};
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t *desc) {
+    return create(desc); /* zeroed: math CUDNN_DEFAULT_MATH, as in cuDNN */
+}
+cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t desc) {
+    free(desc);
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t desc, int pad_h,
+                                              int pad_w, int u, int v, int dilation_h,
+                                              int dilation_w, cudnnConvolutionMode_t mode,
+                                              cudnnDataType_t computeType) {
+    if (!desc || pad_h < 0 || pad_w < 0 || u <= 0 || v <= 0 || dilation_h <= 0 ||
+        dilation_w <= 0 || (mode != CUDNN_CONVOLUTION && mode != CUDNN_CROSS_CORRELATION) ||
+        !known_type(computeType))
+        return CUDNN_STATUS_BAD_PARAM;
+    /* true convolution (flipped filters) and non-FLOAT compute are not emulated */
+    if (mode != CUDNN_CROSS_CORRELATION || computeType != CUDNN_DATA_FLOAT)
+        return CUDNN_STATUS_NOT_SUPPORTED;
+    desc->set = 1;
+    desc->ph = pad_h;
+    desc->pw = pad_w;
+    desc->sh = u;
+    desc->sw = v;
+    desc->dh = dilation_h;
+    desc->dw = dilation_w;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t desc,
+                                          cudnnMathType_t mathType) {
+    if (!desc || mathType < CUDNN_DEFAULT_MATH || mathType > CUDNN_FMA_MATH)
+        return CUDNN_STATUS_BAD_PARAM;
+    desc->math = mathType;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescriptor_t convDesc,
+                                                    const cudnnTensorDescriptor_t inputTensorDesc,
+                                                    const cudnnFilterDescriptor_t filterDesc,
+                                                    int *n, int *c, int *h, int *w) {
+    conv_shape s;
+    if (!n || !c || !h || !w) return CUDNN_STATUS_BAD_PARAM;
+    cudnnStatus_t st = make_shape(inputTensorDesc, filterDesc, convDesc, NULL, &s);
+    if (st != CUDNN_STATUS_SUCCESS) return st;
+    *n = s.N;
+    *c = s.K;
+    *h = s.Ho;
+    *w = s.Wo;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t handle,
+                                                     const cudnnTensorDescriptor_t srcDesc,
+                                                     const cudnnFilterDescriptor_t filterDesc,
+                                                     const cudnnConvolutionDescriptor_t convDesc,
+                                                     const cudnnTensorDescriptor_t destDesc,
+                                                     const int requestedAlgoCount,
+                                                     int *returnedAlgoCount,
+                                                     cudnnConvolutionFwdAlgoPerf_t *perfResults) {
+    conv_shape s;
+    if (!handle || requestedAlgoCount < 1 || !returnedAlgoCount || !perfResults)
+        return CUDNN_STATUS_BAD_PARAM;
+    cudnnStatus_t st = make_shape(srcDesc, filterDesc, convDesc, destDesc, &s);
+    if (st != CUDNN_STATUS_SUCCESS) return st;
+    struct { cudnnConvolutionFwdAlgo_t algo; cudnnMathType_t math; } list[4];
+    int n = 0;
+    if (s.t == CUDNN_DATA_FLOAT) {
+        cudnnMathType_t m = convDesc->math;
+        list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED, m};
+        list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, m};
+        list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, m};
+        list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_GEMM, m};
+    } else {
+        list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, CUDNN_TENSOR_OP_MATH};
+        list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, CUDNN_TENSOR_OP_MATH};
+        list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, CUDNN_DEFAULT_MATH};
+    }
+    if (n > requestedAlgoCount) n = requestedAlgoCount;
+    for (int i = 0; i < n; i++) {
+        cudnnConvolutionFwdAlgoPerf_t *p = &perfResults[i];
+        memset(p, 0, sizeof *p);
+        p->algo = list[i].algo;
+        p->mathType = list[i].math;
+        p->determinism = CUDNN_DETERMINISTIC;
+        p->status = algo_workspace(s, p->algo, &p->memory);
+        /* heuristics estimate rather than time: -1 as in cuDNN, memory 0 when unsupported */
+        p->time = -1.0f;
+        if (p->status != CUDNN_STATUS_SUCCESS) p->memory = 0;
+    }
+    *returnedAlgoCount = n;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t handle,
+                                                      const cudnnTensorDescriptor_t xDesc,
+                                                      const cudnnFilterDescriptor_t wDesc,
+                                                      const cudnnConvolutionDescriptor_t convDesc,
+                                                      const cudnnTensorDescriptor_t yDesc,
+                                                      cudnnConvolutionFwdAlgo_t algo,
+                                                      size_t *sizeInBytes) {
+    conv_shape s;
+    if (!handle || !sizeInBytes) return CUDNN_STATUS_BAD_PARAM;
+    cudnnStatus_t st = make_shape(xDesc, wDesc, convDesc, yDesc, &s);
+    if (st != CUDNN_STATUS_SUCCESS) return st;
+    return algo_workspace(s, algo, sizeInBytes);
+}
+
+cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void *alpha,
+                                      const cudnnTensorDescriptor_t xDesc, const void *x,
+                                      const cudnnFilterDescriptor_t wDesc, const void *w,
+                                      const cudnnConvolutionDescriptor_t convDesc,
+                                      cudnnConvolutionFwdAlgo_t algo, void *workSpace,
+                                      size_t workSpaceSizeInBytes, const void *beta,
+                                      const cudnnTensorDescriptor_t yDesc, void *y) {
+    const char *call = "cudnnConvolutionForward";
+    conv_job j{};
+    if (!beta) return CUDNN_STATUS_BAD_PARAM;
+    cudnnStatus_t st = convolve(call, handle, alpha, xDesc, x, wDesc, w, convDesc, algo,
+                                workSpace, workSpaceSizeInBytes, yDesc, y, &j);
+    if (st != CUDNN_STATUS_SUCCESS) return st;
+    j.beta = *(const float *)beta;
+    return enqueue(handle, call, j);
+}
+
+cudnnStatus_t cudnnCreateActivationDescriptor(cudnnActivationDescriptor_t *desc) {
+    return create(desc);
+}
+cudnnStatus_t cudnnDestroyActivationDescriptor(cudnnActivationDescriptor_t desc) {
+    free(desc);
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetActivationDescriptor(cudnnActivationDescriptor_t desc,
+                                           cudnnActivationMode_t mode,
+                                           cudnnNanPropagation_t reluNanOpt, double coef) {
+    (void)coef; /* only the clipped ReLU and ELU read it, and they are not emulated */
+    if (!desc || (mode != CUDNN_ACTIVATION_RELU && mode != CUDNN_ACTIVATION_IDENTITY) ||
+        (reluNanOpt != CUDNN_NOT_PROPAGATE_NAN && reluNanOpt != CUDNN_PROPAGATE_NAN))
+        return CUDNN_STATUS_BAD_PARAM;
+    *desc = emu_dnn_act{1, mode, reluNanOpt};
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnConvolutionBiasActivationForward(
+    cudnnHandle_t handle, const void *alpha1, const cudnnTensorDescriptor_t xDesc, const void *x,
+    const cudnnFilterDescriptor_t wDesc, const void *w,
+    const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionFwdAlgo_t algo, void *workSpace,
+    size_t workSpaceSizeInBytes, const void *alpha2, const cudnnTensorDescriptor_t zDesc,
+    const void *z, const cudnnTensorDescriptor_t biasDesc, const void *bias,
+    const cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t yDesc,
+    void *y) {
+    const char *call = "cudnnConvolutionBiasActivationForward";
+    conv_job j{};
+    if (!alpha2 || !activationDesc || !activationDesc->set || !zDesc || !zDesc->set ||
+        !biasDesc || !biasDesc->set || !yDesc || !yDesc->set)
+        return CUDNN_STATUS_BAD_PARAM;
+    if (zDesc->t != yDesc->t || zDesc->n != yDesc->n || zDesc->c != yDesc->c ||
+        zDesc->h != yDesc->h || zDesc->w != yDesc->w || biasDesc->t != yDesc->t ||
+        biasDesc->n != 1 || biasDesc->c != yDesc->c || biasDesc->h != 1 || biasDesc->w != 1)
+        return CUDNN_STATUS_BAD_PARAM;
+    /* cuDNN fuses an identity activation only into this one algorithm */
+    if (activationDesc->mode == CUDNN_ACTIVATION_IDENTITY &&
+        algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM)
+        return CUDNN_STATUS_NOT_SUPPORTED;
+    cudnnStatus_t st = convolve(call, handle, alpha1, xDesc, x, wDesc, w, convDesc, algo,
+                                workSpace, workSpaceSizeInBytes, yDesc, y, &j);
+    if (st != CUDNN_STATUS_SUCCESS) return st;
+    size_t es = type_size(j.s.t);
+    if (!on_device(call, "z", z, (size_t)j.s.N * j.s.K * j.s.Ho * j.s.Wo * es) ||
+        !on_device(call, "bias", bias, (size_t)j.s.K * es))
+        return CUDNN_STATUS_EXECUTION_FAILED;
+    j.fused = 1;
+    j.alpha2 = *(const float *)alpha2;
+    j.z = z;
+    j.bias = bias;
+    j.act = activationDesc->mode;
+    j.nan = activationDesc->nan;
+    return enqueue(handle, call, j);
+}
+
+}

@@ -1,0 +1,572 @@
+/* selftest_libs.cc (CUDA emulator) - checks the emulated cuBLAS GEMM and cuDNN convolutions
+ * against double-precision loops on random data, and their error paths, through the public
+ * calls only (device buffers from cudaMalloc, results read back after a stream sync).
+ *
+ * Tolerances: each result r is compared with the double reference e as
+ *   |r - e| <= 2e-5 * S + u * |e|
+ * where S = |alpha| sum |a b| + |beta c0| (the sum of the magnitudes that were added: an fp32
+ * dot product of length <= 200 is off by at most ~1.2e-5 S) and u is the output rounding
+ * (0 for fp32, 2^-10 for fp16, 2^-7 for bf16: twice the half ulp). Operands are generated in
+ * their storage type, so the reference sees exactly the stored values; the TF32 cases round
+ * them with this file's own TF32 rounding and also check that the rounding really changed the
+ * result (their error against the unrounded reference is over ten times the exact mode's).
+ * The fault checks run last: a fault is sticky, as on a GPU. Exit 0 pass, 1 fail. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <vector>
+#include <cublas_v2.h>
+#include <cudnn.h>
+#include <cuda_runtime.h>
+#include "emu_internal.h"
+#include "../test_common.h"
+
+typedef std::vector<float> vec;
+
+static cudaStream_t g_st;
+
+static const char *tname(cudaDataType_t t) {
+    return t == CUDA_R_16F ? "f16" : t == CUDA_R_16BF ? "bf16" : "f32";
+}
+static size_t tsize(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
+static double out_ulp(cudaDataType_t t) {
+    return t == CUDA_R_16F ? 1.0 / 1024 : t == CUDA_R_16BF ? 1.0 / 128 : 0.0;
+}
+
+/* TF32 rounding written independently of the runtime's: keep 10 mantissa bits, nearest even */
+static float tf32(float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) {
+        u += 0xfffu + ((u >> 13) & 1u);
+        u &= 0xffffe000u;
+    }
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+/* n random values in [-1, 1], as stored in type t (so the reference sees what the device has) */
+static vec rand_vec(size_t n, cudaDataType_t t) {
+    vec v(n);
+    std::vector<char> tmp(tsize(t));
+    for (size_t i = 0; i < n; i++) {
+        emu_store(tmp.data(), t, 0, urand(-1.0f, 1.0f));
+        v[i] = emu_load(tmp.data(), t, 0);
+    }
+    return v;
+}
+
+static void *to_device(const vec &v, cudaDataType_t t) {
+    std::vector<char> host(v.size() * tsize(t) + 1);
+    for (size_t i = 0; i < v.size(); i++) emu_store(host.data(), t, i, v[i]);
+    void *d = NULL;
+    if (cudaMalloc(&d, host.size()) != cudaSuccess ||
+        cudaMemcpy(d, host.data(), host.size(), cudaMemcpyHostToDevice) != cudaSuccess) {
+        fprintf(stderr, "selftest: cannot make a device buffer of %zu bytes\n", host.size());
+        exit(1);
+    }
+    return d;
+}
+
+static vec from_device(const void *d, cudaDataType_t t, size_t n) {
+    std::vector<char> host(n * tsize(t) + 1);
+    CHECK(cudaMemcpy(host.data(), d, n * tsize(t), cudaMemcpyDeviceToHost) == cudaSuccess,
+          "read back %zu elements", n);
+    vec v(n);
+    for (size_t i = 0; i < n; i++) v[i] = emu_load(host.data(), t, i);
+    return v;
+}
+
+/* compares got with the reference; returns the summed |got - exact| for the TF32 checks */
+struct cmp {
+    int bad = 0;
+    double worst = 0, dev_exact = 0;
+    void one(double got, double want, double scale, double exact, double ulp) {
+        double tol = 2e-5 * scale + ulp * fabs(want) + 1e-30;
+        double e = fabs(got - want);
+        if (!(e <= tol)) bad++;
+        if (e / tol > worst || got != got) worst = got != got ? INFINITY : e / tol;
+        dev_exact += fabs(got - exact);
+    }
+};
+
+/* ---------------- GEMM ---------------- */
+
+struct gemm_args {
+    cublasOperation_t ta, tb;
+    int m, n, k;
+    cudaDataType_t t, tc;
+    cublasComputeType_t comp;
+    int tf32; /* the expected operand rounding */
+    float alpha, beta;
+};
+
+static double gemm_case(cublasHandle_t h, const gemm_args &g) {
+    int ar = g.ta == CUBLAS_OP_N ? g.m : g.k, ac = g.ta == CUBLAS_OP_N ? g.k : g.m;
+    int br = g.tb == CUBLAS_OP_N ? g.k : g.n, bc = g.tb == CUBLAS_OP_N ? g.n : g.k;
+    int lda = ar + 3, ldb = br + 1, ldc = g.m + 2; /* padded: the padding must stay untouched */
+    vec A = rand_vec((size_t)lda * ac, g.t), B = rand_vec((size_t)ldb * bc, g.t);
+    vec C0 = rand_vec((size_t)ldc * g.n, g.tc);
+    /* beta 0 must not read C: NaN there must not reach the result */
+    if (g.beta == 0.0f)
+        for (int j = 0; j < g.n; j++)
+            for (int i = 0; i < g.m; i++) C0[(size_t)j * ldc + i] = NAN;
+    void *dA = to_device(A, g.t), *dB = to_device(B, g.t), *dC = to_device(C0, g.tc);
+    float alpha = g.alpha, beta = g.beta;
+    cublasStatus_t s = cublasGemmEx(h, g.ta, g.tb, g.m, g.n, g.k, &alpha, dA, g.t, lda, dB, g.t,
+                                    ldb, &beta, dC, g.tc, ldc, g.comp, CUBLAS_GEMM_DEFAULT);
+    alpha = beta = 99.0f; /* read at the call: later changes must not matter */
+    CHECK(s == CUBLAS_STATUS_SUCCESS, "gemm %s->%s ops %d%d: status %s", tname(g.t),
+          tname(g.tc), g.ta, g.tb, cublasGetStatusString(s));
+    CHECK(cudaStreamSynchronize(g_st) == cudaSuccess, "gemm sync");
+    vec C = from_device(dC, g.tc, (size_t)ldc * g.n);
+    cmp c;
+    int pad_changed = 0;
+    for (int j = 0; j < g.n; j++) {
+        for (int i = 0; i < g.m; i++) {
+            double sum = 0, sum_exact = 0, mag = 0;
+            for (int p = 0; p < g.k; p++) {
+                float a = g.ta == CUBLAS_OP_N ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p];
+                float b = g.tb == CUBLAS_OP_N ? B[(size_t)j * ldb + p] : B[(size_t)p * ldb + j];
+                sum_exact += (double)a * b;
+                if (g.tf32) {
+                    a = tf32(a);
+                    b = tf32(b);
+                }
+                sum += (double)a * b;
+                mag += fabs((double)a * b);
+            }
+            double c0 = g.beta != 0.0f ? g.beta * (double)C0[(size_t)j * ldc + i] : 0.0;
+            c.one(C[(size_t)j * ldc + i], g.alpha * sum + c0, fabs(g.alpha) * mag + fabs(c0),
+                  g.alpha * sum_exact + c0, out_ulp(g.tc));
+        }
+        for (int i = g.m; i < ldc; i++)
+            pad_changed += memcmp(&C[(size_t)j * ldc + i], &C0[(size_t)j * ldc + i], 4) != 0;
+    }
+    CHECK(c.bad == 0, "gemm %s->%s ops %d%d m%d n%d k%d comp %d beta %g: %d of %d wrong, worst "
+          "%.2f x tolerance", tname(g.t), tname(g.tc), g.ta, g.tb, g.m, g.n, g.k, g.comp,
+          g.beta, c.bad, g.m * g.n, c.worst);
+    CHECK(pad_changed == 0, "gemm wrote %d elements of C's padding rows", pad_changed);
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dC);
+    return c.dev_exact;
+}
+
+static void gemm_tests(cublasHandle_t h) {
+    const cudaDataType_t types[3] = {CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF};
+    const cublasOperation_t ops[3] = {CUBLAS_OP_N, CUBLAS_OP_T, CUBLAS_OP_C};
+    for (cudaDataType_t t : types)
+        for (int wide = 0; wide < (t == CUDA_R_32F ? 1 : 2); wide++)
+            for (cublasOperation_t ta : ops)
+                for (cublasOperation_t tb : ops) {
+                    cudaDataType_t tc = wide ? CUDA_R_32F : t;
+                    cublasComputeType_t comp =
+                        t == CUDA_R_32F ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
+                    float beta = (ta + tb) % 2 ? 0.5f : 0.0f;
+                    gemm_case(h, {ta, tb, 13, 7, 33, t, tc, comp, 0, 0.75f, beta});
+                }
+    gemm_case(h, {CUBLAS_OP_T, CUBLAS_OP_N, 64, 48, 100, CUDA_R_16BF, CUDA_R_16BF,
+                  CUBLAS_COMPUTE_32F, 0, 1.0f, 1.0f});
+    gemm_case(h, {CUBLAS_OP_N, CUBLAS_OP_N, 5, 4, 0, CUDA_R_32F, CUDA_R_32F,
+                  CUBLAS_COMPUTE_32F_PEDANTIC, 0, 1.0f, 0.5f});
+
+    /* TF32: FAST_TF32, or 32F under the handle's TF32 math mode; PEDANTIC and DEFAULT are exact */
+    gemm_args g = {CUBLAS_OP_T, CUBLAS_OP_N, 32, 32, 64, CUDA_R_32F, CUDA_R_32F,
+                   CUBLAS_COMPUTE_32F_PEDANTIC, 0, 1.0f, 0.0f};
+    double exact = gemm_case(h, g);
+    g.comp = CUBLAS_COMPUTE_32F;
+    double plain = gemm_case(h, g);
+    g.comp = CUBLAS_COMPUTE_32F_FAST_TF32;
+    g.tf32 = 1;
+    double fast = gemm_case(h, g);
+    CHECK(cublasSetMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH) == CUBLAS_STATUS_SUCCESS, "math mode");
+    g.comp = CUBLAS_COMPUTE_32F;
+    double mode = gemm_case(h, g);
+    g.comp = CUBLAS_COMPUTE_32F_PEDANTIC;
+    g.tf32 = 0;
+    double pedantic = gemm_case(h, g);
+    CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH) == CUBLAS_STATUS_SUCCESS, "math mode");
+    CHECK(fast > 10 * exact && mode > 10 * exact,
+          "TF32 rounding has no visible effect: deviation from exact %g (FAST_TF32), %g (TF32 "
+          "math mode) vs %g (PEDANTIC)", fast, mode, exact);
+    CHECK(plain < 10 * exact + 1e-6 && pedantic < 10 * exact + 1e-6,
+          "exact modes deviate like TF32: %g (32F, default math), %g (PEDANTIC under TF32 mode) "
+          "vs %g", plain, pedantic, exact);
+}
+
+static void gemm_errors(cublasHandle_t h) {
+    vec v = rand_vec(64, CUDA_R_32F);
+    void *d = to_device(v, CUDA_R_32F);
+    float one = 1.0f, zero = 0.0f;
+    auto call = [&](cublasOperation_t ta, int m, int n, int k, int lda, int ldb, int ldc,
+                    cudaDataType_t ta_t, cudaDataType_t tb_t, cudaDataType_t tc_t,
+                    cublasComputeType_t comp) {
+        return cublasGemmEx(h, ta, CUBLAS_OP_N, m, n, k, &one, d, ta_t, lda, d, tb_t, ldb, &zero,
+                            d, tc_t, ldc, comp, CUBLAS_GEMM_DEFAULT);
+    };
+    const cudaDataType_t F = CUDA_R_32F, H = CUDA_R_16F, BF = CUDA_R_16BF;
+    const cublasComputeType_t C32 = CUBLAS_COMPUTE_32F;
+    cublasStatus_t s;
+    s = call(CUBLAS_OP_N, 4, 4, 4, 3, 4, 4, F, F, F, C32);
+    CHECK(s == CUBLAS_STATUS_INVALID_VALUE, "lda < m gave %s", cublasGetStatusString(s));
+    s = call(CUBLAS_OP_T, 4, 4, 5, 4, 5, 4, F, F, F, C32);
+    CHECK(s == CUBLAS_STATUS_INVALID_VALUE, "lda < k under op T gave %s", cublasGetStatusString(s));
+    s = call(CUBLAS_OP_N, 4, 4, 4, 4, 4, 3, F, F, F, C32);
+    CHECK(s == CUBLAS_STATUS_INVALID_VALUE, "ldc < m gave %s", cublasGetStatusString(s));
+    s = call(CUBLAS_OP_N, 4, -1, 4, 4, 4, 4, F, F, F, C32);
+    CHECK(s == CUBLAS_STATUS_INVALID_VALUE, "n < 0 gave %s", cublasGetStatusString(s));
+    s = call(CUBLAS_OP_N, 4, 4, 4, 4, 4, 4, H, H, H, CUBLAS_COMPUTE_16F);
+    CHECK(s == CUBLAS_STATUS_NOT_SUPPORTED, "compute 16F gave %s", cublasGetStatusString(s));
+    s = call(CUBLAS_OP_N, 4, 4, 4, 4, 4, 4, H, BF, F, C32);
+    CHECK(s == CUBLAS_STATUS_NOT_SUPPORTED, "A f16, B bf16 gave %s", cublasGetStatusString(s));
+    s = call(CUBLAS_OP_N, 4, 4, 4, 4, 4, 4, BF, BF, H, C32);
+    CHECK(s == CUBLAS_STATUS_NOT_SUPPORTED, "bf16 -> f16 gave %s", cublasGetStatusString(s));
+    s = call(CUBLAS_OP_N, 0, 4, 4, 4, 4, 4, F, F, F, C32);
+    CHECK(s == CUBLAS_STATUS_SUCCESS, "m = 0 gave %s", cublasGetStatusString(s));
+    s = cublasSetWorkspace(h, (char *)d + 4, 64);
+    CHECK(s == CUBLAS_STATUS_INVALID_VALUE, "misaligned workspace gave %s", cublasGetStatusString(s));
+    cudaFree(d);
+}
+
+/* ---------------- convolution ---------------- */
+
+static cudaDataType_t cuda_of(cudnnDataType_t t) {
+    return t == CUDNN_DATA_HALF ? CUDA_R_16F : t == CUDNN_DATA_BFLOAT16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+struct conv_args {
+    cudnnDataType_t dt;
+    cudnnMathType_t math;
+    int N, C, H, W, K, R, stride, pad, dil;
+    float alpha, beta;
+    int tf32;                /* the expected operand rounding */
+    int fused;               /* 0 plain, 1 ReLU into a separate y, 2 identity with z == y */
+    float alpha2;
+};
+
+struct descs {
+    cudnnTensorDescriptor_t x, y, b;
+    cudnnFilterDescriptor_t w;
+    cudnnConvolutionDescriptor_t c;
+    cudnnActivationDescriptor_t a;
+    int Ho, Wo;
+};
+
+static int make_descs(const conv_args &g, descs *d) {
+    memset(d, 0, sizeof *d);
+    int n, c, ok = 1;
+    ok &= cudnnCreateTensorDescriptor(&d->x) == CUDNN_STATUS_SUCCESS;
+    ok &= cudnnCreateTensorDescriptor(&d->y) == CUDNN_STATUS_SUCCESS;
+    ok &= cudnnCreateTensorDescriptor(&d->b) == CUDNN_STATUS_SUCCESS;
+    ok &= cudnnCreateFilterDescriptor(&d->w) == CUDNN_STATUS_SUCCESS;
+    ok &= cudnnCreateConvolutionDescriptor(&d->c) == CUDNN_STATUS_SUCCESS;
+    ok &= cudnnCreateActivationDescriptor(&d->a) == CUDNN_STATUS_SUCCESS;
+    ok &= cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, g.dt, g.N, g.C, g.H, g.W) == 0;
+    ok &= cudnnSetFilter4dDescriptor(d->w, g.dt, CUDNN_TENSOR_NCHW, g.K, g.C, g.R, g.R) == 0;
+    ok &= cudnnSetConvolution2dDescriptor(d->c, g.pad, g.pad, g.stride, g.stride, g.dil, g.dil,
+                                          CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT) == 0;
+    ok &= cudnnSetConvolutionMathType(d->c, g.math) == 0;
+    ok &= cudnnGetConvolution2dForwardOutputDim(d->c, d->x, d->w, &n, &c, &d->Ho, &d->Wo) == 0;
+    int span = (g.R - 1) * g.dil + 1;
+    int Ho = (g.H + 2 * g.pad - span) / g.stride + 1, Wo = (g.W + 2 * g.pad - span) / g.stride + 1;
+    CHECK(ok && n == g.N && c == g.K && d->Ho == Ho && d->Wo == Wo,
+          "conv descriptors: output %dx%dx%dx%d, expected %dx%dx%dx%d", n, c, d->Ho, d->Wo, g.N,
+          g.K, Ho, Wo);
+    ok &= cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, g.dt, g.N, g.K, Ho, Wo) == 0;
+    ok &= cudnnSetTensor4dDescriptor(d->b, CUDNN_TENSOR_NCHW, g.dt, 1, g.K, 1, 1) == 0;
+    ok &= cudnnSetActivationDescriptor(d->a, g.fused == 2 ? CUDNN_ACTIVATION_IDENTITY
+                                                          : CUDNN_ACTIVATION_RELU,
+                                       CUDNN_PROPAGATE_NAN, 0.0) == 0;
+    return ok && d->Ho == Ho && d->Wo == Wo;
+}
+
+static void free_descs(descs *d) {
+    cudnnDestroyTensorDescriptor(d->x);
+    cudnnDestroyTensorDescriptor(d->y);
+    cudnnDestroyTensorDescriptor(d->b);
+    cudnnDestroyFilterDescriptor(d->w);
+    cudnnDestroyConvolutionDescriptor(d->c);
+    cudnnDestroyActivationDescriptor(d->a);
+}
+
+/* runs the convolution with `algo` and checks it; returns the summed deviation from the
+ * reference on unrounded operands */
+static double conv_run(cudnnHandle_t h, const conv_args &g, const descs &d,
+                       cudnnConvolutionFwdAlgo_t algo, size_t ws_bytes) {
+    cudaDataType_t t = cuda_of(g.dt);
+    size_t nx = (size_t)g.N * g.C * g.H * g.W, nw = (size_t)g.K * g.C * g.R * g.R;
+    size_t ny = (size_t)g.N * g.K * d.Ho * d.Wo;
+    vec x = rand_vec(nx, t), w = rand_vec(nw, t), y0 = rand_vec(ny, t), z = rand_vec(ny, t);
+    vec bias = rand_vec(g.K, t);
+    if (!g.fused && g.beta == 0.0f)
+        for (float &v : y0) v = NAN; /* beta 0 must not read y */
+    void *dx = to_device(x, t), *dw = to_device(w, t), *dy = to_device(y0, t);
+    void *dz = g.fused == 2 ? dy : to_device(z, t), *db = to_device(bias, t), *ws = NULL;
+    if (g.fused == 2) z = y0;
+    if (ws_bytes) CHECK(cudaMalloc(&ws, ws_bytes) == cudaSuccess, "workspace");
+    float alpha = g.alpha, beta = g.beta, alpha2 = g.alpha2;
+    cudnnStatus_t s = g.fused
+        ? cudnnConvolutionBiasActivationForward(h, &alpha, d.x, dx, d.w, dw, d.c, algo, ws,
+                                                ws_bytes, &alpha2, d.y, dz, d.b, db, d.a, d.y, dy)
+        : cudnnConvolutionForward(h, &alpha, d.x, dx, d.w, dw, d.c, algo, ws, ws_bytes, &beta,
+                                  d.y, dy);
+    alpha = beta = alpha2 = 99.0f; /* read at the call: later changes must not matter */
+    CHECK(s == CUDNN_STATUS_SUCCESS, "conv algo %d: %s", algo, cudnnGetErrorString(s));
+    CHECK(cudaStreamSynchronize(g_st) == cudaSuccess, "conv sync");
+    vec y = from_device(dy, t, ny);
+    cmp c;
+    for (int n = 0; n < g.N; n++)
+        for (int k = 0; k < g.K; k++)
+            for (int oy = 0; oy < d.Ho; oy++)
+                for (int ox = 0; ox < d.Wo; ox++) {
+                    double sum = 0, sum_exact = 0, mag = 0;
+                    for (int ci = 0; ci < g.C; ci++)
+                        for (int r = 0; r < g.R; r++)
+                            for (int q = 0; q < g.R; q++) {
+                                int iy = oy * g.stride - g.pad + r * g.dil;
+                                int ix = ox * g.stride - g.pad + q * g.dil;
+                                if (iy < 0 || iy >= g.H || ix < 0 || ix >= g.W) continue;
+                                float a = x[(((size_t)n * g.C + ci) * g.H + iy) * g.W + ix];
+                                float b = w[(((size_t)k * g.C + ci) * g.R + r) * g.R + q];
+                                sum_exact += (double)a * b;
+                                if (g.tf32) {
+                                    a = tf32(a);
+                                    b = tf32(b);
+                                }
+                                sum += (double)a * b;
+                                mag += fabs((double)a * b);
+                            }
+                    size_t i = (((size_t)n * g.K + k) * d.Ho + oy) * d.Wo + ox;
+                    double add = 0;
+                    if (g.fused) add = g.alpha2 * (double)z[i] + bias[k];
+                    else if (g.beta != 0.0f) add = g.beta * (double)y0[i];
+                    double want = g.alpha * sum + add, exact = g.alpha * sum_exact + add;
+                    double scale = fabs(g.alpha) * mag + fabs(add);
+                    if (g.fused == 1) {
+                        want = want > 0 ? want : 0;
+                        exact = exact > 0 ? exact : 0;
+                    }
+                    c.one(y[i], want, scale, exact, out_ulp(t));
+                }
+    CHECK(c.bad == 0, "conv %s math %d N%d C%d %dx%d K%d k%d s%d p%d d%d beta %g fused %d algo "
+          "%d: %d of %zu wrong, worst %.2f x tolerance", tname(t), g.math, g.N, g.C, g.H, g.W,
+          g.K, g.R, g.stride, g.pad, g.dil, g.beta, g.fused, algo, c.bad, ny, c.worst);
+    cudaFree(dx);
+    cudaFree(dw);
+    cudaFree(dy);
+    if (dz != dy) cudaFree(dz);
+    cudaFree(db);
+    cudaFree(ws);
+    return c.dev_exact;
+}
+
+/* every algorithm the heuristics offer, each checked; returns the first one's deviation */
+static double conv_case(cudnnHandle_t h, const conv_args &g) {
+    descs d;
+    double dev = -1;
+    if (!make_descs(g, &d)) {
+        free_descs(&d);
+        return dev;
+    }
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int got = 0, usable = 0;
+    cudnnStatus_t s = cudnnGetConvolutionForwardAlgorithm_v7(
+        h, d.x, d.w, d.c, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf);
+    CHECK(s == CUDNN_STATUS_SUCCESS && got >= 2, "heuristics: %s, %d entries",
+          cudnnGetErrorString(s), got);
+    for (int i = 0; i < got; i++) {
+        if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+        size_t ws = 0;
+        s = cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.c, d.y, perf[i].algo, &ws);
+        CHECK(s == CUDNN_STATUS_SUCCESS && ws == perf[i].memory,
+              "workspace query for algo %d: %s, %zu bytes vs %zu in the heuristics",
+              perf[i].algo, cudnnGetErrorString(s), ws, perf[i].memory);
+        if (g.fused && perf[i].algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) continue;
+        usable++;
+        double e = conv_run(h, g, d, perf[i].algo, ws);
+        if (dev < 0) dev = e;
+    }
+    CHECK(usable > 0, "no usable algorithm for conv %dx%d k%d s%d", g.H, g.W, g.R, g.stride);
+    free_descs(&d);
+    return dev;
+}
+
+static void conv_tests(cudnnHandle_t h) {
+    struct geo { int C, H, W, K, R, stride, pad, dil; };
+    const geo geos[] = {{3, 11, 10, 5, 1, 1, 0, 1}, {3, 11, 10, 5, 1, 2, 0, 1},
+                        {3, 11, 10, 5, 3, 1, 1, 1}, {3, 11, 10, 5, 3, 2, 1, 1},
+                        {4, 15, 13, 6, 7, 2, 3, 1}, {3, 12, 11, 4, 3, 1, 2, 2}};
+    const cudnnDataType_t dts[] = {CUDNN_DATA_FLOAT, CUDNN_DATA_HALF, CUDNN_DATA_BFLOAT16};
+    for (cudnnDataType_t dt : dts)
+        for (const geo &q : geos)
+            for (int acc = 0; acc < 2; acc++) {
+                cudnnMathType_t math = dt == CUDNN_DATA_FLOAT ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+                conv_case(h, {dt, math, 2, q.C, q.H, q.W, q.K, q.R, q.stride, q.pad, q.dil,
+                              acc ? 1.0f : 0.7f, acc ? 1.0f : 0.0f, 0, 0, 0.0f});
+            }
+
+    /* TF32: FLOAT data under the default math rounds x and w; FMA math does not */
+    conv_args g = {CUDNN_DATA_FLOAT, CUDNN_FMA_MATH, 1, 16, 9, 9, 8, 3, 1, 1, 1,
+                   1.0f, 0.0f, 0, 0, 0.0f};
+    double exact = conv_case(h, g);
+    g.math = CUDNN_DEFAULT_MATH;
+    g.tf32 = 1;
+    double rounded = conv_case(h, g);
+    CHECK(rounded > 10 * exact, "conv TF32 rounding has no visible effect: %g vs %g (FMA)",
+          rounded, exact);
+
+    /* fused: ReLU(alpha1 conv + alpha2 z + bias); identity with z == y (a residual in place) */
+    conv_case(h, {CUDNN_DATA_FLOAT, CUDNN_FMA_MATH, 2, 3, 10, 9, 5, 3, 1, 1, 1, 0.9f, 0.0f, 0, 1,
+                  0.6f});
+    conv_case(h, {CUDNN_DATA_HALF, CUDNN_TENSOR_OP_MATH, 2, 3, 10, 9, 5, 3, 2, 1, 1, 1.0f, 0.0f,
+                  0, 2, 1.0f});
+    conv_case(h, {CUDNN_DATA_BFLOAT16, CUDNN_TENSOR_OP_MATH, 1, 4, 8, 8, 6, 1, 1, 0, 1, 1.0f,
+                  0.0f, 0, 1, 1.0f});
+}
+
+/* the heuristics' shape: what conv.cu's filtering depends on */
+static void heuristic_tests(cudnnHandle_t h) {
+    conv_args f = {CUDNN_DATA_FLOAT, CUDNN_FMA_MATH, 1, 3, 9, 9, 4, 3, 1, 1, 1, 1, 0, 0, 0, 0};
+    descs d;
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int got = 0, tensor_op = 0, zero_ws = 0;
+    if (make_descs(f, &d)) {
+        cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.c, d.y, 8, &got, perf);
+        CHECK(got >= 3 && perf[0].algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED &&
+              perf[0].status == CUDNN_STATUS_SUCCESS,
+              "FLOAT 3x3 stride 1: expected a usable WINOGRAD_NONFUSED entry first");
+        int one = 0;
+        cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.c, d.y, 1, &one, perf);
+        CHECK(one == 1, "a request for 1 entry returned %d", one);
+    }
+    free_descs(&d);
+    f.dt = CUDNN_DATA_BFLOAT16;
+    if (make_descs(f, &d)) {
+        cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.c, d.y, 8, &got, perf);
+        for (int i = 0; i < got; i++) {
+            tensor_op += perf[i].mathType == CUDNN_TENSOR_OP_MATH;
+            zero_ws += perf[i].algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM &&
+                       perf[i].memory == 0 && perf[i].status == CUDNN_STATUS_SUCCESS;
+        }
+        CHECK(tensor_op > 0 && zero_ws > 0,
+              "BFLOAT16: %d tensor-op entries, %d usable IMPLICIT_GEMM without workspace",
+              tensor_op, zero_ws);
+    }
+    free_descs(&d);
+}
+
+static void conv_errors(cudnnHandle_t h) {
+    conv_args g = {CUDNN_DATA_FLOAT, CUDNN_FMA_MATH, 1, 3, 9, 9, 4, 3, 1, 1, 1, 1, 0, 0, 0, 0};
+    descs d;
+    if (!make_descs(g, &d)) {
+        free_descs(&d);
+        return;
+    }
+    vec v = rand_vec(1024, CUDA_R_32F);
+    void *dx = to_device(v, CUDA_R_32F), *dy = to_device(v, CUDA_R_32F), *ws = NULL;
+    float one = 1.0f, zero = 0.0f;
+    size_t need = 0;
+    cudnnStatus_t s = cudnnGetConvolutionForwardWorkspaceSize(
+        h, d.x, d.w, d.c, d.y, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, &need);
+    CHECK(s == CUDNN_STATUS_SUCCESS && need > 0, "PRECOMP workspace: %s, %zu bytes",
+          cudnnGetErrorString(s), need);
+    CHECK(cudaMalloc(&ws, need) == cudaSuccess, "workspace");
+    s = cudnnConvolutionForward(h, &one, d.x, dx, d.w, dx, d.c,
+                                CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, ws, need - 1,
+                                &zero, d.y, dy);
+    CHECK(s == CUDNN_STATUS_BAD_PARAM, "a workspace 1 byte short gave %s", cudnnGetErrorString(s));
+    s = cudnnConvolutionForward(h, &one, d.x, dx, d.w, dx, d.c,
+                                CUDNN_CONVOLUTION_FWD_ALGO_FFT, ws, need, &zero, d.y, dy);
+    CHECK(s == CUDNN_STATUS_NOT_SUPPORTED, "FFT gave %s", cudnnGetErrorString(s));
+    s = cudnnConvolutionBiasActivationForward(
+        h, &one, d.x, dx, d.w, dx, d.c, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, NULL, 0, &zero,
+        d.y, dy, d.b, dx, d.a, d.y, dy);
+    CHECK(s == CUDNN_STATUS_SUCCESS, "fused ReLU with IMPLICIT_GEMM gave %s", cudnnGetErrorString(s));
+    CHECK(cudaStreamSynchronize(g_st) == cudaSuccess, "sync");
+    cudnnActivationDescriptor_t idn;
+    cudnnCreateActivationDescriptor(&idn);
+    cudnnSetActivationDescriptor(idn, CUDNN_ACTIVATION_IDENTITY, CUDNN_NOT_PROPAGATE_NAN, 0.0);
+    s = cudnnConvolutionBiasActivationForward(
+        h, &one, d.x, dx, d.w, dx, d.c, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, NULL, 0, &zero,
+        d.y, dy, d.b, dx, idn, d.y, dy);
+    CHECK(s == CUDNN_STATUS_NOT_SUPPORTED, "fused identity with IMPLICIT_GEMM gave %s",
+          cudnnGetErrorString(s));
+    cudnnDestroyActivationDescriptor(idn);
+    cudnnTensorDescriptor_t wrong;
+    cudnnCreateTensorDescriptor(&wrong);
+    cudnnSetTensor4dDescriptor(wrong, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 4, d.Ho + 1, d.Wo);
+    s = cudnnConvolutionForward(h, &one, d.x, dx, d.w, dx, d.c,
+                                CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, NULL, 0, &zero, wrong, dy);
+    CHECK(s == CUDNN_STATUS_BAD_PARAM, "y of the wrong shape gave %s", cudnnGetErrorString(s));
+    cudnnDestroyTensorDescriptor(wrong);
+    CHECK(cudnnSetTensor4dDescriptor(d.x, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, 1, 3, 9, 9) ==
+              CUDNN_STATUS_NOT_SUPPORTED, "NHWC accepted");
+
+    /* ACT_EMU_CUDNN=none: cuDNN offers nothing */
+    setenv("ACT_EMU_CUDNN", "none", 1);
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int got = 0, usable = 0;
+    s = cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.c, d.y, 8, &got, perf);
+    for (int i = 0; i < got; i++) usable += perf[i].status != CUDNN_STATUS_NOT_SUPPORTED;
+    CHECK(s == CUDNN_STATUS_SUCCESS && got > 0 && usable == 0,
+          "ACT_EMU_CUDNN=none: %s, %d entries, %d not NOT_SUPPORTED", cudnnGetErrorString(s), got,
+          usable);
+    s = cudnnConvolutionForward(h, &one, d.x, dx, d.w, dx, d.c,
+                                CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, NULL, 0, &zero, d.y, dy);
+    CHECK(s == CUDNN_STATUS_NOT_SUPPORTED, "ACT_EMU_CUDNN=none: forward gave %s",
+          cudnnGetErrorString(s));
+    unsetenv("ACT_EMU_CUDNN");
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(ws);
+    free_descs(&d);
+}
+
+/* last: a fault is sticky */
+static void fault_tests(cublasHandle_t bh, cudnnHandle_t dh) {
+    vec v = rand_vec(256, CUDA_R_32F);
+    void *dev = to_device(v, CUDA_R_32F);
+    float one = 1.0f, zero = 0.0f;
+    fprintf(stderr, "selftest_libs: two expected faults follow\n");
+    cublasStatus_t s = cublasGemmEx(bh, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, dev, CUDA_R_32F,
+                                    4, dev, CUDA_R_32F, 4, &zero, v.data(), CUDA_R_32F, 4,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    CHECK(s == CUBLAS_STATUS_EXECUTION_FAILED, "gemm into host memory gave %s",
+          cublasGetStatusString(s));
+    conv_args g = {CUDNN_DATA_FLOAT, CUDNN_FMA_MATH, 1, 3, 5, 5, 2, 1, 1, 0, 1, 1, 0, 0, 0, 0};
+    descs d;
+    if (make_descs(g, &d)) {
+        cudnnStatus_t c = cudnnConvolutionForward(dh, &one, d.x, v.data(), d.w, dev, d.c,
+                                                  CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, NULL,
+                                                  0, &zero, d.y, dev);
+        CHECK(c == CUDNN_STATUS_EXECUTION_FAILED, "conv from host memory gave %s",
+              cudnnGetErrorString(c));
+    }
+    free_descs(&d);
+}
+
+int main(void) {
+    seed_rng("selftest_libs");
+    cublasHandle_t bh = NULL;
+    cudnnHandle_t dh = NULL;
+    void *bws = NULL;
+    if (cudaStreamCreate(&g_st) != cudaSuccess || cublasCreate(&bh) != CUBLAS_STATUS_SUCCESS ||
+        cudnnCreate(&dh) != CUDNN_STATUS_SUCCESS || cudaMalloc(&bws, 1 << 20) != cudaSuccess) {
+        fprintf(stderr, "selftest_libs: cannot create a stream, handles and a workspace\n");
+        return 1;
+    }
+    CHECK(cublasSetStream(bh, g_st) == CUBLAS_STATUS_SUCCESS, "cublasSetStream");
+    CHECK(cublasSetWorkspace(bh, bws, 1 << 20) == CUBLAS_STATUS_SUCCESS, "cublasSetWorkspace");
+    CHECK(cudnnSetStream(dh, g_st) == CUDNN_STATUS_SUCCESS, "cudnnSetStream");
+    gemm_tests(bh);
+    gemm_errors(bh);
+    heuristic_tests(dh);
+    conv_tests(dh);
+    conv_errors(dh);
+    fault_tests(bh, dh);
+    cublasDestroy(bh);
+    cudnnDestroy(dh);
+    printf("selftest_libs: %d of %d checks failed\n", g_fail, g_checks);
+    return g_fail ? 1 : 0;
+}
