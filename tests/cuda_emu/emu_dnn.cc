@@ -408,7 +408,7 @@ cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t handle,
         p->mathType = list[i].math;
         p->determinism = CUDNN_DETERMINISTIC;
         p->status = algo_workspace(s, p->algo, &p->memory);
-        /* heuristics estimate rather than time: -1 as in cuDNN, memory 0 when unsupported */
+        /* heuristics measure nothing, so no time; no workspace for an unusable entry */
         p->time = -1.0f;
         if (p->status != CUDNN_STATUS_SUCCESS) p->memory = 0;
     }
