@@ -17,7 +17,10 @@
  * CUDA has no plugin and says so without searching.
  * Before any of that, the NVIDIA driver (libcuda.so.1, a few MB) is asked whether a device
  * exists: where there is none, the plugin - and the ~210 MB of cuBLAS it maps - is never loaded,
- * so `--device auto` on a CPU-only machine costs nothing. */
+ * so `--device auto` on a CPU-only machine costs nothing.
+ * $ACT_CUDA_EMULATOR (a path to libact_cuda_emu.so, tests/cuda_emu) replaces all of that: the
+ * same backend and kernels built against a host emulation of CUDA, for the tests on machines
+ * without a GPU. Its device name says it is an emulator; it is never picked up by itself. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -33,7 +36,6 @@ static act_cuda_plugin_create_fn g_create;
 static act_cuda_plugin_available_fn g_available;
 static char g_err[2048];                 /* why the plugin is unavailable, when it is */
 
-#ifdef ACT_WITH_CUDA
 /* dlopen what (a path or a bare name) and resolve the entry points; on failure g_err says why */
 static int open_plugin(const char *what) {
     void *h = dlopen(what, RTLD_NOW | RTLD_LOCAL);
@@ -73,6 +75,19 @@ static void append(char *list, size_t cap, const char *item) {
     if (w < 0 || (size_t)w >= cap - n) memcpy(list + cap - 4, "...", 4);
 }
 
+/* the emulated plugin, when the environment names one: 1 = that decides (loaded or failed) */
+static int try_emulator(void) {
+    const char *emu = getenv("ACT_CUDA_EMULATOR");
+    if (!emu || !*emu) return 0;
+    if (access(emu, F_OK) != 0)
+        snprintf(g_err, sizeof g_err, "CUDA emulator unavailable: ACT_CUDA_EMULATOR=%s does not "
+                 "exist", emu);
+    else
+        open_plugin(emu);
+    return 1;
+}
+
+#ifdef ACT_WITH_CUDA
 /* try one candidate file: 1 = search over (loaded, or it exists and failed), 0 = not there */
 static int try_file(const char *path, char *tried, size_t cap) {
     if (access(path, F_OK) != 0) {
@@ -105,7 +120,7 @@ static int probe_driver(void) {
 }
 
 static void load_plugin(void) {
-    if (probe_driver()) return;
+    if (try_emulator() || probe_driver()) return;
     char tried[1024] = "";
     char path[4096];
     const char *env = getenv("ACT_CUDA_PLUGIN");
@@ -134,6 +149,7 @@ static void load_plugin(void) {
 }
 #else
 static void load_plugin(void) {
+    if (try_emulator()) return;
     snprintf(g_err, sizeof g_err, "%s", NO_CUDA_BUILD);
 }
 #endif

@@ -1,0 +1,35 @@
+/* emu_internal.h (CUDA emulator) - what the emulated libraries (emu_blas.cc, emu_dnn.cc) use
+ * of the emulated runtime (emu_runtime.cc). Not seen by engine or kernel code. */
+#ifndef EMU_INTERNAL_H
+#define EMU_INTERNAL_H
+
+#include <stddef.h>
+#include <functional>
+#include "cuda_runtime.h"
+
+/* Every stream operation goes through here: `op` runs later, in stream order (streams are
+ * deferred until something synchronizes), or is recorded into a graph when the stream is
+ * capturing. `what` names it in traces and errors. Returns cudaSuccess or the error the real
+ * runtime would give (a bad stream handle, a sticky fault, a capture already invalidated). */
+cudaError_t emu_enqueue(cudaStream_t st, const char *what, std::function<void(void)> op);
+
+/* 1 when [p, p + bytes) lies inside one live cudaMalloc allocation */
+int emu_is_device_range(const void *p, size_t bytes);
+
+/* A device-side fault found while an operation runs (an out-of-range access, an unsupported
+ * combination): printed to stderr with the operation's name and made sticky, so every later
+ * runtime call returns cudaErrorIllegalAddress as on a real GPU. printf-style. */
+void emu_fault(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Element i of a buffer of type t (CUDA_R_32F / 16F / 16BF) as float, and the reverse with
+ * round-to-nearest-even. */
+float emu_load(const void *p, cudaDataType_t t, size_t i);
+void emu_store(void *p, cudaDataType_t t, size_t i, float v);
+/* an fp32 value rounded to TF32 (10 explicit mantissa bits, nearest even), as tensor cores
+ * read fp32 operands in TF32 mode */
+float emu_round_tf32(float v);
+
+/* counters the tracer prints (ACT_EMU_TRACE=1) */
+void emu_count(const char *kind);
+
+#endif

@@ -1,0 +1,1006 @@
+/* emu_runtime.cc (CUDA emulator) - the CUDA runtime subset of cuda_runtime.h on the host, strict
+ * enough to find the bugs a first GPU run would find, fast enough to run whole forward passes in
+ * CI.
+ *
+ * Execution model
+ *  - One emulated device (sm_90). Device memory is host memory (posix_memalign), registered so
+ *    that copies, kernels and the emulated libraries can tell device from host pointers, and
+ *    poisoned with 0xFF bytes (NaN in every float type) as real cudaMalloc returns garbage.
+ *    Under AddressSanitizer each allocation has red zones: an out-of-range kernel access is
+ *    reported like compute-sanitizer's memcheck would.
+ *  - Streams are deferred: an operation is queued and runs when something waits for it
+ *    (cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize, a synchronous copy).
+ *    So host code that reads results without synchronizing reads stale data, as on a GPU.
+ *    Pageable host memory behaves as documented: a host-to-device copy from it is staged at the
+ *    call, a device-to-host copy into it waits for the stream; pinned memory is read and
+ *    written when the copy runs.
+ *  - A kernel runs block after block. The first block runs its threads as fibers,
+ *    switching at __syncthreads, __syncwarp and shuffles, which release only when every live
+ *    thread of the block (or warp) has arrived; a barrier that can never release (threads of
+ *    one warp split between __syncwarp and __syncthreads) is reported as a fault. When the
+ *    first block met no barrier, the remaining blocks run as plain calls, thread after thread.
+ *  - Stream capture records operations into a graph instead of queueing them; a graph launch
+ *    queues the recorded operations with the argument values of capture time. While a thread
+ *    captures (global or thread-local mode) the calls CUDA forbids then (cudaMalloc, cudaFree,
+ *    synchronous copies, stream/event/device synchronization) fail with
+ *    cudaErrorStreamCaptureUnsupported and invalidate the capture, so cudaStreamEndCapture
+ *    returns cudaErrorStreamCaptureInvalidated - the "operation not permitted when stream is
+ *    capturing" class of bugs. A captured copy must use pinned host memory.
+ *  - A kernel argument that points into host memory, a launch configuration CUDA would refuse
+ *    (block > 1024 threads, grid.y/z > 65535, dynamic shared memory > 48 KB, a zero dimension),
+ *    a CUDA call from inside a host function: reported with the kernel's name.
+ *  - Faults found while an operation runs are sticky, as on a GPU: every later call returns
+ *    cudaErrorIllegalAddress. Each fault is printed to stderr ("cuda-emu: ...").
+ * Not emulated: concurrency between streams (they run in call order), timing (events read the
+ * host clock when they run), occupancy and registers, and warp-synchronous code that relies on
+ * lockstep execution without __syncwarp (undefined since Volta anyway).
+ * ACT_EMU_TRACE=1 prints each instantiated graph's node counts and the totals at exit. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <ucontext.h>   /* fibers on other machines than x86-64 */
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "emu_internal.h"
+#include "cuda_bf16.h"
+#include "cuda_fp16.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMU_ASAN 1
+#endif
+#endif
+#ifdef EMU_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+
+namespace {
+
+struct Op {
+    std::string what;
+    const char *kind;               /* "kernel", "gemm", "conv", "memcpy", "memset", "host", "event" */
+    std::function<void(void)> fn;
+};
+
+struct Stream {
+    unsigned flags = 0;
+    std::vector<Op> queue;
+    bool capturing = false, cap_invalid = false;
+    cudaStreamCaptureMode cap_mode = cudaStreamCaptureModeGlobal;
+    std::thread::id cap_thread;
+    std::vector<Op> cap_ops;
+};
+
+}  // namespace
+
+struct emu_stream : Stream {};
+struct emu_event { double t = 0; bool recorded = false; bool done = false; emu_stream *st = nullptr; };
+struct emu_graph { std::vector<Op> ops; };
+struct emu_graph_exec { std::vector<Op> ops; };
+
+namespace {
+
+std::recursive_mutex g_mu;
+emu_stream g_null;                               /* the legacy default stream (handle 0) */
+std::set<emu_stream *> g_streams;
+std::set<emu_event *> g_events;
+std::set<emu_graph_exec *> g_execs;
+std::map<uintptr_t, size_t> g_dev, g_pinned;     /* base -> bytes */
+size_t g_dev_bytes;
+cudaError_t g_sticky = cudaSuccess;
+thread_local cudaError_t t_last = cudaSuccess;
+thread_local bool t_in_host_fn = false;
+thread_local emu_stream *t_capture = nullptr;    /* a non-relaxed capture this thread began */
+const char *g_running = "";                      /* the operation running now (fault messages) */
+std::map<std::string, unsigned long> g_counts;
+bool g_trace = false;
+
+constexpr size_t kDevTotal = (size_t)80 << 30;
+
+double now_s() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void print_counts() {
+    if (!g_trace || g_counts.empty()) return;
+    fprintf(stderr, "cuda-emu: totals:");
+    for (auto &kv : g_counts) fprintf(stderr, " %s=%lu", kv.first.c_str(), kv.second);
+    fprintf(stderr, "\n");
+}
+
+struct Init {
+    Init() {
+        const char *t = getenv("ACT_EMU_TRACE");
+        g_trace = t && *t && strcmp(t, "0");
+        atexit(print_counts);
+    }
+} g_init;
+
+cudaError_t ret(cudaError_t e) {
+    if (e != cudaSuccess) t_last = e;
+    return e;
+}
+
+emu_stream *resolve(cudaStream_t st) {
+    if (!st) return &g_null;
+    return g_streams.count(st) ? st : nullptr;
+}
+
+/* which registered block holds p; size 0 when none. Pointers one past the end count as inside. */
+const std::pair<const uintptr_t, size_t> *find_in(const std::map<uintptr_t, size_t> &m,
+                                                  const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    auto it = m.upper_bound(a);
+    if (it == m.begin()) return nullptr;
+    --it;
+    if (a <= it->first + it->second) return &*it;
+    return nullptr;
+}
+
+/* calls that block the host or allocate are forbidden while this thread captures */
+bool capture_forbids(const char *call) {
+    if (!t_capture) return false;
+    if (!t_capture->cap_invalid)
+        fprintf(stderr, "cuda-emu: %s during stream capture: not permitted, the capture is "
+                "invalidated (cudaErrorStreamCaptureUnsupported)\n", call);
+    t_capture->cap_invalid = true;
+    t_last = cudaErrorStreamCaptureUnsupported;
+    return true;
+}
+
+/* entry checks of every runtime call: a CUDA call inside a host function, a sticky fault */
+bool api_blocked(cudaError_t *e) {
+    if (t_in_host_fn) {
+        fprintf(stderr, "cuda-emu: a CUDA call from inside a cudaLaunchHostFunc callback (not "
+                "permitted by CUDA)\n");
+        *e = ret(cudaErrorNotPermitted);
+        return true;
+    }
+    if (g_sticky != cudaSuccess) {
+        *e = ret(g_sticky);
+        return true;
+    }
+    return false;
+}
+#define API_ENTRY() std::lock_guard<std::recursive_mutex> lk_(g_mu); \
+    { cudaError_t e_; if (api_blocked(&e_)) return e_; } (void)0
+
+void run_ops(std::vector<Op> &ops) {
+    for (auto &op : ops) {
+        if (g_sticky != cudaSuccess) break;      /* a faulted context runs nothing more */
+        g_running = op.what.c_str();
+        op.fn();
+        g_running = "";
+    }
+}
+
+void flush(emu_stream *s) {
+    std::vector<Op> ops;
+    ops.swap(s->queue);
+    run_ops(ops);
+}
+
+void flush_all() {
+    flush(&g_null);
+    for (emu_stream *s : g_streams) flush(s);
+}
+
+cudaError_t enqueue_op(emu_stream *s, const char *kind, std::string what,
+                       std::function<void(void)> fn) {
+    Op op{std::move(what), kind, std::move(fn)};
+    if (s->capturing) {
+        if (s->cap_invalid) return cudaErrorStreamCaptureInvalidated;
+        s->cap_ops.push_back(std::move(op));
+        return cudaSuccess;
+    }
+    s->queue.push_back(std::move(op));
+    return cudaSuccess;
+}
+
+/* ---------------- fibers ---------------- */
+
+enum FState { F_READY, F_WAIT_BLOCK, F_WAIT_WARP, F_DONE };
+constexpr size_t kStack = 256 << 10;
+constexpr int kMaxThreads = 1024;
+
+/* Fiber switching. glibc's swapcontext saves and restores the signal mask with a system call
+ * at every switch, which took 70% of the emulator's time in the end-to-end tests; on x86-64 a
+ * switch needs only the callee-saved registers, the stack pointer and the FP control words
+ * (the System V ABI's preserved state), so it is done here in a few instructions. */
+#if defined(__x86_64__)
+extern "C" void emu_ctx_switch(void **save_sp, void *to_sp);
+asm(".text\n"
+    ".globl emu_ctx_switch\n"
+    ".hidden emu_ctx_switch\n"
+    ".type emu_ctx_switch,@function\n"
+    "emu_ctx_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
+    "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+    "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size emu_ctx_switch,.-emu_ctx_switch\n");
+struct Ctx { void *sp = nullptr; };
+/* a stack that emu_ctx_switch "returns" into entry on, 16-byte aligned as at a call */
+void ctx_init(Ctx *c, char *stack, size_t size, void (*entry)()) {
+    uint64_t *top = (uint64_t *)(((uintptr_t)(stack + size)) & ~(uintptr_t)15);
+    top[-1] = 0;                                  /* entry's return address: it never returns */
+    top[-2] = (uint64_t)(uintptr_t)entry;
+    for (int i = 3; i <= 8; i++) top[-i] = 0;     /* rbp rbx r12 r13 r14 r15 */
+    top[-9] = 0x1f80ull | (0x037full << 32);      /* default MXCSR, x87 control word */
+    c->sp = &top[-9];
+}
+void ctx_switch(Ctx *from, Ctx *to) { emu_ctx_switch(&from->sp, to->sp); }
+#else
+struct Ctx { ucontext_t uc; };
+void ctx_init(Ctx *c, char *stack, size_t size, void (*entry)()) {
+    getcontext(&c->uc);
+    c->uc.uc_stack.ss_sp = stack;
+    c->uc.uc_stack.ss_size = size;
+    c->uc.uc_link = nullptr;
+    makecontext(&c->uc, entry, 0);
+}
+void ctx_switch(Ctx *from, Ctx *to) { swapcontext(&from->uc, &to->uc); }
+#endif
+
+struct Fiber {
+    Ctx ctx;
+    char *stack = nullptr;
+    FState st = F_READY;
+    void *fake = nullptr;           /* ASan fake-stack handle while switched out */
+};
+
+Fiber g_fib[kMaxThreads];
+Ctx g_sched, g_dead;                /* g_dead: where a finished fiber's last switch saves to */
+[[maybe_unused]] const void *g_sched_bottom;     /* ASan's view of the scheduler stack */
+[[maybe_unused]] size_t g_sched_size;
+[[maybe_unused]] void *g_sched_fake;
+int g_cur = -1, g_nthreads = 0;
+bool g_fiber_mode = false, g_block_synced = false;
+const emu_thread_fn *g_fn;
+const char *g_kernel = "";
+unsigned long long g_slot[kMaxThreads];
+std::vector<unsigned char> g_smem;
+
+void set_thread_index(int t) {
+    threadIdx.x = t % blockDim.x;
+    threadIdx.y = (t / blockDim.x) % blockDim.y;
+    threadIdx.z = t / (blockDim.x * blockDim.y);
+}
+
+void fiber_yield(FState why) {
+    Fiber &f = g_fib[g_cur];
+    f.st = why;
+#ifdef EMU_ASAN
+    __sanitizer_start_switch_fiber(&f.fake, g_sched_bottom, g_sched_size);
+#endif
+    ctx_switch(&f.ctx, &g_sched);
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(f.fake, &g_sched_bottom, &g_sched_size);
+#endif
+}
+
+void fiber_main() {
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &g_sched_bottom, &g_sched_size);
+#endif
+    (*g_fn)();
+    g_fib[g_cur].st = F_DONE;
+#ifdef EMU_ASAN
+    __sanitizer_start_switch_fiber(nullptr, g_sched_bottom, g_sched_size);
+#endif
+    ctx_switch(&g_dead, &g_sched);                /* never resumed */
+}
+
+bool run_block_fibers(int n) {
+    for (int t = 0; t < n; t++) {
+        Fiber &f = g_fib[t];
+        if (!f.stack) {
+            void *p = mmap(nullptr, kStack, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (p == MAP_FAILED) {
+                emu_fault("kernel %s: cannot map a fiber stack: %s", g_kernel, strerror(errno));
+                return false;
+            }
+            f.stack = (char *)p;
+        }
+        ctx_init(&f.ctx, f.stack, kStack, fiber_main);
+        f.st = F_READY;
+    }
+    g_fiber_mode = true;
+    for (;;) {
+        bool any_live = false;
+        for (int t = 0; t < n; t++) {
+            if (g_fib[t].st != F_READY) continue;
+            g_cur = t;
+            set_thread_index(t);
+#ifdef EMU_ASAN
+            __sanitizer_start_switch_fiber(&g_sched_fake, g_fib[t].stack, kStack);
+#endif
+            ctx_switch(&g_sched, &g_fib[t].ctx);
+#ifdef EMU_ASAN
+            __sanitizer_finish_switch_fiber(g_sched_fake, nullptr, nullptr);
+#endif
+            if (g_sticky != cudaSuccess) {            /* a fault inside: abandon the block */
+                g_fiber_mode = false;
+                return false;
+            }
+        }
+        /* every thread is waiting or done: release the barriers that are complete */
+        int released = 0, waiting_block = 0, live = 0;
+        for (int w = 0; w * 32 < n; w++) {
+            int lo = w * 32, hi = lo + 32 < n ? lo + 32 : n, ww = 0, wb = 0, done = 0;
+            for (int t = lo; t < hi; t++) {
+                ww += g_fib[t].st == F_WAIT_WARP;
+                wb += g_fib[t].st == F_WAIT_BLOCK;
+                done += g_fib[t].st == F_DONE;
+            }
+            if (ww && wb) {
+                emu_fault("kernel %s, block (%u,%u,%u): warp %d has lanes waiting in __syncwarp or "
+                          "a shuffle and lanes waiting in __syncthreads: divergent barrier",
+                          g_kernel, blockIdx.x, blockIdx.y, blockIdx.z, w);
+                g_fiber_mode = false;
+                return false;
+            }
+            if (ww && ww + done == hi - lo) {
+                for (int t = lo; t < hi; t++)
+                    if (g_fib[t].st == F_WAIT_WARP) g_fib[t].st = F_READY;
+                released++;
+            }
+            waiting_block += wb;
+            live += hi - lo - done;
+        }
+        any_live = live > 0;
+        if (!any_live) break;
+        if (released) continue;
+        if (waiting_block == live) {
+            for (int t = 0; t < n; t++)
+                if (g_fib[t].st == F_WAIT_BLOCK) g_fib[t].st = F_READY;
+            continue;
+        }
+        emu_fault("kernel %s, block (%u,%u,%u): threads wait at a barrier that can never "
+                  "complete", g_kernel, blockIdx.x, blockIdx.y, blockIdx.z);
+        g_fiber_mode = false;
+        return false;
+    }
+    g_fiber_mode = false;
+    return true;
+}
+
+void run_kernel(const char *name, dim3 grid, dim3 block, size_t smem, const emu_thread_fn &fn) {
+    gridDim = grid;
+    blockDim = block;
+    g_fn = &fn;
+    g_kernel = name;
+    int n = (int)(block.x * block.y * block.z);
+    g_nthreads = n;
+    if (g_smem.size() < smem) g_smem.resize(smem);
+    bool plain = false;
+    for (unsigned bz = 0; bz < grid.z; bz++)
+        for (unsigned by = 0; by < grid.y; by++)
+            for (unsigned bx = 0; bx < grid.x; bx++) {
+                blockIdx.x = bx;
+                blockIdx.y = by;
+                blockIdx.z = bz;
+                if (smem) memset(g_smem.data(), 0xff, smem);   /* shared memory starts as garbage */
+                if (!plain) {
+                    g_block_synced = false;
+                    if (!run_block_fibers(n)) return;
+                    plain = !g_block_synced;
+                    continue;
+                }
+                for (int t = 0; t < n; t++) {
+                    g_cur = t;
+                    set_thread_index(t);
+                    fn();
+                    if (g_sticky != cudaSuccess) return;
+                }
+            }
+    g_cur = -1;
+}
+
+/* a barrier reached outside fiber mode: the kernel synchronizes in some blocks only */
+bool barrier_outside_fibers(const char *what) {
+    if (g_fiber_mode) {
+        g_block_synced = true;
+        return false;
+    }
+    emu_fault("kernel %s: %s in block (%u,%u,%u) although block (0,0,0) met no barrier: the "
+              "emulator cannot run a kernel whose blocks synchronize differently", g_kernel, what,
+              blockIdx.x, blockIdx.y, blockIdx.z);
+    return true;
+}
+
+const char *err_name(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInitializationError: return "initialization error";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorNotPermitted: return "operation not permitted";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnmatched: return "the capture was not initiated in this stream";
+    }
+    return "unrecognized error code";
+}
+
+void count(const char *kind) { g_counts[kind]++; }
+
+}  // namespace
+
+/* ---------------- device-side entry points ---------------- */
+
+void __syncthreads(void) {
+    if (barrier_outside_fibers("__syncthreads")) return;
+    fiber_yield(F_WAIT_BLOCK);
+}
+
+void __syncwarp(unsigned mask) {
+    if (barrier_outside_fibers("__syncwarp")) return;
+    if (mask != 0xffffffffu) {
+        emu_fault("kernel %s: __syncwarp with a partial mask %08x is not emulated", g_kernel, mask);
+        return;
+    }
+    fiber_yield(F_WAIT_WARP);
+}
+
+int emu_lane(void) { return g_cur & 31; }
+
+unsigned long long emu_shfl_raw(unsigned mask, unsigned long long v, int src_lane) {
+    if (barrier_outside_fibers("a warp shuffle")) return v;
+    if (mask != 0xffffffffu) {
+        emu_fault("kernel %s: a shuffle with a partial mask %08x is not emulated", g_kernel, mask);
+        return v;
+    }
+    int me = g_cur, src = (me & ~31) + src_lane;
+    g_slot[me] = v;
+    fiber_yield(F_WAIT_WARP);                    /* every lane has published */
+    unsigned long long r = v;
+    if (src >= g_nthreads || g_fib[src].st == F_DONE)
+        emu_fault("kernel %s, block (%u,%u,%u), thread %d: shuffle from lane %d, which %s",
+                  g_kernel, blockIdx.x, blockIdx.y, blockIdx.z, me, src_lane,
+                  src >= g_nthreads ? "does not exist (block size not a multiple of 32)"
+                                    : "has exited (full-mask shuffle after a divergent return)");
+    else
+        r = g_slot[src];
+    fiber_yield(F_WAIT_WARP);                    /* every lane has read before slots change */
+    return r;
+}
+
+void *emu_dyn_smem(void) { return g_smem.data(); }
+
+const char *emu_check_kernel_pointer(const void *p) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    if (!p || find_in(g_dev, p)) return nullptr;
+    if (find_in(g_pinned, p)) return "pinned host memory (cudaMallocHost)";
+    return "host memory";
+}
+
+cudaError_t emu_submit_launch(const char *name, dim3 grid, dim3 block, size_t smem,
+                              cudaStream_t st, emu_thread_fn fn, const char *bad_arg) {
+    API_ENTRY();
+    emu_stream *s = resolve(st);
+    if (!s) return ret(cudaErrorInvalidResourceHandle);
+    unsigned long long nt = (unsigned long long)block.x * block.y * block.z;
+    const char *why = nullptr;
+    if (!grid.x || !grid.y || !grid.z || !nt) why = "a zero grid or block dimension";
+    else if (nt > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64)
+        why = "more than 1024 threads per block (or block.z > 64)";
+    else if (grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
+        why = "grid.x > 2^31-1 or grid.y/z > 65535";
+    else if (smem > 48 * 1024) why = "more than 48 KB of dynamic shared memory";
+    if (why) {
+        fprintf(stderr, "cuda-emu: launch of %s refused: %s (grid %u,%u,%u block %u,%u,%u, "
+                "%zu bytes shared)\n", name, why, grid.x, grid.y, grid.z, block.x, block.y,
+                block.z, smem);
+        if (s->capturing) s->cap_invalid = true;
+        return ret(cudaErrorInvalidConfiguration);
+    }
+    if (bad_arg) {
+        emu_fault("kernel %s was given a pointer to %s as an argument", name, bad_arg);
+        return cudaSuccess;                       /* the launch itself succeeds, as on a GPU */
+    }
+    std::string nm(name);
+    count("kernel");
+    return ret(enqueue_op(s, "kernel", nm, [nm, grid, block, smem, fn]() {
+        run_kernel(nm.c_str(), grid, block, smem, fn);
+    }));
+}
+
+/* ---------------- emu_internal.h ---------------- */
+
+cudaError_t emu_enqueue(cudaStream_t st, const char *what, std::function<void(void)> op) {
+    API_ENTRY();
+    emu_stream *s = resolve(st);
+    if (!s) return ret(cudaErrorInvalidResourceHandle);
+    return ret(enqueue_op(s, what, what, std::move(op)));
+}
+
+int emu_is_device_range(const void *p, size_t bytes) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    auto *b = find_in(g_dev, p);
+    return b && (uintptr_t)p + bytes <= b->first + b->second;
+}
+
+void emu_fault(const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "cuda-emu: FAULT%s%s: %s\n", *g_running ? " in " : "", g_running, msg);
+    if (g_sticky == cudaSuccess) g_sticky = cudaErrorIllegalAddress;
+}
+
+float emu_load(const void *p, cudaDataType_t t, size_t i) {
+    if (t == CUDA_R_16BF) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (t == CUDA_R_16F) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+void emu_store(void *p, cudaDataType_t t, size_t i, float v) {
+    if (t == CUDA_R_16BF) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    else if (t == CUDA_R_16F) ((__half *)p)[i] = __float2half_rn(v);
+    else ((float *)p)[i] = v;
+}
+
+float emu_round_tf32(float v) {
+    uint32_t b;
+    memcpy(&b, &v, 4);
+    if ((b & 0x7f800000u) == 0x7f800000u) return v;          /* inf, NaN */
+    b = (b + 0xfffu + ((b >> 13) & 1u)) & 0xffffe000u;
+    memcpy(&v, &b, 4);
+    return v;
+}
+
+void emu_count(const char *kind) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    count(kind);
+}
+
+/* ---------------- runtime API ---------------- */
+
+extern "C" {
+
+cudaError_t cudaGetDeviceCount(int *n) {
+    API_ENTRY();
+    if (!n) return ret(cudaErrorInvalidValue);
+    *n = 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int dev) {
+    API_ENTRY();
+    return ret(dev == 0 ? cudaSuccess : cudaErrorInvalidDevice);
+}
+
+cudaError_t cudaGetDevice(int *dev) {
+    API_ENTRY();
+    if (!dev) return ret(cudaErrorInvalidValue);
+    *dev = 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int dev) {
+    API_ENTRY();
+    if (!prop) return ret(cudaErrorInvalidValue);
+    if (dev != 0) return ret(cudaErrorInvalidDevice);
+    memset(prop, 0, sizeof *prop);
+    snprintf(prop->name, sizeof prop->name, "CUDA emulator on the host (not a GPU)");
+    prop->major = 9;
+    prop->minor = 0;
+    prop->totalGlobalMem = kDevTotal;
+    prop->sharedMemPerBlock = 48 * 1024;
+    prop->multiProcessorCount = 132;
+    prop->maxThreadsPerBlock = 1024;
+    prop->warpSize = 32;
+    prop->clockRate = 1980000;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+    API_ENTRY();
+    if (capture_forbids("cudaDeviceSynchronize")) return cudaErrorStreamCaptureUnsupported;
+    flush_all();
+    return ret(g_sticky);
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+    API_ENTRY();
+    if (free_bytes) *free_bytes = kDevTotal - g_dev_bytes;
+    if (total_bytes) *total_bytes = kDevTotal;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **p, size_t bytes) {
+    API_ENTRY();
+    if (!p) return ret(cudaErrorInvalidValue);
+    if (capture_forbids("cudaMalloc")) return cudaErrorStreamCaptureUnsupported;
+    *p = nullptr;
+    if (bytes == 0) return cudaSuccess;
+    if (bytes > kDevTotal - g_dev_bytes) return ret(cudaErrorMemoryAllocation);
+    void *q = nullptr;
+    if (posix_memalign(&q, 256, bytes)) return ret(cudaErrorMemoryAllocation);
+    memset(q, 0xff, bytes);
+    g_dev[(uintptr_t)q] = bytes;
+    g_dev_bytes += bytes;
+    *p = q;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p) {
+    API_ENTRY();
+    if (capture_forbids("cudaFree")) return cudaErrorStreamCaptureUnsupported;
+    if (!p) return cudaSuccess;
+    auto it = g_dev.find((uintptr_t)p);
+    if (it == g_dev.end()) {
+        fprintf(stderr, "cuda-emu: cudaFree(%p): not a pointer cudaMalloc returned\n", p);
+        return ret(cudaErrorInvalidValue);
+    }
+    flush_all();                                  /* cudaFree waits for the device */
+    g_dev_bytes -= it->second;
+    g_dev.erase(it);
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void **p, size_t bytes) {
+    API_ENTRY();
+    if (!p) return ret(cudaErrorInvalidValue);
+    if (capture_forbids("cudaMallocHost")) return cudaErrorStreamCaptureUnsupported;
+    void *q = nullptr;
+    if (posix_memalign(&q, 4096, bytes ? bytes : 1)) return ret(cudaErrorMemoryAllocation);
+    g_pinned[(uintptr_t)q] = bytes ? bytes : 1;
+    *p = q;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void *p) {
+    API_ENTRY();
+    if (capture_forbids("cudaFreeHost")) return cudaErrorStreamCaptureUnsupported;
+    if (!p) return cudaSuccess;
+    auto it = g_pinned.find((uintptr_t)p);
+    if (it == g_pinned.end()) {
+        fprintf(stderr, "cuda-emu: cudaFreeHost(%p): not a pointer cudaMallocHost returned\n", p);
+        return ret(cudaErrorInvalidValue);
+    }
+    flush_all();
+    g_pinned.erase(it);
+    free(p);
+    return cudaSuccess;
+}
+
+}  // extern "C"
+
+namespace {
+
+/* the checks every copy makes: kind against where the pointers really are */
+cudaError_t check_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                       const char *call) {
+    bool dd = emu_is_device_range(dst, bytes), sd = emu_is_device_range(src, bytes);
+    bool want_dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool want_sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (kind == cudaMemcpyDefault) return cudaSuccess;
+    if (kind == cudaMemcpyHostToHost) want_dd = want_sd = false;
+    if (dd != want_dd || sd != want_sd) {
+        fprintf(stderr, "cuda-emu: %s(%p <- %p, %zu bytes, kind %d): the destination is %s and "
+                "the source %s (a device range must lie inside one cudaMalloc block)\n", call, dst,
+                src, bytes, (int)kind, dd ? "device memory" : "not device memory",
+                sd ? "device memory" : "not device memory");
+        return cudaErrorInvalidValue;
+    }
+    return cudaSuccess;
+}
+
+bool pinned_range(const void *p, size_t bytes) {
+    auto *b = find_in(g_pinned, p);
+    return b && (uintptr_t)p + bytes <= b->first + b->second;
+}
+
+}  // namespace
+
+extern "C" {
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
+    API_ENTRY();
+    if (capture_forbids("cudaMemcpy")) return cudaErrorStreamCaptureUnsupported;
+    if (!bytes) return cudaSuccess;
+    cudaError_t e = check_copy(dst, src, bytes, kind, "cudaMemcpy");
+    if (e) return ret(e);
+    flush(&g_null);                               /* the legacy stream's earlier work first */
+    memmove(dst, src, bytes);
+    count("memcpy");
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
+                            cudaStream_t st) {
+    API_ENTRY();
+    emu_stream *s = resolve(st);
+    if (!s) return ret(cudaErrorInvalidResourceHandle);
+    if (!bytes) return cudaSuccess;
+    cudaError_t e = check_copy(dst, src, bytes, kind, "cudaMemcpyAsync");
+    if (e) {
+        if (s->capturing) s->cap_invalid = true;
+        return ret(e);
+    }
+    const void *host = kind == cudaMemcpyHostToDevice ? src : kind == cudaMemcpyDeviceToHost ? dst
+                                                                                             : nullptr;
+    bool pageable = host && !pinned_range(host, bytes);
+    if (pageable && s->capturing) {
+        fprintf(stderr, "cuda-emu: cudaMemcpyAsync with pageable host memory %p during stream "
+                "capture: a graph needs pinned memory (cudaMallocHost); capture invalidated\n",
+                host);
+        s->cap_invalid = true;
+        return ret(cudaErrorStreamCaptureUnsupported);
+    }
+    count("memcpy");
+    if (pageable && kind == cudaMemcpyHostToDevice) {     /* staged now, lands in stream order */
+        auto staged = std::make_shared<std::vector<unsigned char>>((const unsigned char *)src,
+                                                                    (const unsigned char *)src + bytes);
+        return ret(enqueue_op(s, "memcpy", "cudaMemcpyAsync H2D (pageable)",
+                              [dst, staged]() { memcpy(dst, staged->data(), staged->size()); }));
+    }
+    e = enqueue_op(s, "memcpy", "cudaMemcpyAsync",
+                   [dst, src, bytes]() { memmove(dst, src, bytes); });
+    if (e) return ret(e);
+    if (pageable && kind == cudaMemcpyDeviceToHost) flush(s);   /* returns when it has landed */
+    return ret(g_sticky);
+}
+
+cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t st) {
+    API_ENTRY();
+    emu_stream *s = resolve(st);
+    if (!s) return ret(cudaErrorInvalidResourceHandle);
+    if (!bytes) return cudaSuccess;
+    if (!emu_is_device_range(p, bytes)) {
+        fprintf(stderr, "cuda-emu: cudaMemsetAsync(%p, %zu bytes): not inside one cudaMalloc "
+                "block\n", p, bytes);
+        if (s->capturing) s->cap_invalid = true;
+        return ret(cudaErrorInvalidValue);
+    }
+    count("memset");
+    return ret(enqueue_op(s, "memset", "cudaMemsetAsync",
+                          [p, value, bytes]() { memset(p, value, bytes); }));
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *st, unsigned flags) {
+    API_ENTRY();
+    if (!st) return ret(cudaErrorInvalidValue);
+    emu_stream *s = new emu_stream;
+    s->flags = flags;
+    g_streams.insert(s);
+    *st = s;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *st) { return cudaStreamCreateWithFlags(st, 0); }
+
+cudaError_t cudaStreamDestroy(cudaStream_t st) {
+    API_ENTRY();
+    emu_stream *s = resolve(st);
+    if (!s || s == &g_null) return ret(cudaErrorInvalidResourceHandle);
+    if (s->capturing) {
+        fprintf(stderr, "cuda-emu: cudaStreamDestroy of a stream that is capturing\n");
+        return ret(cudaErrorIllegalState);
+    }
+    flush(s);                                     /* queued work still completes */
+    g_streams.erase(s);
+    delete s;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t st) {
+    API_ENTRY();
+    emu_stream *s = resolve(st);
+    if (!s) return ret(cudaErrorInvalidResourceHandle);
+    if (s->capturing) {
+        fprintf(stderr, "cuda-emu: cudaStreamSynchronize of a capturing stream: not permitted; "
+                "capture invalidated\n");
+        s->cap_invalid = true;
+        return ret(cudaErrorStreamCaptureUnsupported);
+    }
+    if (capture_forbids("cudaStreamSynchronize")) return cudaErrorStreamCaptureUnsupported;
+    flush(s);
+    return ret(g_sticky);
+}
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t st, cudaHostFn_t fn, void *user) {
+    API_ENTRY();
+    emu_stream *s = resolve(st);
+    if (!s) return ret(cudaErrorInvalidResourceHandle);
+    if (!fn) return ret(cudaErrorInvalidValue);
+    count("host");
+    return ret(enqueue_op(s, "host", "cudaLaunchHostFunc", [fn, user]() {
+        t_in_host_fn = true;
+        fn(user);
+        t_in_host_fn = false;
+    }));
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *ev) {
+    API_ENTRY();
+    if (!ev) return ret(cudaErrorInvalidValue);
+    emu_event *e = new emu_event;
+    g_events.insert(e);
+    *ev = e;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t ev) {
+    API_ENTRY();
+    if (!g_events.count(ev)) return ret(cudaErrorInvalidResourceHandle);
+    flush_all();                                  /* a queued record still points at it */
+    g_events.erase(ev);
+    delete ev;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t st) {
+    API_ENTRY();
+    emu_stream *s = resolve(st);
+    if (!s || !g_events.count(ev)) return ret(cudaErrorInvalidResourceHandle);
+    ev->recorded = true;
+    ev->done = false;
+    ev->st = s;
+    return ret(enqueue_op(s, "event", "cudaEventRecord", [ev]() {
+        ev->t = now_s();
+        ev->done = true;
+    }));
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
+    API_ENTRY();
+    if (!g_events.count(ev)) return ret(cudaErrorInvalidResourceHandle);
+    if (capture_forbids("cudaEventSynchronize")) return cudaErrorStreamCaptureUnsupported;
+    if (ev->recorded && !ev->done && ev->st) flush(ev->st);
+    return ret(g_sticky);
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    API_ENTRY();
+    if (!ms) return ret(cudaErrorInvalidValue);
+    if (!g_events.count(a) || !g_events.count(b)) return ret(cudaErrorInvalidResourceHandle);
+    if (!a->recorded || !b->recorded) return ret(cudaErrorInvalidResourceHandle);
+    if (!a->done || !b->done) return ret(cudaErrorNotReady);
+    *ms = (float)((b->t - a->t) * 1e3);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t st, enum cudaStreamCaptureMode mode) {
+    API_ENTRY();
+    emu_stream *s = resolve(st);
+    if (!s) return ret(cudaErrorInvalidResourceHandle);
+    if (s == &g_null) {
+        fprintf(stderr, "cuda-emu: the legacy default stream cannot be captured\n");
+        return ret(cudaErrorStreamCaptureUnsupported);
+    }
+    if (s->capturing) return ret(cudaErrorIllegalState);
+    if (mode != cudaStreamCaptureModeRelaxed && t_capture) {
+        fprintf(stderr, "cuda-emu: a second capture begun by a thread that is capturing\n");
+        return ret(cudaErrorIllegalState);
+    }
+    s->capturing = true;
+    s->cap_invalid = false;
+    s->cap_mode = mode;
+    s->cap_thread = std::this_thread::get_id();
+    s->cap_ops.clear();
+    if (mode != cudaStreamCaptureModeRelaxed) t_capture = s;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t st, cudaGraph_t *graph) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    if (graph) *graph = nullptr;
+    emu_stream *s = resolve(st);
+    if (!s) return ret(cudaErrorInvalidResourceHandle);
+    if (!s->capturing) return ret(cudaErrorIllegalState);
+    if (s->cap_mode != cudaStreamCaptureModeRelaxed && s->cap_thread != std::this_thread::get_id())
+        return ret(cudaErrorStreamCaptureUnmatched);
+    s->capturing = false;
+    if (t_capture == s) t_capture = nullptr;
+    if (!graph) return ret(cudaErrorInvalidValue);
+    if (s->cap_invalid) {
+        s->cap_ops.clear();
+        return ret(cudaErrorStreamCaptureInvalidated);
+    }
+    if (g_sticky != cudaSuccess) return ret(g_sticky);
+    emu_graph *g = new emu_graph;
+    g->ops.swap(s->cap_ops);
+    *graph = g;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph,
+                                 unsigned long long flags) {
+    API_ENTRY();
+    if (!exec || !graph) return ret(cudaErrorInvalidValue);
+    emu_graph_exec *x = new emu_graph_exec;
+    x->ops = graph->ops;
+    g_execs.insert(x);
+    *exec = x;
+    if (g_trace) {
+        std::map<std::string, int> kinds;
+        for (auto &op : x->ops) kinds[op.kind]++;
+        fprintf(stderr, "cuda-emu: graph instantiated: %zu nodes:", x->ops.size());
+        for (auto &kv : kinds) fprintf(stderr, " %s=%d", kv.first.c_str(), kv.second);
+        fprintf(stderr, "\n");
+    }
+    count("graph_instantiate");
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t st) {
+    API_ENTRY();
+    emu_stream *s = resolve(st);
+    if (!s || !g_execs.count(exec)) return ret(cudaErrorInvalidResourceHandle);
+    if (s->capturing) {
+        fprintf(stderr, "cuda-emu: cudaGraphLaunch into a capturing stream is not emulated\n");
+        return ret(cudaErrorStreamCaptureUnsupported);
+    }
+    count("graph_launch");
+    for (auto &op : exec->ops) s->queue.push_back(op);
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    delete graph;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    if (!exec) return cudaSuccess;
+    if (!g_execs.count(exec)) return ret(cudaErrorInvalidResourceHandle);
+    flush_all();                                  /* a queued launch still runs its nodes */
+    g_execs.erase(exec);
+    delete exec;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError(void) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    cudaError_t e = g_sticky != cudaSuccess ? g_sticky : t_last;
+    t_last = cudaSuccess;
+    return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    return g_sticky != cudaSuccess ? g_sticky : t_last;
+}
+
+const char *cudaGetErrorString(cudaError_t e) { return err_name(e); }
+
+}  // extern "C"

@@ -1,0 +1,23 @@
+/* cuda_bf16.h (CUDA emulator) - __nv_bfloat16 as its 16 bits, with CUDA's conversions
+ * (round to nearest even; NaN stays NaN). */
+#ifndef EMU_CUDA_BF16_H
+#define EMU_CUDA_BF16_H
+#include <stdint.h>
+#include <string.h>
+struct __nv_bfloat16 { uint16_t x; };
+static inline float __bfloat162float(__nv_bfloat16 h) {
+    uint32_t b = (uint32_t)h.x << 16;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    __nv_bfloat16 h;
+    if ((b & 0x7fffffffu) > 0x7f800000u) h.x = (uint16_t)((b >> 16) | 0x40u);   /* quiet NaN */
+    else h.x = (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+    return h;
+}
+static inline __nv_bfloat16 __float2bfloat16(float f) { return __float2bfloat16_rn(f); }
+#endif

@@ -1,0 +1,21 @@
+/* cuda_fp16.h (CUDA emulator) - __half as its 16 bits, with CUDA's conversions (round to
+ * nearest even through the compiler's _Float16, which GCC implements exactly in software or
+ * with F16C). */
+#ifndef EMU_CUDA_FP16_H
+#define EMU_CUDA_FP16_H
+#include <stdint.h>
+#include <string.h>
+struct __half { uint16_t x; };
+static inline float __half2float(__half h) {
+    _Float16 v;
+    memcpy(&v, &h.x, 2);
+    return (float)v;
+}
+static inline __half __float2half_rn(float f) {
+    _Float16 v = (_Float16)f;
+    __half h;
+    memcpy(&h.x, &v, 2);
+    return h;
+}
+static inline __half __float2half(float f) { return __float2half_rn(f); }
+#endif

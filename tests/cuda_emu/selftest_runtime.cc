@@ -1,0 +1,273 @@
+/* selftest_runtime.cc - the CUDA emulator's runtime checked on small kernels written for it:
+ * barriers and shared memory, warp shuffles, deferred streams, pinned vs pageable copies, graph
+ * capture and replay, and every fault and capture rule it claims to enforce (emu_runtime.cc).
+ * Faults are sticky for the process, as on a GPU, so each fault case runs in a forked child and
+ * must end with the expected error. Inputs are seeded random values, never zeros. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cuda_runtime.h"
+
+static int g_fail, g_checks;
+#define CHECK(cond, ...) do { g_checks++; if (!(cond)) { g_fail++; \
+    fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); \
+    fputc('\n', stderr); } } while (0)
+
+static unsigned long long g_rng = 0x9e3779b97f4a7c15ull;
+static float urand(void) {                       /* splitmix64 -> [-1, 1) */
+    unsigned long long z = (g_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (float)((z >> 40) * (1.0 / 16777216.0) * 2.0 - 1.0);
+}
+
+/* ---- kernels ---- */
+
+/* per-block sum through shared memory and __syncthreads, written by thread 0 */
+static __global__ void block_sum_kernel(const float *x, int n, float *out) {
+    __shared__ float part[256];
+    int t = threadIdx.x, i = blockIdx.x * blockDim.x + t;
+    part[t] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (t < s) part[t] += part[t + s];
+        __syncthreads();
+    }
+    if (t == 0) out[blockIdx.x] = part[0];
+}
+
+/* each warp's sum by xor shuffles; every lane writes what it got */
+static __global__ void warp_sum_kernel(const float *x, float *out) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float v = x[i];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    out[i] = v;
+}
+
+/* dynamic shared memory, reversed within the block: needs the barrier to be real */
+static __global__ void reverse_kernel(const float *x, float *y) {
+    float *sm = (float *)emu_dyn_smem();
+    int t = threadIdx.x, n = blockDim.x, base = blockIdx.x * n;
+    sm[t] = x[base + t];
+    __syncthreads();
+    y[base + t] = sm[n - 1 - t];
+}
+
+static __global__ void add_kernel(float *y, float v, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += v;
+}
+
+/* 2-D blocks: the thread index decomposition */
+static __global__ void index_kernel(int *out) {
+    int t = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+    int b = blockIdx.y * gridDim.x + blockIdx.x;
+    out[b * blockDim.x * blockDim.y * blockDim.z + t] = b * 10000 + (int)(threadIdx.x * 100 +
+                                                                         threadIdx.y * 10 + threadIdx.z);
+}
+
+/* bugs the emulator must catch */
+static __global__ void divergent_barrier_kernel(float *y) {
+    if (threadIdx.x < 16) __syncwarp();
+    else __syncthreads();
+    y[threadIdx.x] = 1.0f;
+}
+static __global__ void exited_shuffle_kernel(float *y) {
+    if (threadIdx.x >= 16) return;
+    y[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 16);
+}
+
+/* ---- helpers ---- */
+
+static float *dev_upload(const float *h, size_t n) {
+    void *d = NULL;
+    if (cudaMalloc(&d, n * sizeof(float)) != cudaSuccess) { fprintf(stderr, "cudaMalloc\n"); exit(1); }
+    if (h) cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice);
+    return (float *)d;
+}
+
+/* run fn in a child; it must exit with code `want` (1 = the expected error was seen) */
+static void in_child(const char *what, int (*fn)(void)) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t p = fork();
+    if (p == 0) _exit(fn());
+    int st = 0;
+    waitpid(p, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1, "%s: the emulator did not report it (child status %d)",
+          what, st);
+}
+
+static int child_divergent(void) {
+    float *y = dev_upload(NULL, 32);
+    emu_launch(divergent_barrier_kernel, 1, 32)(y);
+    return cudaDeviceSynchronize() == cudaErrorIllegalAddress;
+}
+static int child_exited_shuffle(void) {
+    float *y = dev_upload(NULL, 32);
+    emu_launch(exited_shuffle_kernel, 1, 32)(y);
+    return cudaDeviceSynchronize() == cudaErrorIllegalAddress;
+}
+static int child_host_pointer(void) {
+    float *h = (float *)calloc(64, sizeof(float));
+    emu_launch(add_kernel, 1, 64)(h, 1.0f, 64);
+    cudaError_t e = cudaDeviceSynchronize();
+    /* sticky: every later call fails too */
+    void *d = NULL;
+    return e == cudaErrorIllegalAddress && cudaMalloc(&d, 16) == cudaErrorIllegalAddress;
+}
+static int child_pinned_kernel_arg(void) {
+    void *h = NULL;
+    cudaMallocHost(&h, 64 * sizeof(float));
+    emu_launch(add_kernel, 1, 64)((float *)h, 1.0f, 64);
+    return cudaDeviceSynchronize() == cudaErrorIllegalAddress;
+}
+
+/* ---- checks ---- */
+
+static void check_barriers_and_shuffles(void) {
+    const int n = 1000, blocks = (n + 255) / 256;
+    float h[1024], got[8];
+    for (int i = 0; i < n; i++) h[i] = urand();
+    float *x = dev_upload(h, n), *out = dev_upload(NULL, blocks);
+    emu_launch(block_sum_kernel, blocks, 256)(x, n, out);
+    CHECK(cudaGetLastError() == cudaSuccess, "block_sum launch");
+    cudaMemcpy(got, out, blocks * sizeof(float), cudaMemcpyDeviceToHost);
+    for (int b = 0; b < blocks; b++) {
+        double want = 0;
+        for (int i = b * 256; i < n && i < (b + 1) * 256; i++) want += h[i];
+        CHECK(fabs(got[b] - want) < 1e-4, "block_sum block %d: %g, want %g", b, got[b], want);
+    }
+    float *w = dev_upload(h, 256), *wo = dev_upload(NULL, 256), wg[256];
+    emu_launch(warp_sum_kernel, 2, 128)(w, wo);
+    cudaMemcpy(wg, wo, sizeof wg, cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (int i = 0; i < 256; i++) {
+        double want = 0;
+        for (int j = i & ~31; j < (i & ~31) + 32; j++) want += h[j];
+        bad += fabs(wg[i] - want) > 1e-4;
+    }
+    CHECK(bad == 0, "warp_sum: %d lanes wrong", bad);
+    float *r = dev_upload(NULL, 256), rg[256];
+    emu_launch(reverse_kernel, 2, 128, 128 * sizeof(float))(w, r);
+    cudaMemcpy(rg, r, sizeof rg, cudaMemcpyDeviceToHost);
+    bad = 0;
+    for (int i = 0; i < 256; i++) bad += rg[i] != h[(i & ~127) + 127 - (i & 127)];
+    CHECK(bad == 0, "reverse through dynamic shared memory: %d wrong", bad);
+    int *idx = NULL, ih[2 * 3 * 4 * 2 * 2];
+    cudaMalloc((void **)&idx, sizeof ih);
+    emu_launch(index_kernel, dim3(3, 2), dim3(4, 2, 2))(idx);
+    cudaMemcpy(ih, idx, sizeof ih, cudaMemcpyDeviceToHost);
+    CHECK(ih[(1 * 3 + 2) * 16 + (1 * 2 + 1) * 4 + 3] == 5 * 10000 + 311,
+          "thread/block index decomposition: %d", ih[(1 * 3 + 2) * 16 + (1 * 2 + 1) * 4 + 3]);
+    cudaFree(x); cudaFree(out); cudaFree(w); cudaFree(wo); cudaFree(r); cudaFree(idx);
+}
+
+static void check_deferred_streams(void) {
+    cudaStream_t st;
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    float h[64], *pin = NULL;
+    for (int i = 0; i < 64; i++) h[i] = urand();
+    cudaMallocHost((void **)&pin, sizeof h);
+    float *d = dev_upload(h, 64);
+    emu_launch(add_kernel, 1, 64, 0, st)(d, 2.0f, 64);
+    memset(pin, 0, sizeof h);
+    cudaMemcpyAsync(pin, d, sizeof h, cudaMemcpyDeviceToHost, st);
+    CHECK(pin[5] == 0.0f, "a pinned download landed before the stream was synchronized");
+    cudaStreamSynchronize(st);
+    CHECK(pin[5] == h[5] + 2.0f, "after synchronize: %g, want %g", pin[5], h[5] + 2.0f);
+    /* pageable upload is staged at the call: changing the source afterwards changes nothing */
+    float src[64];
+    memcpy(src, h, sizeof h);
+    cudaMemcpyAsync(d, src, sizeof h, cudaMemcpyHostToDevice, st);
+    src[7] = 1234.0f;
+    float back[64];
+    cudaMemcpyAsync(back, d, sizeof h, cudaMemcpyDeviceToHost, st);   /* pageable: synchronous */
+    CHECK(back[7] == h[7], "pageable upload not staged at the call: %g", back[7]);
+    /* pinned upload reads the source when it runs */
+    memcpy(pin, h, sizeof h);
+    cudaMemcpyAsync(d, pin, sizeof h, cudaMemcpyHostToDevice, st);
+    pin[9] = 99.0f;
+    cudaStreamSynchronize(st);
+    cudaMemcpy(back, d, sizeof h, cudaMemcpyDeviceToHost);
+    CHECK(back[9] == 99.0f, "pinned upload read its source early: %g", back[9]);
+    /* fresh device memory is poisoned (NaN), never zeros */
+    float *fresh = dev_upload(NULL, 4), fh[4];
+    cudaMemcpy(fh, fresh, sizeof fh, cudaMemcpyDeviceToHost);
+    CHECK(fh[0] != fh[0], "fresh device memory is not poisoned: %g", fh[0]);
+    cudaFree(fresh);
+    cudaFree(d);
+    cudaFreeHost(pin);
+    cudaStreamDestroy(st);
+}
+
+static void check_capture(void) {
+    cudaStream_t st;
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    float h[32], *pin = NULL;
+    for (int i = 0; i < 32; i++) h[i] = urand();
+    cudaMallocHost((void **)&pin, sizeof h);
+    float *d = dev_upload(h, 32);
+    /* a graph replays its kernels with the values of capture time, on today's memory */
+    CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess, "begin");
+    emu_launch(add_kernel, 1, 32, 0, st)(d, 1.5f, 32);
+    cudaMemcpyAsync(pin, d, sizeof h, cudaMemcpyDeviceToHost, st);
+    cudaGraph_t g = NULL;
+    CHECK(cudaStreamEndCapture(st, &g) == cudaSuccess && g, "end capture");
+    cudaGraphExec_t ex = NULL;
+    CHECK(cudaGraphInstantiate(&ex, g, 0) == cudaSuccess, "instantiate");
+    cudaGraphDestroy(g);
+    cudaMemcpy(pin, d, sizeof h, cudaMemcpyDeviceToHost);
+    CHECK(pin[3] == h[3], "capture ran the kernel: %g", pin[3]);
+    cudaGraphLaunch(ex, st);
+    cudaGraphLaunch(ex, st);
+    cudaStreamSynchronize(st);
+    CHECK(pin[3] == h[3] + 3.0f, "two replays: %g, want %g", pin[3], h[3] + 3.0f);
+    /* forbidden calls during capture: each fails and invalidates the capture */
+    const char *names[4] = {"cudaMalloc", "cudaStreamSynchronize", "cudaMemcpy", "pageable copy"};
+    for (int k = 0; k < 4; k++) {
+        cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
+        emu_launch(add_kernel, 1, 32, 0, st)(d, 1.0f, 32);
+        cudaError_t e;
+        void *p = NULL;
+        float page[32];
+        if (k == 0) e = cudaMalloc(&p, 64);
+        else if (k == 1) e = cudaStreamSynchronize(st);
+        else if (k == 2) e = cudaMemcpy(page, d, sizeof page, cudaMemcpyDeviceToHost);
+        else e = cudaMemcpyAsync(page, d, sizeof page, cudaMemcpyDeviceToHost, st);
+        CHECK(e == cudaErrorStreamCaptureUnsupported, "%s during capture returned %d", names[k], e);
+        g = NULL;
+        CHECK(cudaStreamEndCapture(st, &g) == cudaErrorStreamCaptureInvalidated && !g,
+              "capture not invalidated by %s", names[k]);
+        cudaGetLastError();
+    }
+    /* the stream works again after an invalidated capture */
+    emu_launch(add_kernel, 1, 32, 0, st)(d, 1.0f, 32);
+    CHECK(cudaStreamSynchronize(st) == cudaSuccess, "stream after a failed capture");
+    /* a refused configuration is an ordinary (not sticky) error */
+    emu_launch(add_kernel, 1, 1025, 0, st)(d, 1.0f, 32);
+    CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration, "1025 threads accepted");
+    emu_launch(add_kernel, dim3(1, 70000), 32, 0, st)(d, 1.0f, 32);
+    CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration, "grid.y 70000 accepted");
+    CHECK(cudaGetLastError() == cudaSuccess, "error not cleared by cudaGetLastError");
+    cudaGraphExecDestroy(ex);
+    cudaFree(d);
+    cudaFreeHost(pin);
+    cudaStreamDestroy(st);
+}
+
+int main(void) {
+    check_barriers_and_shuffles();
+    check_deferred_streams();
+    check_capture();
+    in_child("threads of one warp split between __syncwarp and __syncthreads", child_divergent);
+    in_child("a full-mask shuffle after half the warp returned", child_exited_shuffle);
+    in_child("a host pointer given to a kernel", child_host_pointer);
+    in_child("a pinned host pointer given to a kernel", child_pinned_kernel_arg);
+    printf("cuda emulator runtime: %d checks, %d failed\n", g_checks, g_fail);
+    return g_fail ? 1 : 0;
+}
