@@ -34,7 +34,8 @@
  * Not emulated: concurrency between streams (they run in call order), timing (events read the
  * host clock when they run), occupancy and registers, and warp-synchronous code that relies on
  * lockstep execution without __syncwarp (undefined since Volta anyway).
- * ACT_EMU_TRACE=1 prints each instantiated graph's node counts and the totals at exit. */
+ * ACT_EMU_TRACE=1 prints each instantiated graph's node counts and the totals at exit; =2 also
+ * lists the nodes. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -111,7 +112,7 @@ thread_local bool t_in_host_fn = false;
 thread_local emu_stream *t_capture = nullptr;    /* a non-relaxed capture this thread began */
 const char *g_running = "";                      /* the operation running now (fault messages) */
 std::map<std::string, unsigned long> g_counts;
-bool g_trace = false;
+int g_trace = 0;                                 /* ACT_EMU_TRACE: 1 counts, 2 every node */
 
 constexpr size_t kDevTotal = (size_t)80 << 30;
 
@@ -131,7 +132,7 @@ void print_counts() {
 struct Init {
     Init() {
         const char *t = getenv("ACT_EMU_TRACE");
-        g_trace = t && *t && strcmp(t, "0");
+        g_trace = t ? atoi(t) : 0;
         atexit(print_counts);
     }
 } g_init;
@@ -219,8 +220,12 @@ cudaError_t enqueue_op(emu_stream *s, const char *kind, std::string what,
 
 /* ---------------- fibers ---------------- */
 
-enum FState { F_READY, F_WAIT_BLOCK, F_WAIT_WARP, F_DONE };
-constexpr size_t kStack = 256 << 10;
+enum FState { F_READY, F_WAIT_BLOCK, F_WAIT_WARP, F_WAIT_SHFL, F_DONE };
+#ifdef EMU_ASAN
+constexpr size_t kStack = 256 << 10;                /* ASan's frames are larger */
+#else
+constexpr size_t kStack = 64 << 10;                 /* kernels use little stack; fewer TLB misses */
+#endif
 constexpr int kMaxThreads = 1024;
 
 /* Fiber switching. glibc's swapcontext saves and restores the signal mask with a system call
@@ -280,7 +285,11 @@ int g_cur = -1, g_nthreads = 0;
 bool g_fiber_mode = false, g_block_synced = false;
 const emu_thread_fn *g_fn;
 const char *g_kernel = "";
-unsigned long long g_slot[kMaxThreads];
+/* shuffle slots, two sets used alternately: a lane that has read and moved on to the next
+ * shuffle writes the other set, so one barrier per shuffle suffices (lanes cannot get two
+ * shuffles apart: the next one's barrier waits for every lane) */
+unsigned long long g_slot[2][kMaxThreads];
+unsigned g_shfl_gen[kMaxThreads];
 std::vector<unsigned char> g_smem;
 
 void set_thread_index(int t) {
@@ -326,6 +335,7 @@ bool run_block_fibers(int n) {
             f.stack = (char *)p;
         }
         ctx_init(&f.ctx, f.stack, kStack, fiber_main);
+        g_shfl_gen[t] = 0;
         f.st = F_READY;
     }
     g_fiber_mode = true;
@@ -350,9 +360,10 @@ bool run_block_fibers(int n) {
         /* every thread is waiting or done: release the barriers that are complete */
         int released = 0, waiting_block = 0, live = 0;
         for (int w = 0; w * 32 < n; w++) {
-            int lo = w * 32, hi = lo + 32 < n ? lo + 32 : n, ww = 0, wb = 0, done = 0;
+            int lo = w * 32, hi = lo + 32 < n ? lo + 32 : n, ww = 0, wb = 0, done = 0, shfl = 0;
             for (int t = lo; t < hi; t++) {
-                ww += g_fib[t].st == F_WAIT_WARP;
+                ww += g_fib[t].st == F_WAIT_WARP || g_fib[t].st == F_WAIT_SHFL;
+                shfl += g_fib[t].st == F_WAIT_SHFL;
                 wb += g_fib[t].st == F_WAIT_BLOCK;
                 done += g_fib[t].st == F_DONE;
             }
@@ -363,9 +374,16 @@ bool run_block_fibers(int n) {
                 g_fiber_mode = false;
                 return false;
             }
+            if (shfl && done) {
+                emu_fault("kernel %s, block (%u,%u,%u): a full-mask shuffle in warp %d after %d of "
+                          "its lanes exited (their values are undefined)", g_kernel, blockIdx.x,
+                          blockIdx.y, blockIdx.z, w, done);
+                g_fiber_mode = false;
+                return false;
+            }
             if (ww && ww + done == hi - lo) {
                 for (int t = lo; t < hi; t++)
-                    if (g_fib[t].st == F_WAIT_WARP) g_fib[t].st = F_READY;
+                    if (g_fib[t].st == F_WAIT_WARP || g_fib[t].st == F_WAIT_SHFL) g_fib[t].st = F_READY;
                 released++;
             }
             waiting_block += wb;
@@ -483,18 +501,16 @@ unsigned long long emu_shfl_raw(unsigned mask, unsigned long long v, int src_lan
         return v;
     }
     int me = g_cur, src = (me & ~31) + src_lane;
-    g_slot[me] = v;
-    fiber_yield(F_WAIT_WARP);                    /* every lane has published */
-    unsigned long long r = v;
-    if (src >= g_nthreads || g_fib[src].st == F_DONE)
-        emu_fault("kernel %s, block (%u,%u,%u), thread %d: shuffle from lane %d, which %s",
-                  g_kernel, blockIdx.x, blockIdx.y, blockIdx.z, me, src_lane,
-                  src >= g_nthreads ? "does not exist (block size not a multiple of 32)"
-                                    : "has exited (full-mask shuffle after a divergent return)");
-    else
-        r = g_slot[src];
-    fiber_yield(F_WAIT_WARP);                    /* every lane has read before slots change */
-    return r;
+    unsigned set = g_shfl_gen[me]++ & 1;
+    g_slot[set][me] = v;
+    fiber_yield(F_WAIT_SHFL);                    /* every lane has published */
+    if (src >= g_nthreads) {
+        emu_fault("kernel %s, block (%u,%u,%u), thread %d: shuffle from lane %d, which does not "
+                  "exist (the block size is not a multiple of 32)", g_kernel, blockIdx.x,
+                  blockIdx.y, blockIdx.z, me, src_lane);
+        return v;
+    }
+    return g_slot[set][src];
 }
 
 void *emu_dyn_smem(void) { return g_smem.data(); }
@@ -771,8 +787,10 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
         return ret(enqueue_op(s, "memcpy", "cudaMemcpyAsync H2D (pageable)",
                               [dst, staged]() { memcpy(dst, staged->data(), staged->size()); }));
     }
-    e = enqueue_op(s, "memcpy", "cudaMemcpyAsync",
-                   [dst, src, bytes]() { memmove(dst, src, bytes); });
+    static const char *dir[5] = {"H2H", "H2D", "D2H", "D2D", "default"};
+    char what[96];
+    snprintf(what, sizeof what, "cudaMemcpyAsync %s %zu bytes", dir[kind <= 4 ? kind : 4], bytes);
+    e = enqueue_op(s, "memcpy", what, [dst, src, bytes]() { memmove(dst, src, bytes); });
     if (e) return ret(e);
     if (pageable && kind == cudaMemcpyDeviceToHost) flush(s);   /* returns when it has landed */
     return ret(g_sticky);
@@ -955,6 +973,8 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph,
         fprintf(stderr, "cuda-emu: graph instantiated: %zu nodes:", x->ops.size());
         for (auto &kv : kinds) fprintf(stderr, " %s=%d", kv.first.c_str(), kv.second);
         fprintf(stderr, "\n");
+        if (g_trace > 1)
+            for (auto &op : x->ops) fprintf(stderr, "cuda-emu:   %s\n", op.what.c_str());
     }
     count("graph_instantiate");
     return cudaSuccess;
