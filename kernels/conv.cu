@@ -4,17 +4,23 @@
  * fixed one the backend allocated at creation.
  * fp32 is the parity mode: FMA math only (cuDNN's default math allows TF32 on Ampere and
  * later) and only the GEMM-family algorithms, whose rounding is that of a plain dot product
- * (Winograd and FFT transforms lose digits that the 1e-4 parity budget cannot spare). */
+ * (Winograd and FFT transforms lose digits that the 1e-4 parity budget cannot spare).
+ * Bias, residual and ReLU go into the convolution itself where cuDNN's fused call
+ * (cudnnConvolutionBiasActivationForward) takes them: one graph node instead of two. Whether it
+ * does for a plan (data type, algorithm) is learnt at the plan's first use, which is in the
+ * eager first step of a batch size, never inside a capture. */
 #include "conv.cuh"
 #include <stdlib.h>
 
 struct act_conv_plan {
-    cudnnTensorDescriptor_t xd, yd;
+    cudnnTensorDescriptor_t xd, yd, bd;
     cudnnFilterDescriptor_t wd;
     cudnnConvolutionDescriptor_t cd;
+    cudnnActivationDescriptor_t relu, ident;
     cudnnConvolutionFwdAlgo_t algo;
     size_t ws;
     int Ho, Wo;
+    int fused;                      /* bias/activation fusion: 0 untried, 1 works, -1 not offered */
 };
 
 static cudnnDataType_t dnn_type(int dt) {
@@ -25,6 +31,22 @@ static int gemm_family(cudnnConvolutionFwdAlgo_t a) {
     return a == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM ||
            a == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM ||
            a == CUDNN_CONVOLUTION_FWD_ALGO_GEMM || a == CUDNN_CONVOLUTION_FWD_ALGO_DIRECT;
+}
+
+/* The descriptors of the fused call (bias: one value per output channel, in the data type);
+ * where one cannot be made the plan simply never fuses. */
+static void fused_fill(act_conv_plan *p, cudnnDataType_t t, int cout) {
+    p->fused = -1;
+    if (cudnnCreateTensorDescriptor(&p->bd) != CUDNN_STATUS_SUCCESS ||
+        cudnnSetTensor4dDescriptor(p->bd, CUDNN_TENSOR_NCHW, t, 1, cout, 1, 1) != CUDNN_STATUS_SUCCESS ||
+        cudnnCreateActivationDescriptor(&p->relu) != CUDNN_STATUS_SUCCESS ||
+        cudnnSetActivationDescriptor(p->relu, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0) !=
+            CUDNN_STATUS_SUCCESS ||
+        cudnnCreateActivationDescriptor(&p->ident) != CUDNN_STATUS_SUCCESS ||
+        cudnnSetActivationDescriptor(p->ident, CUDNN_ACTIVATION_IDENTITY, CUDNN_PROPAGATE_NAN,
+                                     0.0) != CUDNN_STATUS_SUCCESS)
+        return;
+    p->fused = 0;
 }
 
 static int plan_fill(cudnnHandle_t h, act_conv_plan *p, int dt, int prec, int N, int cin, int H,
@@ -61,6 +83,7 @@ static int plan_fill(cudnnHandle_t h, act_conv_plan *p, int dt, int prec, int N,
             continue;
         p->algo = perf[i].algo;
         p->ws = ws;
+        fused_fill(p, t, cout);
         return 0;
     }
     snprintf(err, errlen, "conv: cuDNN offers no usable algorithm for N=%d cin=%d %dx%d -> cout=%d "
@@ -91,6 +114,31 @@ int act_k_conv_run(cudnnHandle_t h, const act_conv_plan *p, const void *x, const
     KCUDNN(cudnnConvolutionForward(h, &alpha, p->xd, x, p->wd, w, p->cd, p->algo, ws, ws_size,
                                    &beta, p->yd, y));
     return 0;
+}
+
+int act_k_conv_run_fused(cudnnHandle_t h, act_conv_plan *p, const void *x, const void *w,
+                         const void *bias, const void *res, int epi, void *y, void *ws,
+                         size_t ws_size, char *err, size_t errlen) {
+    /* cuDNN's fused activations are ReLU and identity, identity only with this algorithm; an
+     * in-place residual (res == y) keeps the accumulate path of act_k_conv_run */
+    if (p->fused < 0 || !bias || (epi != 0 && epi != 1) || (res && res == y) ||
+        (epi == 0 && p->algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM))
+        return 1;
+    const float alpha1 = 1.0f, alpha2 = res ? 1.0f : 0.0f;
+    /* without a residual z is y with alpha2 = 0: the call has no "no z" form */
+    cudnnStatus_t s = cudnnConvolutionBiasActivationForward(
+        h, &alpha1, p->xd, x, p->wd, w, p->cd, p->algo, ws, ws_size, &alpha2, p->yd,
+        res ? res : y, p->bd, bias, epi == 1 ? p->relu : p->ident, p->yd, y);
+    if (s == CUDNN_STATUS_SUCCESS) {
+        p->fused = 1;
+        return 0;
+    }
+    if (p->fused == 0) {            /* refused at its first use: this plan runs unfused */
+        p->fused = -1;
+        return 1;
+    }
+    return act_kerr(err, errlen, __FILE__, __LINE__, "cudnnConvolutionBiasActivationForward",
+                    cudnnGetErrorString(s));
 }
 
 void act_k_conv_out_dims(const act_conv_plan *p, int *Ho, int *Wo) {
@@ -147,5 +195,8 @@ void act_k_conv_plan_free(act_conv_plan *p) {
     if (p->yd) cudnnDestroyTensorDescriptor(p->yd);
     if (p->wd) cudnnDestroyFilterDescriptor(p->wd);
     if (p->cd) cudnnDestroyConvolutionDescriptor(p->cd);
+    if (p->bd) cudnnDestroyTensorDescriptor(p->bd);
+    if (p->relu) cudnnDestroyActivationDescriptor(p->relu);
+    if (p->ident) cudnnDestroyActivationDescriptor(p->ident);
     free(p);
 }

@@ -1,7 +1,8 @@
 /* conv.cuh - 2D convolutions through cuDNN's legacy API (NCHW), planned once per shape.
  * defines: act_conv_plan, act_k_conv_plan, act_k_conv_run, act_k_conv_plan_free, KCUDNN
  * A plan holds the descriptors and the algorithm chosen for one (layer, N, H, W); the bias,
- * residual and activation are applied by act_k_bias_res_act (elementwise.cuh) after it. */
+ * residual and activation go into cuDNN's fused call where it takes them, else
+ * act_k_bias_res_act (elementwise.cuh) applies them after the convolution. */
 #ifndef ACT_KERNELS_CONV_CUH
 #define ACT_KERNELS_CONV_CUH
 #include "common.cuh"
@@ -24,6 +25,14 @@ int act_k_conv_plan(cudnnHandle_t h, int dt, int prec, int N, int cin, int H, in
 /* y = conv(x, w) + beta * y (beta 0 or 1: 1 accumulates onto a residual already in y) */
 int act_k_conv_run(cudnnHandle_t h, const act_conv_plan *p, const void *x, const void *w,
                    float beta, void *y, void *ws, size_t ws_size, char *err, size_t errlen);
+/* y = epi(conv(x, w) + bias + res) in one cuDNN call (res may be NULL; bias in the data type;
+ * epi 0 none, 1 ReLU). Returns 1 when this plan cannot fuse that (GELU, an in-place residual,
+ * an identity epilogue on another algorithm than IMPLICIT_PRECOMP_GEMM, or cuDNN refused it at
+ * the plan's first use): the caller then runs act_k_conv_run + act_k_bias_res_act. 0 done,
+ * -1 error. */
+int act_k_conv_run_fused(cudnnHandle_t h, act_conv_plan *p, const void *x, const void *w,
+                         const void *bias, const void *res, int epi, void *y, void *ws,
+                         size_t ws_size, char *err, size_t errlen);
 void act_k_conv_out_dims(const act_conv_plan *p, int *Ho, int *Wo);
 /* The fallback when cuDNN offers no algorithm (or ACT_CUDA_CONV=direct): a direct convolution,
  * one thread per output, fp32 accumulation, with the whole epilogue fused:

@@ -185,6 +185,10 @@ bool api_blocked(cudaError_t *e) {
 }
 #define API_ENTRY() std::lock_guard<std::recursive_mutex> lk_(g_mu); \
     { cudaError_t e_; if (api_blocked(&e_)) return e_; } (void)0
+/* after a fault every call fails, but a free or destroy still releases the host memory behind
+ * it (and returns the fault), so that leak checkers see only real leaks */
+#define FREE_ENTRY() std::lock_guard<std::recursive_mutex> lk_(g_mu); \
+    { cudaError_t e_; if (api_blocked(&e_) && g_sticky == cudaSuccess) return e_; } (void)0
 
 void run_ops(std::vector<Op> &ops) {
     for (auto &op : ops) {
@@ -675,7 +679,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
 }
 
 cudaError_t cudaFree(void *p) {
-    API_ENTRY();
+    FREE_ENTRY();
     if (capture_forbids("cudaFree")) return cudaErrorStreamCaptureUnsupported;
     if (!p) return cudaSuccess;
     auto it = g_dev.find((uintptr_t)p);
@@ -687,7 +691,7 @@ cudaError_t cudaFree(void *p) {
     g_dev_bytes -= it->second;
     g_dev.erase(it);
     free(p);
-    return cudaSuccess;
+    return ret(g_sticky);
 }
 
 cudaError_t cudaMallocHost(void **p, size_t bytes) {
@@ -702,7 +706,7 @@ cudaError_t cudaMallocHost(void **p, size_t bytes) {
 }
 
 cudaError_t cudaFreeHost(void *p) {
-    API_ENTRY();
+    FREE_ENTRY();
     if (capture_forbids("cudaFreeHost")) return cudaErrorStreamCaptureUnsupported;
     if (!p) return cudaSuccess;
     auto it = g_pinned.find((uintptr_t)p);
@@ -713,7 +717,7 @@ cudaError_t cudaFreeHost(void *p) {
     flush_all();
     g_pinned.erase(it);
     free(p);
-    return cudaSuccess;
+    return ret(g_sticky);
 }
 
 }  // extern "C"
@@ -825,7 +829,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *st, unsigned flags) {
 cudaError_t cudaStreamCreate(cudaStream_t *st) { return cudaStreamCreateWithFlags(st, 0); }
 
 cudaError_t cudaStreamDestroy(cudaStream_t st) {
-    API_ENTRY();
+    FREE_ENTRY();
     emu_stream *s = resolve(st);
     if (!s || s == &g_null) return ret(cudaErrorInvalidResourceHandle);
     if (s->capturing) {
@@ -835,7 +839,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t st) {
     flush(s);                                     /* queued work still completes */
     g_streams.erase(s);
     delete s;
-    return cudaSuccess;
+    return ret(g_sticky);
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t st) {
@@ -876,12 +880,12 @@ cudaError_t cudaEventCreate(cudaEvent_t *ev) {
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t ev) {
-    API_ENTRY();
+    FREE_ENTRY();
     if (!g_events.count(ev)) return ret(cudaErrorInvalidResourceHandle);
     flush_all();                                  /* a queued record still points at it */
     g_events.erase(ev);
     delete ev;
-    return cudaSuccess;
+    return ret(g_sticky);
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t st) {

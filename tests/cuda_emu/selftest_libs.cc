@@ -544,6 +544,7 @@ static void fault_tests(cublasHandle_t bh, cudnnHandle_t dh) {
               cudnnGetErrorString(c));
     }
     free_descs(&d);
+    cudaFree(dev);                  /* fails (the fault is sticky) but releases the memory */
 }
 
 int main(void) {
@@ -567,6 +568,8 @@ int main(void) {
     fault_tests(bh, dh);
     cublasDestroy(bh);
     cudnnDestroy(dh);
+    cudaFree(bws);
+    cudaStreamDestroy(g_st);
     printf("selftest_libs: %d of %d checks failed\n", g_fail, g_checks);
     return g_fail ? 1 : 0;
 }
