@@ -16,8 +16,11 @@
 #   ops        tests/test_backend_ops: every CUDA op vs the CPU backend, 4 precisions x 3 batches
 #              (if a conv fails: again on the direct conv kernel, ACT_CUDA_CONV=direct)
 #   e2e        tests/test_cuda_e2e: whole steps vs the CPU session, every precision, graphs on/off
+#              (if ops or e2e fail: the op table again with the fused epilogues off)
 #   memcheck   compute-sanitizer memcheck on full-size steps (eager, captured and replayed)
 #   racecheck  compute-sanitizer racecheck on the attention and norm kernels
+#   fusion-ab  act-infer bench, full model, batch 1, fp32 and bf16, with the fused epilogues
+#              (cuDNN conv+bias+ReLU, cuBLASLt GEMM+bias) on and off
 #   bench      bench/compare_torch.py --device cuda (if present): ours vs PyTorch eager/compile
 #   serve      bench/serve_load.py: act-serve on the GPU, 1/8/32 loopback clients, batching on/off
 # The last thing printed is the summary table (check, result, figure); it is also $OUT/summary.txt.
@@ -134,6 +137,11 @@ if grep -q "FAIL.*conv" "$OUT/ops.log" 2>/dev/null; then
     ACT_CUDA_CONV=direct ACT_OPS_ONLY=conv run_test ops-direct "$BUILD/tests/test_backend_ops" 60
 fi
 run_test e2e "$BUILD/tests/test_cuda_e2e" 150
+# fused epilogues (cuDNN conv+bias+ReLU, cuBLASLt GEMM+bias): if parity failed, does it pass
+# with both off (is the fusion the cause)?
+if grep -q "FAIL" "$OUT/ops.log" "$OUT/e2e.log" 2>/dev/null; then
+    ACT_CUDA_CONV_UNFUSED=1 ACT_CUDA_GEMM=gemmex run_test ops-unfused "$BUILD/tests/test_backend_ops" 90
+fi
 
 # ---------------- sanitizers ----------------
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
@@ -156,6 +164,25 @@ sanitize memcheck 90 "ERROR SUMMARY" --tool memcheck --error-exitcode 9 --leak-c
 ACT_OPS_ONLY=attention,norm,softmax ACT_OPS_PREC=fp32,bf16 ACT_OPS_BATCH=3 \
     sanitize racecheck 90 "RACECHECK SUMMARY|ERROR SUMMARY" --tool racecheck --error-exitcode 9 \
     "$BUILD/tests/test_backend_ops"
+
+# ---------------- fusion A/B: the same step with the fused epilogues on and off ----------------
+ab_p50() {   # precision env... -> "p50 ms" of act-infer bench at batch 1 (graphs on)
+    local prec=$1
+    shift
+    env "$@" timeout "$(limit 40)" "$BUILD/act-infer" bench --model "$TD/full.actw" --device cuda \
+        --precision "$prec" --batch 1 --iters 200 --warmup 20 --json "$OUT/ab.json" >>"$OUT/ab.log" 2>&1 &&
+        "$PY" -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; print('%.3f' % r['latency_ms']['p50'])" "$OUT/ab.json"
+}
+if ((built)) && ((have_full)) && enough 90; then
+    fig=""
+    for prec in fp32 bf16; do
+        on=$(ab_p50 $prec A=1) off=$(ab_p50 $prec ACT_CUDA_CONV_UNFUSED=1 ACT_CUDA_GEMM=gemmex)
+        fig="$fig $prec fused ${on:-?} / unfused ${off:-?} ms;"
+    done
+    row fusion-ab ok "b=1 p50:$fig"
+else
+    row fusion-ab SKIP "no build, full model or time"
+fi
 
 # ---------------- benchmark ----------------
 if [ -f bench/compare_torch.py ] && ((built)) && ((have_full)) && enough 60; then
