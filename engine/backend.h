@@ -122,6 +122,10 @@ struct act_backend {
     int (*fill_zero)(act_backend *be, act_buf x, size_t n);
     /* convert/copy n elements between buffers of any float dtypes */
     int (*copy)(act_backend *be, act_buf dst, act_buf src, size_t n);
+    /* dst[r][j] = src[r * src_stride + j] for r < rows, j < n, any float dtypes: one op for
+     * what would be a copy per row (the posterior's cls token of every batch element) */
+    int (*gather_rows)(act_backend *be, act_buf dst, act_buf src, int rows, size_t n,
+                       size_t src_stride);
 };
 
 int act_backend_cpu_create(act_precision prec, act_backend **out, char *err, size_t errlen);

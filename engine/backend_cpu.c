@@ -144,6 +144,18 @@ static int cpu_copy(act_backend *be, act_buf dst, act_buf src, size_t n) {
     return 0;
 }
 
+static int cpu_gather_rows(act_backend *be, act_buf dst, act_buf src, int rows, size_t n,
+                           size_t src_stride) {
+    if (dst.dt != src.dt)
+        return act_errf(be->err, sizeof be->err, "cpu gather_rows: dtypes %d -> %d (the CPU "
+                        "backend holds fp32 only)", src.dt, dst.dt);
+    size_t es = act_dtype_size(dst.dt);
+    for (int r = 0; r < rows; r++)
+        memmove((char *)dst.p + (size_t)r * n * es, (const char *)src.p + (size_t)r * src_stride * es,
+                n * es);
+    return 0;
+}
+
 int act_backend_cpu_create(act_precision prec, act_backend **out, char *err, size_t errlen) {
     *out = NULL;
     if (prec != ACT_FP32)
@@ -191,6 +203,7 @@ int act_backend_cpu_create(act_precision prec, act_backend **out, char *err, siz
     be->normalize = cpu_normalize;
     be->latent = cpu_latent;
     be->fill_zero = cpu_fill_zero;
+    be->gather_rows = cpu_gather_rows;
     be->copy = cpu_copy;
     *out = be;
     return 0;

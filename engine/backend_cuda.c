@@ -652,6 +652,12 @@ static int cu_copy(act_backend *be, act_buf dst, act_buf src, size_t n) {
     return 0;
 }
 
+static int cu_gather_rows(act_backend *be, act_buf dst, act_buf src, int rows, size_t n,
+                          size_t src_stride) {
+    TRY(act_k_gather_rows(dst.p, dst.dt, src.p, src.dt, rows, n, src_stride, CTX(be)->st, KE));
+    return 0;
+}
+
 /* ---------------- lifetime ---------------- */
 
 static void cu_destroy(act_backend *be) {
@@ -797,6 +803,7 @@ int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, ch
     be->latent = cu_latent;
     be->fill_zero = cu_fill_zero;
     be->copy = cu_copy;
+    be->gather_rows = cu_gather_rows;
     *out = be;
     return 0;
 }

@@ -68,13 +68,6 @@ static int open_plugin(const char *what) {
     return 0;
 }
 
-/* add item to the comma-separated list of places tried; a full list ends in "..." */
-static void append(char *list, size_t cap, const char *item) {
-    size_t n = strlen(list);
-    int w = snprintf(list + n, cap - n, "%s%s", n ? ", " : "", item);
-    if (w < 0 || (size_t)w >= cap - n) memcpy(list + cap - 4, "...", 4);
-}
-
 /* the emulated plugin, when the environment names one: 1 = that decides (loaded or failed) */
 static int try_emulator(void) {
     const char *emu = getenv("ACT_CUDA_EMULATOR");
@@ -88,6 +81,13 @@ static int try_emulator(void) {
 }
 
 #ifdef ACT_WITH_CUDA
+/* add item to the comma-separated list of places tried; a full list ends in "..." */
+static void append(char *list, size_t cap, const char *item) {
+    size_t n = strlen(list);
+    int w = snprintf(list + n, cap - n, "%s%s", n ? ", " : "", item);
+    if (w < 0 || (size_t)w >= cap - n) memcpy(list + cap - 4, "...", 4);
+}
+
 /* try one candidate file: 1 = search over (loaded, or it exists and failed), 0 = not there */
 static int try_file(const char *path, char *tried, size_t cap) {
     if (access(path, F_OK) != 0) {

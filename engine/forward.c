@@ -309,8 +309,7 @@ static int posterior(act_fwd *f, int B, int sample, act_buf z, char *err, size_t
             feed_forward(f, &el->ff1, &el->ff2, &el->ln2, B * Lp, err, errlen))
             return -1;
     }
-    for (int b = 0; b < B; b++)
-        OP(be->copy(be, act_at(f->cls_rows, (size_t)b * E), act_at(f->x, (size_t)b * Lp * E), E));
+    OP(be->gather_rows(be, f->cls_rows, f->x, B, E, (size_t)Lp * E));   /* token 0 of each */
     OP(be->linear(be, &m->latent_proj, f->cls_rows, B, ACT_EPI_NONE, f->ml));
     OP(be->latent(be, f->ml, B, L, sample, f->seed8, f->mu, f->logvar, f->kl, z));
     return 0;

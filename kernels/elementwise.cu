@@ -85,6 +85,27 @@ int act_k_convert(void *dst, int ddt, const void *src, int sdt, size_t n, cudaSt
     return 0;
 }
 
+static __global__ void gather_rows_kernel(void *dst, int ddt, const void *src, int sdt,
+                                          size_t total, size_t n, size_t stride) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x)
+        kst(dst, ddt, i, kld(src, sdt, (i / n) * stride + i % n));
+}
+
+int act_k_gather_rows(void *dst, int ddt, const void *src, int sdt, int rows, size_t n,
+                      size_t stride, cudaStream_t st, char *err, size_t errlen) {
+    size_t total = (size_t)rows * n;
+    if (total == 0) return 0;
+    if (ddt > KDT_F16 || sdt > KDT_F16 || stride < n) {
+        snprintf(err, errlen, "gather_rows: dtypes %d -> %d, row stride %zu < row length %zu",
+                 sdt, ddt, stride, n);
+        return -1;
+    }
+    gather_rows_kernel<<<grid_for(total), 256, 0, st>>>(dst, ddt, src, sdt, total, n, stride);
+    KLAUNCH(gather_rows_kernel);
+    return 0;
+}
+
 static __global__ void broadcast_kernel(const float *t, size_t n, size_t total, void *out,
                                         int odt) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;

@@ -361,6 +361,11 @@ static int f_lat(act_backend *be, act_buf *in, act_buf out, const void *a) {
 static int f_copy(act_backend *be, act_buf *in, act_buf out, const void *a) {
     return be->copy(be, out, in[0], *(const size_t *)a);
 }
+typedef struct { int rows; size_t n, stride; } gat_arg;
+static int f_gather(act_backend *be, act_buf *in, act_buf out, const void *a) {
+    const gat_arg *g = a;
+    return be->gather_rows(be, out, in[0], g->rows, g->n, g->stride);
+}
 static int f_zero(act_backend *be, act_buf *in, act_buf out, const void *a) {
     return be->fill_zero(be, out, *(const size_t *)a);
 }
@@ -416,6 +421,12 @@ static void t_head_misc(const pair *p, const act_model *m) {
     for (size_t i = 0; i < na; i++) anq[i] = quant(an[i], qdt(p));
     ci2[0].h = anq;
     run_case(p, "copy(f32->act)", 0, f_copy, &na, ci2, 1, na, ACT_DT_ACT);
+    /* the posterior's cls rows: row 0 of each batch element's (H + 2)-token sequence */
+    gat_arg ga = {B, (size_t)E, (size_t)(H + 2) * E};
+    float *seq = rand_arr((size_t)B * (H + 2) * E, -2.0f, 2.0f, qdt(p));
+    input gi[1] = {{seq, NULL, (size_t)B * (H + 2) * E, ACT_DT_ACT}};
+    run_case(p, "gather_rows", 0, f_gather, &ga, gi, 1, (size_t)B * E, ACT_DT_ACT);
+    free(seq);
     /* fill_zero: compare against zeros; the NaN poison must be gone everywhere */
     run_case(p, "fill_zero", 0, f_zero, &nx, NULL, 0, nx, ACT_DT_ACT);
     free(lat); free(qp); free(vis); free(act); free(pos); free(an); free(ml); free(anq);
