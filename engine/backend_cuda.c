@@ -49,6 +49,12 @@
 #define MAX_MARKS 32
 
 typedef struct { int widx, N, H, W; act_conv_plan *plan; } conv_entry;
+/* a cuBLASLt plan per linear call shape; plan NULL: that shape runs GEMM + bias kernel */
+typedef struct {
+    int widx, row0, out, M, relu, xdt, ydt;
+    unsigned align_x, align_y;      /* activations: the heuristic was told these alignments */
+    act_lt_plan *plan;
+} lt_entry;
 typedef struct { int key; cudaGraphExec_t exec; } graph_entry;
 typedef struct { float *host; size_t n; int dt; int keep; } widen_job;   /* download of bf16/fp16 */
 
@@ -56,6 +62,7 @@ typedef struct {
     int dev;
     cudaStream_t st;
     cublasHandle_t blas;
+    cublasLtHandle_t lt;
     cudnnHandle_t dnn;
     void *blas_ws, *conv_ws;
     int adt;                        /* activation dtype (act_dtype) */
@@ -69,6 +76,9 @@ typedef struct {
     size_t bytes;
     conv_entry *convs;
     int n_convs, cap_convs;
+    lt_entry *lts;
+    int n_lts, cap_lts;
+    int warned_lt;                  /* the GEMM + bias kernel fallback of linears was reported */
     graph_entry graphs[MAX_GRAPHS];
     int n_graphs;
     int warm[MAX_GRAPHS];           /* keys whose first, eager step has run */
@@ -511,6 +521,50 @@ static int cu_spatial_softmax(act_backend *be, act_buf x, int N, int K, int HW,
 
 /* ---------------- transformer ---------------- */
 
+/* A linear with a bias and no GELU is one cublasLtMatmul with the bias (and ReLU) in its
+ * epilogue; GELU (cuBLASLt's is the tanh form, the model's is erf) and bias-less linears are
+ * cublasGemmEx plus the bias/activation kernel, and so is any shape cuBLASLt declines (said
+ * once on stderr) or every linear under ACT_CUDA_GEMM=gemmex. Plans are made at a shape's
+ * first call, which is in the eager first step of a key, so no heuristic runs in a capture. */
+static void lt_give_up(act_backend *be, const act_linear *l, lt_entry *e) {
+    cuda_ctx *c = CTX(be);
+    if (!c->warned_lt)
+        fprintf(stderr, "act-engine: %s; linear '%s' and any like it run as GEMM + bias kernel\n",
+                be->err, l->w->name);
+    c->warned_lt = 1;
+    act_k_lt_plan_free(e->plan);
+    e->plan = NULL;
+}
+
+static int lt_plan_for(act_backend *be, const act_linear *l, int M, int relu, const void *W,
+                       const void *x, int xdt, const float *bias, act_buf y, lt_entry **out) {
+    cuda_ctx *c = CTX(be);
+    unsigned ax = act_k_align(x), ay = act_k_align(y.p);
+    for (int i = 0; i < c->n_lts; i++) {
+        lt_entry *e = &c->lts[i];
+        if (e->widx == l->w->index && e->row0 == l->row0 && e->out == l->out && e->M == M &&
+            e->relu == relu && e->xdt == xdt && e->ydt == (int)y.dt && e->align_x == ax &&
+            e->align_y == ay) {
+            *out = e;
+            return 0;
+        }
+    }
+    if (grow((void **)&c->lts, &c->cap_lts, c->n_lts + 1, sizeof *c->lts)) {
+        snprintf(be->err, sizeof be->err, "linear '%s': out of host memory for a plan",
+                 l->w->name);
+        return -1;
+    }
+    lt_entry e = {l->w->index, l->row0, l->out, M, relu, xdt, (int)y.dt, ax, ay, NULL};
+    const char *force = getenv("ACT_CUDA_GEMM");
+    c->lts[c->n_lts] = e;
+    *out = &c->lts[c->n_lts++];
+    if (!(force && !strcmp(force, "gemmex")) &&
+        act_k_lt_plan(c->lt, c->wdt, xdt, y.dt, M, l->out, l->in, be->precision == ACT_TF32,
+                      relu, W, x, bias, y.p, CUBLAS_WS_BYTES, &(*out)->plan, KE))
+        lt_give_up(be, l, *out);
+    return 0;
+}
+
 static int cu_linear(act_backend *be, const act_linear *l, act_buf x, int M, act_epilogue epi,
                      act_buf y) {
     cuda_ctx *c = CTX(be);
@@ -530,10 +584,22 @@ static int cu_linear(act_backend *be, const act_linear *l, act_buf x, int M, act
         xdt = c->wdt;
     }
     const void *W = wlow(be, l->w->offset + (size_t)l->row0 * l->in);
+    const float *bias = l->b ? wf(be, l->b) + l->row0 : NULL;
+    if (bias && epi != ACT_EPI_GELU && M > 0) {
+        lt_entry *e;
+        TRY(lt_plan_for(be, l, M, epi == ACT_EPI_RELU, W, xp, xdt, bias, y, &e));
+        if (e->plan) {
+            int refused;
+            if (!act_k_lt_run(c->lt, e->plan, W, xp, bias, y.p, c->blas_ws, CUBLAS_WS_BYTES,
+                              c->st, &refused, KE))
+                return 0;
+            if (!refused) return fail(be);
+            lt_give_up(be, l, e);   /* nothing was enqueued: this call and later ones fall back */
+        }
+    }
     TRY(act_k_linear(c->blas, W, c->wdt, xp, xdt, y.p, y.dt, M, l->out, l->in,
                      be->precision == ACT_TF32, KE));
-    TRY(act_k_bias_res_act(y.p, y.dt, l->b ? wf(be, l->b) + l->row0 : NULL, NULL, 0, (size_t)M,
-                           l->out, 1, epi, c->st, KE));
+    TRY(act_k_bias_res_act(y.p, y.dt, bias, NULL, 0, (size_t)M, l->out, 1, epi, c->st, KE));
     return 0;
 }
 
@@ -670,10 +736,12 @@ static void cu_destroy(act_backend *be) {
         }
         for (int i = 0; i < c->n_graphs; i++) cudaGraphExecDestroy(c->graphs[i].exec);
         for (int i = 0; i < c->n_convs; i++) act_k_conv_plan_free(c->convs[i].plan);
+        for (int i = 0; i < c->n_lts; i++) act_k_lt_plan_free(c->lts[i].plan);
         for (int i = 0; i < c->n_allocs; i++) cudaFree(c->allocs[i]);
         for (int i = 0; i < c->n_jobs; i++) free(c->jobs[i]);
         for (int i = 0; i < MAX_MARKS; i++) if (c->ev[i]) cudaEventDestroy(c->ev[i]);
         free(c->convs);
+        free(c->lts);
         free(c->allocs);
         free(c->jobs);
         if (c->scratch) cudaFree(c->scratch);
@@ -682,6 +750,7 @@ static void cu_destroy(act_backend *be) {
         if (c->conv_ws) cudaFree(c->conv_ws);
         if (c->blas_ws) cudaFree(c->blas_ws);
         if (c->blas) cublasDestroy(c->blas);
+        if (c->lt) cublasLtDestroy(c->lt);
         if (c->dnn) cudnnDestroy(c->dnn);
         if (c->st) cudaStreamDestroy(c->st);
         free(c);
@@ -735,6 +804,9 @@ static int cu_setup(act_backend *be, int device) {
     KCUBLAS(cublasSetWorkspace(c->blas, c->blas_ws, CUBLAS_WS_BYTES));
     KCUBLAS(cublasSetMathMode(c->blas, be->precision == ACT_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                                  : CUBLAS_DEFAULT_MATH));
+    /* cuBLASLt takes stream and workspace per call; it shares the cuBLAS workspace, which is
+     * safe because both run in order on c->st */
+    KCUBLAS(cublasLtCreate(&c->lt));
     KCUDNN(cudnnCreate(&c->dnn));
     KCUDNN(cudnnSetStream(c->dnn, c->st));
     KCHECK(cudaMalloc(&c->conv_ws, CONV_WS_BYTES));

@@ -1,8 +1,11 @@
-/* gemm.cuh - the linear layers through cuBLAS. defines: act_k_linear, KCUBLAS */
+/* gemm.cuh - the linear layers through cuBLAS, and through cuBLASLt with the bias (and ReLU)
+ * fused into the GEMM's epilogue. defines: act_k_linear, act_k_lt_plan, act_k_lt_run,
+ * act_k_lt_plan_free, act_k_align, KCUBLAS */
 #ifndef ACT_KERNELS_GEMM_CUH
 #define ACT_KERNELS_GEMM_CUH
 #include "common.cuh"
 #include <cublas_v2.h>
+#include <cublasLt.h>
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -16,6 +19,24 @@ extern "C" {
  * Accumulation is fp32 in every case. */
 int act_k_linear(cublasHandle_t h, const void *W, int wdt, const void *x, int xdt, void *y,
                  int ydt, int M, int out, int in, int tf32, char *err, size_t errlen);
+
+/* A cuBLASLt plan for y[M][out] = x W^T + bias (then ReLU when relu), same dtypes and
+ * precision rules as act_k_linear, bias fp32 [out]. Made on the host only (descriptors and the
+ * heuristic's first algorithm within ws_bytes of workspace); it is valid for pointers at least
+ * as aligned as the ones given here (act_k_align), which the heuristic was told about.
+ * Returns -1 with the reason in err when cuBLASLt offers nothing: the caller falls back. */
+typedef struct act_lt_plan act_lt_plan;
+int act_k_lt_plan(cublasLtHandle_t lt, int wdt, int xdt, int ydt, int M, int out, int in,
+                  int tf32, int relu, const void *W, const void *x, const float *bias,
+                  const void *y, size_t ws_bytes, act_lt_plan **plan, char *err, size_t errlen);
+/* one cublasLtMatmul on st; -1 with err when the pointers are less aligned than the plan's or
+ * cuBLASLt refuses the call (*refused = 1: nothing was enqueued, the caller may fall back) */
+int act_k_lt_run(cublasLtHandle_t lt, const act_lt_plan *p, const void *W, const void *x,
+                 const float *bias, void *y, void *ws, size_t ws_bytes, cudaStream_t st,
+                 int *refused, char *err, size_t errlen);
+void act_k_lt_plan_free(act_lt_plan *p);
+/* the largest power of two up to 256 that divides the address (cuBLASLt's alignment classes) */
+unsigned act_k_align(const void *p);
 
 #ifdef __cplusplus
 }
