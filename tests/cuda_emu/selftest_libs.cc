@@ -1,10 +1,11 @@
-/* selftest_libs.cc (CUDA emulator) - checks the emulated cuBLAS GEMM and cuDNN convolutions
- * against double-precision loops on random data, and their error paths, through the public
- * calls only (device buffers from cudaMalloc, results read back after a stream sync).
+/* selftest_libs.cc (CUDA emulator) - checks the emulated cuBLAS GEMM, cuBLASLt matmul (with its
+ * bias/ReLU epilogues) and cuDNN convolutions against double-precision loops on random data,
+ * and their error paths, through the public calls only (device buffers from cudaMalloc, results
+ * read back after a stream sync).
  *
  * Tolerances: each result r is compared with the double reference e as
  *   |r - e| <= 2e-5 * S + u * |e|
- * where S = |alpha| sum |a b| + |beta c0| (the sum of the magnitudes that were added: an fp32
+ * where S = |alpha| sum |a b| + |beta c0| + |bias| (the sum of the magnitudes added: an fp32
  * dot product of length <= 200 is off by at most ~1.2e-5 S) and u is the output rounding
  * (0 for fp32, 2^-10 for fp16, 2^-7 for bf16: twice the half ulp). Operands are generated in
  * their storage type, so the reference sees exactly the stored values; the TF32 cases round
@@ -16,6 +17,7 @@
 #include <string.h>
 #include <vector>
 #include <cublas_v2.h>
+#include <cublasLt.h>
 #include <cudnn.h>
 #include <cuda_runtime.h>
 #include "emu_internal.h"
@@ -226,6 +228,266 @@ static void gemm_errors(cublasHandle_t h) {
     CHECK(s == CUBLAS_STATUS_SUCCESS, "m = 0 gave %s", cublasGetStatusString(s));
     s = cublasSetWorkspace(h, (char *)d + 4, 64);
     CHECK(s == CUBLAS_STATUS_INVALID_VALUE, "misaligned workspace gave %s", cublasGetStatusString(s));
+    cudaFree(d);
+}
+
+/* ---------------- cuBLASLt ---------------- */
+
+/* one cuBLASLt problem: D[m][n] (ld m + 2) = epilogue(op(A) op(B) + bias) with beta 0 */
+struct lt_args {
+    cublasOperation_t ta, tb;
+    int m, n, k;
+    cudaDataType_t t, td;
+    cublasComputeType_t comp;
+    uint32_t epi;
+    int bias_type;  /* -1: the attribute is left unset (D's type) */
+    int tf32;       /* the expected operand rounding */
+};
+
+struct lt_op {
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t a = NULL, b = NULL, d = NULL;
+    ~lt_op() {
+        cublasLtMatmulDescDestroy(op);
+        cublasLtMatrixLayoutDestroy(a);
+        cublasLtMatrixLayoutDestroy(b);
+        cublasLtMatrixLayoutDestroy(d);
+    }
+};
+
+/* descriptors of g with the given lds; 0 when any call fails (reported) */
+static int lt_make(const lt_args &g, int lda, int ldb, int ldd, const void *bias, lt_op *o) {
+    int ar = g.ta == CUBLAS_OP_N ? g.m : g.k, ac = g.ta == CUBLAS_OP_N ? g.k : g.m;
+    int br = g.tb == CUBLAS_OP_N ? g.k : g.n, bc = g.tb == CUBLAS_OP_N ? g.n : g.k;
+    int32_t ta = g.ta, tb = g.tb, bt = g.bias_type;
+    int ok = cublasLtMatmulDescCreate(&o->op, g.comp, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+             cublasLtMatmulDescSetAttribute(o->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, 4) == 0 &&
+             cublasLtMatmulDescSetAttribute(o->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, 4) == 0 &&
+             cublasLtMatmulDescSetAttribute(o->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &g.epi, 4) == 0 &&
+             cublasLtMatmulDescSetAttribute(o->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                            sizeof bias) == 0 &&
+             (bt == -1 || cublasLtMatmulDescSetAttribute(
+                              o->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, 4) == 0) &&
+             cublasLtMatrixLayoutCreate(&o->a, g.t, ar, ac, lda) == CUBLAS_STATUS_SUCCESS &&
+             cublasLtMatrixLayoutCreate(&o->b, g.t, br, bc, ldb) == CUBLAS_STATUS_SUCCESS &&
+             cublasLtMatrixLayoutCreate(&o->d, g.td, g.m, g.n, ldd) == CUBLAS_STATUS_SUCCESS;
+    CHECK(ok, "cuBLASLt descriptors for %s->%s m%d n%d k%d", tname(g.t), tname(g.td), g.m, g.n,
+          g.k);
+    return ok;
+}
+
+/* the heuristic's first algorithm under alignment al for every matrix; returns the count */
+static int lt_algo(cublasLtHandle_t lt, const lt_op &o, uint32_t al, uint64_t ws,
+                   cublasLtMatmulHeuristicResult_t *r, cublasStatus_t *st) {
+    cublasLtMatmulPreference_t pref = NULL;
+    int n = 0;
+    *st = cublasLtMatmulPreferenceCreate(&pref);
+    if (*st == CUBLAS_STATUS_SUCCESS)
+        *st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                   &ws, sizeof ws);
+    for (int i = 0; i < 4 && *st == CUBLAS_STATUS_SUCCESS; i++)
+        *st = cublasLtMatmulPreferenceSetAttribute(
+            pref, (cublasLtMatmulPreferenceAttributes_t)(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i),
+            &al, sizeof al);
+    if (*st == CUBLAS_STATUS_SUCCESS)
+        *st = cublasLtMatmulAlgoGetHeuristic(lt, o.op, o.a, o.b, o.d, o.d, pref, 1, r, &n);
+    cublasLtMatmulPreferenceDestroy(pref);
+    return n;
+}
+
+static void *g_lt_ws;
+static const size_t LT_WS = 4 << 20;
+
+/* runs g against double loops; returns the summed |got - exact| for the TF32 check */
+static double lt_case(cublasLtHandle_t lt, const lt_args &g) {
+    int ar = g.ta == CUBLAS_OP_N ? g.m : g.k, ac = g.ta == CUBLAS_OP_N ? g.k : g.m;
+    int br = g.tb == CUBLAS_OP_N ? g.k : g.n, bc = g.tb == CUBLAS_OP_N ? g.n : g.k;
+    int lda = ar + 1, ldb = br + 3, ldd = g.m + 2;
+    cudaDataType_t bt = g.bias_type == -1 ? g.td : (cudaDataType_t)g.bias_type;
+    vec A = rand_vec((size_t)lda * ac, g.t), B = rand_vec((size_t)ldb * bc, g.t);
+    vec bias = rand_vec(g.m, bt), D0((size_t)ldd * g.n, NAN); /* beta 0: D is never read */
+    void *dA = to_device(A, g.t), *dB = to_device(B, g.t), *dD = to_device(D0, g.td);
+    void *dbias = to_device(bias, bt);
+    lt_op o;
+    double dev_exact = 0;
+    cublasLtMatmulHeuristicResult_t r;
+    cublasStatus_t s;
+    if (lt_make(g, lda, ldb, ldd, dbias, &o) && lt_algo(lt, o, 256, LT_WS, &r, &s) == 1) {
+        CHECK(r.state == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= LT_WS,
+              "heuristic result state %d, workspace %zu", r.state, r.workspaceSize);
+        float alpha = 1.0f, beta = 0.0f;
+        s = cublasLtMatmul(lt, o.op, &alpha, dA, o.a, dB, o.b, &beta, dD, o.d, dD, o.d, &r.algo,
+                           g_lt_ws, LT_WS, g_st);
+        CHECK(s == CUBLAS_STATUS_SUCCESS, "cublasLtMatmul %s->%s epi %u: %s", tname(g.t),
+              tname(g.td), g.epi, cublasLtGetStatusString(s));
+        CHECK(cudaStreamSynchronize(g_st) == cudaSuccess, "lt sync");
+        vec D = from_device(dD, g.td, (size_t)ldd * g.n);
+        cmp c;
+        int pad_changed = 0;
+        for (int j = 0; j < g.n; j++) {
+            for (int i = 0; i < g.m; i++) {
+                double sum = 0, sum_exact = 0, mag = 0;
+                for (int p = 0; p < g.k; p++) {
+                    float a = g.ta == CUBLAS_OP_N ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p];
+                    float b = g.tb == CUBLAS_OP_N ? B[(size_t)j * ldb + p] : B[(size_t)p * ldb + j];
+                    sum_exact += (double)a * b;
+                    if (g.tf32) {
+                        a = tf32(a);
+                        b = tf32(b);
+                    }
+                    sum += (double)a * b;
+                    mag += fabs((double)a * b);
+                }
+                double add = (g.epi & CUBLASLT_EPILOGUE_BIAS) ? bias[i] : 0.0;
+                double want = sum + add, exact = sum_exact + add;
+                if (g.epi & CUBLASLT_EPILOGUE_RELU) {
+                    want = want > 0 ? want : 0;
+                    exact = exact > 0 ? exact : 0;
+                }
+                c.one(D[(size_t)j * ldd + i], want, mag + fabs(add), exact, out_ulp(g.td));
+            }
+            for (int i = g.m; i < ldd; i++) pad_changed += !std::isnan(D[(size_t)j * ldd + i]);
+        }
+        CHECK(c.bad == 0, "lt %s->%s ops %d%d m%d n%d k%d comp %d epi %u bias %s: %d of %d wrong, "
+              "worst %.2f x tolerance", tname(g.t), tname(g.td), g.ta, g.tb, g.m, g.n, g.k, g.comp,
+              g.epi, tname(bt), c.bad, g.m * g.n, c.worst);
+        CHECK(pad_changed == 0, "lt wrote %d elements of D's padding rows", pad_changed);
+        dev_exact = c.dev_exact;
+    } else {
+        CHECK(0, "no cuBLASLt algorithm for %s->%s epi %u (status %s)", tname(g.t), tname(g.td),
+              g.epi, cublasLtGetStatusString(s));
+    }
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dD);
+    cudaFree(dbias);
+    return dev_exact;
+}
+
+static void lt_tests(cublasLtHandle_t lt) {
+    const cudaDataType_t types[3] = {CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF};
+    const uint32_t epis[4] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_RELU,
+                              CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_RELU_BIAS};
+    for (cudaDataType_t t : types)
+        for (int wide = 0; wide < (t == CUDA_R_32F ? 1 : 2); wide++)
+            for (uint32_t epi : epis)
+                for (int f32_bias = 0; f32_bias < 2; f32_bias++) {
+                    cudaDataType_t td = wide ? CUDA_R_32F : t;
+                    cublasComputeType_t comp =
+                        t == CUDA_R_32F ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
+                    /* the act-engine shape (A op T, B op N), and the others on some cases */
+                    cublasOperation_t ta = epi == CUBLASLT_EPILOGUE_RELU ? CUBLAS_OP_N : CUBLAS_OP_T;
+                    cublasOperation_t tb = epi == CUBLASLT_EPILOGUE_DEFAULT ? CUBLAS_OP_T : CUBLAS_OP_N;
+                    lt_case(lt, {ta, tb, 13, 7, 33, t, td, comp, epi, f32_bias ? CUDA_R_32F : -1, 0});
+                }
+    /* batch-1 shape of the model: one column */
+    lt_case(lt, {CUBLAS_OP_T, CUBLAS_OP_N, 64, 1, 48, CUDA_R_16BF, CUDA_R_16BF, CUBLAS_COMPUTE_32F,
+                 CUBLASLT_EPILOGUE_RELU_BIAS, CUDA_R_32F, 0});
+    /* TF32 operand rounding shows, PEDANTIC stays exact */
+    lt_args g = {CUBLAS_OP_T, CUBLAS_OP_N, 32, 32, 64, CUDA_R_32F, CUDA_R_32F,
+                 CUBLAS_COMPUTE_32F_PEDANTIC, CUBLASLT_EPILOGUE_BIAS, CUDA_R_32F, 0};
+    double exact = lt_case(lt, g);
+    g.comp = CUBLAS_COMPUTE_32F_FAST_TF32;
+    g.tf32 = 1;
+    double fast = lt_case(lt, g);
+    CHECK(fast > 10 * exact, "lt TF32 rounding has no visible effect: %g vs PEDANTIC %g", fast,
+          exact);
+}
+
+static void lt_errors(cublasLtHandle_t lt) {
+    vec v = rand_vec(4096, CUDA_R_32F);
+    char *d = (char *)to_device(v, CUDA_R_32F);  /* cudaMalloc: 256-byte aligned */
+    float one = 1.0f, zero = 0.0f;
+    cublasLtMatmulHeuristicResult_t r;
+    cublasStatus_t s;
+    lt_args g = {CUBLAS_OP_T, CUBLAS_OP_N, 8, 4, 16, CUDA_R_32F, CUDA_R_32F,
+                 CUBLAS_COMPUTE_32F, CUBLASLT_EPILOGUE_BIAS, CUDA_R_32F, 0};
+    {
+        lt_op o;
+        lt_make(g, 16, 16, 8, d, &o);
+        int32_t v32 = 0;
+        s = cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_TRANSA, &v32, 8);
+        CHECK(s == CUBLAS_STATUS_INVALID_VALUE, "attribute of the wrong size gave %s",
+              cublasLtGetStatusString(s));
+        /* the default 256-byte alignment: an operand 4 bytes off is refused at the call */
+        int n = lt_algo(lt, o, 256, LT_WS, &r, &s);
+        CHECK(n == 1, "heuristic: %d algorithms (%s)", n, cublasLtGetStatusString(s));
+        s = cublasLtMatmul(lt, o.op, &one, d + 4, o.a, d + 1024, o.b, &zero, d + 2048, o.d,
+                           d + 2048, o.d, &r.algo, g_lt_ws, LT_WS, g_st);
+        CHECK(s == CUBLAS_STATUS_NOT_SUPPORTED, "A less aligned than the heuristic was told gave %s",
+              cublasLtGetStatusString(s));
+        s = cublasLtMatmul(lt, o.op, &one, d, o.a, d + 1024, o.b, &zero, d + 2048, o.d, d + 2048,
+                           o.d, &r.algo, g_lt_ws, r.workspaceSize - 1, g_st);
+        CHECK(s == CUBLAS_STATUS_INVALID_VALUE, "workspace below the algorithm's gave %s",
+              cublasLtGetStatusString(s));
+        n = lt_algo(lt, o, 4, LT_WS, &r, &s);
+        s = cublasLtMatmul(lt, o.op, &one, d + 4, o.a, d + 1024, o.b, &zero, d + 2048, o.d,
+                           d + 2048, o.d, &r.algo, g_lt_ws, LT_WS, g_st);
+        CHECK(n == 1 && s == CUBLAS_STATUS_SUCCESS, "4-byte alignment told: %d algorithms, %s", n,
+              cublasLtGetStatusString(s));
+        n = lt_algo(lt, o, 2, LT_WS, &r, &s);
+        CHECK(n == 0 && s == CUBLAS_STATUS_SUCCESS, "2-byte alignment for fp32: %d algorithms, %s",
+              n, cublasLtGetStatusString(s));
+        setenv("ACT_EMU_CUBLASLT", "none", 1);
+        n = lt_algo(lt, o, 256, LT_WS, &r, &s);
+        unsetenv("ACT_EMU_CUBLASLT");
+        CHECK(n == 0 && s == CUBLAS_STATUS_SUCCESS, "ACT_EMU_CUBLASLT=none: %d algorithms, %s", n,
+              cublasLtGetStatusString(s));
+        CHECK(cudaStreamSynchronize(g_st) == cudaSuccess, "lt sync");
+    }
+    {
+        /* an algorithm from one problem, used for another */
+        lt_op o1, o2;
+        lt_args g2 = g;
+        g2.epi = CUBLASLT_EPILOGUE_RELU_BIAS;
+        lt_make(g, 16, 16, 8, d, &o1);
+        lt_make(g2, 16, 16, 8, d, &o2);
+        int n = lt_algo(lt, o1, 256, LT_WS, &r, &s);
+        s = cublasLtMatmul(lt, o2.op, &one, d, o2.a, d + 1024, o2.b, &zero, d + 2048, o2.d,
+                           d + 2048, o2.d, &r.algo, g_lt_ws, LT_WS, g_st);
+        CHECK(n == 1 && s == CUBLAS_STATUS_NOT_SUPPORTED, "another problem's algorithm gave %s",
+              cublasLtGetStatusString(s));
+    }
+    auto heur = [&](lt_args a, int lda, int ldb, int ldd) {
+        lt_op o;
+        lt_make(a, lda, ldb, ldd, d, &o);
+        lt_algo(lt, o, 256, LT_WS, &r, &s);
+        return s;
+    };
+    lt_args e = g;
+    e.k = 17; /* A's layout says k = 17 */
+    {
+        lt_op oa, ob;
+        lt_make(e, 17, 16, 8, d, &oa);
+        lt_make(g, 16, 16, 8, d, &ob);
+        int n = 0;
+        cublasLtMatmulPreference_t pref;
+        cublasLtMatmulPreferenceCreate(&pref);
+        s = cublasLtMatmulAlgoGetHeuristic(lt, ob.op, oa.a, ob.b, ob.d, ob.d, pref, 1, &r, &n);
+        cublasLtMatmulPreferenceDestroy(pref);
+        CHECK(s == CUBLAS_STATUS_INVALID_VALUE, "k of A != k of B gave %s",
+              cublasLtGetStatusString(s));
+    }
+    s = heur(g, 15, 16, 8);
+    CHECK(s == CUBLAS_STATUS_INVALID_VALUE, "lda < rows gave %s", cublasLtGetStatusString(s));
+    e = g;
+    e.t = CUDA_R_16BF;
+    e.td = CUDA_R_16F;
+    s = heur(e, 16, 16, 8);
+    CHECK(s == CUBLAS_STATUS_NOT_SUPPORTED, "bf16 -> f16 gave %s", cublasLtGetStatusString(s));
+    e = g;
+    e.bias_type = CUDA_R_16F;
+    s = heur(e, 16, 16, 8);
+    CHECK(s == CUBLAS_STATUS_NOT_SUPPORTED, "f16 bias with f32 D gave %s",
+          cublasLtGetStatusString(s));
+    e = g;
+    e.comp = CUBLAS_COMPUTE_16F;
+    s = heur(e, 16, 16, 8);
+    CHECK(s == CUBLAS_STATUS_NOT_SUPPORTED, "compute 16F gave %s", cublasLtGetStatusString(s));
+    e = g;
+    e.epi = 128; /* an epilogue the emulator has no kernel for (RELU_AUX's flag) */
+    s = heur(e, 16, 16, 8);
+    CHECK(s == CUBLAS_STATUS_NOT_SUPPORTED, "unknown epilogue gave %s", cublasLtGetStatusString(s));
     cudaFree(d);
 }
 
@@ -524,11 +786,28 @@ static void conv_errors(cudnnHandle_t h) {
 }
 
 /* last: a fault is sticky */
-static void fault_tests(cublasHandle_t bh, cudnnHandle_t dh) {
+static void fault_tests(cublasHandle_t bh, cublasLtHandle_t lt, cudnnHandle_t dh) {
     vec v = rand_vec(256, CUDA_R_32F);
     void *dev = to_device(v, CUDA_R_32F);
     float one = 1.0f, zero = 0.0f;
-    fprintf(stderr, "selftest_libs: two expected faults follow\n");
+    fprintf(stderr, "selftest_libs: three expected faults follow\n");
+    {
+        /* the bias in host memory: the heuristic never reads it, the call must */
+        lt_args g = {CUBLAS_OP_T, CUBLAS_OP_N, 4, 4, 4, CUDA_R_32F, CUDA_R_32F,
+                     CUBLAS_COMPUTE_32F, CUBLASLT_EPILOGUE_BIAS, CUDA_R_32F, 0};
+        const float *hbias = v.data();
+        lt_op o;
+        cublasLtMatmulHeuristicResult_t r;
+        cublasStatus_t s;
+        if (lt_make(g, 4, 4, 4, hbias, &o) && lt_algo(lt, o, 16, LT_WS, &r, &s) == 1) {
+            s = cublasLtMatmul(lt, o.op, &one, dev, o.a, dev, o.b, &zero, dev, o.d, dev, o.d,
+                               &r.algo, g_lt_ws, LT_WS, g_st);
+            CHECK(s == CUBLAS_STATUS_EXECUTION_FAILED, "lt bias in host memory gave %s",
+                  cublasLtGetStatusString(s));
+        } else {
+            CHECK(0, "no algorithm for the lt fault case");
+        }
+    }
     cublasStatus_t s = cublasGemmEx(bh, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, dev, CUDA_R_32F,
                                     4, dev, CUDA_R_32F, 4, &zero, v.data(), CUDA_R_32F, 4,
                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
@@ -562,10 +841,16 @@ int main(void) {
     CHECK(cudnnSetStream(dh, g_st) == CUDNN_STATUS_SUCCESS, "cudnnSetStream");
     gemm_tests(bh);
     gemm_errors(bh);
+    cublasLtHandle_t lt = NULL;
+    CHECK(cublasLtCreate(&lt) == CUBLAS_STATUS_SUCCESS, "cublasLtCreate");
+    CHECK(cudaMalloc(&g_lt_ws, LT_WS) == cudaSuccess, "lt workspace");
+    lt_tests(lt);
+    lt_errors(lt);
     heuristic_tests(dh);
     conv_tests(dh);
     conv_errors(dh);
-    fault_tests(bh, dh);
+    fault_tests(bh, lt, dh);
+    cublasLtDestroy(lt);
     cublasDestroy(bh);
     cudnnDestroy(dh);
     cudaFree(bws);
