@@ -1,0 +1,164 @@
+"""The programs on the CUDA path, run on the CUDA emulator (tests/cuda_emu, libact_cuda_emu.so):
+act-serve --device cuda with clients on several connections (the session is made on the main
+thread and runs on the inference thread, graphs captured there), act-infer eval --device cuda
+and act-infer bench --device cuda. Each is compared with the CPU device on the same inputs.
+
+The emulator runs the CUDA backend's own sources on the host, so this checks the programs'
+CUDA code paths (device selection, threads, graphs, posterior requests, batching), not GPU
+speed. Skipped when the emulator was not built. Tolerance: fp32 CUDA vs CPU, 1e-4 relative
+(ARCHITECTURE section 6), 1e-5 absolute for values near zero.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import act_reference
+import make_episodes
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools" / "act_client"))
+from act_client import ActClient  # noqa: E402
+
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def emu_env(build_dir):
+    lib = build_dir / "libact_cuda_emu.so"
+    if not lib.is_file():
+        pytest.skip(f"the CUDA emulator is not built at {lib}")
+    env = dict(os.environ, ACT_CUDA_EMULATOR=str(lib), OPENBLAS_NUM_THREADS="1")
+    return env
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory, make_cfg, repo_root):
+    d = tmp_path_factory.mktemp("emu")
+    cfg = make_cfg()
+    agent = act_reference.randomize_(act_reference.build_agent(cfg), 31)
+    ckpt, yml, actw = d / "m.pt", d / "m.yaml", d / "m.actw"
+    act_reference.save_checkpoint(agent, str(ckpt), cfg, config_path=str(yml))
+    subprocess.run([sys.executable, str(repo_root / "tools" / "convert_checkpoint.py"), str(ckpt), "-o", str(actw),
+                    "--config", str(yml)], check=True, stdout=subprocess.DEVNULL)
+    return actw, cfg, d
+
+
+def _run(cmd, env, timeout=900):
+    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env, timeout=timeout)
+    assert p.returncode == 0, f"{cmd[0]} exited {p.returncode}:\n{p.stderr[-3000:]}"
+    return p
+
+
+def test_act_infer_bench_names_the_emulator_and_reports_every_field(act_infer, model, emu_env, tmp_path):
+    actw, _, _ = model
+    out = tmp_path / "bench.json"
+    _run([act_infer, "bench", "--model", actw, "--device", "cuda", "--precision", "bf16", "--batch", "1,3",
+          "--iters", 3, "--warmup", 2, "--json", out], emu_env)
+    rep = json.loads(out.read_text())
+    assert rep["device"] == "cuda" and "emulator" in rep["device_name"], rep["device_name"]
+    assert rep["precision"] == "bf16" and [r["batch"] for r in rep["results"]] == [1, 3]
+    for r in rep["results"]:
+        assert r["latency_ms"]["p50"] > 0 and set(r["stages_ms"]) >= {"upload", "vision", "transformer"}
+
+
+def test_act_infer_eval_on_cuda_matches_cpu(act_infer, model, emu_env, tmp_path):
+    actw, cfg, d = model
+    eps = tmp_path / "episodes"
+    eps.mkdir()
+    h, w = cfg["vision_backbone"]["image_shape"]
+    for i, T in enumerate((9, 5)):
+        make_episodes.make_episode(str(eps / f"episode_{i}.hdf5"), T, h, w, list(cfg["camera_names"]), False, True,
+                                   seed=40 + i, obs_dim=cfg["obs_dim"], action_dim=cfg["action_dim"])
+    sums = {}
+    for dev in ("cpu", "cuda"):
+        out = tmp_path / f"{dev}.json"
+        _run([act_infer, "eval", "--model", actw, "--episodes", eps, "--device", dev, "--batch", 4, "--json", out],
+             emu_env)
+        sums[dev] = json.loads(out.read_text())
+    assert sums["cuda"]["device"] == "cuda" and "emulator" in sums["cuda"]["device_name"]
+    cpu_eps = {e["name"]: e for e in sums["cpu"]["episodes"]}
+    assert sorted(cpu_eps) == sorted(e["name"] for e in sums["cuda"]["episodes"])
+    metrics = ("action_l1", "action_mse", "val_l1", "val_kl", "val_loss")
+    for e in sums["cuda"]["episodes"] + [dict(sums["cuda"]["overall"], name="overall")]:
+        want = sums["cpu"]["overall"] if e["name"] == "overall" else cpu_eps[e["name"]]
+        for k in metrics:
+            np.testing.assert_allclose(e[k], want[k], **TOL, err_msg=f"{e['name']} {k}")
+        np.testing.assert_allclose(e["per_joint_l1"], want["per_joint_l1"], **TOL, err_msg=e["name"])
+
+
+def test_act_serve_on_cuda_matches_act_infer_predict_on_cpu(act_serve, act_infer, model, emu_env, tmp_path):
+    actw, cfg, _ = model
+    cams = list(cfg["camera_names"])
+    h, w = cfg["vision_backbone"]["image_shape"]
+    T, H = 6, cfg["pred_horizon"]
+    ep = tmp_path / "episode_0.hdf5"
+    make_episodes.make_episode(str(ep), T, h, w, cams, False, True, seed=77, obs_dim=cfg["obs_dim"],
+                               action_dim=cfg["action_dim"])
+    post_dir = tmp_path / "post"
+    post_dir.mkdir()
+    _run([act_infer, "predict", "--model", actw, "--episode", ep, "--out", tmp_path / "pred.npy", "--device", "cpu",
+          "--posterior-dir", post_dir], emu_env)
+    want_prior, want_post = np.load(tmp_path / "pred.npy"), np.load(post_dir / "post_actions.npy")
+    with h5py.File(ep, "r") as f:
+        qpos, actions = f["observations/qpos"][:], f["action"][:]
+        images = {c: f[f"observations/images/{c}"][:] for c in cams}
+
+    pf, log = tmp_path / f"port-{uuid.uuid4().hex}", tmp_path / "serve.log"
+    with open(log, "w") as lf:
+        proc = subprocess.Popen([str(act_serve), "--model", str(actw), "--device", "cuda", "--precision", "fp32",
+                                 "--port", "0", "--metrics-port", "0", "--port-file", str(pf), "--max-batch", "8",
+                                 "--max-wait-us", "500000"], stdout=lf, stderr=subprocess.STDOUT, env=emu_env)
+    try:
+        deadline = time.monotonic() + 300
+        while not pf.exists() or not pf.read_text().endswith("\n"):
+            assert proc.poll() is None, f"act-serve exited {proc.returncode}:\n{log.read_text()}"
+            assert time.monotonic() < deadline, f"act-serve not ready:\n{log.read_text()}"
+            time.sleep(0.05)
+        port = int(pf.read_text().split()[0])
+        clients = [ActClient("127.0.0.1", port, timeout=600) for _ in range(2)]
+        info = clients[0].info()
+        assert "emulator" in json.dumps(info), info
+        got_prior, got_post, batches, errors = {}, {}, [], []
+        barrier = threading.Barrier(2)
+
+        def work(i):
+            try:
+                c = clients[i]
+                c.info()
+                barrier.wait()
+                for t in range(i, T, 2):
+                    imgs = {cam: images[cam][t] for cam in cams}
+                    got_prior[t] = c.predict(qpos[t], imgs)
+                    batches.append(c.last_result["batch"])
+                    idx = np.minimum(np.arange(t, t + H), T - 1)
+                    pad = (np.arange(t, t + H) >= T).astype(np.uint8)
+                    got_post[t] = c.predict(qpos[t], imgs, actions=actions[idx], is_pad=pad)
+            except BaseException as e:   # surfaced by the main thread below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert not errors, errors
+        for t in range(T):
+            np.testing.assert_allclose(got_prior[t], want_prior[t], **TOL, err_msg=f"prior chunk, timestep {t}")
+            np.testing.assert_allclose(got_post[t], want_post[t], **TOL, err_msg=f"posterior chunk, timestep {t}")
+        assert max(batches) > 1, f"no request shared a forward pass: batches {batches}"
+    finally:
+        proc.terminate()
+        rc = proc.wait(timeout=120)
+    assert rc == 0, log.read_text()
