@@ -179,6 +179,8 @@ if ((built)) && ((have_full)) && enough 90; then
         on=$(ab_p50 $prec A=1) off=$(ab_p50 $prec ACT_CUDA_CONV_UNFUSED=1 ACT_CUDA_GEMM=gemmex)
         fig="$fig $prec fused ${on:-?} / unfused ${off:-?} ms;"
     done
+    # bf16 convs fuse only on request (cuDNN rounds the bias to bf16): what would it gain?
+    fig="$fig bf16 +conv fusion $(ab_p50 bf16 ACT_CUDA_CONV_FUSE_LOWP=1) ms"
     row fusion-ab ok "b=1 p50:$fig"
 else
     row fusion-ab SKIP "no build, full model or time"
