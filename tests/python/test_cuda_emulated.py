@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -30,6 +29,7 @@ import make_episodes
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools" / "act_client"))
 from act_client import ActClient  # noqa: E402
+from serve_util import replay_episode  # noqa: E402
 
 TOL = dict(rtol=1e-4, atol=1e-5)
 
@@ -130,30 +130,9 @@ def test_act_serve_on_cuda_matches_act_infer_predict_on_cpu(act_serve, act_infer
         clients = [ActClient("127.0.0.1", port, timeout=600) for _ in range(2)]
         info = clients[0].info()
         assert "emulator" in json.dumps(info), info
-        got_prior, got_post, batches, errors = {}, {}, [], []
-        barrier = threading.Barrier(2)
-
-        def work(i):
-            try:
-                c = clients[i]
-                c.info()
-                barrier.wait()
-                for t in range(i, T, 2):
-                    imgs = {cam: images[cam][t] for cam in cams}
-                    got_prior[t] = c.predict(qpos[t], imgs)
-                    batches.append(c.last_result["batch"])
-                    idx = np.minimum(np.arange(t, t + H), T - 1)
-                    pad = (np.arange(t, t + H) >= T).astype(np.uint8)
-                    got_post[t] = c.predict(qpos[t], imgs, actions=actions[idx], is_pad=pad)
-            except BaseException as e:   # surfaced by the main thread below
-                errors.append(e)
-
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        assert not errors, errors
+        for c in clients[1:]:
+            c.info()   # handshake first, so the server knows both may send
+        got_prior, got_post, _, batches = replay_episode(clients, qpos, images, actions, H)
         for t in range(T):
             np.testing.assert_allclose(got_prior[t], want_prior[t], **TOL, err_msg=f"prior chunk, timestep {t}")
             np.testing.assert_allclose(got_post[t], want_post[t], **TOL, err_msg=f"posterior chunk, timestep {t}")

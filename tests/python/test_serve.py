@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO / "tools" / "act_client"))
 
 from act_client import ActClient, ActContractError, ActPolicyRunner, ActTimeoutError  # noqa: E402
 from act_client import wire  # noqa: E402
-from serve_util import recv_frame  # noqa: E402
+from serve_util import recv_frame, replay_episode  # noqa: E402
 
 IMAGE = 40          # frames the tiny model expects (HWC uint8), resized to 48x48 for the trunk
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -142,31 +142,7 @@ def test_predictions_equal_act_infer_predict_and_batch_across_connections(server
     clients = [ActClient("127.0.0.1", srv.port, timeout=120, compress=(i == 1)) for i in range(3)]
     for c in clients:
         c.info()   # handshake first, so the server knows three clients may send
-    got_prior, got_post, got_kl, batches = {}, {}, {}, []
-    barrier, errors = threading.Barrier(3), []
-
-    def work(i):
-        try:
-            c = clients[i]
-            barrier.wait()
-            for t in range(i, T, 3):
-                imgs = {cam: images[cam][t] for cam in cams}
-                got_prior[t] = c.predict(qpos[t], imgs)
-                batches.append(c.last_result["batch"])
-                idx = np.minimum(np.arange(t, t + H), T - 1)
-                pad = (np.arange(t, t + H) >= T).astype(np.uint8)
-                got_post[t] = c.predict(qpos[t], imgs, actions=actions[idx], is_pad=pad)
-                assert c.last_result["posterior"]
-                got_kl[t] = c.last_result["kl"]
-        except BaseException as e:   # surfaced by the main thread below
-            errors.append(e)
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert not errors, errors
+    got_prior, got_post, got_kl, batches = replay_episode(clients, qpos, images, actions, H)
     for t in range(T):
         np.testing.assert_allclose(got_prior[t], want_prior[t], **TOL, err_msg=f"prior chunk, timestep {t}")
         np.testing.assert_allclose(got_post[t], want_post[t], **TOL, err_msg=f"posterior chunk, timestep {t}")
