@@ -125,7 +125,7 @@ run_test() {   # name binary seconds
     timeout "$(limit "$secs")" "$bin" >"$OUT/$name.log" 2>&1
     rc=$?
     case $rc in
-        0) row "$name" PASS "$(grep -E 'worst|failing|checks failed' "$OUT/$name.log" | tail -2 | paste -sd' ' | cut -c1-200)";;
+        0) row "$name" PASS "$(grep -E 'worst relative|failing checks|checks failed' "$OUT/$name.log" | tail -3 | paste -sd' ' | cut -c1-300)";;
         77) row "$name" SKIP "$(head -1 "$OUT/$name.log")";;
         124) row "$name" FAIL "timed out after $(limit "$secs") s";;
         *) row "$name" FAIL "rc $rc: $(grep -m3 FAIL "$OUT/$name.log" | paste -sd' ' | cut -c1-200)";;
@@ -180,7 +180,8 @@ if ((built)) && ((have_full)) && enough 90; then
         fig="$fig $prec fused ${on:-?} / unfused ${off:-?} ms;"
     done
     # bf16 convs fuse only on request (cuDNN rounds the bias to bf16): what would it gain?
-    fig="$fig bf16 +conv fusion $(ab_p50 bf16 ACT_CUDA_CONV_FUSE_LOWP=1) ms"
+    lp=$(ab_p50 bf16 ACT_CUDA_CONV_FUSE_LOWP=1)
+    fig="$fig bf16 +conv fusion ${lp:-?} ms"
     row fusion-ab ok "b=1 p50:$fig"
 else
     row fusion-ab SKIP "no build, full model or time"
