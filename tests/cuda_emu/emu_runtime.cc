@@ -72,6 +72,9 @@
 
 uint3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
+/* the bounds of the __shared__ variables of this module (emu_device.h), from the linker */
+extern "C" char __start_emu_shared[] __attribute__((weak, visibility("hidden")));
+extern "C" char __stop_emu_shared[] __attribute__((weak, visibility("hidden")));
 
 namespace {
 
@@ -419,6 +422,7 @@ void run_kernel(const char *name, dim3 grid, dim3 block, size_t smem, const emu_
     g_nthreads = n;
     if (g_smem.size() < smem) g_smem.resize(smem);
     bool plain = false;
+    size_t shared_bytes = (size_t)((uintptr_t)__stop_emu_shared - (uintptr_t)__start_emu_shared);
     for (unsigned bz = 0; bz < grid.z; bz++)
         for (unsigned by = 0; by < grid.y; by++)
             for (unsigned bx = 0; bx < grid.x; bx++) {
@@ -426,6 +430,7 @@ void run_kernel(const char *name, dim3 grid, dim3 block, size_t smem, const emu_
                 blockIdx.y = by;
                 blockIdx.z = bz;
                 if (smem) memset(g_smem.data(), 0xff, smem);   /* shared memory starts as garbage */
+                if (shared_bytes) memset(__start_emu_shared, 0xff, shared_bytes);
                 if (!plain) {
                     g_block_synced = false;
                     if (!run_block_fibers(n)) return;

@@ -40,6 +40,14 @@ static __global__ void block_sum_kernel(const float *x, int n, float *out) {
     if (t == 0) out[blockIdx.x] = part[0];
 }
 
+/* reads its static shared array before writing it: must see the poison, not a previous block */
+static __global__ void stale_shared_kernel(float *out) {
+    __shared__ float s[64];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = s[threadIdx.x];
+    __syncthreads();
+    s[threadIdx.x] = 1.0f;
+}
+
 /* each warp's sum by xor shuffles; every lane writes what it got */
 static __global__ void warp_sum_kernel(const float *x, float *out) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -164,7 +172,13 @@ static void check_barriers_and_shuffles(void) {
     cudaMemcpy(ih, idx, sizeof ih, cudaMemcpyDeviceToHost);
     CHECK(ih[(1 * 3 + 2) * 16 + (1 * 2 + 1) * 4 + 3] == 5 * 10000 + 311,
           "thread/block index decomposition: %d", ih[(1 * 3 + 2) * 16 + (1 * 2 + 1) * 4 + 3]);
-    cudaFree(x); cudaFree(out); cudaFree(w); cudaFree(wo); cudaFree(r); cudaFree(idx);
+    float *so = dev_upload(NULL, 128), sg[128];
+    emu_launch(stale_shared_kernel, 2, 64)(so);
+    cudaMemcpy(sg, so, sizeof sg, cudaMemcpyDeviceToHost);
+    bad = 0;
+    for (int i = 0; i < 128; i++) bad += sg[i] == sg[i];
+    CHECK(bad == 0, "static shared memory not poisoned per block: %d values not NaN", bad);
+    cudaFree(x); cudaFree(out); cudaFree(w); cudaFree(wo); cudaFree(r); cudaFree(idx); cudaFree(so);
 }
 
 static void check_deferred_streams(void) {

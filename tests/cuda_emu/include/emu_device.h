@@ -32,8 +32,10 @@ extern dim3 blockDim, gridDim;
 #define __noinline__
 #define __launch_bounds__(...)
 /* one copy per block: blocks run one after another, so a function-local static is exactly
- * "shared by the threads of the running block" (it is not re-poisoned between blocks) */
-#define __shared__ static
+ * "shared by the threads of the running block". They all live in the section emu_shared, which
+ * the runtime fills with 0xFF bytes (NaN) before every block, as real shared memory starts as
+ * garbage: a read before the block wrote shows up as NaN. */
+#define __shared__ static __attribute__((section("emu_shared")))
 
 void __syncthreads(void);
 void __syncwarp(unsigned mask = 0xffffffffu);
