@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "frames.h"
 
 #include "act.h"
 #include "act_infer_cmds.h"
@@ -184,50 +185,6 @@ static const char *find_demo_model(char *buf, size_t len) {
 
 /* ---- inputs ---- */
 
-static inline uint8_t clamp_u8(float v) { return v < 0.f ? 0 : v > 255.f ? 255 : (uint8_t)(v + 0.5f); }
-
-static float unit(uint64_t *state) { /* uniform [0, 1) */
-    *state = act_splitmix64(*state);
-    return (float)(*state >> 40) * (1.0f / 16777216.0f);
-}
-
-/* A camera-like frame: a two-colour gradient (a lit table), a few coloured discs and boxes
- * (objects, gripper), and per-pixel sensor noise. */
-static void make_frame(uint8_t *img, int h, int w, uint64_t seed) {
-    uint64_t s = seed;
-    float c0[3], c1[3], dx = unit(&s) - 0.5f, dy = unit(&s) - 0.5f;
-    for (int c = 0; c < 3; c++) { c0[c] = 40 + 170 * unit(&s); c1[c] = 40 + 170 * unit(&s); }
-    for (int y = 0; y < h; y++)
-        for (int x = 0; x < w; x++) {
-            float t = 0.5f + dx * ((float)x / w - 0.5f) * 2 + dy * ((float)y / h - 0.5f) * 2;
-            t = t < 0 ? 0 : t > 1 ? 1 : t;
-            for (int c = 0; c < 3; c++) img[((size_t)y * w + x) * 3 + c] = clamp_u8(c0[c] + (c1[c] - c0[c]) * t);
-        }
-    int shapes = 3 + (int)(unit(&s) * 4);
-    for (int k = 0; k < shapes; k++) {
-        float cx = unit(&s) * w, cy = unit(&s) * h, r = (0.05f + 0.15f * unit(&s)) * (float)(h < w ? h : w);
-        int box = unit(&s) < 0.5f;
-        float col[3] = {255 * unit(&s), 255 * unit(&s), 255 * unit(&s)};
-        int y0 = (int)(cy - r) < 0 ? 0 : (int)(cy - r), y1 = (int)(cy + r) >= h ? h - 1 : (int)(cy + r);
-        int x0 = (int)(cx - r) < 0 ? 0 : (int)(cx - r), x1 = (int)(cx + r) >= w ? w - 1 : (int)(cx + r);
-        for (int y = y0; y <= y1; y++)
-            for (int x = x0; x <= x1; x++) {
-                float ex = x - cx, ey = y - cy;
-                if (!box && ex * ex + ey * ey > r * r) continue;
-                float shade = 0.75f + 0.25f * (1.0f - ey / (r + 1));   /* lit from above */
-                for (int c = 0; c < 3; c++) img[((size_t)y * w + x) * 3 + c] = clamp_u8(col[c] * shade);
-            }
-    }
-    uint64_t ns = act_splitmix64(seed ^ 0x6e6f697365ull);
-    size_t n = (size_t)h * w * 3;
-    for (size_t i = 0; i < n; i++) {
-        if ((i & 7) == 0) ns = act_splitmix64(ns);
-        int noise = (int)((ns >> ((i & 7) * 8)) & 15) - 7;
-        int v = img[i] + noise;
-        img[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
-    }
-}
-
 static void pool_free(input_pool *p) {
     free(p->qpos);
     for (int c = 0; c < ACT_MAX_CAMS; c++) free(p->frames[c]);
@@ -241,12 +198,12 @@ static int pool_generate(input_pool *p, const act_config *cfg, int n, uint64_t s
     p->qpos = malloc(sizeof(float) * n * cfg->obs_dim);
     if (!p->qpos) return -1;
     uint64_t s = seed;
-    for (int i = 0; i < n * cfg->obs_dim; i++) p->qpos[i] = 3.0f * unit(&s) - 1.5f;  /* joint angles, rad */
+    for (int i = 0; i < n * cfg->obs_dim; i++) p->qpos[i] = 3.0f * act_unit(&s) - 1.5f;  /* joint angles, rad */
     for (int c = 0; c < cfg->num_cams; c++) {
         p->frames[c] = malloc(fb * n);
         if (!p->frames[c]) { pool_free(p); return -1; }
         for (int i = 0; i < n; i++)
-            make_frame(p->frames[c] + fb * i, cfg->image_h, cfg->image_w,
+            act_synthetic_frame(p->frames[c] + fb * i, cfg->image_h, cfg->image_w,
                        act_splitmix64(seed * 1000003ull + (uint64_t)c * 7919ull + (uint64_t)i));
     }
     p->bytes = sizeof(float) * n * cfg->obs_dim + fb * n * cfg->num_cams;
