@@ -21,7 +21,7 @@
  * put bf16 right at the limit: on the emulator one seed gave 2.2e-2 at full size, and a PyTorch
  * emulation of bf16 storage over 60 noise inputs gave median 1.0e-2, max 1.8e-2 (vision trunk
  * alone 8.6e-3 / 1.7e-2: the trunk's bf16 feature maps are most of it). Camera-like frames:
- * 1.0e-2..1.2e-2 on the emulator. */
+ * 1.0e-2..1.2e-2 on the emulator.
  * ACT_E2E_MAX_BATCH=N leaves out the batches above N (the CUDA-emulator run in CI uses 3);
  * ACT_E2E_FULL_MODEL names the full-size file (default $ACT_TEST_DATA/full.actw, if present). */
 #include <math.h>

@@ -24,33 +24,10 @@ struct emu_blas_handle {
     cublasMath_t math;
 };
 
-/* how fp32 operands are read by the chosen compute type */
-enum operand_rounding { ROUND_NONE, ROUND_TF32, ROUND_F16, ROUND_BF16 };
-
 static size_t type_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
 
 static int is_data_type(cudaDataType_t t) {
     return t == CUDA_R_32F || t == CUDA_R_16F || t == CUDA_R_16BF;
-}
-
-static float round_operand(float v, operand_rounding r) {
-    uint16_t h;
-    switch (r) {
-    case ROUND_TF32: return emu_round_tf32(v);
-    case ROUND_F16: emu_store(&h, CUDA_R_16F, 0, v); return emu_load(&h, CUDA_R_16F, 0);
-    case ROUND_BF16: emu_store(&h, CUDA_R_16BF, 0, v); return emu_load(&h, CUDA_R_16BF, 0);
-    default: return v;
-    }
-}
-
-/* a rows x cols column-major matrix with leading dimension ld, as packed fp32 (ld = rows) */
-static std::vector<float> widen(const void *p, cudaDataType_t t, int rows, int cols, int ld,
-                                operand_rounding r) {
-    std::vector<float> out((size_t)rows * cols);
-    for (int j = 0; j < cols; j++)
-        for (int i = 0; i < rows; i++)
-            out[(size_t)j * rows + i] = round_operand(emu_load(p, t, (size_t)j * ld + i), r);
-    return out;
 }
 
 /* bytes spanned by a rows x cols column-major matrix with leading dimension ld */
@@ -120,18 +97,18 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
         return CUBLAS_STATUS_INVALID_VALUE;
     if (!is_data_type(Atype) || Btype != Atype || (Ctype != Atype && Ctype != CUDA_R_32F))
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    operand_rounding rnd = ROUND_NONE;
+    emu_rounding rnd = EMU_ROUND_NONE;
     switch (computeType) {
     case CUBLAS_COMPUTE_32F:
-        if (handle->math == CUBLAS_TF32_TENSOR_OP_MATH) rnd = ROUND_TF32;
+        if (handle->math == CUBLAS_TF32_TENSOR_OP_MATH) rnd = EMU_ROUND_TF32;
         break;
     case CUBLAS_COMPUTE_32F_PEDANTIC: break;
-    case CUBLAS_COMPUTE_32F_FAST_TF32: rnd = ROUND_TF32; break;
-    case CUBLAS_COMPUTE_32F_FAST_16F: rnd = ROUND_F16; break;
-    case CUBLAS_COMPUTE_32F_FAST_16BF: rnd = ROUND_BF16; break;
+    case CUBLAS_COMPUTE_32F_FAST_TF32: rnd = EMU_ROUND_TF32; break;
+    case CUBLAS_COMPUTE_32F_FAST_16F: rnd = EMU_ROUND_F16; break;
+    case CUBLAS_COMPUTE_32F_FAST_16BF: rnd = EMU_ROUND_BF16; break;
     default: return CUBLAS_STATUS_NOT_SUPPORTED;
     }
-    if (Atype != CUDA_R_32F) rnd = ROUND_NONE; /* 16-bit operands are exact in any of them */
+    if (Atype != CUDA_R_32F) rnd = EMU_ROUND_NONE; /* 16-bit operands are exact in any of them */
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
     int kk = k > 0;
     if (!on_device("operand A", A, kk ? extent(ar, ac, lda, Atype) : 0) ||
@@ -148,7 +125,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
         float *c = (float *)C;
         int cld = ldc;
         if (Ctype != CUDA_R_32F) {
-            c32 = be != 0.0f ? widen(C, Ctype, m, n, ldc, ROUND_NONE)
+            c32 = be != 0.0f ? emu_widen(C, Ctype, m, n, ldc, EMU_ROUND_NONE)
                              : std::vector<float>((size_t)m * n, 0.0f);
             c = c32.data();
             cld = m;
@@ -162,9 +139,9 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
             std::vector<float> a32, b32;
             const float *a = (const float *)A, *b = (const float *)B;
             int alda = lda, bldb = ldb;
-            if (Atype != CUDA_R_32F || rnd != ROUND_NONE) {
-                a32 = widen(A, Atype, ar, ac, lda, rnd);
-                b32 = widen(B, Btype, br, bc, ldb, rnd);
+            if (Atype != CUDA_R_32F || rnd != EMU_ROUND_NONE) {
+                a32 = emu_widen(A, Atype, ar, ac, lda, rnd);
+                b32 = emu_widen(B, Btype, br, bc, ldb, rnd);
                 a = a32.data();
                 b = b32.data();
                 alda = ar;

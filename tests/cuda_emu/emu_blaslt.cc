@@ -87,27 +87,6 @@ unsigned align_of(const void *p) {
     return n;
 }
 
-enum rounding { ROUND_NONE, ROUND_TF32, ROUND_F16, ROUND_BF16 };
-
-float round_operand(float v, rounding r) {
-    uint16_t h;
-    switch (r) {
-    case ROUND_TF32: return emu_round_tf32(v);
-    case ROUND_F16: emu_store(&h, CUDA_R_16F, 0, v); return emu_load(&h, CUDA_R_16F, 0);
-    case ROUND_BF16: emu_store(&h, CUDA_R_16BF, 0, v); return emu_load(&h, CUDA_R_16BF, 0);
-    default: return v;
-    }
-}
-
-std::vector<float> widen(const void *p, cudaDataType_t t, uint64_t rows, uint64_t cols,
-                         int64_t ld, rounding r) {
-    std::vector<float> out(rows * cols);
-    for (uint64_t j = 0; j < cols; j++)
-        for (uint64_t i = 0; i < rows; i++)
-            out[j * rows + i] = round_operand(emu_load(p, t, j * ld + i), r);
-    return out;
-}
-
 size_t extent(const layout *l) {
     if (l->rows == 0 || l->cols == 0) return 0;
     return ((l->cols - 1) * (uint64_t)l->ld + l->rows) * type_size(l->type);
@@ -122,7 +101,7 @@ int on_device(const char *what, const void *p, size_t bytes) {
 /* the problem as checked by both the heuristic and the matmul */
 struct problem {
     uint64_t m, n, k;
-    rounding rnd;
+    emu_rounding rnd;
     int bias_type;        /* resolved: D's type when the attribute is -1 */
     uint64_t print;
 };
@@ -130,20 +109,20 @@ struct problem {
 cublasStatus_t check_problem(const desc *d, const layout *a, const layout *b, const layout *c,
                              const layout *dd, problem *p) {
     if (!d || !a || !b || !c || !dd) return CUBLAS_STATUS_INVALID_VALUE;
-    rounding rnd = ROUND_NONE;
+    emu_rounding rnd = EMU_ROUND_NONE;
     switch (d->comp) {
     case CUBLAS_COMPUTE_32F:
     case CUBLAS_COMPUTE_32F_PEDANTIC: break;
-    case CUBLAS_COMPUTE_32F_FAST_TF32: rnd = ROUND_TF32; break;
-    case CUBLAS_COMPUTE_32F_FAST_16F: rnd = ROUND_F16; break;
-    case CUBLAS_COMPUTE_32F_FAST_16BF: rnd = ROUND_BF16; break;
+    case CUBLAS_COMPUTE_32F_FAST_TF32: rnd = EMU_ROUND_TF32; break;
+    case CUBLAS_COMPUTE_32F_FAST_16F: rnd = EMU_ROUND_F16; break;
+    case CUBLAS_COMPUTE_32F_FAST_16BF: rnd = EMU_ROUND_BF16; break;
     default: return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     if (d->scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (!is_data_type(a->type) || b->type != a->type || c->type != dd->type ||
         (dd->type != a->type && dd->type != CUDA_R_32F))
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (a->type != CUDA_R_32F) rnd = ROUND_NONE;   /* 16-bit operands are exact in any mode */
+    if (a->type != CUDA_R_32F) rnd = EMU_ROUND_NONE;   /* 16-bit operands are exact in any mode */
     uint64_t am = d->ta == CUBLAS_OP_N ? a->rows : a->cols, ak = d->ta == CUBLAS_OP_N ? a->cols : a->rows;
     uint64_t bk = d->tb == CUBLAS_OP_N ? b->rows : b->cols, bn = d->tb == CUBLAS_OP_N ? b->cols : b->rows;
     if (am != dd->rows || bn != dd->cols || ak != bk || c->rows != dd->rows || c->cols != dd->cols ||
@@ -401,8 +380,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
         uint64_t m = p.m, n = p.n, k = p.k;
         std::vector<float> acc(m * n, 0.0f);
         if (k > 0) {
-            std::vector<float> a32 = widen(A, la.type, la.rows, la.cols, la.ld, p.rnd);
-            std::vector<float> b32 = widen(B, lb.type, lb.rows, lb.cols, lb.ld, p.rnd);
+            std::vector<float> a32 = emu_widen(A, la.type, la.rows, la.cols, la.ld, p.rnd);
+            std::vector<float> b32 = emu_widen(B, lb.type, lb.rows, lb.cols, lb.ld, p.rnd);
             cblas_sgemm(CblasColMajor, d.ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
                         d.tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, (int)m, (int)n, (int)k,
                         al, a32.data(), (int)la.rows, b32.data(), (int)lb.rows, 0.0f, acc.data(),

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <functional>
+#include <vector>
 #include "cuda_runtime.h"
 
 /* Every stream operation goes through here: `op` runs later, in stream order (streams are
@@ -28,6 +29,14 @@ void emu_store(void *p, cudaDataType_t t, size_t i, float v);
 /* an fp32 value rounded to TF32 (10 explicit mantissa bits, nearest even), as tensor cores
  * read fp32 operands in TF32 mode */
 float emu_round_tf32(float v);
+
+/* how the emulated GEMMs read fp32 operands under a compute type (TF32, or fp16/bf16 for the
+ * FAST_16F/16BF types) */
+enum emu_rounding { EMU_ROUND_NONE, EMU_ROUND_TF32, EMU_ROUND_F16, EMU_ROUND_BF16 };
+float emu_round_operand(float v, emu_rounding r);
+/* a rows x cols column-major matrix (leading dimension ld) of type t as packed fp32 */
+std::vector<float> emu_widen(const void *p, cudaDataType_t t, size_t rows, size_t cols, size_t ld,
+                             emu_rounding r);
 
 /* counters the tracer prints (ACT_EMU_TRACE=1) */
 void emu_count(const char *kind);

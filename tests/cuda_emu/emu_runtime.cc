@@ -608,6 +608,24 @@ float emu_round_tf32(float v) {
     return v;
 }
 
+float emu_round_operand(float v, emu_rounding r) {
+    uint16_t h;
+    switch (r) {
+    case EMU_ROUND_TF32: return emu_round_tf32(v);
+    case EMU_ROUND_F16: emu_store(&h, CUDA_R_16F, 0, v); return emu_load(&h, CUDA_R_16F, 0);
+    case EMU_ROUND_BF16: emu_store(&h, CUDA_R_16BF, 0, v); return emu_load(&h, CUDA_R_16BF, 0);
+    default: return v;
+    }
+}
+
+std::vector<float> emu_widen(const void *p, cudaDataType_t t, size_t rows, size_t cols, size_t ld,
+                             emu_rounding r) {
+    std::vector<float> out(rows * cols);
+    for (size_t j = 0; j < cols; j++)
+        for (size_t i = 0; i < rows; i++) out[j * rows + i] = emu_round_operand(emu_load(p, t, j * ld + i), r);
+    return out;
+}
+
 void emu_count(const char *kind) {
     std::lock_guard<std::recursive_mutex> lk(g_mu);
     count(kind);
