@@ -94,6 +94,25 @@ struct cmp {
 
 /* ---------------- GEMM ---------------- */
 
+/* element (i, j) of op(A) op(B) in double: with the operands as the GEMM reads them (TF32-rounded
+ * when tf32), exactly, and the sum of magnitudes (for the tolerance) */
+static void ref_dot(const vec &A, int lda, cublasOperation_t ta, const vec &B, int ldb,
+                    cublasOperation_t tb, int k, int i, int j, bool tf32_in, double *sum,
+                    double *exact, double *mag) {
+    *sum = *exact = *mag = 0;
+    for (int p = 0; p < k; p++) {
+        float a = ta == CUBLAS_OP_N ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p];
+        float b = tb == CUBLAS_OP_N ? B[(size_t)j * ldb + p] : B[(size_t)p * ldb + j];
+        *exact += (double)a * b;
+        if (tf32_in) {
+            a = tf32(a);
+            b = tf32(b);
+        }
+        *sum += (double)a * b;
+        *mag += fabs((double)a * b);
+    }
+}
+
 struct gemm_args {
     cublasOperation_t ta, tb;
     int m, n, k;
@@ -126,18 +145,8 @@ static double gemm_case(cublasHandle_t h, const gemm_args &g) {
     int pad_changed = 0;
     for (int j = 0; j < g.n; j++) {
         for (int i = 0; i < g.m; i++) {
-            double sum = 0, sum_exact = 0, mag = 0;
-            for (int p = 0; p < g.k; p++) {
-                float a = g.ta == CUBLAS_OP_N ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p];
-                float b = g.tb == CUBLAS_OP_N ? B[(size_t)j * ldb + p] : B[(size_t)p * ldb + j];
-                sum_exact += (double)a * b;
-                if (g.tf32) {
-                    a = tf32(a);
-                    b = tf32(b);
-                }
-                sum += (double)a * b;
-                mag += fabs((double)a * b);
-            }
+            double sum, sum_exact, mag;
+            ref_dot(A, lda, g.ta, B, ldb, g.tb, g.k, i, j, g.tf32, &sum, &sum_exact, &mag);
             double c0 = g.beta != 0.0f ? g.beta * (double)C0[(size_t)j * ldc + i] : 0.0;
             c.one(C[(size_t)j * ldc + i], g.alpha * sum + c0, fabs(g.alpha) * mag + fabs(c0),
                   g.alpha * sum_exact + c0, out_ulp(g.tc));
@@ -326,18 +335,8 @@ static double lt_case(cublasLtHandle_t lt, const lt_args &g) {
         int pad_changed = 0;
         for (int j = 0; j < g.n; j++) {
             for (int i = 0; i < g.m; i++) {
-                double sum = 0, sum_exact = 0, mag = 0;
-                for (int p = 0; p < g.k; p++) {
-                    float a = g.ta == CUBLAS_OP_N ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p];
-                    float b = g.tb == CUBLAS_OP_N ? B[(size_t)j * ldb + p] : B[(size_t)p * ldb + j];
-                    sum_exact += (double)a * b;
-                    if (g.tf32) {
-                        a = tf32(a);
-                        b = tf32(b);
-                    }
-                    sum += (double)a * b;
-                    mag += fabs((double)a * b);
-                }
+                double sum, sum_exact, mag;
+                ref_dot(A, lda, g.ta, B, ldb, g.tb, g.k, i, j, g.tf32, &sum, &sum_exact, &mag);
                 double add = (g.epi & CUBLASLT_EPILOGUE_BIAS) ? bias[i] : 0.0;
                 double want = sum + add, exact = sum_exact + add;
                 if (g.epi & CUBLASLT_EPILOGUE_RELU) {
