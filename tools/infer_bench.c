@@ -30,10 +30,10 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include "frames.h"
 
 #include "act.h"
 #include "act_infer_cmds.h"
+#include "frames.h"
 #include "infer_common.h"
 #include "rng.h"
 

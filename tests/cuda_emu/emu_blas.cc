@@ -119,7 +119,6 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
 
     const float al = *(const float *)alpha, be = *(const float *)beta;
     auto op = [=]() {
-        emu_count("gemm");
         /* fp32 C is updated in place by sgemm; 16-bit C goes through an fp32 copy */
         std::vector<float> c32;
         float *c = (float *)C;

@@ -376,7 +376,6 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
 
     const layout la = *a, lb = *b, lc = *c, ld = *dd;
     auto op = [=]() {
-        emu_count("gemm");
         uint64_t m = p.m, n = p.n, k = p.k;
         std::vector<float> acc(m * n, 0.0f);
         if (k > 0) {

@@ -238,7 +238,6 @@ static cudnnStatus_t convolve(const char *call, cudnnHandle_t h, const void *alp
 
 static cudnnStatus_t enqueue(cudnnHandle_t h, const char *call, const conv_job &j) {
     auto op = [j]() {
-        emu_count("conv");
         run_conv(j);
     };
     return emu_enqueue(h->stream, call, op) == cudaSuccess ? CUDNN_STATUS_SUCCESS

@@ -38,7 +38,5 @@ float emu_round_operand(float v, emu_rounding r);
 std::vector<float> emu_widen(const void *p, cudaDataType_t t, size_t rows, size_t cols, size_t ld,
                              emu_rounding r);
 
-/* counters the tracer prints (ACT_EMU_TRACE=1) */
-void emu_count(const char *kind);
 
 #endif

@@ -34,8 +34,8 @@
  * Not emulated: concurrency between streams (they run in call order), timing (events read the
  * host clock when they run), occupancy and registers, and warp-synchronous code that relies on
  * lockstep execution without __syncwarp (undefined since Volta anyway).
- * ACT_EMU_TRACE=1 prints each instantiated graph's node counts and the totals at exit; =2 also
- * lists the nodes. */
+ * ACT_EMU_TRACE=1 prints each instantiated graph's node counts, and at exit the operations
+ * run; =2 also lists the nodes. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -125,9 +125,10 @@ double now_s() {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* operations executed (a replayed graph counts each node again), by kind */
 void print_counts() {
     if (!g_trace || g_counts.empty()) return;
-    fprintf(stderr, "cuda-emu: totals:");
+    fprintf(stderr, "cuda-emu: operations run:");
     for (auto &kv : g_counts) fprintf(stderr, " %s=%lu", kv.first.c_str(), kv.second);
     fprintf(stderr, "\n");
 }
@@ -197,6 +198,7 @@ void run_ops(std::vector<Op> &ops) {
     for (auto &op : ops) {
         if (g_sticky != cudaSuccess) break;      /* a faulted context runs nothing more */
         g_running = op.what.c_str();
+        g_counts[op.kind]++;
         op.fn();
         g_running = "";
     }
@@ -329,6 +331,59 @@ void fiber_main() {
     ctx_switch(&g_dead, &g_sched);                /* never resumed */
 }
 
+/* Runs every ready fiber until it waits or ends, then releases the barriers that every live
+ * thread of their scope has reached; false after a fault. */
+bool schedule_block(int n) {
+    for (;;) {
+        for (int t = 0; t < n; t++) {
+            if (g_fib[t].st != F_READY) continue;
+            g_cur = t;
+            set_thread_index(t);
+#ifdef EMU_ASAN
+            __sanitizer_start_switch_fiber(&g_sched_fake, g_fib[t].stack, kStack);
+#endif
+            ctx_switch(&g_sched, &g_fib[t].ctx);
+#ifdef EMU_ASAN
+            __sanitizer_finish_switch_fiber(g_sched_fake, nullptr, nullptr);
+#endif
+            if (g_sticky != cudaSuccess) return false;   /* a fault inside: abandon the block */
+        }
+        int released = 0, live = 0;
+        for (int w = 0; w * 32 < n; w++) {
+            int lo = w * 32, hi = lo + 32 < n ? lo + 32 : n, ww = 0, wb = 0, done = 0, shfl = 0;
+            for (int t = lo; t < hi; t++) {
+                ww += g_fib[t].st == F_WAIT_WARP || g_fib[t].st == F_WAIT_SHFL;
+                shfl += g_fib[t].st == F_WAIT_SHFL;
+                wb += g_fib[t].st == F_WAIT_BLOCK;
+                done += g_fib[t].st == F_DONE;
+            }
+            if (ww && wb) {
+                emu_fault("kernel %s, block (%u,%u,%u): warp %d has lanes waiting in __syncwarp or "
+                          "a shuffle and lanes waiting in __syncthreads: divergent barrier",
+                          g_kernel, blockIdx.x, blockIdx.y, blockIdx.z, w);
+                return false;
+            }
+            if (shfl && done) {
+                emu_fault("kernel %s, block (%u,%u,%u): a full-mask shuffle in warp %d after %d of "
+                          "its lanes exited (their values are undefined)", g_kernel, blockIdx.x,
+                          blockIdx.y, blockIdx.z, w, done);
+                return false;
+            }
+            if (ww) {                /* no lane of this warp is elsewhere: the barrier is complete */
+                for (int t = lo; t < hi; t++)
+                    if (g_fib[t].st == F_WAIT_WARP || g_fib[t].st == F_WAIT_SHFL) g_fib[t].st = F_READY;
+                released++;
+            }
+            live += hi - lo - done;
+        }
+        if (!live) return true;
+        if (released) continue;
+        /* no warp barrier pending, so every live thread waits in __syncthreads */
+        for (int t = 0; t < n; t++)
+            if (g_fib[t].st == F_WAIT_BLOCK) g_fib[t].st = F_READY;
+    }
+}
+
 bool run_block_fibers(int n) {
     for (int t = 0; t < n; t++) {
         Fiber &f = g_fib[t];
@@ -346,71 +401,9 @@ bool run_block_fibers(int n) {
         f.st = F_READY;
     }
     g_fiber_mode = true;
-    for (;;) {
-        bool any_live = false;
-        for (int t = 0; t < n; t++) {
-            if (g_fib[t].st != F_READY) continue;
-            g_cur = t;
-            set_thread_index(t);
-#ifdef EMU_ASAN
-            __sanitizer_start_switch_fiber(&g_sched_fake, g_fib[t].stack, kStack);
-#endif
-            ctx_switch(&g_sched, &g_fib[t].ctx);
-#ifdef EMU_ASAN
-            __sanitizer_finish_switch_fiber(g_sched_fake, nullptr, nullptr);
-#endif
-            if (g_sticky != cudaSuccess) {            /* a fault inside: abandon the block */
-                g_fiber_mode = false;
-                return false;
-            }
-        }
-        /* every thread is waiting or done: release the barriers that are complete */
-        int released = 0, waiting_block = 0, live = 0;
-        for (int w = 0; w * 32 < n; w++) {
-            int lo = w * 32, hi = lo + 32 < n ? lo + 32 : n, ww = 0, wb = 0, done = 0, shfl = 0;
-            for (int t = lo; t < hi; t++) {
-                ww += g_fib[t].st == F_WAIT_WARP || g_fib[t].st == F_WAIT_SHFL;
-                shfl += g_fib[t].st == F_WAIT_SHFL;
-                wb += g_fib[t].st == F_WAIT_BLOCK;
-                done += g_fib[t].st == F_DONE;
-            }
-            if (ww && wb) {
-                emu_fault("kernel %s, block (%u,%u,%u): warp %d has lanes waiting in __syncwarp or "
-                          "a shuffle and lanes waiting in __syncthreads: divergent barrier",
-                          g_kernel, blockIdx.x, blockIdx.y, blockIdx.z, w);
-                g_fiber_mode = false;
-                return false;
-            }
-            if (shfl && done) {
-                emu_fault("kernel %s, block (%u,%u,%u): a full-mask shuffle in warp %d after %d of "
-                          "its lanes exited (their values are undefined)", g_kernel, blockIdx.x,
-                          blockIdx.y, blockIdx.z, w, done);
-                g_fiber_mode = false;
-                return false;
-            }
-            if (ww && ww + done == hi - lo) {
-                for (int t = lo; t < hi; t++)
-                    if (g_fib[t].st == F_WAIT_WARP || g_fib[t].st == F_WAIT_SHFL) g_fib[t].st = F_READY;
-                released++;
-            }
-            waiting_block += wb;
-            live += hi - lo - done;
-        }
-        any_live = live > 0;
-        if (!any_live) break;
-        if (released) continue;
-        if (waiting_block == live) {
-            for (int t = 0; t < n; t++)
-                if (g_fib[t].st == F_WAIT_BLOCK) g_fib[t].st = F_READY;
-            continue;
-        }
-        emu_fault("kernel %s, block (%u,%u,%u): threads wait at a barrier that can never "
-                  "complete", g_kernel, blockIdx.x, blockIdx.y, blockIdx.z);
-        g_fiber_mode = false;
-        return false;
-    }
+    bool ok = schedule_block(n);
     g_fiber_mode = false;
-    return true;
+    return ok;
 }
 
 void run_kernel(const char *name, dim3 grid, dim3 block, size_t smem, const emu_thread_fn &fn) {
@@ -480,8 +473,6 @@ const char *err_name(cudaError_t e) {
     }
     return "unrecognized error code";
 }
-
-void count(const char *kind) { g_counts[kind]++; }
 
 }  // namespace
 
@@ -556,7 +547,6 @@ cudaError_t emu_submit_launch(const char *name, dim3 grid, dim3 block, size_t sm
         return cudaSuccess;                       /* the launch itself succeeds, as on a GPU */
     }
     std::string nm(name);
-    count("kernel");
     return ret(enqueue_op(s, "kernel", nm, [nm, grid, block, smem, fn]() {
         run_kernel(nm.c_str(), grid, block, smem, fn);
     }));
@@ -624,11 +614,6 @@ std::vector<float> emu_widen(const void *p, cudaDataType_t t, size_t rows, size_
     for (size_t j = 0; j < cols; j++)
         for (size_t i = 0; i < rows; i++) out[j * rows + i] = emu_round_operand(emu_load(p, t, j * ld + i), r);
     return out;
-}
-
-void emu_count(const char *kind) {
-    std::lock_guard<std::recursive_mutex> lk(g_mu);
-    count(kind);
 }
 
 /* ---------------- runtime API ---------------- */
@@ -781,8 +766,8 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpy
     cudaError_t e = check_copy(dst, src, bytes, kind, "cudaMemcpy");
     if (e) return ret(e);
     flush(&g_null);                               /* the legacy stream's earlier work first */
+    g_counts["memcpy"]++;
     memmove(dst, src, bytes);
-    count("memcpy");
     return cudaSuccess;
 }
 
@@ -807,7 +792,6 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
         s->cap_invalid = true;
         return ret(cudaErrorStreamCaptureUnsupported);
     }
-    count("memcpy");
     if (pageable && kind == cudaMemcpyHostToDevice) {     /* staged now, lands in stream order */
         auto staged = std::make_shared<std::vector<unsigned char>>((const unsigned char *)src,
                                                                     (const unsigned char *)src + bytes);
@@ -834,7 +818,6 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t st) {
         if (s->capturing) s->cap_invalid = true;
         return ret(cudaErrorInvalidValue);
     }
-    count("memset");
     return ret(enqueue_op(s, "memset", "cudaMemsetAsync",
                           [p, value, bytes]() { memset(p, value, bytes); }));
 }
@@ -885,7 +868,6 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t st, cudaHostFn_t fn, void *user) {
     emu_stream *s = resolve(st);
     if (!s) return ret(cudaErrorInvalidResourceHandle);
     if (!fn) return ret(cudaErrorInvalidValue);
-    count("host");
     return ret(enqueue_op(s, "host", "cudaLaunchHostFunc", [fn, user]() {
         t_in_host_fn = true;
         fn(user);
@@ -1003,7 +985,6 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph,
         if (g_trace > 1)
             for (auto &op : x->ops) fprintf(stderr, "cuda-emu:   %s\n", op.what.c_str());
     }
-    count("graph_instantiate");
     return cudaSuccess;
 }
 
@@ -1015,7 +996,6 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t st) {
         fprintf(stderr, "cuda-emu: cudaGraphLaunch into a capturing stream is not emulated\n");
         return ret(cudaErrorStreamCaptureUnsupported);
     }
-    count("graph_launch");
     for (auto &op : exec->ops) s->queue.push_back(op);
     return cudaSuccess;
 }
@@ -1030,8 +1010,7 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
     std::lock_guard<std::recursive_mutex> lk(g_mu);
     if (!exec) return cudaSuccess;
     if (!g_execs.count(exec)) return ret(cudaErrorInvalidResourceHandle);
-    flush_all();                                  /* a queued launch still runs its nodes */
-    g_execs.erase(exec);
+    g_execs.erase(exec);                          /* a queued launch holds copies of the nodes */
     delete exec;
     return cudaSuccess;
 }
