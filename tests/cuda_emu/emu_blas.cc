@@ -36,12 +36,6 @@ static size_t extent(int rows, int cols, int ld, cudaDataType_t t) {
     return ((size_t)(cols - 1) * ld + rows) * type_size(t);
 }
 
-static int on_device(const char *what, const void *p, size_t bytes) {
-    if (bytes == 0 || emu_is_device_range(p, bytes)) return 1;
-    emu_fault("cublasGemmEx: %s (%zu bytes at %p) is not in device memory", what, bytes, p);
-    return 0;
-}
-
 extern "C" {
 
 cublasStatus_t cublasCreate(cublasHandle_t *handle) {
@@ -111,10 +105,10 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
     if (Atype != CUDA_R_32F) rnd = EMU_ROUND_NONE; /* 16-bit operands are exact in any of them */
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
     int kk = k > 0;
-    if (!on_device("operand A", A, kk ? extent(ar, ac, lda, Atype) : 0) ||
-        !on_device("operand B", B, kk ? extent(br, bc, ldb, Btype) : 0) ||
-        !on_device("operand C", C, extent(m, n, ldc, Ctype)) ||
-        !on_device("the workspace", handle->ws, handle->ws_bytes))
+    if (!emu_on_device("cublasGemmEx", "operand A", A, kk ? extent(ar, ac, lda, Atype) : 0) ||
+        !emu_on_device("cublasGemmEx", "operand B", B, kk ? extent(br, bc, ldb, Btype) : 0) ||
+        !emu_on_device("cublasGemmEx", "operand C", C, extent(m, n, ldc, Ctype)) ||
+        !emu_on_device("cublasGemmEx", "the workspace", handle->ws, handle->ws_bytes))
         return CUBLAS_STATUS_EXECUTION_FAILED;
 
     const float al = *(const float *)alpha, be = *(const float *)beta;

@@ -92,12 +92,6 @@ size_t extent(const layout *l) {
     return ((l->cols - 1) * (uint64_t)l->ld + l->rows) * type_size(l->type);
 }
 
-int on_device(const char *what, const void *p, size_t bytes) {
-    if (bytes == 0 || emu_is_device_range(p, bytes)) return 1;
-    emu_fault("cublasLtMatmul: %s (%zu bytes at %p) is not in device memory", what, bytes, p);
-    return 0;
-}
-
 /* the problem as checked by both the heuristic and the matmul */
 struct problem {
     uint64_t m, n, k;
@@ -366,12 +360,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     if (p.m == 0 || p.n == 0) return CUBLAS_STATUS_SUCCESS;
     const float al = *(const float *)alpha, be = *(const float *)beta;
     int kk = p.k > 0;
-    if (!on_device("operand A", A, kk ? extent(a) : 0) ||
-        !on_device("operand B", B, kk ? extent(b) : 0) ||
-        !on_device("operand C", C, be != 0.0f ? extent(c) : 0) ||
-        !on_device("operand D", D, extent(dd)) ||
-        !on_device("the bias", d.bias, has_bias ? p.m * type_size((cudaDataType_t)p.bias_type) : 0) ||
-        !on_device("the workspace", workspace, g.ws))
+    if (!emu_on_device("cublasLtMatmul", "operand A", A, kk ? extent(a) : 0) ||
+        !emu_on_device("cublasLtMatmul", "operand B", B, kk ? extent(b) : 0) ||
+        !emu_on_device("cublasLtMatmul", "operand C", C, be != 0.0f ? extent(c) : 0) ||
+        !emu_on_device("cublasLtMatmul", "operand D", D, extent(dd)) ||
+        !emu_on_device("cublasLtMatmul", "the bias", d.bias,
+                       has_bias ? p.m * type_size((cudaDataType_t)p.bias_type) : 0) ||
+        !emu_on_device("cublasLtMatmul", "the workspace", workspace, g.ws))
         return CUBLAS_STATUS_EXECUTION_FAILED;
 
     const layout la = *a, lb = *b, lc = *c, ld = *dd;

@@ -104,22 +104,6 @@ static cudnnStatus_t algo_workspace(const conv_shape &s, cudnnConvolutionFwdAlgo
     }
 }
 
-static int on_device(const char *call, const char *what, const void *p, size_t bytes) {
-    if (bytes == 0 || emu_is_device_range(p, bytes)) return 1;
-    emu_fault("%s: %s (%zu bytes at %p) is not in device memory", call, what, bytes, p);
-    return 0;
-}
-
-/* a buffer of n elements of type t as fp32, rounded to TF32 when tf32 */
-static std::vector<float> widen(const void *p, cudaDataType_t t, size_t n, int tf32) {
-    std::vector<float> out(n);
-    for (size_t i = 0; i < n; i++) {
-        float v = emu_load(p, t, i);
-        out[i] = tf32 ? emu_round_tf32(v) : v;
-    }
-    return out;
-}
-
 /* col[(c R + r) S + q][oy Wo + ox] = x[c][oy sh - ph + r dh][ox sw - pw + q dw], 0 outside */
 static void im2col(const float *x, const conv_shape &s, float *col) {
     size_t P = (size_t)s.Ho * s.Wo;
@@ -169,12 +153,13 @@ static void run_conv(const conv_job &j) {
     size_t crs = (size_t)s.C * s.R * s.S, P = (size_t)s.Ho * s.Wo, chw = (size_t)s.C * s.H * s.W;
     /* fp32 data read exactly is used in place; anything else goes through fp32 copies */
     int in_place = s.t == CUDNN_DATA_FLOAT && !j.tf32;
+    emu_rounding rnd = j.tf32 ? EMU_ROUND_TF32 : EMU_ROUND_NONE;
     int direct_out = s.t == CUDNN_DATA_FLOAT && !j.fused;
     int pointwise = s.R == 1 && s.S == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
     std::vector<float> w32, x32, col, out;
     const float *wf = (const float *)j.w;
     if (!in_place) {
-        w32 = widen(j.w, ct, (size_t)s.K * crs, j.tf32);
+        w32 = emu_widen(j.w, ct, (size_t)s.K * crs, 1, (size_t)s.K * crs, rnd);
         wf = w32.data();
     }
     if (!pointwise) col.resize(crs * P);
@@ -182,7 +167,7 @@ static void run_conv(const conv_job &j) {
     for (int n = 0; n < s.N; n++) {
         const float *xf = (const float *)j.x + n * chw;
         if (!in_place) {
-            x32 = widen((const char *)j.x + n * chw * type_size(s.t), ct, chw, j.tf32);
+            x32 = emu_widen((const char *)j.x + n * chw * type_size(s.t), ct, chw, 1, chw, rnd);
             xf = x32.data();
         }
         if (!pointwise) im2col(xf, s, col.data());
@@ -223,10 +208,10 @@ static cudnnStatus_t convolve(const char *call, cudnnHandle_t h, const void *alp
     if (ws_size < need || (need > 0 && !ws)) return CUDNN_STATUS_BAD_PARAM;
     const conv_shape &s = j->s;
     size_t es = type_size(s.t);
-    if (!on_device(call, "x", x, (size_t)s.N * s.C * s.H * s.W * es) ||
-        !on_device(call, "w", w, (size_t)s.K * s.C * s.R * s.S * es) ||
-        !on_device(call, "y", y, (size_t)s.N * s.K * s.Ho * s.Wo * es) ||
-        !on_device(call, "the workspace", ws, need))
+    if (!emu_on_device(call, "x", x, (size_t)s.N * s.C * s.H * s.W * es) ||
+        !emu_on_device(call, "w", w, (size_t)s.K * s.C * s.R * s.S * es) ||
+        !emu_on_device(call, "y", y, (size_t)s.N * s.K * s.Ho * s.Wo * es) ||
+        !emu_on_device(call, "the workspace", ws, need))
         return CUDNN_STATUS_EXECUTION_FAILED;
     j->tf32 = s.t == CUDNN_DATA_FLOAT && cd->math != CUDNN_FMA_MATH;
     j->alpha = *(const float *)alpha;
@@ -490,8 +475,8 @@ cudnnStatus_t cudnnConvolutionBiasActivationForward(
                                 workSpace, workSpaceSizeInBytes, yDesc, y, &j);
     if (st != CUDNN_STATUS_SUCCESS) return st;
     size_t es = type_size(j.s.t);
-    if (!on_device(call, "z", z, (size_t)j.s.N * j.s.K * j.s.Ho * j.s.Wo * es) ||
-        !on_device(call, "bias", bias, (size_t)j.s.K * es))
+    if (!emu_on_device(call, "z", z, (size_t)j.s.N * j.s.K * j.s.Ho * j.s.Wo * es) ||
+        !emu_on_device(call, "bias", bias, (size_t)j.s.K * es))
         return CUDNN_STATUS_EXECUTION_FAILED;
     j.fused = 1;
     j.alpha2 = *(const float *)alpha2;

@@ -16,6 +16,9 @@ cudaError_t emu_enqueue(cudaStream_t st, const char *what, std::function<void(vo
 
 /* 1 when [p, p + bytes) lies inside one live cudaMalloc allocation */
 int emu_is_device_range(const void *p, size_t bytes);
+/* the same check for an operand of a library call: 0 after reporting a fault that names the
+ * call and the operand (a real GPU faults on a host pointer) */
+int emu_on_device(const char *call, const char *what, const void *p, size_t bytes);
 
 /* A device-side fault found while an operation runs (an out-of-range access, an unsupported
  * combination): printed to stderr with the operation's name and made sticky, so every later

@@ -567,6 +567,12 @@ int emu_is_device_range(const void *p, size_t bytes) {
     return b && (uintptr_t)p + bytes <= b->first + b->second;
 }
 
+int emu_on_device(const char *call, const char *what, const void *p, size_t bytes) {
+    if (bytes == 0 || emu_is_device_range(p, bytes)) return 1;
+    emu_fault("%s: %s (%zu bytes at %p) is not in device memory", call, what, bytes, p);
+    return 0;
+}
+
 void emu_fault(const char *fmt, ...) {
     char msg[1024];
     va_list ap;
