@@ -11,10 +11,7 @@ scripts/setup.sh build
 mkdir -p weights demo
 if [ ! -f weights/demo.actw ]; then
   echo "demo: making the demo model (act_resnet, seed 0) ..." >&2
-  "$PY" tools/act_reference.py make-checkpoint --out demo/demo_ckpt.pt --config full --seed 0 \
-      --stats-out demo/dataset_stats.pkl --config-out demo/agent.yaml
-  "$PY" tools/convert_checkpoint.py demo/demo_ckpt.pt -o weights/demo.actw \
-      --config demo/agent.yaml --stats demo/dataset_stats.pkl
+  ACT_PYTHON=$PY scripts/make_full_model.sh demo weights/demo.actw
 fi
 [ -f demo/episodes/episode_0.hdf5 ] || \
   "$PY" tools/make_episodes.py --out demo/episodes --episodes 1 --T 24 --image-size 256 --seed 0

@@ -109,10 +109,8 @@ sys.exit(m.main([None, sys.argv[1]]))
 EOF
     then row testdata ok "$(ls "$TD"/*.actw | wc -l) small models, no zstd variant (see testdata.log)"
     else row testdata FAIL "$(tail -1 "$OUT/testdata.log" | cut -c1-150)"; fi
-    if timeout "$(limit 120)" bash -c "$PY tools/act_reference.py make-checkpoint --out '$FULLW/full.pt' \
-            --config full --seed 0 --stats-out '$FULLW/stats.pkl' --config-out '$FULLW/agent.yaml' &&
-            $PY tools/convert_checkpoint.py '$FULLW/full.pt' -o '$TD/full.actw' \
-            --config '$FULLW/agent.yaml' --stats '$FULLW/stats.pkl'" >>"$OUT/testdata.log" 2>&1; then
+    if ACT_PYTHON=$PY timeout "$(limit 120)" scripts/make_full_model.sh "$FULLW" "$TD/full.actw" \
+            >>"$OUT/testdata.log" 2>&1; then
         have_full=1; row fullmodel ok "act_resnet full size -> $TD/full.actw"
     else row fullmodel FAIL "$(tail -1 "$OUT/testdata.log" | cut -c1-150)"; fi
 fi
@@ -192,7 +190,7 @@ if [ -f bench/compare_torch.py ] && ((built)) && ((have_full)) && enough 60; the
     b=$(($(left) - 10))
     ACT_BUILD_DIR=$BUILD timeout "$b" "$PY" bench/compare_torch.py --device cuda --batch 1,256 \
         --precision fp32,bf16 --budget-s $((b - 15)) --json "$OUT/compare.json" --ckpt "$FULLW/full.pt" \
-        --model "$TD/full.actw" --config "$FULLW/agent.yaml" --stats "$FULLW/stats.pkl" \
+        --model "$TD/full.actw" --config "$FULLW/agent.yaml" --stats "$FULLW/dataset_stats.pkl" \
         --workdir /tmp/act_bench >"$OUT/bench.log" 2>&1
     rc=$?
     fig=$("$PY" - "$OUT/compare.json" <<'EOF' 2>/dev/null
