@@ -1,10 +1,58 @@
-"""Helpers shared by the act-serve tests: a raw-socket frame reader (the tests speak the wire
-protocol directly to send what a well-behaved ActClient never would) and the episode replay that
-several clients run at once against one server."""
+"""Helpers shared by the act-serve tests: one act-serve process (Server), a raw-socket frame
+reader (the tests speak the wire protocol directly to send what a well-behaved ActClient never
+would) and the episode replay that several clients run at once against one server."""
+import http.client
+import signal
+import subprocess
 import threading
+import time
+import uuid
+from pathlib import Path
 
 import numpy as np
 from act_client import wire
+
+
+class Server:
+    """One act-serve process on a free port; ready once it writes its --port-file."""
+
+    def __init__(self, exe, model, workdir: Path, *extra, port=0, metrics_port=0, env=None, device="cpu"):
+        self.pf = workdir / f"port-{uuid.uuid4().hex}.txt"
+        self.logpath = workdir / f"serve-{uuid.uuid4().hex}.log"
+        cmd = [str(exe), "--model", str(model), "--device", device, "--port", str(port), "--metrics-port", str(metrics_port),
+               "--port-file", str(self.pf), "--verbose", *map(str, extra)]
+        with open(self.logpath, "w") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        self.port = self.mport = None
+
+    def wait_ready(self, timeout=180):
+        deadline = time.monotonic() + timeout
+        while not self.pf.exists() or not self.pf.read_text().endswith("\n"):
+            assert self.proc.poll() is None, f"act-serve exited {self.proc.returncode}:\n{self.log()}"
+            assert time.monotonic() < deadline, f"act-serve not ready in {timeout} s:\n{self.log()}"
+            time.sleep(0.05)
+        self.port, self.mport = map(int, self.pf.read_text().split())
+        return self
+
+    def log(self) -> str:
+        return self.logpath.read_text()
+
+    def http(self, path):
+        c = http.client.HTTPConnection("127.0.0.1", self.mport, timeout=10)
+        c.request("GET", path)
+        r = c.getresponse()
+        return r.status, r.read().decode()
+
+    def metric(self, name) -> float:
+        for line in self.http("/metrics")[1].splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    def stop(self, sig=signal.SIGTERM, timeout=120) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=timeout)
 
 
 def recv_frame(s):

@@ -15,8 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import time
-import uuid
 from pathlib import Path
 
 import h5py
@@ -29,7 +27,7 @@ import make_episodes
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools" / "act_client"))
 from act_client import ActClient  # noqa: E402
-from serve_util import replay_episode  # noqa: E402
+from serve_util import Server, replay_episode  # noqa: E402
 
 TOL = dict(rtol=1e-4, atol=1e-5)
 
@@ -115,19 +113,11 @@ def test_act_serve_on_cuda_matches_act_infer_predict_on_cpu(act_serve, act_infer
         qpos, actions = f["observations/qpos"][:], f["action"][:]
         images = {c: f[f"observations/images/{c}"][:] for c in cams}
 
-    pf, log = tmp_path / f"port-{uuid.uuid4().hex}", tmp_path / "serve.log"
-    with open(log, "w") as lf:
-        proc = subprocess.Popen([str(act_serve), "--model", str(actw), "--device", "cuda", "--precision", "fp32",
-                                 "--port", "0", "--metrics-port", "0", "--port-file", str(pf), "--max-batch", "8",
-                                 "--max-wait-us", "500000"], stdout=lf, stderr=subprocess.STDOUT, env=emu_env)
+    srv = Server(act_serve, actw, tmp_path, "--precision", "fp32", "--max-batch", 8, "--max-wait-us", 500000,
+                 env=emu_env, device="cuda")
     try:
-        deadline = time.monotonic() + 300
-        while not pf.exists() or not pf.read_text().endswith("\n"):
-            assert proc.poll() is None, f"act-serve exited {proc.returncode}:\n{log.read_text()}"
-            assert time.monotonic() < deadline, f"act-serve not ready:\n{log.read_text()}"
-            time.sleep(0.05)
-        port = int(pf.read_text().split()[0])
-        clients = [ActClient("127.0.0.1", port, timeout=600) for _ in range(2)]
+        srv.wait_ready(timeout=300)
+        clients = [ActClient("127.0.0.1", srv.port, timeout=600) for _ in range(2)]
         info = clients[0].info()
         assert "emulator" in json.dumps(info), info
         for c in clients[1:]:
@@ -138,6 +128,5 @@ def test_act_serve_on_cuda_matches_act_infer_predict_on_cpu(act_serve, act_infer
             np.testing.assert_allclose(got_post[t], want_post[t], **TOL, err_msg=f"posterior chunk, timestep {t}")
         assert max(batches) > 1, f"no request shared a forward pass: batches {batches}"
     finally:
-        proc.terminate()
-        rc = proc.wait(timeout=120)
-    assert rc == 0, log.read_text()
+        rc = srv.stop()
+    assert rc == 0, srv.log()

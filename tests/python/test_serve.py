@@ -9,7 +9,6 @@ survives a server killed and restarted under it.
 
 from __future__ import annotations
 
-import http.client
 import os
 import shutil
 import signal
@@ -18,7 +17,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import h5py
@@ -30,52 +28,10 @@ sys.path.insert(0, str(REPO / "tools" / "act_client"))
 
 from act_client import ActClient, ActContractError, ActPolicyRunner, ActTimeoutError  # noqa: E402
 from act_client import wire  # noqa: E402
-from serve_util import recv_frame, replay_episode  # noqa: E402
+from serve_util import Server, recv_frame, replay_episode  # noqa: E402
 
 IMAGE = 40          # frames the tiny model expects (HWC uint8), resized to 48x48 for the trunk
 TOL = dict(rtol=1e-5, atol=1e-5)
-
-
-class Server:
-    """One act-serve process on a free port; ready once it writes its --port-file."""
-
-    def __init__(self, exe, model, workdir: Path, *extra, port=0, metrics_port=0, env=None):
-        self.pf = workdir / f"port-{uuid.uuid4().hex}.txt"
-        self.logpath = workdir / f"serve-{uuid.uuid4().hex}.log"
-        cmd = [str(exe), "--model", str(model), "--device", "cpu", "--port", str(port), "--metrics-port", str(metrics_port),
-               "--port-file", str(self.pf), "--verbose", *map(str, extra)]
-        with open(self.logpath, "w") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        self.port = self.mport = None
-
-    def wait_ready(self, timeout=180):
-        deadline = time.monotonic() + timeout
-        while not self.pf.exists() or not self.pf.read_text().endswith("\n"):
-            assert self.proc.poll() is None, f"act-serve exited {self.proc.returncode}:\n{self.log()}"
-            assert time.monotonic() < deadline, f"act-serve not ready in {timeout} s:\n{self.log()}"
-            time.sleep(0.05)
-        self.port, self.mport = map(int, self.pf.read_text().split())
-        return self
-
-    def log(self) -> str:
-        return self.logpath.read_text()
-
-    def http(self, path):
-        c = http.client.HTTPConnection("127.0.0.1", self.mport, timeout=10)
-        c.request("GET", path)
-        r = c.getresponse()
-        return r.status, r.read().decode()
-
-    def metric(self, name) -> float:
-        for line in self.http("/metrics")[1].splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-        return 0.0
-
-    def stop(self, sig=signal.SIGTERM, timeout=120) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        return self.proc.wait(timeout=timeout)
 
 
 def _build_tiny(tmp_dir: Path, ref, seed=5, **over):

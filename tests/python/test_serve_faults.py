@@ -14,7 +14,6 @@ import struct
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -25,25 +24,15 @@ sys.path.insert(0, str(REPO / "tools" / "act_client"))
 
 from act_client import ActClient  # noqa: E402
 from act_client import wire  # noqa: E402
-from serve_util import recv_frame  # noqa: E402
+from serve_util import Server, recv_frame  # noqa: E402
 
 IMAGE = 40
 CAMS = ["l_vis", "r_vis", "front"]
 
 
 def _start(exe, model, workdir: Path, *extra):
-    pf = workdir / f"port-{uuid.uuid4().hex}.txt"
-    log = workdir / f"serve-{uuid.uuid4().hex}.log"
-    with open(log, "w") as f:
-        proc = subprocess.Popen([str(exe), "--model", str(model), "--device", "cpu", "--port", "0", "--metrics-port",
-                                 "0", "--port-file", str(pf), "--verbose", *map(str, extra)],
-                                stdout=f, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 180
-    while not pf.exists() or not pf.read_text().endswith("\n"):
-        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-        time.sleep(0.05)
-    port, mport = map(int, pf.read_text().split())
-    return proc, port, mport, log
+    s = Server(exe, model, workdir, *extra).wait_ready()
+    return s.proc, s.port, s.mport, s.logpath
 
 
 def _metrics(mport) -> str:

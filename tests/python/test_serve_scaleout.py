@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools" / "act_client"))
 
 from act_client import ActClient  # noqa: E402
+from serve_util import Server  # noqa: E402
 
 IMAGE = 40
 CAMS = ["l_vis", "r_vis", "front"]
@@ -57,21 +57,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start_replica(exe, model, d: Path):
-    pf = d / f"port-{uuid.uuid4().hex}.txt"
-    log = d / f"serve-{uuid.uuid4().hex}.log"
-    with open(log, "w") as f:
-        proc = subprocess.Popen([str(exe), "--model", str(model), "--device", "cpu", "--port", "0", "--metrics-port",
-                                 "0", "--port-file", str(pf), "--verbose"], stdout=f, stderr=subprocess.STDOUT)
-    return proc, pf, log
 
-
-def _wait_port_file(proc, pf, log, timeout=180):
-    deadline = time.monotonic() + timeout
-    while not pf.exists() or not pf.read_text().endswith("\n"):
-        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-        time.sleep(0.05)
-    return tuple(map(int, pf.read_text().split()))
 
 
 def _results_total(mport) -> float:
@@ -102,9 +88,9 @@ def test_two_replicas_behind_haproxy(act_serve, ref, tmp_path):
 
     procs = []
     try:
-        replicas = [_start_replica(act_serve, model, tmp_path) for _ in range(2)]
-        procs += [r[0] for r in replicas]
-        ports = [_wait_port_file(*r) for r in replicas]
+        replicas = [Server(act_serve, model, tmp_path) for _ in range(2)]
+        procs += [r.proc for r in replicas]
+        ports = [(r.port, r.mport) for r in [s.wait_ready() for s in replicas]]
         lb_port = _free_port()
         servers = "\n".join(f"    server r{i} 127.0.0.1:{p} check port {m}" for i, (p, m) in enumerate(ports))
         (tmp_path / "haproxy.cfg").write_text(HAPROXY_CFG.format(port=lb_port, servers=servers))
