@@ -78,6 +78,13 @@ void act_metrics_conn(act_metrics *m, int delta, int dropped)
     pthread_mutex_unlock(&m->mu);
 }
 
+void act_metrics_refused(act_metrics *m, int reason)
+{
+    pthread_mutex_lock(&m->mu);
+    m->conns_refused[reason >= 0 && reason < ACT_REFUSED_N ? reason : ACT_REFUSED_MAX_CLIENTS]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void act_metrics_inflight(act_metrics *m, int delta)
 {
     pthread_mutex_lock(&m->mu);
@@ -157,6 +164,12 @@ char *act_metrics_render(act_metrics *m, int ready, int draining, size_t *len)
     sb_printf(&b, "# HELP act_serve_connections_dropped_total connections closed for bad frames or unread replies\n"
                   "# TYPE act_serve_connections_dropped_total counter\nact_serve_connections_dropped_total %llu\n",
               (unsigned long long)m->conns_dropped);
+    static const char *const refused_why[ACT_REFUSED_N] = { "max_clients", "draining", "no_fds" };
+    sb_printf(&b, "# HELP act_serve_connections_refused_total connections refused at accept (max clients, draining, "
+                  "out of file descriptors)\n# TYPE act_serve_connections_refused_total counter\n");
+    for (int r = 0; r < ACT_REFUSED_N; r++)
+        sb_printf(&b, "act_serve_connections_refused_total{reason=\"%s\"} %llu\n", refused_why[r],
+                  (unsigned long long)m->conns_refused[r]);
     sb_printf(&b, "# HELP act_serve_inflight requests received and not yet answered\n"
                   "# TYPE act_serve_inflight gauge\nact_serve_inflight %lld\n", (long long)m->inflight);
     render_hist(&b, "act_serve_batch_size", "requests per forward pass", &m->batch_size);

@@ -19,11 +19,15 @@ typedef struct act_hist {
     uint64_t total;
 } act_hist;
 
+/* why a connection was refused at accept */
+enum { ACT_REFUSED_MAX_CLIENTS, ACT_REFUSED_DRAINING, ACT_REFUSED_NO_FDS, ACT_REFUSED_N };
+
 typedef struct act_metrics {
     pthread_mutex_t mu;
     uint64_t requests, results, batches;
     uint64_t errors[ACT_METRICS_MAX_CODES];  /* by act_err_code */
     uint64_t conns_total, conns_dropped;     /* accepted; closed by the server for misbehaviour */
+    uint64_t conns_refused[ACT_REFUSED_N];   /* accepted only to be refused at once, by reason */
     int64_t conns_open, inflight;
     act_hist batch_size, queue_wait_s, infer_s;
 } act_metrics;
@@ -35,6 +39,7 @@ void act_metrics_error(act_metrics *m, int code);
 void act_metrics_result(act_metrics *m, double queue_wait_s);
 void act_metrics_batch(act_metrics *m, int batch, double infer_s);
 void act_metrics_conn(act_metrics *m, int delta, int dropped);   /* +1 open, -1 close */
+void act_metrics_refused(act_metrics *m, int reason);            /* ACT_REFUSED_* */
 void act_metrics_inflight(act_metrics *m, int delta);
 /* Renders the Prometheus text exposition (version 0.0.4) into a malloc'd string. */
 char *act_metrics_render(act_metrics *m, int ready, int draining, size_t *len);

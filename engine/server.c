@@ -137,6 +137,7 @@ static void *io_main(void *arg)
             s->io_rc = -1;
             break;
         }
+        int listener_ready = 0;
         for (int i = 0; i < n; i++) {
             uint32_t kind = (uint32_t)(evs[i].data.u64 >> 32), slot = (uint32_t)evs[i].data.u64;
             if (kind == TAG_WAKE) {
@@ -149,7 +150,7 @@ static void *io_main(void *arg)
                 }
                 if (atomic_load(&s->attached)) act_deliver_done(s);
             } else if (kind == TAG_LISTEN) {
-                if (s->lfd >= 0) act_conn_accept(s);
+                listener_ready = 1;
             } else if (kind == TAG_METRICS) {
                 act_http_accept(s);
             } else if (kind == TAG_HTTP) {
@@ -167,6 +168,9 @@ static void *io_main(void *arg)
                 if (evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) act_conn_read(s, c);
             }
         }
+        /* accept after this round's hang-ups are handled: the slots they free go to the new
+         * connections instead of a max-clients refusal */
+        if (listener_ready && s->lfd >= 0) act_conn_accept(s);
         double now = act_now();
         act_conn_expire(s, now);
         act_http_expire(s, now);

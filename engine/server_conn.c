@@ -396,7 +396,10 @@ void act_conn_accept(act_server *s)
                 fd = accept(s->lfd, NULL, NULL);
                 if (fd >= 0) close(fd);
                 s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-                act_serve_log(s, "out of file descriptors: refused a connection");
+                if (fd >= 0) {
+                    act_metrics_refused(&s->metrics, ACT_REFUSED_NO_FDS);
+                    act_serve_log(s, "out of file descriptors: refused a connection");
+                }
                 continue;
             }
             return;   /* EAGAIN, or an aborted handshake: nothing more to take now */
@@ -410,6 +413,7 @@ void act_conn_accept(act_server *s)
                      s->o.max_clients);
             uint8_t *f = act_proto_build_error(0, atomic_load(&s->draining) ? ACT_E_SHUTTING_DOWN : ACT_E_OVERLOADED,
                                                msg, &n);
+            act_metrics_refused(&s->metrics, atomic_load(&s->draining) ? ACT_REFUSED_DRAINING : ACT_REFUSED_MAX_CLIENTS);
             act_serve_log(s, "%s: refused a connection", msg);
             if (f && send(fd, f, n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) act_serve_log(s, "refusing a client: %s", strerror(errno));
             free(f);
