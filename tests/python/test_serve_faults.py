@@ -342,6 +342,31 @@ def test_max_clients_refuses_the_extra_connection(act_serve, srv):
         assert proc.wait(timeout=120) == 0, log.read_text()
 
 
+def test_backlog_beyond_max_clients_after_a_stall_is_refused_and_counted(act_serve, srv):
+    # a server that stalls (here: SIGSTOP) while clients connect and leave finds more queued than
+    # --max-clients at once; it refuses the excess with a counted refusal and then serves again
+    proc, port, mport, log = _start(act_serve, srv.model, srv.dir, "--max-clients", 8)
+    try:
+        proc.send_signal(signal.SIGSTOP)
+        for _ in range(40):
+            socket.create_connection(("127.0.0.1", port), timeout=30).close()
+        proc.send_signal(signal.SIGCONT)
+        refused = 'act_serve_connections_refused_total{reason="max_clients"}'
+        deadline = time.monotonic() + 60
+        while (_metric(mport, "act_serve_connections") > 0
+               or _metric(mport, "act_serve_connections_total") + _metric(mport, refused) < 40):
+            assert time.monotonic() < deadline, _metrics(mport) + log.read_text()[-3000:]
+            time.sleep(0.05)
+        assert _metric(mport, refused) >= 40 - 8
+        c = ActClient("127.0.0.1", port, timeout=30)
+        np.testing.assert_allclose(c.predict(srv.q, srv.imgs), srv.want, rtol=1e-5, atol=1e-6)
+        c.close()
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0, log.read_text()
+
+
 def test_overload_is_an_error_not_a_stall(act_serve, srv):
     proc, port, mport, log = _start(act_serve, srv.model, srv.dir, "--max-queue", 2, "--max-batch", 1)
     try:
