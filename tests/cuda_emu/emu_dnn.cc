@@ -13,7 +13,13 @@
  * then one OpenBLAS sgemm [K x CRS] x [CRS x HoWo]. Numerics follow the math type: FLOAT data
  * with FMA_MATH is plain fp32; with the other math types x and w are first rounded to TF32, as
  * Ampere and later cuDNN do; HALF/BFLOAT16 products are exact in fp32 and accumulate in fp32,
- * the output rounded to nearest even. */
+ * the output rounded to nearest even.
+ *
+ * Layouts: each tensor and filter descriptor keeps its own format, NCHW or NHWC (a filter in
+ * NHWC is KRSC), and a convolution honours each operand's independently (real cuDNN restricts
+ * the combinations per algorithm; the emulator accepts them all). The math does not depend on
+ * it: an NHWC x is gathered per image into an fp32 NCHW scratch, KRSC weights are widened into
+ * KCRS, and y and z are read and written through out_index. fp32 NCHW keeps its in-place path. */
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -23,8 +29,8 @@
 #include "emu_internal.h"
 
 struct emu_dnn_handle { cudaStream_t stream; };
-struct emu_dnn_tensor { int set; cudnnDataType_t t; int n, c, h, w; };
-struct emu_dnn_filter { int set; cudnnDataType_t t; int k, c, h, w; };
+struct emu_dnn_tensor { int set; cudnnDataType_t t; int n, c, h, w; cudnnTensorFormat_t f; };
+struct emu_dnn_filter { int set; cudnnDataType_t t; int k, c, h, w; cudnnTensorFormat_t f; };
 struct emu_dnn_conv { int set; int ph, pw, sh, sw, dh, dw; cudnnMathType_t math; };
 struct emu_dnn_act { int set; cudnnActivationMode_t mode; cudnnNanPropagation_t nan; };
 
@@ -127,9 +133,21 @@ static void im2col(const float *x, const conv_shape &s, float *col) {
             }
 }
 
+/* dst[c][p] = src[p][c] for one [P][C] block: an NHWC image into NCHW, a KRSC filter into KCRS */
+static void channels_first(const float *src, size_t P, size_t C, float *dst) {
+    for (size_t p = 0; p < P; p++)
+        for (size_t c = 0; c < C; c++) dst[c * P + p] = src[p * C + c];
+}
+
+/* element (n, k, p = oy Wo + ox) of an N x K x Ho x Wo output-shaped tensor in format f */
+static size_t out_index(cudnnTensorFormat_t f, size_t n, size_t k, size_t p, size_t K, size_t P) {
+    return f == CUDNN_TENSOR_NHWC ? (n * P + p) * K + k : (n * K + k) * P + p;
+}
+
 /* what one queued convolution does; the fused call fills the epilogue fields */
 struct conv_job {
     conv_shape s;
+    cudnnTensorFormat_t xf, wf, yf, zf;
     int tf32;
     float alpha, beta;
     const void *x, *w;
@@ -151,44 +169,57 @@ static void run_conv(const conv_job &j) {
     const conv_shape &s = j.s;
     cudaDataType_t ct = cuda_type(s.t);
     size_t crs = (size_t)s.C * s.R * s.S, P = (size_t)s.Ho * s.Wo, chw = (size_t)s.C * s.H * s.W;
-    /* fp32 data read exactly is used in place; anything else goes through fp32 copies */
-    int in_place = s.t == CUDNN_DATA_FLOAT && !j.tf32;
+    /* fp32 NCHW data read exactly is used in place; anything else goes through fp32 copies */
+    int exact = s.t == CUDNN_DATA_FLOAT && !j.tf32;
+    int x_nhwc = j.xf == CUDNN_TENSOR_NHWC, w_krsc = j.wf == CUDNN_TENSOR_NHWC;
     emu_rounding rnd = j.tf32 ? EMU_ROUND_TF32 : EMU_ROUND_NONE;
-    int direct_out = s.t == CUDNN_DATA_FLOAT && !j.fused;
+    int direct_out = s.t == CUDNN_DATA_FLOAT && !j.fused && j.yf == CUDNN_TENSOR_NCHW;
     int pointwise = s.R == 1 && s.S == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
-    std::vector<float> w32, x32, col, out;
+    std::vector<float> w32, x32, x_nchw, col, out;
     const float *wf = (const float *)j.w;
-    if (!in_place) {
+    if (!exact || w_krsc) {
         w32 = emu_widen(j.w, ct, (size_t)s.K * crs, 1, (size_t)s.K * crs, rnd);
+        if (w_krsc) {
+            std::vector<float> kcrs(w32.size());
+            for (int k = 0; k < s.K; k++)
+                channels_first(w32.data() + k * crs, (size_t)s.R * s.S, s.C, kcrs.data() + k * crs);
+            w32.swap(kcrs);
+        }
         wf = w32.data();
     }
+    if (x_nhwc) x_nchw.resize(chw);
     if (!pointwise) col.resize(crs * P);
     if (!direct_out) out.resize((size_t)s.K * P);
     for (int n = 0; n < s.N; n++) {
         const float *xf = (const float *)j.x + n * chw;
-        if (!in_place) {
+        if (!exact || x_nhwc) {
             x32 = emu_widen((const char *)j.x + n * chw * type_size(s.t), ct, chw, 1, chw, rnd);
             xf = x32.data();
         }
+        if (x_nhwc) {
+            channels_first(xf, (size_t)s.H * s.W, s.C, x_nchw.data());
+            xf = x_nchw.data();
+        }
         if (!pointwise) im2col(xf, s, col.data());
         const float *cf = pointwise ? xf : col.data();
-        size_t ybase = (size_t)n * s.K * P;
         float beta = j.fused ? 0.0f : j.beta;
-        float *o = direct_out ? (float *)j.y + ybase : out.data();
+        float *o = direct_out ? (float *)j.y + (size_t)n * s.K * P : out.data();
         if (!direct_out && beta != 0.0f)
-            for (size_t i = 0; i < out.size(); i++) out[i] = emu_load(j.y, ct, ybase + i);
+            for (int k = 0; k < s.K; k++)
+                for (size_t p = 0; p < P; p++)
+                    out[(size_t)k * P + p] = emu_load(j.y, ct, out_index(j.yf, n, k, p, s.K, P));
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.K, (int)P, (int)crs, j.alpha,
                     wf, (int)crs, cf, (int)P, beta, o, (int)P);
         if (direct_out) continue;
         for (int k = 0; k < s.K; k++)
             for (size_t p = 0; p < P; p++) {
-                size_t i = (size_t)k * P + p;
-                float v = out[i];
+                float v = out[(size_t)k * P + p];
                 if (j.fused) {
-                    if (j.alpha2 != 0.0f) v += j.alpha2 * emu_load(j.z, ct, ybase + i);
+                    if (j.alpha2 != 0.0f)
+                        v += j.alpha2 * emu_load(j.z, ct, out_index(j.zf, n, k, p, s.K, P));
                     v = activate(v + emu_load(j.bias, ct, k), j.act, j.nan);
                 }
-                emu_store(j.y, ct, ybase + i, v);
+                emu_store(j.y, ct, out_index(j.yf, n, k, p, s.K, P), v);
             }
     }
 }
@@ -215,6 +246,9 @@ static cudnnStatus_t convolve(const char *call, cudnnHandle_t h, const void *alp
         return CUDNN_STATUS_EXECUTION_FAILED;
     j->tf32 = s.t == CUDNN_DATA_FLOAT && cd->math != CUDNN_FMA_MATH;
     j->alpha = *(const float *)alpha;
+    j->xf = xd->f;
+    j->wf = wd->f;
+    j->yf = yd->f;
     j->x = x;
     j->w = w;
     j->y = y;
@@ -274,11 +308,11 @@ cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t desc) {
 }
 
 /* format and type: BAD_PARAM when not a cuDNN value at all, NOT_SUPPORTED when real but not
- * emulated (NHWC, DOUBLE, INT8, INT32) */
+ * emulated (DOUBLE, INT8, INT32, in either format); NCHW and NHWC both emulated */
 static cudnnStatus_t check_layout(cudnnTensorFormat_t f, cudnnDataType_t t) {
     if ((f != CUDNN_TENSOR_NCHW && f != CUDNN_TENSOR_NHWC) || !known_type(t))
         return CUDNN_STATUS_BAD_PARAM;
-    if (f != CUDNN_TENSOR_NCHW || !emulated_type(t)) return CUDNN_STATUS_NOT_SUPPORTED;
+    if (!emulated_type(t)) return CUDNN_STATUS_NOT_SUPPORTED;
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -287,7 +321,7 @@ cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t desc, cudnnTens
     if (!desc || n <= 0 || c <= 0 || h <= 0 || w <= 0) return CUDNN_STATUS_BAD_PARAM;
     cudnnStatus_t st = check_layout(format, dataType);
     if (st != CUDNN_STATUS_SUCCESS) return st;
-    *desc = emu_dnn_tensor{1, dataType, n, c, h, w};
+    *desc = emu_dnn_tensor{1, dataType, n, c, h, w, format};
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -302,7 +336,7 @@ cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t desc, cudnnData
     if (!desc || k <= 0 || c <= 0 || h <= 0 || w <= 0) return CUDNN_STATUS_BAD_PARAM;
     cudnnStatus_t st = check_layout(format, dataType);
     if (st != CUDNN_STATUS_SUCCESS) return st;
-    *desc = emu_dnn_filter{1, dataType, k, c, h, w};
+    *desc = emu_dnn_filter{1, dataType, k, c, h, w, format};
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -480,6 +514,7 @@ cudnnStatus_t cudnnConvolutionBiasActivationForward(
         return CUDNN_STATUS_EXECUTION_FAILED;
     j.fused = 1;
     j.alpha2 = *(const float *)alpha2;
+    j.zf = zDesc->f;
     j.z = z;
     j.bias = bias;
     j.act = activationDesc->mode;

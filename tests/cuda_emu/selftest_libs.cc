@@ -1,7 +1,7 @@
 /* selftest_libs.cc (CUDA emulator) - checks the emulated cuBLAS GEMM, cuBLASLt matmul (with its
- * bias/ReLU epilogues) and cuDNN convolutions against double-precision loops on random data,
- * and their error paths, through the public calls only (device buffers from cudaMalloc, results
- * read back after a stream sync).
+ * bias/ReLU epilogues) and cuDNN convolutions (NCHW, NHWC and mixed operand layouts) against
+ * double-precision loops on random data, and their error paths, through the public calls only
+ * (device buffers from cudaMalloc, results read back after a stream sync).
  *
  * Tolerances: each result r is compared with the double reference e as
  *   |r - e| <= 2e-5 * S + u * |e|
@@ -496,6 +496,9 @@ static cudaDataType_t cuda_of(cudnnDataType_t t) {
     return t == CUDNN_DATA_HALF ? CUDA_R_16F : t == CUDNN_DATA_BFLOAT16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
+/* which operands are channels-last (a filter in NHWC is KRSC); the rest are NCHW */
+enum { X_NHWC = 1, W_KRSC = 2, Y_NHWC = 4, Z_NHWC = 8, ALL_NHWC = 15 };
+
 struct conv_args {
     cudnnDataType_t dt;
     cudnnMathType_t math;
@@ -504,10 +507,21 @@ struct conv_args {
     int tf32;                /* the expected operand rounding */
     int fused;               /* 0 plain, 1 ReLU into a separate y, 2 identity with z == y */
     float alpha2;
+    int layout = 0;          /* X_NHWC | W_KRSC | Y_NHWC | Z_NHWC; z == y takes y's format */
 };
 
+static cudnnTensorFormat_t fmt(int layout, int bit) {
+    return layout & bit ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+}
+
+/* flat index of element (n, c, y, x) of an N x C x H x W tensor, or (k, c, r, q) of a filter */
+static size_t at(cudnnTensorFormat_t f, int n, int c, int y, int x, int C, int H, int W) {
+    return f == CUDNN_TENSOR_NHWC ? (((size_t)n * H + y) * W + x) * C + c
+                                  : (((size_t)n * C + c) * H + y) * W + x;
+}
+
 struct descs {
-    cudnnTensorDescriptor_t x, y, b;
+    cudnnTensorDescriptor_t x, y, z, b;
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t c;
     cudnnActivationDescriptor_t a;
@@ -519,12 +533,13 @@ static int make_descs(const conv_args &g, descs *d) {
     int n, c, ok = 1;
     ok &= cudnnCreateTensorDescriptor(&d->x) == CUDNN_STATUS_SUCCESS;
     ok &= cudnnCreateTensorDescriptor(&d->y) == CUDNN_STATUS_SUCCESS;
+    ok &= cudnnCreateTensorDescriptor(&d->z) == CUDNN_STATUS_SUCCESS;
     ok &= cudnnCreateTensorDescriptor(&d->b) == CUDNN_STATUS_SUCCESS;
     ok &= cudnnCreateFilterDescriptor(&d->w) == CUDNN_STATUS_SUCCESS;
     ok &= cudnnCreateConvolutionDescriptor(&d->c) == CUDNN_STATUS_SUCCESS;
     ok &= cudnnCreateActivationDescriptor(&d->a) == CUDNN_STATUS_SUCCESS;
-    ok &= cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, g.dt, g.N, g.C, g.H, g.W) == 0;
-    ok &= cudnnSetFilter4dDescriptor(d->w, g.dt, CUDNN_TENSOR_NCHW, g.K, g.C, g.R, g.R) == 0;
+    ok &= cudnnSetTensor4dDescriptor(d->x, fmt(g.layout, X_NHWC), g.dt, g.N, g.C, g.H, g.W) == 0;
+    ok &= cudnnSetFilter4dDescriptor(d->w, g.dt, fmt(g.layout, W_KRSC), g.K, g.C, g.R, g.R) == 0;
     ok &= cudnnSetConvolution2dDescriptor(d->c, g.pad, g.pad, g.stride, g.stride, g.dil, g.dil,
                                           CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT) == 0;
     ok &= cudnnSetConvolutionMathType(d->c, g.math) == 0;
@@ -534,7 +549,9 @@ static int make_descs(const conv_args &g, descs *d) {
     CHECK(ok && n == g.N && c == g.K && d->Ho == Ho && d->Wo == Wo,
           "conv descriptors: output %dx%dx%dx%d, expected %dx%dx%dx%d", n, c, d->Ho, d->Wo, g.N,
           g.K, Ho, Wo);
-    ok &= cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, g.dt, g.N, g.K, Ho, Wo) == 0;
+    ok &= cudnnSetTensor4dDescriptor(d->y, fmt(g.layout, Y_NHWC), g.dt, g.N, g.K, Ho, Wo) == 0;
+    ok &= cudnnSetTensor4dDescriptor(d->z, fmt(g.layout, Z_NHWC), g.dt, g.N, g.K, Ho, Wo) == 0;
+    /* the bias stays NCHW in every layout: for 1 x K x 1 x 1 both formats are the same memory */
     ok &= cudnnSetTensor4dDescriptor(d->b, CUDNN_TENSOR_NCHW, g.dt, 1, g.K, 1, 1) == 0;
     ok &= cudnnSetActivationDescriptor(d->a, g.fused == 2 ? CUDNN_ACTIVATION_IDENTITY
                                                           : CUDNN_ACTIVATION_RELU,
@@ -545,6 +562,7 @@ static int make_descs(const conv_args &g, descs *d) {
 static void free_descs(descs *d) {
     cudnnDestroyTensorDescriptor(d->x);
     cudnnDestroyTensorDescriptor(d->y);
+    cudnnDestroyTensorDescriptor(d->z);
     cudnnDestroyTensorDescriptor(d->b);
     cudnnDestroyFilterDescriptor(d->w);
     cudnnDestroyConvolutionDescriptor(d->c);
@@ -569,13 +587,17 @@ static double conv_run(cudnnHandle_t h, const conv_args &g, const descs &d,
     float alpha = g.alpha, beta = g.beta, alpha2 = g.alpha2;
     cudnnStatus_t s = g.fused
         ? cudnnConvolutionBiasActivationForward(h, &alpha, d.x, dx, d.w, dw, d.c, algo, ws,
-                                                ws_bytes, &alpha2, d.y, dz, d.b, db, d.a, d.y, dy)
+                                                ws_bytes, &alpha2, g.fused == 2 ? d.y : d.z, dz,
+                                                d.b, db, d.a, d.y, dy)
         : cudnnConvolutionForward(h, &alpha, d.x, dx, d.w, dw, d.c, algo, ws, ws_bytes, &beta,
                                   d.y, dy);
     alpha = beta = alpha2 = 99.0f; /* read at the call: later changes must not matter */
     CHECK(s == CUDNN_STATUS_SUCCESS, "conv algo %d: %s", algo, cudnnGetErrorString(s));
     CHECK(cudaStreamSynchronize(g_st) == cudaSuccess, "conv sync");
     vec y = from_device(dy, t, ny);
+    cudnnTensorFormat_t xf = fmt(g.layout, X_NHWC), wf = fmt(g.layout, W_KRSC);
+    cudnnTensorFormat_t yf = fmt(g.layout, Y_NHWC);
+    cudnnTensorFormat_t zf = g.fused == 2 ? yf : fmt(g.layout, Z_NHWC);
     cmp c;
     for (int n = 0; n < g.N; n++)
         for (int k = 0; k < g.K; k++)
@@ -588,8 +610,8 @@ static double conv_run(cudnnHandle_t h, const conv_args &g, const descs &d,
                                 int iy = oy * g.stride - g.pad + r * g.dil;
                                 int ix = ox * g.stride - g.pad + q * g.dil;
                                 if (iy < 0 || iy >= g.H || ix < 0 || ix >= g.W) continue;
-                                float a = x[(((size_t)n * g.C + ci) * g.H + iy) * g.W + ix];
-                                float b = w[(((size_t)k * g.C + ci) * g.R + r) * g.R + q];
+                                float a = x[at(xf, n, ci, iy, ix, g.C, g.H, g.W)];
+                                float b = w[at(wf, k, ci, r, q, g.C, g.R, g.R)];
                                 sum_exact += (double)a * b;
                                 if (g.tf32) {
                                     a = tf32(a);
@@ -598,10 +620,12 @@ static double conv_run(cudnnHandle_t h, const conv_args &g, const descs &d,
                                 sum += (double)a * b;
                                 mag += fabs((double)a * b);
                             }
-                    size_t i = (((size_t)n * g.K + k) * d.Ho + oy) * d.Wo + ox;
+                    size_t i = at(yf, n, k, oy, ox, g.K, d.Ho, d.Wo);
                     double add = 0;
-                    if (g.fused) add = g.alpha2 * (double)z[i] + bias[k];
-                    else if (g.beta != 0.0f) add = g.beta * (double)y0[i];
+                    if (g.fused)
+                        add = g.alpha2 * (double)z[at(zf, n, k, oy, ox, g.K, d.Ho, d.Wo)] + bias[k];
+                    else if (g.beta != 0.0f)
+                        add = g.beta * (double)y0[i];
                     double want = g.alpha * sum + add, exact = g.alpha * sum_exact + add;
                     double scale = fabs(g.alpha) * mag + fabs(add);
                     if (g.fused == 1) {
@@ -610,9 +634,10 @@ static double conv_run(cudnnHandle_t h, const conv_args &g, const descs &d,
                     }
                     c.one(y[i], want, scale, exact, out_ulp(t));
                 }
-    CHECK(c.bad == 0, "conv %s math %d N%d C%d %dx%d K%d k%d s%d p%d d%d beta %g fused %d algo "
-          "%d: %d of %zu wrong, worst %.2f x tolerance", tname(t), g.math, g.N, g.C, g.H, g.W,
-          g.K, g.R, g.stride, g.pad, g.dil, g.beta, g.fused, algo, c.bad, ny, c.worst);
+    CHECK(c.bad == 0, "conv %s math %d N%d C%d %dx%d K%d k%d s%d p%d d%d beta %g fused %d "
+          "layout %d algo %d: %d of %zu wrong, worst %.2f x tolerance", tname(t), g.math, g.N,
+          g.C, g.H, g.W, g.K, g.R, g.stride, g.pad, g.dil, g.beta, g.fused, g.layout, algo, c.bad,
+          ny, c.worst);
     cudaFree(dx);
     cudaFree(dw);
     cudaFree(dy);
@@ -684,6 +709,48 @@ static void conv_tests(cudnnHandle_t h) {
                   0, 2, 1.0f});
     conv_case(h, {CUDNN_DATA_BFLOAT16, CUDNN_TENSOR_OP_MATH, 1, 4, 8, 8, 6, 1, 1, 0, 1, 1.0f,
                   0.0f, 0, 1, 1.0f});
+}
+
+/* channels-last operands, as the engine's bf16/fp16 trunk uses them: the same math indexed by
+ * each operand's own format. Geometries are the trunk's kinds (1x1, 3x3 stride 2, the 7x7
+ * stride 2 pad 3 stem on C = 3); each runs plain (alpha 0.8, beta 0.5 reads y) and fused without
+ * a residual, with a separate z and with z == y, all operands NHWC. Then mixed layouts, where
+ * each operand's format must be honoured on its own. */
+static void nhwc_tests(cudnnHandle_t h) {
+    struct geo { int C, H, W, K, R, stride, pad; };
+    const geo geos[] = {{5, 9, 8, 6, 1, 1, 0}, {4, 11, 10, 6, 3, 2, 1}, {3, 15, 13, 5, 7, 2, 3}};
+    const cudnnDataType_t dts[] = {CUDNN_DATA_FLOAT, CUDNN_DATA_HALF, CUDNN_DATA_BFLOAT16};
+    for (cudnnDataType_t dt : dts)
+        for (const geo &q : geos) {
+            cudnnMathType_t math = dt == CUDNN_DATA_FLOAT ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+            conv_args g = {dt, math, 2, q.C, q.H, q.W, q.K, q.R, q.stride, q.pad, 1,
+                           0.8f, 0.5f, 0, 0, 0.0f, ALL_NHWC};
+            conv_case(h, g);
+            g.alpha = 1.0f;
+            g.beta = 0.0f;
+            g.fused = 1;
+            conv_case(h, g); /* ReLU, alpha2 0: no residual */
+            g.alpha2 = 0.7f;
+            conv_case(h, g);
+            g.fused = 2;
+            g.alpha2 = 1.0f;
+            conv_case(h, g);
+        }
+
+    /* TF32 operand rounding applies to gathered NHWC operands as to NCHW ones */
+    conv_case(h, {CUDNN_DATA_FLOAT, CUDNN_DEFAULT_MATH, 1, 16, 9, 9, 8, 3, 2, 1, 1, 1.0f, 0.0f,
+                  1, 0, 0.0f, ALL_NHWC});
+    /* mixed: NHWC x into NCHW y (fp32's direct output), KRSC w alone, z and y in different formats */
+    conv_case(h, {CUDNN_DATA_FLOAT, CUDNN_FMA_MATH, 2, 3, 15, 13, 5, 7, 2, 3, 1, 1.0f, 1.0f, 0,
+                  0, 0.0f, X_NHWC});
+    conv_case(h, {CUDNN_DATA_HALF, CUDNN_TENSOR_OP_MATH, 2, 4, 11, 10, 6, 3, 2, 1, 1, 1.0f, 0.0f,
+                  0, 0, 0.0f, W_KRSC});
+    conv_case(h, {CUDNN_DATA_BFLOAT16, CUDNN_TENSOR_OP_MATH, 2, 4, 11, 10, 6, 3, 2, 1, 1, 0.9f,
+                  0.0f, 0, 1, 0.6f, X_NHWC | Y_NHWC});
+    conv_case(h, {CUDNN_DATA_FLOAT, CUDNN_FMA_MATH, 2, 5, 9, 8, 6, 1, 1, 0, 1, 1.0f, 0.0f, 0, 1,
+                  1.0f, W_KRSC | Z_NHWC});
+    conv_case(h, {CUDNN_DATA_HALF, CUDNN_TENSOR_OP_MATH, 1, 3, 15, 13, 5, 7, 2, 3, 1, 1.0f, 0.0f,
+                  0, 1, 1.0f, X_NHWC | W_KRSC | Z_NHWC});
 }
 
 /* the heuristics' shape: what conv.cu's filtering depends on */
@@ -761,8 +828,23 @@ static void conv_errors(cudnnHandle_t h) {
                                 CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, NULL, 0, &zero, wrong, dy);
     CHECK(s == CUDNN_STATUS_BAD_PARAM, "y of the wrong shape gave %s", cudnnGetErrorString(s));
     cudnnDestroyTensorDescriptor(wrong);
-    CHECK(cudnnSetTensor4dDescriptor(d.x, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, 1, 3, 9, 9) ==
-              CUDNN_STATUS_NOT_SUPPORTED, "NHWC accepted");
+    /* NHWC is emulated for the emulated types only; a format that is no cuDNN value is refused */
+    cudnnTensorDescriptor_t td;
+    cudnnFilterDescriptor_t fd;
+    cudnnCreateTensorDescriptor(&td);
+    cudnnCreateFilterDescriptor(&fd);
+    CHECK(cudnnSetTensor4dDescriptor(td, CUDNN_TENSOR_NHWC, CUDNN_DATA_HALF, 1, 3, 9, 9) ==
+              CUDNN_STATUS_SUCCESS, "NHWC HALF tensor refused");
+    CHECK(cudnnSetTensor4dDescriptor(td, CUDNN_TENSOR_NHWC, CUDNN_DATA_DOUBLE, 1, 3, 9, 9) ==
+              CUDNN_STATUS_NOT_SUPPORTED, "NHWC DOUBLE tensor not NOT_SUPPORTED");
+    CHECK(cudnnSetTensor4dDescriptor(td, CUDNN_TENSOR_NHWC, CUDNN_DATA_INT8, 1, 3, 9, 9) ==
+              CUDNN_STATUS_NOT_SUPPORTED, "NHWC INT8 tensor not NOT_SUPPORTED");
+    CHECK(cudnnSetFilter4dDescriptor(fd, CUDNN_DATA_INT32, CUDNN_TENSOR_NHWC, 4, 3, 3, 3) ==
+              CUDNN_STATUS_NOT_SUPPORTED, "NHWC INT32 filter not NOT_SUPPORTED");
+    CHECK(cudnnSetTensor4dDescriptor(td, (cudnnTensorFormat_t)2, CUDNN_DATA_FLOAT, 1, 3, 9, 9) ==
+              CUDNN_STATUS_BAD_PARAM, "tensor format 2 not BAD_PARAM");
+    cudnnDestroyFilterDescriptor(fd);
+    cudnnDestroyTensorDescriptor(td);
 
     /* ACT_EMU_CUDNN=none: cuDNN offers nothing */
     setenv("ACT_EMU_CUDNN", "none", 1);
@@ -847,6 +929,7 @@ int main(void) {
     lt_errors(lt);
     heuristic_tests(dh);
     conv_tests(dh);
+    nhwc_tests(dh);
     conv_errors(dh);
     fault_tests(bh, lt, dh);
     cublasLtDestroy(lt);

@@ -1,7 +1,8 @@
 /* cudnn.h (CUDA emulator) - the subset of cuDNN's legacy convolution API act-engine calls
  * (kernels/conv.cu), plus the fused conv-bias-activation entry point, implemented on the host
  * by tests/cuda_emu/emu_dnn.cc. Enum values are those of the real cuDNN 9 headers.
- * Emulated: NCHW tensors and filters, one group, FLOAT/HALF/BFLOAT16 data with FLOAT compute,
+ * Emulated: NCHW and NHWC tensors and filters (an NHWC filter is KRSC; each operand of a
+ * convolution may have either format), one group, FLOAT/HALF/BFLOAT16 data with FLOAT compute,
  * cross-correlation with any pad, stride and dilation. */
 #ifndef EMU_CUDNN_H
 #define EMU_CUDNN_H
