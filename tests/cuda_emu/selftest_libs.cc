@@ -753,6 +753,78 @@ static void nhwc_tests(cudnnHandle_t h) {
                   0, 1, 1.0f, X_NHWC | W_KRSC | Z_NHWC});
 }
 
+/* a [N][C][H][W] tensor (or KCRS filter) rearranged to [N][H][W][C] (KRSC), or back (!to_nhwc) */
+static vec relayout(const vec &a, int N, int C, int H, int W, int to_nhwc) {
+    vec b(a.size());
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++)
+            for (int y = 0; y < H; y++)
+                for (int x = 0; x < W; x++) {
+                    size_t i = at(CUDNN_TENSOR_NCHW, n, c, y, x, C, H, W);
+                    size_t j = at(CUDNN_TENSOR_NHWC, n, c, y, x, C, H, W);
+                    if (to_nhwc) b[j] = a[i];
+                    else b[i] = a[j];
+                }
+    return b;
+}
+
+/* The layout is indexing only: the same operands given all-NCHW and all-NHWC produce bit-identical
+ * outputs, in every data type and math mode, plain (beta reads y) and fused with a residual. So
+ * an engine that changes only its layout sees exactly the same convolution numbers. */
+static void layout_identity(cudnnHandle_t h) {
+    struct mode { cudnnDataType_t dt; cudnnMathType_t math; };
+    const mode modes[] = {{CUDNN_DATA_FLOAT, CUDNN_FMA_MATH}, {CUDNN_DATA_FLOAT, CUDNN_DEFAULT_MATH},
+                          {CUDNN_DATA_HALF, CUDNN_TENSOR_OP_MATH},
+                          {CUDNN_DATA_BFLOAT16, CUDNN_TENSOR_OP_MATH}};
+    for (const mode &m : modes)
+        for (int fused = 0; fused < 2; fused++) {
+            conv_args g = {m.dt, m.math, 2, 3, 15, 13, 5, 7, 2, 3, 1, 0.8f, fused ? 0.0f : 0.5f,
+                           0, fused, 0.7f};
+            descs d[2];
+            int ok = make_descs(g, &d[0]);
+            g.layout = ALL_NHWC;
+            ok &= make_descs(g, &d[1]);
+            cudaDataType_t t = cuda_of(m.dt);
+            int Ho = d[0].Ho, Wo = d[0].Wo;
+            vec x = rand_vec((size_t)g.N * g.C * g.H * g.W, t);
+            vec w = rand_vec((size_t)g.K * g.C * g.R * g.R, t);
+            vec y0 = rand_vec((size_t)g.N * g.K * Ho * Wo, t);
+            vec z = rand_vec(y0.size(), t), bias = rand_vec(g.K, t), y[2];
+            for (int l = 0; ok && l < 2; l++) {
+                vec xl = l ? relayout(x, g.N, g.C, g.H, g.W, 1) : x;
+                vec wl = l ? relayout(w, g.K, g.C, g.R, g.R, 1) : w;
+                vec yl = l ? relayout(y0, g.N, g.K, Ho, Wo, 1) : y0;
+                vec zl = l ? relayout(z, g.N, g.K, Ho, Wo, 1) : z;
+                void *dx = to_device(xl, t), *dw = to_device(wl, t), *dy = to_device(yl, t);
+                void *dz = to_device(zl, t), *db = to_device(bias, t);
+                float alpha = g.alpha, beta = g.beta, alpha2 = g.alpha2;
+                cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+                cudnnStatus_t s = fused
+                    ? cudnnConvolutionBiasActivationForward(h, &alpha, d[l].x, dx, d[l].w, dw,
+                                                            d[l].c, algo, NULL, 0, &alpha2, d[l].z,
+                                                            dz, d[l].b, db, d[l].a, d[l].y, dy)
+                    : cudnnConvolutionForward(h, &alpha, d[l].x, dx, d[l].w, dw, d[l].c, algo,
+                                              NULL, 0, &beta, d[l].y, dy);
+                CHECK(s == CUDNN_STATUS_SUCCESS && cudaStreamSynchronize(g_st) == cudaSuccess,
+                      "layout identity: %s", cudnnGetErrorString(s));
+                y[l] = from_device(dy, t, y0.size());
+                if (l) y[l] = relayout(y[l], g.N, g.K, Ho, Wo, 0);
+                cudaFree(dx);
+                cudaFree(dw);
+                cudaFree(dy);
+                cudaFree(dz);
+                cudaFree(db);
+            }
+            size_t differ = 0;
+            for (size_t i = 0; ok && i < y0.size(); i++)
+                differ += memcmp(&y[0][i], &y[1][i], sizeof(float)) != 0;
+            CHECK(ok && differ == 0, "layout identity %s math %d fused %d: %zu of %zu outputs "
+                  "differ between NCHW and NHWC", tname(t), m.math, fused, differ, y0.size());
+            free_descs(&d[0]);
+            free_descs(&d[1]);
+        }
+}
+
 /* the heuristics' shape: what conv.cu's filtering depends on */
 static void heuristic_tests(cudnnHandle_t h) {
     conv_args f = {CUDNN_DATA_FLOAT, CUDNN_FMA_MATH, 1, 3, 9, 9, 4, 3, 1, 1, 1, 1, 0, 0, 0, 0};
@@ -930,6 +1002,7 @@ int main(void) {
     heuristic_tests(dh);
     conv_tests(dh);
     nhwc_tests(dh);
+    layout_identity(dh);
     conv_errors(dh);
     fault_tests(bh, lt, dh);
     cublasLtDestroy(lt);
