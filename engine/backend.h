@@ -3,8 +3,10 @@
  *
  * A backend owns memory (act_buf) and runs ops on it. The forward pass (forward.c) knows only
  * logical shapes; the physical layout of feature maps (NCHW on the CPU, whatever the CUDA
- * backend prefers) is private to the vision ops of each backend, which consume and produce it
- * consistently: preprocess -> conv2d/groupnorm/maxpool -> spatial_softmax. Transformer tensors
+ * backend prefers, be->feature_nhwc) is private to the vision ops of each backend, which consume
+ * and produce it consistently: preprocess -> conv2d/groupnorm/maxpool -> spatial_softmax; the
+ * shapes in the comments below are logical. Batch is outermost in every layout, so a view at
+ * image offsets (act_at) is one in any. Transformer tensors
  * are row-major [rows][cols] everywhere.
  *
  * Activation dtype: alloc(ACT_DT_ACT) gives the backend's activation type (fp32 on the CPU;
@@ -45,6 +47,10 @@ struct act_backend {
     char err[ACT_ERR_LEN];
     act_precision precision;
     char device_name[128];
+    /* physical layout of vision feature maps (the preprocess output and every conv2d, groupnorm,
+     * maxpool and spatial_softmax tensor): 0 NCHW, 1 NHWC. Only code that reads or writes such a
+     * tensor from the host (the op harness) needs it; the forward pass never looks inside them. */
+    int feature_nhwc;
 
     void (*destroy)(act_backend *be);
 

@@ -19,7 +19,11 @@
  * the executable graph; graph_replay launches a kept one. An op that fails during a capture
  * ends the capture, so the stream is usable again after the error.
  *
- * Feature maps are NCHW, the layout preprocess writes and cuDNN's NCHW plans read. A conv is a
+ * Feature maps are NCHW for fp32/tf32 and NHWC for bf16/fp16 (cuDNN's tensor-core kernels read
+ * NHWC directly; on NCHW they add transposes); ACT_CUDA_LAYOUT=nchw|nhwc overrides, for the
+ * device check's A/B. The layout is the backend's (be->feature_nhwc): preprocess writes it, the
+ * vision ops read and write it, and in NHWC the 3x3/7x7 conv filters are rearranged to KRSC once
+ * at weight load, in the precision's copy (fp32: in place through a temporary). A conv is a
  * cuDNN plan per (layer, N, H, W), with bias/residual/ReLU in cuDNN's fused call where it takes
  * them (else one bias/residual/activation kernel after it); where cuDNN offers no algorithm, the
  * direct kernel of conv.cu runs it with the epilogue fused. A linear layer
@@ -87,6 +91,7 @@ typedef struct {
     int eager_step;                 /* begin_capture let this step run eagerly */
     int warned_direct;              /* the direct-conv fallback was reported */
     int conv_fuse;                  /* try cuDNN's fused conv+bias+activation (cu_setup says when) */
+    int nhwc;                       /* feature maps NHWC, conv filters KRSC (else NCHW / KCRS) */
     widen_job **jobs;               /* widen jobs captured into graphs, freed at destroy */
     int n_jobs, cap_jobs;
     cudaEvent_t ev[MAX_MARKS];
@@ -201,6 +206,54 @@ static void cu_host_free(act_backend *be, void *p) { if (p) cudaFreeHost(p); }
 
 static size_t cu_device_bytes(act_backend *be) { return CTX(be)->bytes; }
 
+/* NHWC: every conv filter with taps (k > 1; a 1x1 filter is the same in both layouts) becomes
+ * KRSC in the weight copy the convs read. bf16/fp16 rewrite their copy from the untouched fp32
+ * blob; fp32 goes through a temporary as large as the largest filter. */
+static int filters_to_krsc(act_backend *be, const act_model *m) {
+    cuda_ctx *c = CTX(be);
+    BE_ERR;
+    const act_conv *cv[ACT_MAX_CAMS * 21];
+    int n = 0;
+    size_t most = 0;
+    for (int t = 0; t < m->n_trunks; t++) {
+        const act_trunk *tr = &m->trunks[t];
+        cv[n++] = &tr->conv1;
+        for (int l = 0; l < 4; l++)
+            for (int b = 0; b < 2; b++) {
+                cv[n++] = &tr->blocks[l][b].conv1;
+                cv[n++] = &tr->blocks[l][b].conv2;
+                if (tr->blocks[l][b].has_down) cv[n++] = &tr->blocks[l][b].down;
+            }
+    }
+    for (int i = 0; i < n; i++)
+        if (cv[i]->k > 1 && (size_t)cv[i]->w->numel > most) most = (size_t)cv[i]->w->numel;
+    float *tmp = NULL;
+    if (c->wdt == ACT_DT_F32 && most) KCHECK(cudaMalloc((void **)&tmp, most * 4));
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        const act_conv *v = cv[i];
+        if (v->k == 1) continue;
+        float *src = c->wf32 + v->w->offset;
+        void *dst = c->wdt == ACT_DT_F32 ? (void *)tmp : (char *)c->wlow + v->w->offset * 2;
+        rc = act_k_conv_weight_nhwc(src, dst, c->wdt, v->cout, v->cin, v->k, c->st, err, errlen);
+        if (!rc && c->wdt == ACT_DT_F32) {
+            cudaError_t e = cudaMemcpyAsync(src, tmp, (size_t)v->w->numel * 4,
+                                            cudaMemcpyDeviceToDevice, c->st);
+            if (e != cudaSuccess)
+                rc = act_kerr(err, errlen, __FILE__, __LINE__, "cudaMemcpyAsync",
+                              cudaGetErrorString(e));
+        }
+    }
+    if (tmp) {
+        cudaError_t e = cudaStreamSynchronize(c->st);   /* tmp is in use until the stream gets here */
+        cudaFree(tmp);
+        if (!rc && e != cudaSuccess)
+            rc = act_kerr(err, errlen, __FILE__, __LINE__, "cudaStreamSynchronize",
+                          cudaGetErrorString(e));
+    }
+    return rc;
+}
+
 static int cu_load_weights(act_backend *be, const act_model *m) {
     cuda_ctx *c = CTX(be);
     BE_ERR;
@@ -221,6 +274,7 @@ static int cu_load_weights(act_backend *be, const act_model *m) {
         if (act_k_convert(c->wlow, c->wdt, c->wf32, ACT_DT_F32, w->blob_elems, c->st, err, errlen))
             return -1;
     }
+    if (c->nhwc && filters_to_krsc(be, m)) return -1;
     KCHECK(cudaStreamSynchronize(c->st));
     return 0;
 }
@@ -422,7 +476,7 @@ static int cu_preprocess(act_backend *be, act_buf frames, int B, int hi, int wi,
         left = (int)nearbyint((rw - wo) / 2.0);
     }
     TRY(act_k_preprocess((const unsigned char *)frames.p, B, hi, wi, rh, rw, top, left, ho, wo,
-                         cfg->imagenet_norm, out.p, out.dt, CTX(be)->st, KE));
+                         cfg->imagenet_norm, CTX(be)->nhwc, out.p, out.dt, CTX(be)->st, KE));
     return 0;
 }
 
@@ -445,8 +499,8 @@ static int conv_plan_for(act_backend *be, const act_conv *cv, int N, int H, int 
     act_conv_plan *p = NULL;
     const char *force = getenv("ACT_CUDA_CONV");
     if (!(force && !strcmp(force, "direct")) &&
-        act_k_conv_plan(c->dnn, c->wdt, be->precision, N, cv->cin, H, W, cv->cout, cv->k,
-                        cv->stride, cv->pad, CONV_WS_BYTES, &p, KE)) {
+        act_k_conv_plan(c->dnn, c->wdt, be->precision, c->nhwc, N, cv->cin, H, W, cv->cout,
+                        cv->k, cv->stride, cv->pad, CONV_WS_BYTES, &p, KE)) {
         /* slow but exact: say so once, the run stays correct */
         if (!c->warned_direct)
             fprintf(stderr, "act-engine: %s; conv '%s' and any like it run on the direct kernel\n",
@@ -473,9 +527,9 @@ static int cu_conv2d(act_backend *be, const act_conv *cv, act_buf x, int N, int 
     TRY(conv_plan_for(be, cv, N, H, W, &p));
     const void *w = wlow(be, cv->w->offset);
     if (!p) {
-        TRY(act_k_conv_direct(x.p, w, c->wdt, N, cv->cin, H, W, cv->cout, cv->k, cv->stride,
-                              cv->pad, wf(be, cv->b), residual.p, residual.dt, epi, y.p, c->st,
-                              KE));
+        TRY(act_k_conv_direct(x.p, w, c->wdt, c->nhwc, N, cv->cin, H, W, cv->cout, cv->k,
+                              cv->stride, cv->pad, wf(be, cv->b), residual.p, residual.dt, epi,
+                              y.p, c->st, KE));
         return 0;
     }
     int Ho, Wo;
@@ -490,8 +544,11 @@ static int cu_conv2d(act_backend *be, const act_conv *cv, act_buf x, int N, int 
     int res_in_y = residual.p && residual.p == y.p;
     TRY(act_k_conv_run(c->dnn, p, x.p, w, res_in_y ? 1.0f : 0.0f, y.p, c->conv_ws, CONV_WS_BYTES,
                        KE));
+    /* bias by channel: [N][C][HoWo] is outer N, inner HoWo; [N*HoWo][C] is outer N*HoWo, inner 1 */
+    size_t hw = (size_t)Ho * Wo;
     TRY(act_k_bias_res_act(y.p, y.dt, wf(be, cv->b), res_in_y ? NULL : residual.p, residual.dt,
-                           (size_t)N, cv->cout, (size_t)Ho * Wo, epi, c->st, KE));
+                           c->nhwc ? N * hw : (size_t)N, cv->cout, c->nhwc ? 1 : hw, epi, c->st,
+                           KE));
     return 0;
 }
 
@@ -499,20 +556,21 @@ static int cu_groupnorm(act_backend *be, act_buf x, int N, int C, int HW, int gr
                         const act_tensor *gamma, const act_tensor *beta, act_buf residual,
                         act_epilogue epi, act_buf y) {
     TRY(weights_ready(be));
-    TRY(act_k_groupnorm(x.p, x.dt, N, C, HW, groups, 1e-5f, wf(be, gamma), wf(be, beta),
-                        residual.p, residual.dt, epi, y.p, y.dt, CTX(be)->st, KE));
+    TRY(act_k_groupnorm(x.p, x.dt, N, C, HW, groups, CTX(be)->nhwc, 1e-5f, wf(be, gamma),
+                        wf(be, beta), residual.p, residual.dt, epi, y.p, y.dt, CTX(be)->st, KE));
     return 0;
 }
 
 static int cu_maxpool(act_backend *be, act_buf x, int N, int C, int H, int W, act_buf y) {
-    TRY(act_k_maxpool(x.p, x.dt, N, C, H, W, y.p, y.dt, CTX(be)->st, KE));
+    TRY(act_k_maxpool(x.p, x.dt, N, C, H, W, CTX(be)->nhwc, y.p, y.dt, CTX(be)->st, KE));
     return 0;
 }
 
 static int cu_spatial_softmax(act_backend *be, act_buf x, int N, int K, int HW,
                               const act_tensor *pos_grid, act_buf y) {
     TRY(weights_ready(be));
-    TRY(act_k_spatial_softmax(x.p, x.dt, N, K, HW, wf(be, pos_grid), y.p, y.dt, CTX(be)->st, KE));
+    TRY(act_k_spatial_softmax(x.p, x.dt, N, K, HW, CTX(be)->nhwc, wf(be, pos_grid), y.p, y.dt,
+                              CTX(be)->st, KE));
     return 0;
 }
 
@@ -845,6 +903,15 @@ int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, ch
     c->dev = device;
     c->adt = prec == ACT_BF16 ? ACT_DT_BF16 : prec == ACT_FP16 ? ACT_DT_F16 : ACT_DT_F32;
     c->wdt = c->adt;
+    const char *lay = getenv("ACT_CUDA_LAYOUT");
+    if (lay && *lay && strcmp(lay, "nchw") && strcmp(lay, "nhwc")) {
+        snprintf(err, errlen, "cuda backend: ACT_CUDA_LAYOUT=%s: expected nchw or nhwc", lay);
+        free(c);
+        free(be);
+        return -1;
+    }
+    c->nhwc = lay && *lay ? !strcmp(lay, "nhwc") : c->adt != ACT_DT_F32;
+    be->feature_nhwc = c->nhwc;
     if (cu_setup(be, device)) {
         snprintf(err, errlen, "cuda backend: %s", be->err);
         cu_destroy(be);

@@ -49,16 +49,17 @@ static void fused_fill(act_conv_plan *p, cudnnDataType_t t, int cout) {
     p->fused = 0;
 }
 
-static int plan_fill(cudnnHandle_t h, act_conv_plan *p, int dt, int prec, int N, int cin, int H,
-                     int W, int cout, int k, int stride, int pad, size_t ws_limit, char *err,
-                     size_t errlen) {
+static int plan_fill(cudnnHandle_t h, act_conv_plan *p, int dt, int prec, int nhwc, int N,
+                     int cin, int H, int W, int cout, int k, int stride, int pad, size_t ws_limit,
+                     char *err, size_t errlen) {
     cudnnDataType_t t = dnn_type(dt);
+    cudnnTensorFormat_t f = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
     KCUDNN(cudnnCreateTensorDescriptor(&p->xd));
     KCUDNN(cudnnCreateTensorDescriptor(&p->yd));
     KCUDNN(cudnnCreateFilterDescriptor(&p->wd));
     KCUDNN(cudnnCreateConvolutionDescriptor(&p->cd));
-    KCUDNN(cudnnSetTensor4dDescriptor(p->xd, CUDNN_TENSOR_NCHW, t, N, cin, H, W));
-    KCUDNN(cudnnSetFilter4dDescriptor(p->wd, t, CUDNN_TENSOR_NCHW, cout, cin, k, k));
+    KCUDNN(cudnnSetTensor4dDescriptor(p->xd, f, t, N, cin, H, W));
+    KCUDNN(cudnnSetFilter4dDescriptor(p->wd, t, f, cout, cin, k, k));
     KCUDNN(cudnnSetConvolution2dDescriptor(p->cd, pad, pad, stride, stride, 1, 1,
                                            CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     cudnnMathType_t math = prec == 0 ? CUDNN_FMA_MATH
@@ -66,7 +67,7 @@ static int plan_fill(cudnnHandle_t h, act_conv_plan *p, int dt, int prec, int N,
     KCUDNN(cudnnSetConvolutionMathType(p->cd, math));
     int n, c;
     KCUDNN(cudnnGetConvolution2dForwardOutputDim(p->cd, p->xd, p->wd, &n, &c, &p->Ho, &p->Wo));
-    KCUDNN(cudnnSetTensor4dDescriptor(p->yd, CUDNN_TENSOR_NCHW, t, N, cout, p->Ho, p->Wo));
+    KCUDNN(cudnnSetTensor4dDescriptor(p->yd, f, t, N, cout, p->Ho, p->Wo));
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int got = 0;
     KCUDNN(cudnnGetConvolutionForwardAlgorithm_v7(h, p->xd, p->wd, p->cd, p->yd,
@@ -87,20 +88,21 @@ static int plan_fill(cudnnHandle_t h, act_conv_plan *p, int dt, int prec, int N,
         return 0;
     }
     snprintf(err, errlen, "conv: cuDNN offers no usable algorithm for N=%d cin=%d %dx%d -> cout=%d "
-             "k=%d stride=%d (dtype %d, precision %d, workspace limit %zu bytes)",
-             N, cin, H, W, cout, k, stride, dt, prec, ws_limit);
+             "k=%d stride=%d (dtype %d, precision %d, %s, workspace limit %zu bytes)",
+             N, cin, H, W, cout, k, stride, dt, prec, nhwc ? "NHWC" : "NCHW", ws_limit);
     return -1;
 }
 
-int act_k_conv_plan(cudnnHandle_t h, int dt, int prec, int N, int cin, int H, int W, int cout,
-                    int k, int stride, int pad, size_t ws_limit, act_conv_plan **out,
+int act_k_conv_plan(cudnnHandle_t h, int dt, int prec, int nhwc, int N, int cin, int H, int W,
+                    int cout, int k, int stride, int pad, size_t ws_limit, act_conv_plan **out,
                     char *err, size_t errlen) {
     act_conv_plan *p = (act_conv_plan *)calloc(1, sizeof *p);
     if (!p) {
         snprintf(err, errlen, "conv: out of host memory for a plan");
         return -1;
     }
-    if (plan_fill(h, p, dt, prec, N, cin, H, W, cout, k, stride, pad, ws_limit, err, errlen)) {
+    if (plan_fill(h, p, dt, prec, nhwc, N, cin, H, W, cout, k, stride, pad, ws_limit, err,
+                  errlen)) {
         act_k_conv_plan_free(p);
         return -1;
     }
@@ -146,28 +148,41 @@ void act_k_conv_out_dims(const act_conv_plan *p, int *Ho, int *Wo) {
     *Wo = p->Wo;
 }
 
-static __global__ void conv_direct_kernel(const void *x, const void *w, int dt, int N, int cin,
-                                          int H, int W, int cout, int k, int s, int pad, int Ho,
-                                          int Wo, const float *bias, const void *res, int rdt,
-                                          int epi, void *y) {
+static __global__ void conv_direct_kernel(const void *x, const void *w, int dt, int nhwc, int N,
+                                          int cin, int H, int W, int cout, int k, int s, int pad,
+                                          int Ho, int Wo, const float *bias, const void *res,
+                                          int rdt, int epi, void *y) {
     size_t n = (size_t)N * cout * Ho * Wo;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        int ox = (int)(i % Wo), oy = (int)((i / Wo) % Ho), co = (int)((i / ((size_t)Wo * Ho)) % cout);
-        size_t img = i / ((size_t)Wo * Ho * cout);
+        int ox, oy, co;
+        size_t img;
+        if (nhwc) {
+            co = (int)(i % cout);
+            ox = (int)((i / cout) % Wo);
+            oy = (int)((i / ((size_t)cout * Wo)) % Ho);
+            img = i / ((size_t)cout * Wo * Ho);
+        } else {
+            ox = (int)(i % Wo);
+            oy = (int)((i / Wo) % Ho);
+            co = (int)((i / ((size_t)Wo * Ho)) % cout);
+            img = i / ((size_t)Wo * Ho * cout);
+        }
         float acc = 0.0f;
-        for (int ci = 0; ci < cin; ci++) {
-            size_t xb = (img * cin + ci) * H * W, wb = ((size_t)co * cin + ci) * k * k;
+        for (int ci = 0; ci < cin; ci++)
             for (int ky = 0; ky < k; ky++) {
                 int iy = oy * s - pad + ky;
                 if (iy < 0 || iy >= H) continue;
                 for (int kx = 0; kx < k; kx++) {
                     int ix = ox * s - pad + kx;
                     if (ix < 0 || ix >= W) continue;
-                    acc += kld(x, dt, xb + (size_t)iy * W + ix) * kld(w, dt, wb + ky * k + kx);
+                    size_t xi = nhwc ? ((img * H + iy) * W + ix) * cin + ci
+                                     : ((img * cin + ci) * H + iy) * W + ix;
+                    size_t wi = nhwc ? (((size_t)co * k + ky) * k + kx) * cin + ci
+                                     : (((size_t)co * cin + ci) * k + ky) * k + kx;
+                    acc += kld(x, dt, xi) * kld(w, dt, wi);
                 }
             }
-        }
         if (bias) acc += bias[co];
         if (res) acc += kld(res, rdt, i);
         if (epi == 1) acc = fmaxf(acc, 0.0f);
@@ -176,7 +191,7 @@ static __global__ void conv_direct_kernel(const void *x, const void *w, int dt, 
     }
 }
 
-int act_k_conv_direct(const void *x, const void *w, int dt, int N, int cin, int H, int W,
+int act_k_conv_direct(const void *x, const void *w, int dt, int nhwc, int N, int cin, int H, int W,
                       int cout, int k, int stride, int pad, const float *bias, const void *res,
                       int rdt, int epi, void *y, cudaStream_t st, char *err, size_t errlen) {
     int Ho = (H + 2 * pad - k) / stride + 1, Wo = (W + 2 * pad - k) / stride + 1;
@@ -184,8 +199,30 @@ int act_k_conv_direct(const void *x, const void *w, int dt, int N, int cin, int 
     if (n == 0) return 0;
     size_t g = CEIL_DIV(n, (size_t)256);
     conv_direct_kernel<<<(int)(g < 65535 * 8 ? g : 65535 * 8), 256, 0, st>>>(
-        x, w, dt, N, cin, H, W, cout, k, stride, pad, Ho, Wo, bias, res, rdt, epi, y);
+        x, w, dt, nhwc, N, cin, H, W, cout, k, stride, pad, Ho, Wo, bias, res, rdt, epi, y);
     KLAUNCH(conv_direct_kernel);
+    return 0;
+}
+
+static __global__ void weight_nhwc_kernel(const float *w, void *dst, int ddt, int K, int C,
+                                          int kk) {
+    size_t n = (size_t)K * C * kk;                     /* kk = k * k taps */
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int c = (int)(i % C), tap = (int)((i / C) % kk);
+        size_t ko = i / ((size_t)C * kk);
+        kst(dst, ddt, i, w[(ko * C + c) * kk + tap]);
+    }
+}
+
+int act_k_conv_weight_nhwc(const float *w, void *dst, int ddt, int K, int C, int k,
+                           cudaStream_t st, char *err, size_t errlen) {
+    size_t n = (size_t)K * C * k * k;
+    if (n == 0) return 0;
+    size_t g = CEIL_DIV(n, (size_t)256);
+    weight_nhwc_kernel<<<(int)(g < 65535 * 8 ? g : 65535 * 8), 256, 0, st>>>(w, dst, ddt, K, C,
+                                                                               k * k);
+    KLAUNCH(weight_nhwc_kernel);
     return 0;
 }
 

@@ -1,5 +1,8 @@
-/* conv.cuh - 2D convolutions through cuDNN's legacy API (NCHW), planned once per shape.
- * defines: act_conv_plan, act_k_conv_plan, act_k_conv_run, act_k_conv_plan_free, KCUDNN
+/* conv.cuh - 2D convolutions through cuDNN's legacy API, planned once per shape.
+ * defines: act_conv_plan, act_k_conv_plan, act_k_conv_run, act_k_conv_plan_free, KCUDNN,
+ *          act_k_conv_weight_nhwc
+ * Layout: NCHW feature maps with KCRS filters, or (nhwc) NHWC feature maps with KRSC filters,
+ * the form cuDNN's tensor-core kernels read without transposing.
  * A plan holds the descriptors and the algorithm chosen for one (layer, N, H, W); the bias,
  * residual and activation go into cuDNN's fused call where it takes them, else
  * act_k_bias_res_act (elementwise.cuh) applies them after the convolution. */
@@ -19,8 +22,8 @@ typedef struct act_conv_plan act_conv_plan;
 
 /* prec: 0 fp32 (no TF32, GEMM-family algorithms only), 1 tf32, 2 bf16, 3 fp16 (dt is the data
  * type of x, w and y). Picks the first heuristic algorithm whose workspace fits ws_limit. */
-int act_k_conv_plan(cudnnHandle_t h, int dt, int prec, int N, int cin, int H, int W, int cout,
-                    int k, int stride, int pad, size_t ws_limit, act_conv_plan **out,
+int act_k_conv_plan(cudnnHandle_t h, int dt, int prec, int nhwc, int N, int cin, int H, int W,
+                    int cout, int k, int stride, int pad, size_t ws_limit, act_conv_plan **out,
                     char *err, size_t errlen);
 /* y = conv(x, w) + beta * y (beta 0 or 1: 1 accumulates onto a residual already in y) */
 int act_k_conv_run(cudnnHandle_t h, const act_conv_plan *p, const void *x, const void *w,
@@ -36,10 +39,15 @@ int act_k_conv_run_fused(cudnnHandle_t h, act_conv_plan *p, const void *x, const
 void act_k_conv_out_dims(const act_conv_plan *p, int *Ho, int *Wo);
 /* The fallback when cuDNN offers no algorithm (or ACT_CUDA_CONV=direct): a direct convolution,
  * one thread per output, fp32 accumulation, with the whole epilogue fused:
- * y = epi(conv(x, w) + bias + res); res may be y itself. x, w, y of dtype dt. */
-int act_k_conv_direct(const void *x, const void *w, int dt, int N, int cin, int H, int W,
+ * y = epi(conv(x, w) + bias + res); res may be y itself. x, w, y of dtype dt, laid out as nhwc
+ * says. */
+int act_k_conv_direct(const void *x, const void *w, int dt, int nhwc, int N, int cin, int H, int W,
                       int cout, int k, int stride, int pad, const float *bias, const void *res,
                       int rdt, int epi, void *y, cudaStream_t st, char *err, size_t errlen);
+/* KCRS filter w [K][C][k][k] (F32) -> KRSC [K][k][k][C] in dtype ddt (dst must not alias w):
+ * the NHWC filter layout, made once at weight load */
+int act_k_conv_weight_nhwc(const float *w, void *dst, int ddt, int K, int C, int k,
+                           cudaStream_t st, char *err, size_t errlen);
 void act_k_conv_plan_free(act_conv_plan *p);
 
 #ifdef __cplusplus

@@ -6,34 +6,48 @@
  *  - add_layernorm: one warp per row (E = 256 here: 8 elements per lane). */
 #include "norm.cuh"
 
+/* element i of group (n, g): NCHW keeps a group contiguous (channel i / HW); NHWC interleaves
+ * it with the other groups (pixel i / cpg, channel g * cpg + i % cpg) */
+static __device__ __forceinline__ size_t gn_index(int nhwc, int n, int g, int C, int HW, int cpg,
+                                                  size_t i, int *c) {
+    if (nhwc) {
+        *c = g * cpg + (int)(i % cpg);
+        return ((size_t)n * HW + i / cpg) * C + *c;
+    }
+    *c = g * cpg + (int)(i / HW);
+    return ((size_t)n * C + (size_t)g * cpg) * HW + i;
+}
+
 static __global__ void groupnorm_kernel(const void *x, int xdt, int C, int HW, int groups,
-                                        float eps, const float *gamma, const float *beta,
-                                        const void *res, int rdt, int epi, void *y, int ydt) {
+                                        int nhwc, float eps, const float *gamma,
+                                        const float *beta, const void *res, int rdt, int epi,
+                                        void *y, int ydt) {
     __shared__ float red[32];
     int cpg = C / groups;
     size_t cnt = (size_t)cpg * HW;
-    size_t base = (size_t)blockIdx.x * cnt;            /* blockIdx.x = n * groups + g */
-    int g = blockIdx.x % groups;
+    int n = blockIdx.x / groups, g = blockIdx.x % groups;   /* blockIdx.x = n * groups + g */
+    int c;
     float s = 0.0f;
-    for (size_t i = threadIdx.x; i < cnt; i += blockDim.x) s += kld(x, xdt, base + i);
+    for (size_t i = threadIdx.x; i < cnt; i += blockDim.x)
+        s += kld(x, xdt, gn_index(nhwc, n, g, C, HW, cpg, i, &c));
     float mean = block_sum(s, red) / (float)cnt;
     s = 0.0f;
     for (size_t i = threadIdx.x; i < cnt; i += blockDim.x) {
-        float dv = kld(x, xdt, base + i) - mean;
+        float dv = kld(x, xdt, gn_index(nhwc, n, g, C, HW, cpg, i, &c)) - mean;
         s += dv * dv;
     }
     float rstd = 1.0f / sqrtf(block_sum(s, red) / (float)cnt + eps);
     for (size_t i = threadIdx.x; i < cnt; i += blockDim.x) {
-        int c = g * cpg + (int)(i / HW);
-        float v = (kld(x, xdt, base + i) - mean) * rstd * gamma[c] + beta[c];
-        if (res) v += kld(res, rdt, base + i);
+        size_t at = gn_index(nhwc, n, g, C, HW, cpg, i, &c);
+        float v = (kld(x, xdt, at) - mean) * rstd * gamma[c] + beta[c];
+        if (res) v += kld(res, rdt, at);
         if (epi == 1) v = fmaxf(v, 0.0f);
         else if (epi == 2) v = act_gelu(v);
-        kst(y, ydt, base + i, v);
+        kst(y, ydt, at, v);
     }
 }
 
-int act_k_groupnorm(const void *x, int xdt, int N, int C, int HW, int groups, float eps,
+int act_k_groupnorm(const void *x, int xdt, int N, int C, int HW, int groups, int nhwc, float eps,
                     const float *gamma, const float *beta, const void *res, int rdt, int epi,
                     void *y, int ydt, cudaStream_t st, char *err, size_t errlen) {
     if (groups <= 0 || C % groups) {
@@ -41,8 +55,8 @@ int act_k_groupnorm(const void *x, int xdt, int N, int C, int HW, int groups, fl
         return -1;
     }
     if (N == 0) return 0;
-    groupnorm_kernel<<<N * groups, 256, 0, st>>>(x, xdt, C, HW, groups, eps, gamma, beta, res,
-                                                 rdt, epi, y, ydt);
+    groupnorm_kernel<<<N * groups, 256, 0, st>>>(x, xdt, C, HW, groups, nhwc, eps, gamma, beta,
+                                                 res, rdt, epi, y, ydt);
     KLAUNCH(groupnorm_kernel);
     return 0;
 }

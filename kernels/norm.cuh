@@ -7,9 +7,9 @@
 extern "C" {
 #endif
 
-/* y = epi(GroupNorm(x) * gamma + beta + res), x [N][C][HW]; gamma/beta F32; res optional.
- * y may alias x or res. */
-int act_k_groupnorm(const void *x, int xdt, int N, int C, int HW, int groups, float eps,
+/* y = epi(GroupNorm(x) * gamma + beta + res), x [N][C][HW] (nhwc: [N][HW][C]); gamma/beta F32;
+ * res optional. y may alias x or res. */
+int act_k_groupnorm(const void *x, int xdt, int N, int C, int HW, int groups, int nhwc, float eps,
                     const float *gamma, const float *beta, const void *res, int rdt, int epi,
                     void *y, int ydt, cudaStream_t st, char *err, size_t errlen);
 /* y = LayerNorm(x + d) * w + b over rows of E; d optional; y may alias x or d. */

@@ -7,13 +7,14 @@
 extern "C" {
 #endif
 
-/* 3x3 stride 2 pad 1 (padding = -inf): x [N][C][H][W] -> y [N][C][(H-1)/2+1][(W-1)/2+1] */
-int act_k_maxpool(const void *x, int xdt, int N, int C, int H, int W, void *y, int ydt,
+/* 3x3 stride 2 pad 1 (padding = -inf): x [N][C][H][W] -> y [N][C][(H-1)/2+1][(W-1)/2+1]
+ * (nhwc: x [N][H][W][C] -> y [N][Ho][Wo][C]) */
+int act_k_maxpool(const void *x, int xdt, int N, int C, int H, int W, int nhwc, void *y, int ydt,
                   cudaStream_t st, char *err, size_t errlen);
-/* x [N][K][HW]: softmax over HW, then expected (x, y) under pos [HW][2] (F32) ->
- * y [N][2K] interleaved */
-int act_k_spatial_softmax(const void *x, int xdt, int N, int K, int HW, const float *pos, void *y,
-                          int ydt, cudaStream_t st, char *err, size_t errlen);
+/* x [N][K][HW] (nhwc: [N][HW][K]): softmax over HW, then expected (x, y) under pos [HW][2]
+ * (F32) -> y [N][2K] interleaved */
+int act_k_spatial_softmax(const void *x, int xdt, int N, int K, int HW, int nhwc, const float *pos,
+                          void *y, int ydt, cudaStream_t st, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

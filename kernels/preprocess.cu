@@ -5,7 +5,8 @@
  * h0*(w0*a + w1*b) + h1*(w0*c + w1*d); pixel values are u8 / 255 (a division, like x / 255).
  * Resize, crop and normalization happen in one pass: the crop only offsets the output window,
  * so the resized image is never materialized. Reads are 3-byte HWC gathers; at 256x256x3 per
- * camera the kernel is far from any bandwidth limit, so no shared-memory staging. */
+ * camera the kernel is far from any bandwidth limit, so no shared-memory staging. The output is
+ * NCHW, or NHWC when nhwc is set (the feature-map layout the backend chose). */
 #include "preprocess.cuh"
 
 static __device__ __forceinline__ float px(const unsigned char *f, int wi, int y, int x, int c) {
@@ -14,12 +15,21 @@ static __device__ __forceinline__ float px(const unsigned char *f, int wi, int y
 
 static __global__ void preprocess_kernel(const unsigned char *frames, int B, int hi, int wi,
                                          int rh, int rw, int top, int left, int ho, int wo,
-                                         int imagenet, void *out, int odt) {
+                                         int imagenet, int nhwc, void *out, int odt) {
     size_t n = (size_t)B * 3 * ho * wo;
     float sh = (float)hi / (float)rh, sw = (float)wi / (float)rw;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        int x = (int)(i % wo), y = (int)((i / wo) % ho), c = (int)((i / ((size_t)wo * ho)) % 3);
+        int x, y, c;
+        if (nhwc) {
+            c = (int)(i % 3);
+            x = (int)((i / 3) % wo);
+            y = (int)((i / ((size_t)3 * wo)) % ho);
+        } else {
+            x = (int)(i % wo);
+            y = (int)((i / wo) % ho);
+            c = (int)((i / ((size_t)wo * ho)) % 3);
+        }
         int b = (int)(i / ((size_t)3 * wo * ho));
         const unsigned char *f = frames + (size_t)b * hi * wi * 3;
         float sy = fmaxf(sh * ((float)(y + top) + 0.5f) - 0.5f, 0.0f);
@@ -39,13 +49,13 @@ static __global__ void preprocess_kernel(const unsigned char *frames, int B, int
 }
 
 int act_k_preprocess(const unsigned char *frames, int B, int hi, int wi, int rh, int rw, int top,
-                     int left, int ho, int wo, int imagenet, void *out, int odt, cudaStream_t st,
-                     char *err, size_t errlen) {
+                     int left, int ho, int wo, int imagenet, int nhwc, void *out, int odt,
+                     cudaStream_t st, char *err, size_t errlen) {
     size_t n = (size_t)B * 3 * ho * wo;
     if (n == 0) return 0;
     size_t g = CEIL_DIV(n, (size_t)256);
     preprocess_kernel<<<(int)(g < 65535 * 8 ? g : 65535 * 8), 256, 0, st>>>(
-        frames, B, hi, wi, rh, rw, top, left, ho, wo, imagenet, out, odt);
+        frames, B, hi, wi, rh, rw, top, left, ho, wo, imagenet, nhwc, out, odt);
     KLAUNCH(preprocess_kernel);
     return 0;
 }

@@ -10,10 +10,10 @@ extern "C" {
 /* frames u8 [B][hi][wi][3] -> /255 -> bilinear resize to rh x rw (half-pixel centers, no
  * antialias) -> window [top, top+ho) x [left, left+wo) of the resized image (the center crop;
  * top = left = 0 and ho, wo = rh, rw without crop) -> optional ImageNet mean/std ->
- * out [B][3][ho][wo] (NCHW, dtype odt). */
+ * out [B][3][ho][wo] (NCHW; nhwc: [B][ho][wo][3]), dtype odt. */
 int act_k_preprocess(const unsigned char *frames, int B, int hi, int wi, int rh, int rw, int top,
-                     int left, int ho, int wo, int imagenet, void *out, int odt, cudaStream_t st,
-                     char *err, size_t errlen);
+                     int left, int ho, int wo, int imagenet, int nhwc, void *out, int odt,
+                     cudaStream_t st, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

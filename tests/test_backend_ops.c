@@ -7,6 +7,8 @@
  * op gets fresh random inputs, rounded on the host to the activation type so that both
  * backends see the same values; the CUDA output is poisoned with NaN before the op, so an
  * element it fails to write fails the check. Error: ||cuda - cpu|| / ||cpu|| over the output.
+ * Feature maps (vision op inputs and outputs) are made and compared in the logical NCHW order and
+ * permuted on the host to and from the CUDA backend's layout (be->feature_nhwc).
  * Tolerances: fp32 1e-5 (1e-4 for the cuBLAS/cuDNN ops, whose summation order differs),
  * tf32 2e-3, bf16 and fp16 2e-2. Prints a table op x precision (worst batch).
  * Exit 77 (skipped) without a usable CUDA device.
@@ -30,6 +32,7 @@ static const char *PREC_NAME[NPREC] = {"fp32", "tf32", "bf16", "fp16"};
 static const char *g_op[MAX_OPS];
 static double g_err[MAX_OPS][NPREC];
 static int g_bad[MAX_OPS][NPREC], g_nops;
+static int g_layout[NPREC] = {-1, -1, -1, -1};   /* feature-map layout the CUDA backend chose */
 
 typedef struct {
     act_backend *cpu, *gpu;
@@ -134,6 +137,23 @@ typedef struct {
     act_dtype dt;
 } input;
 
+typedef struct { int c; size_t hw; } fmap;   /* a feature map [n / (c * hw)][c][hw]; c 0: not one */
+
+/* [N][C][HW] <-> [N][HW][C] on the host; to_nhwc 0 undoes it */
+static float *relayout(const float *src, size_t n, int C, size_t HW, int to_nhwc) {
+    float *d = malloc((n ? n : 1) * sizeof *d);
+    if (!d) { fprintf(stderr, "out of memory\n"); exit(1); }
+    size_t per = (size_t)C * HW;
+    for (size_t img = 0; img < n / per; img++)
+        for (int c = 0; c < C; c++)
+            for (size_t p = 0; p < HW; p++) {
+                size_t a = img * per + (size_t)c * HW + p, b = img * per + p * C + c;
+                if (to_nhwc) d[b] = src[a];
+                else d[a] = src[b];
+            }
+    return d;
+}
+
 /* is word (up to a comma) one of the comma-separated items of list? NULL list: yes */
 static int listed(const char *list, const char *word, int substring) {
     if (!list || !*list) return 1;
@@ -144,17 +164,27 @@ static int listed(const char *list, const char *word, int substring) {
     return 0;
 }
 
-static void run_case(const pair *p, const char *name, int gemm, op_fn fn, const void *arg,
-                     const input *in, int nin, size_t nout, act_dtype odt) {
+/* in_fm[i] / out_fm: which inputs and whether the output are feature maps (in_fm may be NULL) */
+static void run_case_fm(const pair *p, const char *name, int gemm, op_fn fn, const void *arg,
+                        const input *in, const fmap *in_fm, int nin, size_t nout, act_dtype odt,
+                        fmap out_fm) {
     if (!listed(getenv("ACT_OPS_ONLY"), name, 1)) return;
     act_backend *bes[2] = {p->cpu, p->gpu};
     float *res[2];
     for (int s = 0; s < 2; s++) {
         act_backend *be = bes[s];
         act_buf bufs[8];
-        for (int i = 0; i < nin; i++)
-            bufs[i] = in[i].h8 ? put_u8(be, in[i].h8, in[i].n)
-                    : in[i].n ? put(be, in[i].h, in[i].n, in[i].dt) : act_nobuf();
+        for (int i = 0; i < nin; i++) {
+            if (in[i].h8 || !in[i].n) {
+                bufs[i] = in[i].h8 ? put_u8(be, in[i].h8, in[i].n) : act_nobuf();
+            } else if (in_fm && in_fm[i].c && be->feature_nhwc) {
+                float *t = relayout(in[i].h, in[i].n, in_fm[i].c, in_fm[i].hw, 1);
+                bufs[i] = put(be, t, in[i].n, in[i].dt);
+                free(t);
+            } else {
+                bufs[i] = put(be, in[i].h, in[i].n, in[i].dt);
+            }
+        }
         act_buf out = poisoned(be, nout, odt);
         if (fn(be, bufs, out, arg) || be->sync(be)) {
             fprintf(stderr, "FAIL %s %s B=%d on %s: %s\n", name, PREC_NAME[p->prec], p->B,
@@ -164,10 +194,21 @@ static void run_case(const pair *p, const char *name, int gemm, op_fn fn, const 
             return;
         }
         res[s] = get(be, out, nout);
+        if (out_fm.c && be->feature_nhwc) {
+            float *t = relayout(res[s], nout, out_fm.c, out_fm.hw, 0);
+            free(res[s]);
+            res[s] = t;
+        }
     }
     record(name, p, res[1], res[0], nout, gemm);
     free(res[0]);
     free(res[1]);
+}
+
+static void run_case(const pair *p, const char *name, int gemm, op_fn fn, const void *arg,
+                     const input *in, int nin, size_t nout, act_dtype odt) {
+    fmap none = {0, 0};
+    run_case_fm(p, name, gemm, fn, arg, in, NULL, nin, nout, odt, none);
 }
 
 /* ---------------- the ops ---------------- */
@@ -184,7 +225,8 @@ static void t_preprocess(const pair *p, const char *name, const act_config *c) {
     int ho = c->crop_h ? c->crop_h : c->input_h, wo = c->crop_w ? c->crop_w : c->input_w;
     pre_arg a = {c, p->B, c->image_h, c->image_w};
     input in[1] = {{NULL, f, n, ACT_DT_U8}};
-    run_case(p, name, 0, f_pre, &a, in, 1, (size_t)p->B * 3 * ho * wo, ACT_DT_ACT);
+    fmap fin[1] = {{0, 0}}, fout = {3, (size_t)ho * wo};
+    run_case_fm(p, name, 0, f_pre, &a, in, fin, 1, (size_t)p->B * 3 * ho * wo, ACT_DT_ACT, fout);
     free(f);
 }
 
@@ -206,7 +248,8 @@ static void t_conv(const pair *p, const char *name, const act_conv *cv, int N, i
     float *x = rand_arr(nx, -1, 1, q), *r = rand_arr(ny, -1, 1, q);
     conv_arg a = {cv, N, H, W, epi, res};
     input in[2] = {{x, NULL, nx, ACT_DT_ACT}, {r, NULL, res ? ny : 0, ACT_DT_ACT}};
-    run_case(p, name, 1, f_conv, &a, in, 2, ny, ACT_DT_ACT);
+    fmap fin[2] = {{cv->cin, (size_t)H * W}, {cv->cout, (size_t)Ho * Wo}};
+    run_case_fm(p, name, 1, f_conv, &a, in, fin, 2, ny, ACT_DT_ACT, fin[1]);
     free(x);
     free(r);
 }
@@ -222,7 +265,8 @@ static void t_groupnorm(const pair *p, const act_conv *cv, int HW) {
     float *x = rand_arr(n, -2, 3, qdt(p)), *r = rand_arr(n, -1, 1, qdt(p));
     gn_arg a = {cv, p->B, HW};
     input in[2] = {{x, NULL, n, ACT_DT_ACT}, {r, NULL, n, ACT_DT_ACT}};
-    run_case(p, "groupnorm+res+relu", 0, f_gn, &a, in, 2, n, ACT_DT_ACT);
+    fmap fin[2] = {{cv->cout, (size_t)HW}, {cv->cout, (size_t)HW}};
+    run_case_fm(p, "groupnorm+res+relu", 0, f_gn, &a, in, fin, 2, n, ACT_DT_ACT, fin[0]);
     free(x);
     free(r);
 }
@@ -237,8 +281,9 @@ static void t_maxpool(const pair *p, int C, int H, int W) {
     float *x = rand_arr(n, -1, 1, qdt(p));
     mp_arg a = {p->B, C, H, W};
     input in[1] = {{x, NULL, n, ACT_DT_ACT}};
-    run_case(p, "maxpool", 0, f_mp, &a, in, 1, (size_t)p->B * C * ((H - 1) / 2 + 1) * ((W - 1) / 2 + 1),
-             ACT_DT_ACT);
+    size_t ohw = (size_t)((H - 1) / 2 + 1) * ((W - 1) / 2 + 1);
+    fmap fin[1] = {{C, (size_t)H * W}}, fout = {C, ohw};
+    run_case_fm(p, "maxpool", 0, f_mp, &a, in, fin, 1, (size_t)p->B * C * ohw, ACT_DT_ACT, fout);
     free(x);
 }
 
@@ -253,7 +298,8 @@ static void t_spatial_softmax(const pair *p, const act_trunk *tr, int K, int HW,
     float *x = rand_arr(n, -4, 4, qdt(p));
     ss_arg a = {N, K, HW, tr->pos_grid};
     input in[1] = {{x, NULL, n, ACT_DT_ACT}};
-    run_case(p, "spatial_softmax", 0, f_ss, &a, in, 1, (size_t)N * 2 * K, ACT_DT_ACT);
+    fmap fin[1] = {{K, (size_t)HW}}, fout = {0, 0};
+    run_case_fm(p, "spatial_softmax", 0, f_ss, &a, in, fin, 1, (size_t)N * 2 * K, ACT_DT_ACT, fout);
     free(x);
 }
 
@@ -521,6 +567,7 @@ int main(void) {
                     fprintf(stderr, "FAIL load_weights: %s | %s\n", p.cpu->err, p.gpu->err);
                     return 1;
                 }
+                g_layout[prec] = p.gpu->feature_nhwc;
                 if (which) gn_ops(&p, mg);
                 else all_ops(&p, m);
                 p.cpu->destroy(p.cpu);
@@ -529,6 +576,8 @@ int main(void) {
         }
     printf("\n%-26s", "op (rel err, worst batch)");
     for (int j = 0; j < NPREC; j++) printf(" %10s", PREC_NAME[j]);
+    printf("\n%-26s", "feature-map layout");
+    for (int j = 0; j < NPREC; j++) printf(" %10s", g_layout[j] < 0 ? "-" : g_layout[j] ? "NHWC" : "NCHW");
     printf("\n");
     for (int k = 0; k < g_nops; k++) {
         printf("%-26s", g_op[k]);

@@ -14,13 +14,16 @@
 #   build      cmake (sm_90, Release) + build -j16 into build-dev/
 #   testdata   tests/make_testdata.py (small models) + a full act_resnet checkpoint -> full.actw
 #   ops        tests/test_backend_ops: every CUDA op vs the CPU backend, 4 precisions x 3 batches
-#              (if a conv fails: again on the direct conv kernel, ACT_CUDA_CONV=direct)
+#              (feature maps NCHW in fp32/tf32, NHWC in bf16/fp16; if a conv fails: again on the
+#              direct conv kernel, ACT_CUDA_CONV=direct)
+#   ops-layout the vision ops once more in the other layout of each precision (ACT_CUDA_LAYOUT)
 #   e2e        tests/test_cuda_e2e: whole steps vs the CPU session, every precision, graphs on/off
 #              (if ops or e2e fail: the op table again with the fused epilogues off)
 #   memcheck   compute-sanitizer memcheck on full-size steps (eager, captured and replayed)
 #   racecheck  compute-sanitizer racecheck on the attention and norm kernels
 #   fusion-ab  act-infer bench, full model, batch 1, fp32 and bf16, with the fused epilogues
 #              (cuDNN conv+bias+ReLU, cuBLASLt GEMM+bias) on and off
+#   layout-ab  act-infer bench, full model, bf16 at batch 1 and 64, feature maps NCHW vs NHWC
 #   bench      bench/compare_torch.py --device cuda (if present): ours vs PyTorch eager/compile
 #   serve      bench/serve_load.py: act-serve on the GPU, 1/8/32 loopback clients, batching on/off
 # The last thing printed is the summary table (check, result, figure); it is also $OUT/summary.txt.
@@ -134,6 +137,9 @@ run_test ops "$BUILD/tests/test_backend_ops" 120
 if grep -q "FAIL.*conv" "$OUT/ops.log" 2>/dev/null; then
     ACT_CUDA_CONV=direct ACT_OPS_ONLY=conv run_test ops-direct "$BUILD/tests/test_backend_ops" 60
 fi
+VISION=conv,pool,softmax,groupnorm,preprocess
+ACT_CUDA_LAYOUT=nhwc ACT_OPS_PREC=fp32,tf32 ACT_OPS_ONLY=$VISION run_test ops-nhwc32 "$BUILD/tests/test_backend_ops" 60
+ACT_CUDA_LAYOUT=nchw ACT_OPS_PREC=bf16,fp16 ACT_OPS_ONLY=$VISION run_test ops-nchw16 "$BUILD/tests/test_backend_ops" 60
 run_test e2e "$BUILD/tests/test_cuda_e2e" 150
 # fused epilogues (cuDNN conv+bias+ReLU, cuBLASLt GEMM+bias): if parity failed, does it pass
 # with both off (is the fusion the cause)?
@@ -164,11 +170,11 @@ ACT_OPS_ONLY=attention,norm,softmax ACT_OPS_PREC=fp32,bf16 ACT_OPS_BATCH=3 \
     "$BUILD/tests/test_backend_ops"
 
 # ---------------- fusion A/B: the same step with the fused epilogues on and off ----------------
-ab_p50() {   # precision env... -> "p50 ms" of act-infer bench at batch 1 (graphs on)
+ab_p50() {   # precision env... -> "p50 ms" of act-infer bench (graphs on) at batch AB_BATCH (1)
     local prec=$1
     shift
     env "$@" timeout "$(limit 40)" "$BUILD/act-infer" bench --model "$TD/full.actw" --device cuda \
-        --precision "$prec" --batch 1 --iters 200 --warmup 20 --json "$OUT/ab.json" >>"$OUT/ab.log" 2>&1 &&
+        --precision "$prec" --batch "${AB_BATCH:-1}" --iters 200 --warmup 20 --json "$OUT/ab.json" >>"$OUT/ab.log" 2>&1 &&
         "$PY" -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; print('%.3f' % r['latency_ms']['p50'])" "$OUT/ab.json"
 }
 if ((built)) && ((have_full)) && enough 90; then
@@ -184,6 +190,21 @@ if ((built)) && ((have_full)) && enough 90; then
 else
     row fusion-ab SKIP "no build, full model or time"
 fi
+# feature-map layout: NHWC is the bf16/fp16 default on the strength of cuDNN's guidance (tensor-core
+# kernels read NHWC; NCHW adds transposes) - this row is the measurement
+if ((built)) && ((have_full)) && enough 60; then
+    fig=""
+    for b in 1 64; do
+        nchw=$(AB_BATCH=$b ab_p50 bf16 ACT_CUDA_LAYOUT=nchw) nhwc=$(AB_BATCH=$b ab_p50 bf16 ACT_CUDA_LAYOUT=nhwc)
+        fig="$fig b=$b NCHW ${nchw:-?} / NHWC ${nhwc:-?} ms;"
+    done
+    row layout-ab ok "bf16 p50:$fig"
+else
+    row layout-ab SKIP "no build, full model or time"
+fi
+# a conv cuDNN would not plan, or an epilogue it would not fuse, runs on a fallback: say which
+fb=$(grep -h "act-engine:" "$OUT"/*.log 2>/dev/null | sort | uniq -c | sort -rn | head -3 | cut -c1-160 | paste -sd'|')
+[ -n "$fb" ] && row fallbacks note "$fb"
 
 # ---------------- benchmark ----------------
 if [ -f bench/compare_torch.py ] && ((built)) && ((have_full)) && enough 60; then
