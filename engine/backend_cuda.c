@@ -4,9 +4,9 @@
  *
  * Each op resolves its weights to device pointers and calls an extern "C" launcher from
  * kernels/<family>.cuh on the backend's own non-blocking stream; cuBLAS and cuDNN run on that stream
- * too. Nothing here synchronizes except be->sync and setup-time calls (load_weights,
- * sinusoid_table), and nothing allocates after setup except host-side conv plans, which use
- * the fixed workspace allocated at creation.
+ * too. Nothing here synchronizes or allocates except be->sync, setup-time calls (load_weights,
+ * sinusoid_table) and, in the eager first step of a shape, conv plans (host memory) and the
+ * conv workspace when a plan needs it larger (below); captured and replayed steps never do.
  *
  * Weights: the model's fp32 blob is uploaded once (tensor->offset indexes it on the device as on
  * the host). For bf16/fp16 a second copy of the whole blob in that type serves the GEMM and
@@ -18,6 +18,12 @@
  * the next step of that key is captured, instantiated and launched by end_capture, which keeps
  * the executable graph; graph_replay launches a kept one. An op that fails during a capture
  * ends the capture, so the stream is usable again after the error.
+ *
+ * The conv workspace is as large as the largest plan needs (cuDNN's first-ranked algorithm within
+ * CONV_WS_LIMIT), not the limit: it grows when an eager first step makes a plan that needs more,
+ * after waiting for the stream, and the graphs captured so far (which hold the old pointer) are
+ * dropped, to be captured again at their next step. Warming every batch size eagerly before
+ * capturing any (act-serve does) makes that a no-op.
  *
  * Feature maps are NCHW for fp32/tf32 and NHWC for bf16/fp16 (cuDNN's tensor-core kernels read
  * NHWC directly; on NCHW they add transposes); ACT_CUDA_LAYOUT=nchw|nhwc overrides, for the
@@ -47,7 +53,7 @@
 #include "pool.cuh"
 #include "preprocess.cuh"
 
-#define CONV_WS_BYTES ((size_t)256 << 20)
+#define CONV_WS_LIMIT ((size_t)256 << 20)      /* the most workspace a conv algorithm may use */
 #define CUBLAS_WS_BYTES ((size_t)32 << 20)
 #define MAX_GRAPHS 256
 #define MAX_MARKS 32
@@ -69,6 +75,7 @@ typedef struct {
     cublasLtHandle_t lt;
     cudnnHandle_t dnn;
     void *blas_ws, *conv_ws;
+    size_t conv_ws_bytes;           /* the most any plan made so far needs (0: none yet) */
     int adt;                        /* activation dtype (act_dtype) */
     int wdt;                        /* dtype of GEMM/conv weights */
     float *wf32;                    /* device copy of the fp32 blob */
@@ -480,6 +487,34 @@ static int cu_preprocess(act_backend *be, act_buf frames, int B, int hi, int wi,
     return 0;
 }
 
+/* Grow the conv workspace to need bytes (see the header): only outside a capture, after the
+ * stream has finished with the old one; captured graphs that used the old one are dropped. */
+static int conv_ws_reserve(act_backend *be, size_t need) {
+    cuda_ctx *c = CTX(be);
+    BE_ERR;
+    if (need <= c->conv_ws_bytes) return 0;
+    if (c->capturing) {
+        snprintf(be->err, sizeof be->err, "conv2d: a new plan needs %zu bytes of workspace (%zu "
+                 "held) inside a graph capture; the first step of a shape must run eagerly",
+                 need, c->conv_ws_bytes);
+        return -1;
+    }
+    need = (need + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);   /* whole MiB */
+    KCHECK(cudaStreamSynchronize(c->st));
+    if (c->conv_ws) {
+        KCHECK(cudaFree(c->conv_ws));
+        c->bytes -= c->conv_ws_bytes;
+    }
+    c->conv_ws = NULL;
+    c->conv_ws_bytes = 0;
+    KCHECK(cudaMalloc(&c->conv_ws, need));
+    c->conv_ws_bytes = need;
+    c->bytes += need;
+    for (int i = 0; i < c->n_graphs; i++) cudaGraphExecDestroy(c->graphs[i].exec);
+    c->n_graphs = 0;
+    return 0;
+}
+
 /* The cuDNN plan of a conv at (N, H, W), made at its first call; *out = NULL means the
  * direct kernel runs it (cuDNN offered no algorithm, or ACT_CUDA_CONV=direct). */
 static int conv_plan_for(act_backend *be, const act_conv *cv, int N, int H, int W,
@@ -500,7 +535,7 @@ static int conv_plan_for(act_backend *be, const act_conv *cv, int N, int H, int 
     const char *force = getenv("ACT_CUDA_CONV");
     if (!(force && !strcmp(force, "direct")) &&
         act_k_conv_plan(c->dnn, c->wdt, be->precision, c->nhwc, N, cv->cin, H, W, cv->cout,
-                        cv->k, cv->stride, cv->pad, CONV_WS_BYTES, &p, KE)) {
+                        cv->k, cv->stride, cv->pad, CONV_WS_LIMIT, &p, KE)) {
         /* slow but exact: say so once, the run stays correct */
         if (!c->warned_direct)
             fprintf(stderr, "act-engine: %s; conv '%s' and any like it run on the direct kernel\n",
@@ -511,7 +546,7 @@ static int conv_plan_for(act_backend *be, const act_conv *cv, int N, int H, int 
     conv_entry e = {cv->w->index, N, H, W, p};
     c->convs[c->n_convs++] = e;
     *out = p;
-    return 0;
+    return p ? conv_ws_reserve(be, act_k_conv_ws(p)) : 0;
 }
 
 static int cu_conv2d(act_backend *be, const act_conv *cv, act_buf x, int N, int H, int W,
@@ -536,14 +571,14 @@ static int cu_conv2d(act_backend *be, const act_conv *cv, act_buf x, int N, int 
     act_k_conv_out_dims(p, &Ho, &Wo);
     if (c->conv_fuse) {
         int r = act_k_conv_run_fused(c->dnn, p, x.p, w, cv->b ? wlow(be, cv->b->offset) : NULL,
-                                     residual.p, epi, y.p, c->conv_ws, CONV_WS_BYTES, KE);
+                                     residual.p, epi, y.p, c->conv_ws, c->conv_ws_bytes, KE);
         if (r < 0) return fail(be);
         if (r == 0) return 0;
     }
     /* a residual that is y itself is accumulated by cuDNN (beta = 1) */
     int res_in_y = residual.p && residual.p == y.p;
-    TRY(act_k_conv_run(c->dnn, p, x.p, w, res_in_y ? 1.0f : 0.0f, y.p, c->conv_ws, CONV_WS_BYTES,
-                       KE));
+    TRY(act_k_conv_run(c->dnn, p, x.p, w, res_in_y ? 1.0f : 0.0f, y.p, c->conv_ws,
+                       c->conv_ws_bytes, KE));
     /* bias by channel: [N][C][HoWo] is outer N, inner HoWo; [N*HoWo][C] is outer N*HoWo, inner 1 */
     size_t hw = (size_t)Ho * Wo;
     TRY(act_k_bias_res_act(y.p, y.dt, wf(be, cv->b), res_in_y ? NULL : residual.p, residual.dt,
@@ -872,8 +907,7 @@ static int cu_setup(act_backend *be, int device) {
      * not per conv. */
     c->conv_fuse = !getenv("ACT_CUDA_CONV_UNFUSED") &&
                    (c->wdt == ACT_DT_F32 || getenv("ACT_CUDA_CONV_FUSE_LOWP") != NULL);
-    KCHECK(cudaMalloc(&c->conv_ws, CONV_WS_BYTES));
-    c->bytes = CUBLAS_WS_BYTES + CONV_WS_BYTES;
+    c->bytes = CUBLAS_WS_BYTES;
     return 0;
 }
 

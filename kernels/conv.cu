@@ -148,6 +148,8 @@ void act_k_conv_out_dims(const act_conv_plan *p, int *Ho, int *Wo) {
     *Wo = p->Wo;
 }
 
+size_t act_k_conv_ws(const act_conv_plan *p) { return p->ws; }
+
 static __global__ void conv_direct_kernel(const void *x, const void *w, int dt, int nhwc, int N,
                                           int cin, int H, int W, int cout, int k, int s, int pad,
                                           int Ho, int Wo, const float *bias, const void *res,

@@ -37,6 +37,8 @@ int act_k_conv_run_fused(cudnnHandle_t h, act_conv_plan *p, const void *x, const
                          const void *bias, const void *res, int epi, void *y, void *ws,
                          size_t ws_size, char *err, size_t errlen);
 void act_k_conv_out_dims(const act_conv_plan *p, int *Ho, int *Wo);
+/* workspace bytes the plan's algorithm needs (<= the ws_limit it was planned with) */
+size_t act_k_conv_ws(const act_conv_plan *p);
 /* The fallback when cuDNN offers no algorithm (or ACT_CUDA_CONV=direct): a direct convolution,
  * one thread per output, fp32 accumulation, with the whole epilogue fused:
  * y = epi(conv(x, w) + bias + res); res may be y itself. x, w, y of dtype dt, laid out as nhwc

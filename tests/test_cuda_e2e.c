@@ -23,7 +23,8 @@
  * alone 8.6e-3 / 1.7e-2: the trunk's bf16 feature maps are most of it). Camera-like frames:
  * 1.0e-2..1.2e-2 on the emulator.
  * ACT_E2E_MAX_BATCH=N leaves out the batches above N (the CUDA-emulator run in CI uses 3);
- * ACT_E2E_FULL_MODEL names the full-size file (default $ACT_TEST_DATA/full.actw, if present). */
+ * ACT_E2E_FULL_MODEL names the full-size file (default $ACT_TEST_DATA/full.actw, if present);
+ * ACT_E2E_MODELS=small,small_sep_gn,full runs only the models named (for seed sweeps). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -228,6 +229,69 @@ static int test_model(const char *path, int full) {
     return 0;
 }
 
+/* One CUDA session through batch sizes in turn, graphs on: a new size's eager first step may make
+ * conv plans that need a larger workspace, which drops the graphs captured so far (they hold the
+ * old one). The sizes that come back must be captured again and still match the CPU; a graph
+ * replayed against the freed workspace would not (the emulator faults on it). tf32 is the
+ * precision whose conv workspace grows with the batch (Winograd, on the emulator too). */
+static int test_batch_switching(const char *path) {
+    char err[1024];
+    act_model *m = NULL;
+    if (act_model_load(path, &m, err, sizeof err)) {
+        printf("FAIL cannot load %s: %s\n", path, err);
+        return -1;
+    }
+    const act_config *c = act_model_config(m);
+    TOL = TOL_SMALL;
+    const int order[] = {1, 1, 1, 3, 3, 1, 1, 3, 1};   /* eager, capture, replay per size */
+    run_io in[2], ref[2];                               /* [0] batch 1, [1] batch 3 */
+    uint64_t seeds[2] = {rnd(), rnd()};
+    act_session_opts o = act_session_default_opts();
+    o.max_batch = 3;
+    act_session *s = NULL;
+    int rc = 0;
+    for (int k = 0; k < 2; k++) {
+        memset(&in[k], 0, sizeof in[k]);
+        memset(&ref[k], 0, sizeof ref[k]);
+        make_inputs(&in[k], c, k ? 3 : 1, 0);
+        alloc_outputs(&ref[k], c, k ? 3 : 1);
+    }
+    if (act_session_create(m, &o, &s, err, sizeof err)) goto fail;
+    for (int k = 0; k < 2; k++)
+        if (run(s, c, k ? 3 : 1, &in[k], &ref[k], seeds[k], err, sizeof err)) goto fail;
+    act_session_free(s);
+    o.device = ACT_DEVICE_CUDA;
+    o.precision = ACT_TF32;
+    if (act_session_create(m, &o, &s, err, sizeof err)) goto fail;
+    for (size_t r = 0; r < sizeof order / sizeof order[0]; r++) {
+        int k = order[r] == 3, B = order[r];
+        run_io got;
+        memset(&got, 0, sizeof got);
+        alloc_outputs(&got, c, B);
+        char tag[128];
+        snprintf(tag, sizeof tag, "batch switching tf32 step %zu (B=%d)", r, B);
+        if (run(s, c, B, &in[k], &got, seeds[k], err, sizeof err)) {
+            printf("FAIL %s: %s\n", tag, err);
+            g_fail++;
+        } else {
+            compare(tag, ACT_TF32, c, B, &got, &ref[k]);
+        }
+        free_io(&got, 0);
+    }
+    goto done;
+fail:
+    printf("FAIL batch switching: %s\n", err);
+    rc = -1;
+done:
+    act_session_free(s);
+    for (int k = 0; k < 2; k++) {
+        free_io(&in[k], c->num_cams);
+        free_io(&ref[k], 0);
+    }
+    act_model_free(m);
+    return rc;
+}
+
 int main(void) {
     char why[256];
     if (!act_cuda_available(why, sizeof why)) {
@@ -238,8 +302,12 @@ int main(void) {
     seed_rng("test_cuda_e2e");
     const char *names[3] = {"small.actw", "small_sep_gn.actw", "full.actw"};
     const char *full = getenv("ACT_E2E_FULL_MODEL");   /* named: it must exist */
+    const char *only = getenv("ACT_E2E_MODELS");
     for (int i = 0; i < 3; i++) {
-        char path[1024];
+        char path[1024], want[64];
+        snprintf(want, sizeof want, ",%.*s,", (int)(strlen(names[i]) - 5), names[i]);
+        snprintf(path, sizeof path, ",%s,", only ? only : "");
+        if (only && *only && !strstr(path, want)) continue;
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         if (i == 2 && full && *full) snprintf(path, sizeof path, "%s", full);
         if (i == 2) {
@@ -255,6 +323,7 @@ int main(void) {
             fclose(f);
         }
         if (test_model(path, i == 2)) return 1;
+        if (i == 0 && test_batch_switching(path)) return 1;
     }
     printf("\nworst relative error, small models:");
     for (int p = 0; p < 4; p++) printf("  %s %.2e (limit %.0e)", PREC_NAME[p], g_worst[p], TOL_SMALL[p]);
