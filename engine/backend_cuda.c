@@ -9,8 +9,10 @@
  * conv workspace when a plan needs it larger (below); captured and replayed steps never do.
  *
  * Weights: the model's fp32 blob is uploaded once (tensor->offset indexes it on the device as on
- * the host). For bf16/fp16 a second copy of the whole blob in that type serves the GEMM and
- * conv weights at the same offsets; biases, norms and embeddings always read the fp32 copy.
+ * the host). For bf16/fp16 a copy of the whole blob in that type serves the GEMM and conv weights
+ * at the same offsets; biases, norms and embeddings always read fp32. In bf16/fp16 the fp32 blob
+ * is then given back except for those small tensors: they move into a compact fp32 buffer
+ * (f32_off maps a tensor to its place there), so the weights hold ~0.5x the fp32 bytes, not 1.5x.
  * Activations (alloc ACT_DT_ACT) are fp32 for fp32/tf32 and bf16/fp16 otherwise.
  *
  * Graphs: the first step of a key runs eagerly (begin_capture returns 0 without capturing), so
@@ -78,7 +80,8 @@ typedef struct {
     size_t conv_ws_bytes;           /* the most any plan made so far needs (0: none yet) */
     int adt;                        /* activation dtype (act_dtype) */
     int wdt;                        /* dtype of GEMM/conv weights */
-    float *wf32;                    /* device copy of the fp32 blob */
+    float *wf32;                    /* device copy of the fp32 blob (bf16/fp16: compact, below) */
+    size_t *f32_off;                /* bf16/fp16: element offset in wf32 by tensor index */
     void *wlow;                     /* bf16/fp16 copy of the blob, or NULL */
     void *scratch;                  /* F32 -> activation conversion for linear inputs */
     size_t scratch_elems;
@@ -143,7 +146,11 @@ static int fail(act_backend *be) {
 static int dt_of(const cuda_ctx *c, act_dtype dt) { return dt == ACT_DT_ACT ? c->adt : (int)dt; }
 
 static const float *wf(act_backend *be, const act_tensor *t) {
-    return t ? CTX(be)->wf32 + t->offset : NULL;
+    cuda_ctx *c = CTX(be);
+    if (!t) return NULL;
+    if (!c->f32_off) return c->wf32 + t->offset;
+    /* a tensor kept only in bf16/fp16: NULL, so a misuse faults instead of reading another */
+    return c->f32_off[t->index] == (size_t)-1 ? NULL : c->wf32 + c->f32_off[t->index];
 }
 /* GEMM/conv weight pointer at element offset off (in the precision's weight copy) */
 static const void *wlow(act_backend *be, size_t off) {
@@ -261,6 +268,75 @@ static int filters_to_krsc(act_backend *be, const act_model *m) {
     return rc;
 }
 
+/* The tensors bf16/fp16 sessions read only in that type: every conv filter and linear weight.
+ * A tensor left out here only costs its fp32 bytes; it is never read wrong. */
+static void mark_low_only(const act_model *m, unsigned char *low) {
+    for (int t = 0; t < m->n_trunks; t++) {
+        const act_trunk *tr = &m->trunks[t];
+        low[tr->conv1.w->index] = low[tr->kp_w->index] = low[tr->out_w->index] = 1;
+        for (int l = 0; l < 4; l++)
+            for (int b = 0; b < 2; b++) {
+                const act_block *bl = &tr->blocks[l][b];
+                low[bl->conv1.w->index] = low[bl->conv2.w->index] = 1;
+                if (bl->has_down) low[bl->down.w->index] = 1;
+            }
+    }
+    const act_linear *lin[] = {&m->enc_qpos, &m->enc_action, &m->latent_proj, &m->latent_out,
+                               &m->dec_qpos, &m->visual_proj, &m->action_head};
+    for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++)
+        if (lin[i]->w) low[lin[i]->w->index] = 1;
+    for (int i = 0; i < m->cfg.enc_layers; i++) {
+        const act_enc_layer *e = &m->enc[i];
+        low[e->attn.qkv.w->index] = low[e->attn.out.w->index] = 1;
+        low[e->ff1.w->index] = low[e->ff2.w->index] = 1;
+    }
+    for (int i = 0; i < m->cfg.dec_layers; i++) {
+        const act_dec_layer *d = &m->dec[i];
+        low[d->self_attn.qkv.w->index] = low[d->self_attn.out.w->index] = 1;
+        low[d->cross_attn.qkv.w->index] = low[d->cross_attn.out.w->index] = 1;
+        low[d->ff1.w->index] = low[d->ff2.w->index] = 1;
+    }
+}
+
+/* bf16/fp16: keep in fp32 only the tensors read in fp32 (see mark_low_only), packed into a new
+ * buffer; the full fp32 blob is freed. */
+static int compact_f32(act_backend *be, const act_model *m) {
+    cuda_ctx *c = CTX(be);
+    BE_ERR;
+    const act_weights *w = m->w;
+    unsigned char *low = calloc((size_t)w->n_tensors + 1, 1);
+    c->f32_off = calloc((size_t)w->n_tensors + 1, sizeof *c->f32_off);
+    if (!low || !c->f32_off) {
+        free(low);
+        snprintf(be->err, sizeof be->err, "cuda load_weights: out of host memory");
+        return -1;
+    }
+    mark_low_only(m, low);
+    size_t keep = 0;
+    for (int i = 0; i < w->n_tensors; i++) {
+        c->f32_off[i] = low[i] ? (size_t)-1 : keep;
+        if (!low[i]) keep += ((size_t)w->tensors[i].numel + 15) & ~(size_t)15;   /* 64-byte aligned */
+    }
+    float *compact = NULL;
+    cudaError_t e = cudaMalloc((void **)&compact, (keep ? keep : 1) * 4);
+    for (int i = 0; i < w->n_tensors && e == cudaSuccess; i++)
+        if (!low[i] && w->tensors[i].numel)
+            e = cudaMemcpyAsync(compact + c->f32_off[i], c->wf32 + w->tensors[i].offset,
+                                (size_t)w->tensors[i].numel * 4, cudaMemcpyDeviceToDevice, c->st);
+    free(low);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->st);   /* the old blob is read until here */
+    if (e != cudaSuccess) {
+        if (compact) cudaFree(compact);
+        return act_kerr(err, errlen, __FILE__, __LINE__, "compact fp32 weights",
+                        cudaGetErrorString(e));
+    }
+    cudaFree(c->wf32);
+    c->bytes -= (w->blob_elems ? w->blob_elems : 1) * 4;
+    c->wf32 = compact;
+    c->bytes += (keep ? keep : 1) * 4;
+    return 0;
+}
+
 static int cu_load_weights(act_backend *be, const act_model *m) {
     cuda_ctx *c = CTX(be);
     BE_ERR;
@@ -282,6 +358,7 @@ static int cu_load_weights(act_backend *be, const act_model *m) {
             return -1;
     }
     if (c->nhwc && filters_to_krsc(be, m)) return -1;
+    if (c->wdt != ACT_DT_F32 && compact_f32(be, m)) return -1;
     KCHECK(cudaStreamSynchronize(c->st));
     return 0;
 }
@@ -836,6 +913,7 @@ static void cu_destroy(act_backend *be) {
         free(c->jobs);
         if (c->scratch) cudaFree(c->scratch);
         if (c->wf32) cudaFree(c->wf32);
+        free(c->f32_off);
         if (c->wlow) cudaFree(c->wlow);
         if (c->conv_ws) cudaFree(c->conv_ws);
         if (c->blas_ws) cudaFree(c->blas_ws);

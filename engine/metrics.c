@@ -85,6 +85,15 @@ void act_metrics_refused(act_metrics *m, int reason)
     pthread_mutex_unlock(&m->mu);
 }
 
+void act_metrics_memory(act_metrics *m, size_t weights, size_t activations, size_t workspace)
+{
+    pthread_mutex_lock(&m->mu);
+    m->mem_weights = weights;
+    m->mem_activations = activations;
+    m->mem_workspace = workspace;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void act_metrics_inflight(act_metrics *m, int delta)
 {
     pthread_mutex_lock(&m->mu);
@@ -170,6 +179,13 @@ char *act_metrics_render(act_metrics *m, int ready, int draining, size_t *len)
     for (int r = 0; r < ACT_REFUSED_N; r++)
         sb_printf(&b, "act_serve_connections_refused_total{reason=\"%s\"} %llu\n", refused_why[r],
                   (unsigned long long)m->conns_refused[r]);
+    sb_printf(&b, "# HELP act_serve_device_memory_bytes device memory the model session holds (CPU: its "
+                  "buffers), by what it holds\n# TYPE act_serve_device_memory_bytes gauge\n"
+                  "act_serve_device_memory_bytes{kind=\"weights\"} %llu\n"
+                  "act_serve_device_memory_bytes{kind=\"activations\"} %llu\n"
+                  "act_serve_device_memory_bytes{kind=\"workspace\"} %llu\n",
+              (unsigned long long)m->mem_weights, (unsigned long long)m->mem_activations,
+              (unsigned long long)m->mem_workspace);
     sb_printf(&b, "# HELP act_serve_inflight requests received and not yet answered\n"
                   "# TYPE act_serve_inflight gauge\nact_serve_inflight %lld\n", (long long)m->inflight);
     render_hist(&b, "act_serve_batch_size", "requests per forward pass", &m->batch_size);

@@ -28,6 +28,7 @@ typedef struct act_metrics {
     uint64_t errors[ACT_METRICS_MAX_CODES];  /* by act_err_code */
     uint64_t conns_total, conns_dropped;     /* accepted; closed by the server for misbehaviour */
     uint64_t conns_refused[ACT_REFUSED_N];   /* accepted only to be refused at once, by reason */
+    uint64_t mem_weights, mem_activations, mem_workspace;   /* device bytes the session holds */
     int64_t conns_open, inflight;
     act_hist batch_size, queue_wait_s, infer_s;
 } act_metrics;
@@ -41,6 +42,7 @@ void act_metrics_batch(act_metrics *m, int batch, double infer_s);
 void act_metrics_conn(act_metrics *m, int delta, int dropped);   /* +1 open, -1 close */
 void act_metrics_refused(act_metrics *m, int reason);            /* ACT_REFUSED_* */
 void act_metrics_inflight(act_metrics *m, int delta);
+void act_metrics_memory(act_metrics *m, size_t weights, size_t activations, size_t workspace);
 /* Renders the Prometheus text exposition (version 0.0.4) into a malloc'd string. */
 char *act_metrics_render(act_metrics *m, int ready, int draining, size_t *len);
 

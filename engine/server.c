@@ -269,6 +269,9 @@ int act_server_attach(act_server *s, const act_model *m, act_session *sess, act_
     if (!s->info_frame) return fail(err, errlen, "act-serve: out of memory");
     if (act_infer_warmup(s, device, err, errlen)) return -1;
     if (s->stop_flag) return fail(err, errlen, "act-serve: stopped before the model was ready");
+    act_memory mem;   /* after the warm-up, which has sized the workspaces for every batch */
+    act_session_memory(sess, &mem);
+    act_metrics_memory(&s->metrics, mem.weights, mem.activations, mem.workspace);
     if (act_infer_start(s, err, errlen)) return -1;
     atomic_store(&s->attached, 1);
     act_server_wake(s);

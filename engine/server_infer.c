@@ -212,8 +212,10 @@ void act_infer_stop(act_server *s)
 
 /* Runs every batch size the server will use with random inputs, so the first client does not
  * pay for lazy allocation, cuBLAS heuristics or CUDA graph capture: the CUDA backend runs a
- * key's first step eagerly and captures its second, so each size runs twice there. On the CPU
- * nothing is captured per size, so one step at batch 1 suffices. */
+ * key's first step eagerly and captures its second, so each size runs twice there - first every
+ * size eagerly, then every size captured, because an eager step that grows the conv workspace
+ * drops the graphs captured before it. On the CPU nothing is captured per size, so one step at
+ * batch 1 suffices. */
 int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
 {
     const act_config *c = s->cfg;
@@ -236,7 +238,7 @@ int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
     int last = dev == ACT_DEVICE_CUDA ? s->o.max_batch : 1, rc = 0;
     int reps = dev == ACT_DEVICE_CUDA ? 2 : 1;
     for (int r = 0; r < reps * last && !rc && !s->stop_flag; r++) {
-        int n = r / reps + 1;
+        int n = r % last + 1;
         act_inputs in;
         act_outputs out;
         memset(&in, 0, sizeof in);

@@ -1,7 +1,7 @@
 /* session.c - a model bound to a backend: create, run, profile, free.
  * defines: act_session_default_opts, act_session_create, act_session_free, act_run,
  *          act_session_profile, act_session_stage_ms, act_session_device_name,
- *          act_session_device_bytes, act_stage_name
+ *          act_session_device_bytes, act_session_memory, act_stage_name
  *
  * act_run is the only door from the caller's memory into a step: it checks every input (batch
  * range, a frame buffer per camera, finite qpos and actions), copies the inputs into the
@@ -22,6 +22,7 @@ struct act_session {
     int profile;
     int have_stages;
     double stage_ms[ACT_STAGE_COUNT];
+    size_t weight_bytes, activation_bytes;   /* device bytes load_weights and act_fwd_create took */
 };
 
 const char *act_stage_name(act_stage st) {
@@ -67,16 +68,20 @@ int act_session_create(const act_model *m, const act_session_opts *opts, act_ses
         free(s);
         return -1;
     }
+    size_t before = s->be->device_bytes(s->be);
     if (s->be->load_weights(s->be, m)) {
         act_errf(err, errlen, "act_session_create: %s backend: loading weights: %s", s->be->name,
                  s->be->err);
         act_session_free(s);
         return -1;
     }
+    s->weight_bytes = s->be->device_bytes(s->be) - before;
+    before = s->be->device_bytes(s->be);
     if (act_fwd_create(s->be, m, o.max_batch, &s->fwd, err, errlen)) {
         act_session_free(s);
         return -1;
     }
+    s->activation_bytes = s->be->device_bytes(s->be) - before;
     *out = s;
     return 0;
 }
@@ -179,3 +184,12 @@ int act_session_stage_ms(act_session *s, double ms[ACT_STAGE_COUNT]) {
 
 const char *act_session_device_name(const act_session *s) { return s ? s->be->device_name : ""; }
 size_t act_session_device_bytes(const act_session *s) { return s ? s->be->device_bytes(s->be) : 0; }
+
+void act_session_memory(const act_session *s, act_memory *m) {
+    memset(m, 0, sizeof *m);
+    if (!s) return;
+    m->total = s->be->device_bytes(s->be);
+    m->weights = s->weight_bytes;
+    m->activations = s->activation_bytes;
+    m->workspace = m->total - m->weights - m->activations;
+}

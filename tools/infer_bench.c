@@ -400,10 +400,24 @@ typedef struct bench_report {
     const char *model_path, *device_name;
     char host_cpu[256], clocks[256], date[32];
     size_t weight_file_bytes, device_bytes, rss_bytes, input_bytes;
+    act_memory mem;                 /* what the device bytes hold */
     const batch_result *res;
     int n_res;
     const float *first_chunk;   /* [first batch][H][A] or NULL */
 } bench_report;
+
+/* ARCHITECTURE section 9's memory goals: device memory <= 1.5x the fp32 weight bytes plus the
+ * activations of the largest batch; host peak RSS <= the weight file + 200 MB (the frames the
+ * bench keeps in its input pool are the bench's, not the engine's, so they are left out) */
+static int max_batch(const bench_report *r) {
+    int b = 1;
+    for (int i = 0; i < r->n_res; i++) if (r->res[i].batch > b) b = r->res[i].batch;
+    return b;
+}
+static size_t device_goal(const bench_report *r) {
+    return (size_t)(1.5 * (double)r->cfg->n_params * 4) + r->mem.activations;
+}
+static size_t rss_goal(const bench_report *r) { return r->weight_file_bytes + ((size_t)200 << 20); }
 
 static void print_table(const bench_report *r) {
     const act_config *cfg = r->cfg;
@@ -440,6 +454,15 @@ static void print_table(const bench_report *r) {
     printf("\nmemory  device %.1f MiB held; host peak RSS %.1f MiB (weight file %.1f MiB, input pool %.1f MiB)\n",
            r->device_bytes / 1048576.0, r->rss_bytes / 1048576.0, r->weight_file_bytes / 1048576.0,
            r->input_bytes / 1048576.0);
+    printf("        device: weights %.1f, activations (batch %d) %.1f, workspaces %.1f MiB\n",
+           r->mem.weights / 1048576.0, max_batch(r), r->mem.activations / 1048576.0,
+           r->mem.workspace / 1048576.0);
+    if (r->a->device == ACT_DEVICE_CUDA)
+        printf("goal    device <= 1.5 x fp32 weights + activations = %.1f MiB: %s\n",
+               device_goal(r) / 1048576.0, r->device_bytes <= device_goal(r) ? "met" : "NOT met");
+    printf("goal    host peak RSS less the bench's input pool (%.1f MiB) <= weight file + 200 MiB = %.1f "
+           "MiB: %s\n", (r->rss_bytes - r->input_bytes) / 1048576.0, rss_goal(r) / 1048576.0,
+           r->rss_bytes - r->input_bytes <= rss_goal(r) ? "met" : "NOT met");
 }
 
 static int write_json(const bench_report *r, const char *path, char *err, size_t errlen) {
@@ -462,8 +485,14 @@ static int write_json(const bench_report *r, const char *path, char *err, size_t
             r->a->warmup, r->a->profile_iters);
     if (r->a->inputs) json_str(f, r->a->inputs); else fprintf(f, "\"generated, seed %llu\"", (unsigned long long)r->a->seed);
     fprintf(f, ",\n  \"memory\": {\"device_bytes\": %zu, \"peak_rss_bytes\": %zu, \"weight_file_bytes\": %zu, "
-               "\"weight_bytes\": %lld, \"input_pool_bytes\": %zu},\n",
-            r->device_bytes, r->rss_bytes, r->weight_file_bytes, (long long)cfg->n_params * 4, r->input_bytes);
+               "\"weight_bytes\": %lld, \"input_pool_bytes\": %zu,\n             \"device_weights_bytes\": %zu, "
+               "\"device_activations_bytes\": %zu, \"device_workspace_bytes\": %zu,\n             "
+               "\"device_goal_bytes\": %zu, \"device_goal_met\": %s, \"rss_goal_bytes\": %zu, "
+               "\"rss_goal_met\": %s},\n",
+            r->device_bytes, r->rss_bytes, r->weight_file_bytes, (long long)cfg->n_params * 4, r->input_bytes,
+            r->mem.weights, r->mem.activations, r->mem.workspace, device_goal(r),
+            r->device_bytes <= device_goal(r) ? "true" : "false", rss_goal(r),
+            r->rss_bytes - r->input_bytes <= rss_goal(r) ? "true" : "false");
     fprintf(f, "  \"results\": [\n");
     for (int i = 0; i < r->n_res; i++) {
         const batch_result *b = &r->res[i];
@@ -582,6 +611,7 @@ int act_cmd_bench(int argc, char **argv) {
     struct stat st;
     r.weight_file_bytes = stat(a.model, &st) ? 0 : (size_t)st.st_size;
     r.device_bytes = act_session_device_bytes(s);
+    act_session_memory(s, &r.mem);
     r.rss_bytes = peak_rss_bytes();
     r.input_bytes = pool.bytes;
     r.res = res;

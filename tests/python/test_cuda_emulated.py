@@ -69,6 +69,13 @@ def test_act_infer_bench_names_the_emulator_and_reports_every_field(act_infer, m
     assert rep["precision"] == "bf16" and [r["batch"] for r in rep["results"]] == [1, 3]
     for r in rep["results"]:
         assert r["latency_ms"]["p50"] > 0 and set(r["stages_ms"]) >= {"upload", "vision", "transformer"}
+    mem = rep["memory"]
+    # bf16 keeps its GEMM/conv weights only in bf16: about half the fp32 bytes, not 1.5x
+    assert 0.4 * mem["weight_bytes"] < mem["device_weights_bytes"] < 0.75 * mem["weight_bytes"], mem
+    assert mem["device_activations_bytes"] > 0 and mem["device_workspace_bytes"] > 0, mem
+    assert mem["device_bytes"] == (mem["device_weights_bytes"] + mem["device_activations_bytes"]
+                                   + mem["device_workspace_bytes"]), mem
+    assert isinstance(mem["device_goal_met"], bool) and isinstance(mem["rss_goal_met"], bool), mem
 
 
 def test_act_infer_eval_on_cuda_matches_cpu(act_infer, model, emu_env, tmp_path):
@@ -127,6 +134,8 @@ def test_act_serve_on_cuda_matches_act_infer_predict_on_cpu(act_serve, act_infer
             np.testing.assert_allclose(got_prior[t], want_prior[t], **TOL, err_msg=f"prior chunk, timestep {t}")
             np.testing.assert_allclose(got_post[t], want_post[t], **TOL, err_msg=f"posterior chunk, timestep {t}")
         assert max(batches) > 1, f"no request shared a forward pass: batches {batches}"
+        for kind in ("weights", "activations", "workspace"):
+            assert srv.metric(f'act_serve_device_memory_bytes{{kind="{kind}"}}') > 0, srv.http("/metrics")[1]
     finally:
         rc = srv.stop()
     assert rc == 0, srv.log()

@@ -186,6 +186,7 @@ def test_metrics_audit_log_and_healthz(server, tiny, tmp_path, rng):
                  "act_serve_connections 1", "act_serve_batch_size_bucket", "act_serve_queue_wait_seconds_count 1",
                  "act_serve_inference_seconds_count", "act_serve_ready 1"):
         assert name in text, text
+    assert srv.metric('act_serve_device_memory_bytes{kind="activations"}') > 0, text
     lines = audit.read_text().splitlines()
     assert len(lines) == 2 and '"status":"ok"' in lines[0] and '"status":"bad_qpos"' in lines[1], lines
 
