@@ -348,6 +348,10 @@ def goals(device, ours, peers, batches) -> list:
             out.append({"goal": f"host peak RSS ({prec}, less the input pool) <= weight file + 200 MB",
                         "ours_bytes": engine_rss, "limit_bytes": mem["weight_file_bytes"] + 200 * 2**20,
                         "met": engine_rss <= mem["weight_file_bytes"] + 200 * 2**20})
+            if device == "cuda" and "device_goal_bytes" in mem:
+                out.append({"goal": f"device memory ({prec}) <= 1.5x fp32 weights + activations of the largest batch",
+                            "ours_bytes": mem["device_bytes"], "limit_bytes": mem["device_goal_bytes"],
+                            "met": mem["device_goal_met"]})
     return out
 
 

@@ -21,11 +21,13 @@
 #              (if ops or e2e fail: the op table again with the fused epilogues off)
 #   memcheck   compute-sanitizer memcheck on full-size steps (eager, captured and replayed)
 #   racecheck  compute-sanitizer racecheck on the attention and norm kernels
+#   bench      bench/compare_torch.py --device cuda (if present): ours vs PyTorch eager/compile
+#   serve      bench/serve_load.py: act-serve on the GPU, 1/8/32 loopback clients, batching on/off
 #   fusion-ab  act-infer bench, full model, batch 1, fp32 and bf16, with the fused epilogues
 #              (cuDNN conv+bias+ReLU, cuBLASLt GEMM+bias) on and off
 #   layout-ab  act-infer bench, full model, bf16 at batch 1 and 64, feature maps NCHW vs NHWC
-#   bench      bench/compare_torch.py --device cuda (if present): ours vs PyTorch eager/compile
-#   serve      bench/serve_load.py: act-serve on the GPU, 1/8/32 loopback clients, batching on/off
+#              (the A/B rows come last and take what time is left: parity and the peer comparison
+#              matter more)
 # The last thing printed is the summary table (check, result, figure); it is also $OUT/summary.txt.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -169,46 +171,9 @@ ACT_OPS_ONLY=attention,norm,softmax ACT_OPS_PREC=fp32,bf16 ACT_OPS_BATCH=3 \
     sanitize racecheck 90 "RACECHECK SUMMARY|ERROR SUMMARY" --tool racecheck --error-exitcode 9 \
     "$BUILD/tests/test_backend_ops"
 
-# ---------------- fusion A/B: the same step with the fused epilogues on and off ----------------
-ab_p50() {   # precision env... -> "p50 ms" of act-infer bench (graphs on) at batch AB_BATCH (1)
-    local prec=$1
-    shift
-    env "$@" timeout "$(limit 40)" "$BUILD/act-infer" bench --model "$TD/full.actw" --device cuda \
-        --precision "$prec" --batch "${AB_BATCH:-1}" --iters 200 --warmup 20 --json "$OUT/ab.json" >>"$OUT/ab.log" 2>&1 &&
-        "$PY" -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; print('%.3f' % r['latency_ms']['p50'])" "$OUT/ab.json"
-}
-if ((built)) && ((have_full)) && enough 90; then
-    fig=""
-    for prec in fp32 bf16; do
-        on=$(ab_p50 $prec A=1) off=$(ab_p50 $prec ACT_CUDA_CONV_UNFUSED=1 ACT_CUDA_GEMM=gemmex)
-        fig="$fig $prec fused ${on:-?} / unfused ${off:-?} ms;"
-    done
-    # bf16 convs fuse only on request (cuDNN rounds the bias to bf16): what would it gain?
-    lp=$(ab_p50 bf16 ACT_CUDA_CONV_FUSE_LOWP=1)
-    fig="$fig bf16 +conv fusion ${lp:-?} ms"
-    row fusion-ab ok "b=1 p50:$fig"
-else
-    row fusion-ab SKIP "no build, full model or time"
-fi
-# feature-map layout: NHWC is the bf16/fp16 default on the strength of cuDNN's guidance (tensor-core
-# kernels read NHWC; NCHW adds transposes) - this row is the measurement
-if ((built)) && ((have_full)) && enough 60; then
-    fig=""
-    for b in 1 64; do
-        nchw=$(AB_BATCH=$b ab_p50 bf16 ACT_CUDA_LAYOUT=nchw) nhwc=$(AB_BATCH=$b ab_p50 bf16 ACT_CUDA_LAYOUT=nhwc)
-        fig="$fig b=$b NCHW ${nchw:-?} / NHWC ${nhwc:-?} ms;"
-    done
-    row layout-ab ok "bf16 p50:$fig"
-else
-    row layout-ab SKIP "no build, full model or time"
-fi
-# a conv cuDNN would not plan, or an epilogue it would not fuse, runs on a fallback: say which
-fb=$(grep -h "act-engine:" "$OUT"/*.log 2>/dev/null | sort | uniq -c | sort -rn | head -3 | cut -c1-160 | paste -sd'|')
-[ -n "$fb" ] && row fallbacks note "$fb"
-
 # ---------------- benchmark ----------------
-if [ -f bench/compare_torch.py ] && ((built)) && ((have_full)) && enough 60; then
-    b=$(($(left) - 10))
+if [ -f bench/compare_torch.py ] && ((built)) && ((have_full)) && enough 150; then
+    b=$(($(left) - 90))   # the rest: serving under load (40 s), then the A/B rows
     ACT_BUILD_DIR=$BUILD timeout "$b" "$PY" bench/compare_torch.py --device cuda --batch 1,256 \
         --precision fp32,bf16 --budget-s $((b - 15)) --json "$OUT/compare.json" --ckpt "$FULLW/full.pt" \
         --model "$TD/full.actw" --config "$FULLW/agent.yaml" --stats "$FULLW/dataset_stats.pkl" \
@@ -232,7 +197,7 @@ fi
 
 # ---------------- serving under load (act-serve on the GPU, loopback clients) ----------------
 if [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && [ -x "$BUILD/act-serve" ] && enough 40; then
-    timeout "$(limit 150)" "$PY" bench/serve_load.py --model "$TD/full.actw" --act-serve "$BUILD/act-serve" \
+    timeout "$(limit 50)" "$PY" bench/serve_load.py --model "$TD/full.actw" --act-serve "$BUILD/act-serve" \
         --device cuda --clients 1,8,32 --requests 50 --max-seconds 20 --json "$OUT/serve_load.json" \
         >"$OUT/serve.log" 2>&1
     rc=$?
@@ -240,6 +205,44 @@ if [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && [ -x "$BUILD/act-
 else
     row serve SKIP "no bench/serve_load.py, act-serve, full model or time"
 fi
+
+# ---------------- fusion A/B: the same step with the fused epilogues on and off ----------------
+ab_p50() {   # precision env... -> "p50 ms" of act-infer bench (graphs on) at batch AB_BATCH (1)
+    local prec=$1
+    shift
+    env "$@" timeout "$(limit 40)" "$BUILD/act-infer" bench --model "$TD/full.actw" --device cuda \
+        --precision "$prec" --batch "${AB_BATCH:-1}" --iters 200 --warmup 20 --json "$OUT/ab.json" >>"$OUT/ab.log" 2>&1 &&
+        "$PY" -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; print('%.3f' % r['latency_ms']['p50'])" "$OUT/ab.json"
+}
+if ((built)) && ((have_full)) && enough 45; then
+    fig=""
+    for prec in fp32 bf16; do
+        on=$(ab_p50 $prec A=1) off=$(ab_p50 $prec ACT_CUDA_CONV_UNFUSED=1 ACT_CUDA_GEMM=gemmex)
+        fig="$fig $prec fused ${on:-?} / unfused ${off:-?} ms;"
+    done
+    # bf16 convs fuse only on request (cuDNN rounds the bias to bf16): what would it gain?
+    lp=$(ab_p50 bf16 ACT_CUDA_CONV_FUSE_LOWP=1)
+    fig="$fig bf16 +conv fusion ${lp:-?} ms"
+    row fusion-ab ok "b=1 p50:$fig"
+else
+    row fusion-ab SKIP "no build, full model or time"
+fi
+# feature-map layout: NHWC is the bf16/fp16 default on the strength of cuDNN's guidance (tensor-core
+# kernels read NHWC; NCHW adds transposes) - this row is the measurement
+if ((built)) && ((have_full)) && enough 30; then
+    fig=""
+    for b in 1 64; do
+        nchw=$(AB_BATCH=$b ab_p50 bf16 ACT_CUDA_LAYOUT=nchw) nhwc=$(AB_BATCH=$b ab_p50 bf16 ACT_CUDA_LAYOUT=nhwc)
+        fig="$fig b=$b NCHW ${nchw:-?} / NHWC ${nhwc:-?} ms;"
+    done
+    row layout-ab ok "bf16 p50:$fig"
+else
+    row layout-ab SKIP "no build, full model or time"
+fi
+# a conv cuDNN would not plan, or an epilogue it would not fuse, runs on a fallback: say which
+fb=$(grep -h "act-engine:" "$OUT"/*.log 2>/dev/null | sort | uniq -c | sort -rn | head -3 | cut -c1-160 | paste -sd'|')
+[ -n "$fb" ] && row fallbacks note "$fb"
+
 
 echo
 echo "==== device_check summary ($(($SECONDS - T0)) s, logs in $OUT) ===="
