@@ -4,7 +4,8 @@
  * bad dimensions give INVALID_VALUE, type combinations cuBLAS has no kernel for give
  * NOT_SUPPORTED, and an operand outside device memory is a fault (on a GPU the kernel would
  * read a host address). The product itself is queued on the handle's stream with emu_enqueue,
- * so it runs in stream order and is recorded when the stream is being captured into a graph.
+ * so it runs in stream order and is recorded when the stream is being captured into a graph;
+ * the operands and the workspace are re-checked at every run (a replay after a free faults).
  *
  * Numerics: operands are widened to fp32 - after rounding fp32 operands to TF32 (or fp16/bf16
  * for the FAST_16F/16BF compute types) the way tensor cores read them - and multiplied with
@@ -105,10 +106,12 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
     if (Atype != CUDA_R_32F) rnd = EMU_ROUND_NONE; /* 16-bit operands are exact in any of them */
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
     int kk = k > 0;
-    if (!emu_on_device("cublasGemmEx", "operand A", A, kk ? extent(ar, ac, lda, Atype) : 0) ||
-        !emu_on_device("cublasGemmEx", "operand B", B, kk ? extent(br, bc, ldb, Btype) : 0) ||
-        !emu_on_device("cublasGemmEx", "operand C", C, extent(m, n, ldc, Ctype)) ||
-        !emu_on_device("cublasGemmEx", "the workspace", handle->ws, handle->ws_bytes))
+    const char *call = "cublasGemmEx";
+    emu_operands used;
+    if (!emu_on_device(call, "operand A", A, kk ? extent(ar, ac, lda, Atype) : 0, &used) ||
+        !emu_on_device(call, "operand B", B, kk ? extent(br, bc, ldb, Btype) : 0, &used) ||
+        !emu_on_device(call, "operand C", C, extent(m, n, ldc, Ctype), &used) ||
+        !emu_on_device(call, "the workspace", handle->ws, handle->ws_bytes, &used))
         return CUBLAS_STATUS_EXECUTION_FAILED;
 
     const float al = *(const float *)alpha, be = *(const float *)beta;
@@ -149,7 +152,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
                 for (int i = 0; i < m; i++)
                     emu_store(C, Ctype, (size_t)j * ldc + i, c32[(size_t)j * m + i]);
     };
-    return emu_enqueue(handle->stream, "cublasGemmEx", op) == cudaSuccess
+    return emu_enqueue(handle->stream, call, op, std::move(used)) == cudaSuccess
                ? CUBLAS_STATUS_SUCCESS
                : CUBLAS_STATUS_EXECUTION_FAILED;
 }

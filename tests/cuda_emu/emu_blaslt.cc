@@ -4,7 +4,8 @@
  *
  * Checked as emu_blas.cc checks cublasGemmEx: dimensions that do not fit together give
  * INVALID_VALUE, type combinations without a kernel NOT_SUPPORTED, and an operand, bias or
- * workspace outside device memory is a fault. Descriptor attributes must come with their exact
+ * workspace outside device memory is a fault (at the call, and before every run if it was freed
+ * since). Descriptor attributes must come with their exact
  * size, as the real library demands. The heuristic returns one algorithm when the problem is
  * supported; the algorithm remembers the alignments the preference allowed and the problem it
  * was chosen for, and cublasLtMatmul refuses (NOT_SUPPORTED) a call whose pointers are less
@@ -360,13 +361,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     if (p.m == 0 || p.n == 0) return CUBLAS_STATUS_SUCCESS;
     const float al = *(const float *)alpha, be = *(const float *)beta;
     int kk = p.k > 0;
-    if (!emu_on_device("cublasLtMatmul", "operand A", A, kk ? extent(a) : 0) ||
-        !emu_on_device("cublasLtMatmul", "operand B", B, kk ? extent(b) : 0) ||
-        !emu_on_device("cublasLtMatmul", "operand C", C, be != 0.0f ? extent(c) : 0) ||
-        !emu_on_device("cublasLtMatmul", "operand D", D, extent(dd)) ||
+    emu_operands used;
+    if (!emu_on_device("cublasLtMatmul", "operand A", A, kk ? extent(a) : 0, &used) ||
+        !emu_on_device("cublasLtMatmul", "operand B", B, kk ? extent(b) : 0, &used) ||
+        !emu_on_device("cublasLtMatmul", "operand C", C, be != 0.0f ? extent(c) : 0, &used) ||
+        !emu_on_device("cublasLtMatmul", "operand D", D, extent(dd), &used) ||
         !emu_on_device("cublasLtMatmul", "the bias", d.bias,
-                       has_bias ? p.m * type_size((cudaDataType_t)p.bias_type) : 0) ||
-        !emu_on_device("cublasLtMatmul", "the workspace", workspace, g.ws))
+                       has_bias ? p.m * type_size((cudaDataType_t)p.bias_type) : 0, &used) ||
+        !emu_on_device("cublasLtMatmul", "the workspace", workspace, g.ws, &used))
         return CUBLAS_STATUS_EXECUTION_FAILED;
 
     const layout la = *a, lb = *b, lc = *c, ld = *dd;
@@ -390,7 +392,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                 emu_store(D, ld.type, j * ld.ld + i, v);
             }
     };
-    return emu_enqueue(stream, "cublasLtMatmul", op) == cudaSuccess
+    return emu_enqueue(stream, "cublasLtMatmul", op, std::move(used)) == cudaSuccess
                ? CUBLAS_STATUS_SUCCESS
                : CUBLAS_STATUS_EXECUTION_FAILED;
 }

@@ -4,7 +4,9 @@
  * as the real library does before it launches: inconsistent shapes give BAD_PARAM,
  * configurations cuDNN (or this emulator) has no kernel for give NOT_SUPPORTED, an operand
  * outside device memory is a fault. The work is queued on the handle's stream with emu_enqueue
- * and captures the descriptors by value, so a graph replays exactly what was recorded.
+ * and captures the descriptors by value, so a graph replays exactly what was recorded; the
+ * operands and the workspace are re-checked at every run, so a replay after one was freed
+ * faults.
  *
  * The heuristics imitate cuDNN's shape: several entries, a non-GEMM algorithm first for FLOAT
  * data (conv.cu's fp32 mode must skip it), tensor-op entries for HALF/BFLOAT16, each with the
@@ -229,7 +231,8 @@ static cudnnStatus_t convolve(const char *call, cudnnHandle_t h, const void *alp
                               const emu_dnn_tensor *xd, const void *x, const emu_dnn_filter *wd,
                               const void *w, const emu_dnn_conv *cd,
                               cudnnConvolutionFwdAlgo_t algo, void *ws, size_t ws_size,
-                              const emu_dnn_tensor *yd, void *y, conv_job *j) {
+                              const emu_dnn_tensor *yd, void *y, conv_job *j,
+                              emu_operands *used) {
     if (!h || !alpha) return CUDNN_STATUS_BAD_PARAM;
     cudnnStatus_t st = make_shape(xd, wd, cd, yd, &j->s);
     if (st != CUDNN_STATUS_SUCCESS) return st;
@@ -239,10 +242,10 @@ static cudnnStatus_t convolve(const char *call, cudnnHandle_t h, const void *alp
     if (ws_size < need || (need > 0 && !ws)) return CUDNN_STATUS_BAD_PARAM;
     const conv_shape &s = j->s;
     size_t es = type_size(s.t);
-    if (!emu_on_device(call, "x", x, (size_t)s.N * s.C * s.H * s.W * es) ||
-        !emu_on_device(call, "w", w, (size_t)s.K * s.C * s.R * s.S * es) ||
-        !emu_on_device(call, "y", y, (size_t)s.N * s.K * s.Ho * s.Wo * es) ||
-        !emu_on_device(call, "the workspace", ws, need))
+    if (!emu_on_device(call, "x", x, (size_t)s.N * s.C * s.H * s.W * es, used) ||
+        !emu_on_device(call, "w", w, (size_t)s.K * s.C * s.R * s.S * es, used) ||
+        !emu_on_device(call, "y", y, (size_t)s.N * s.K * s.Ho * s.Wo * es, used) ||
+        !emu_on_device(call, "the workspace", ws, need, used))
         return CUDNN_STATUS_EXECUTION_FAILED;
     j->tf32 = s.t == CUDNN_DATA_FLOAT && cd->math != CUDNN_FMA_MATH;
     j->alpha = *(const float *)alpha;
@@ -255,12 +258,14 @@ static cudnnStatus_t convolve(const char *call, cudnnHandle_t h, const void *alp
     return CUDNN_STATUS_SUCCESS;
 }
 
-static cudnnStatus_t enqueue(cudnnHandle_t h, const char *call, const conv_job &j) {
+static cudnnStatus_t enqueue(cudnnHandle_t h, const char *call, const conv_job &j,
+                             emu_operands used) {
     auto op = [j]() {
         run_conv(j);
     };
-    return emu_enqueue(h->stream, call, op) == cudaSuccess ? CUDNN_STATUS_SUCCESS
-                                                           : CUDNN_STATUS_EXECUTION_FAILED;
+    return emu_enqueue(h->stream, call, op, std::move(used)) == cudaSuccess
+               ? CUDNN_STATUS_SUCCESS
+               : CUDNN_STATUS_EXECUTION_FAILED;
 }
 
 template <class T> static cudnnStatus_t create(T **d) {
@@ -457,12 +462,13 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void *alpha,
                                       const cudnnTensorDescriptor_t yDesc, void *y) {
     const char *call = "cudnnConvolutionForward";
     conv_job j{};
+    emu_operands used;
     if (!beta) return CUDNN_STATUS_BAD_PARAM;
     cudnnStatus_t st = convolve(call, handle, alpha, xDesc, x, wDesc, w, convDesc, algo,
-                                workSpace, workSpaceSizeInBytes, yDesc, y, &j);
+                                workSpace, workSpaceSizeInBytes, yDesc, y, &j, &used);
     if (st != CUDNN_STATUS_SUCCESS) return st;
     j.beta = *(const float *)beta;
-    return enqueue(handle, call, j);
+    return enqueue(handle, call, j, std::move(used));
 }
 
 cudnnStatus_t cudnnCreateActivationDescriptor(cudnnActivationDescriptor_t *desc) {
@@ -505,12 +511,13 @@ cudnnStatus_t cudnnConvolutionBiasActivationForward(
     if (activationDesc->mode == CUDNN_ACTIVATION_IDENTITY &&
         algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM)
         return CUDNN_STATUS_NOT_SUPPORTED;
+    emu_operands used;
     cudnnStatus_t st = convolve(call, handle, alpha1, xDesc, x, wDesc, w, convDesc, algo,
-                                workSpace, workSpaceSizeInBytes, yDesc, y, &j);
+                                workSpace, workSpaceSizeInBytes, yDesc, y, &j, &used);
     if (st != CUDNN_STATUS_SUCCESS) return st;
     size_t es = type_size(j.s.t);
-    if (!emu_on_device(call, "z", z, (size_t)j.s.N * j.s.K * j.s.Ho * j.s.Wo * es) ||
-        !emu_on_device(call, "bias", bias, (size_t)j.s.K * es))
+    if (!emu_on_device(call, "z", z, (size_t)j.s.N * j.s.K * j.s.Ho * j.s.Wo * es, &used) ||
+        !emu_on_device(call, "bias", bias, (size_t)j.s.K * es, &used))
         return CUDNN_STATUS_EXECUTION_FAILED;
     j.fused = 1;
     j.alpha2 = *(const float *)alpha2;
@@ -519,7 +526,7 @@ cudnnStatus_t cudnnConvolutionBiasActivationForward(
     j.bias = bias;
     j.act = activationDesc->mode;
     j.nan = activationDesc->nan;
-    return enqueue(handle, call, j);
+    return enqueue(handle, call, j, std::move(used));
 }
 
 }

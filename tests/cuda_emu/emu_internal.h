@@ -8,17 +8,34 @@
 #include <vector>
 #include "cuda_runtime.h"
 
+/* The device operands of one recorded operation: the allocation each pointed into when the
+ * call was made. An operation runs later than its call (deferred streams) and a captured one
+ * runs again at every graph replay, with the pointers of capture time; each run first checks
+ * that every remembered allocation is still the live one, and faults instead of running when
+ * one was freed since (on a GPU: a graph replayed after cudaFree corrupts memory silently). */
+struct emu_operand {
+    const char *what;               /* "the workspace", "operand A"; "argument" for kernels */
+    int arg;                        /* a kernel argument's position, from 1; 0 for the others */
+    const void *p;
+    unsigned long long alloc;       /* the serial number of the allocation p pointed into */
+};
+typedef std::vector<emu_operand> emu_operands;
+
 /* Every stream operation goes through here: `op` runs later, in stream order (streams are
  * deferred until something synchronizes), or is recorded into a graph when the stream is
- * capturing. `what` names it in traces and errors. Returns cudaSuccess or the error the real
- * runtime would give (a bad stream handle, a sticky fault, a capture already invalidated). */
-cudaError_t emu_enqueue(cudaStream_t st, const char *what, std::function<void(void)> op);
+ * capturing. `what` names it in traces and errors; `operands` (from emu_on_device) are
+ * re-checked before every run. Returns cudaSuccess or the error the real runtime would give (a
+ * bad stream handle, a sticky fault, a capture already invalidated). */
+cudaError_t emu_enqueue(cudaStream_t st, const char *what, std::function<void(void)> op,
+                        emu_operands operands);
 
 /* 1 when [p, p + bytes) lies inside one live cudaMalloc allocation */
 int emu_is_device_range(const void *p, size_t bytes);
 /* the same check for an operand of a library call: 0 after reporting a fault that names the
- * call and the operand (a real GPU faults on a host pointer) */
-int emu_on_device(const char *call, const char *what, const void *p, size_t bytes);
+ * call and the operand (a real GPU faults on a host pointer). When it passes (and bytes > 0)
+ * the operand is appended to *keep, for emu_enqueue to re-check at every run. */
+int emu_on_device(const char *call, const char *what, const void *p, size_t bytes,
+                  emu_operands *keep);
 
 /* A device-side fault found while an operation runs (an out-of-range access, an unsupported
  * combination): printed to stderr with the operation's name and made sticky, so every later

@@ -29,6 +29,13 @@
  *  - A kernel argument that points into host memory, a launch configuration CUDA would refuse
  *    (block > 1024 threads, grid.y/z > 65535, dynamic shared memory > 48 KB, a zero dimension),
  *    a CUDA call from inside a host function: reported with the kernel's name.
+ *  - Every operation remembers which live allocation each of its device pointers pointed into
+ *    at the call (kernel arguments, library operands and workspaces, async copy and memset
+ *    ranges) and checks before each run - deferred, and every replay of a captured graph -
+ *    that it is still that allocation: a graph replayed after cudaFree of one of its buffers
+ *    faults (a GPU would corrupt memory silently). Allocations carry serial numbers, so a new
+ *    one at the freed address does not hide it. cudaFree waits for the device first, as the
+ *    real one does, so work already queued on a buffer runs before the buffer goes.
  *  - Faults found while an operation runs are sticky, as on a GPU: every later call returns
  *    cudaErrorIllegalAddress. Each fault is printed to stderr ("cuda-emu: ...").
  * Not emulated: concurrency between streams (they run in call order), timing (events read the
@@ -82,6 +89,15 @@ struct Op {
     std::string what;
     const char *kind;               /* "kernel", "gemm", "conv", "memcpy", "memset", "host", "event" */
     std::function<void(void)> fn;
+    /* device operands re-checked before every run; shared, as a graph replay copies its nodes */
+    std::shared_ptr<const emu_operands> operands;
+};
+
+/* a registered block of memory; serial numbers tell a freed allocation from a later one that
+ * got the same address */
+struct Block {
+    size_t bytes;
+    unsigned long long serial;
 };
 
 struct Stream {
@@ -107,8 +123,9 @@ emu_stream g_null;                               /* the legacy default stream (h
 std::set<emu_stream *> g_streams;
 std::set<emu_event *> g_events;
 std::set<emu_graph_exec *> g_execs;
-std::map<uintptr_t, size_t> g_dev, g_pinned;     /* base -> bytes */
+std::map<uintptr_t, Block> g_dev, g_pinned;      /* by base address */
 size_t g_dev_bytes;
+unsigned long long g_serial;                     /* of the last allocation */
 cudaError_t g_sticky = cudaSuccess;
 thread_local cudaError_t t_last = cudaSuccess;
 thread_local bool t_in_host_fn = false;
@@ -151,15 +168,40 @@ emu_stream *resolve(cudaStream_t st) {
     return g_streams.count(st) ? st : nullptr;
 }
 
-/* which registered block holds p; size 0 when none. Pointers one past the end count as inside. */
-const std::pair<const uintptr_t, size_t> *find_in(const std::map<uintptr_t, size_t> &m,
-                                                  const void *p) {
+/* which registered block holds p; nullptr when none. Pointers one past the end count as inside. */
+const std::pair<const uintptr_t, Block> *find_in(const std::map<uintptr_t, Block> &m,
+                                                 const void *p) {
     uintptr_t a = (uintptr_t)p;
     auto it = m.upper_bound(a);
     if (it == m.begin()) return nullptr;
     --it;
-    if (a <= it->first + it->second) return &*it;
+    if (a <= it->first + it->second.bytes) return &*it;
     return nullptr;
+}
+
+/* appends p to *keep when it points into (not one past) a live device allocation */
+void remember(const char *what, int arg, const void *p, emu_operands *keep) {
+    auto *b = find_in(g_dev, p);
+    if (b && (uintptr_t)p < b->first + b->second.bytes)
+        keep->push_back(emu_operand{what, arg, p, b->second.serial});
+}
+
+/* before an operation runs: is every operand's allocation still the one of the call? */
+bool operands_live(const Op &op) {
+    for (const emu_operand &o : *op.operands) {
+        auto *b = find_in(g_dev, o.p);
+        if (b && b->second.serial == o.alloc) continue;
+        bool kernel = !strcmp(op.kind, "kernel");
+        if (kernel)
+            emu_fault("kernel %s, %s %d (%p) points into device memory freed since the launch "
+                      "was recorded (a graph replayed after cudaFree?)", op.what.c_str(), o.what,
+                      o.arg, o.p);
+        else
+            emu_fault("%s (%p) points into device memory freed since the call was recorded (a "
+                      "graph replayed after cudaFree?)", o.what, o.p);
+        return false;
+    }
+    return true;
 }
 
 /* calls that block the host or allocate are forbidden while this thread captures */
@@ -198,8 +240,10 @@ void run_ops(std::vector<Op> &ops) {
     for (auto &op : ops) {
         if (g_sticky != cudaSuccess) break;      /* a faulted context runs nothing more */
         g_running = op.what.c_str();
-        g_counts[op.kind]++;
-        op.fn();
+        if (!op.operands || operands_live(op)) {          /* else faulted: nothing more runs */
+            g_counts[op.kind]++;
+            op.fn();
+        }
         g_running = "";
     }
 }
@@ -216,8 +260,9 @@ void flush_all() {
 }
 
 cudaError_t enqueue_op(emu_stream *s, const char *kind, std::string what,
-                       std::function<void(void)> fn) {
-    Op op{std::move(what), kind, std::move(fn)};
+                       std::function<void(void)> fn, emu_operands operands = {}) {
+    Op op{std::move(what), kind, std::move(fn), nullptr};
+    if (!operands.empty()) op.operands = std::make_shared<const emu_operands>(std::move(operands));
     if (s->capturing) {
         if (s->cap_invalid) return cudaErrorStreamCaptureInvalidated;
         s->cap_ops.push_back(std::move(op));
@@ -515,15 +560,9 @@ unsigned long long emu_shfl_raw(unsigned mask, unsigned long long v, int src_lan
 
 void *emu_dyn_smem(void) { return g_smem.data(); }
 
-const char *emu_check_kernel_pointer(const void *p) {
-    std::lock_guard<std::recursive_mutex> lk(g_mu);
-    if (!p || find_in(g_dev, p)) return nullptr;
-    if (find_in(g_pinned, p)) return "pinned host memory (cudaMallocHost)";
-    return "host memory";
-}
-
 cudaError_t emu_submit_launch(const char *name, dim3 grid, dim3 block, size_t smem,
-                              cudaStream_t st, emu_thread_fn fn, const char *bad_arg) {
+                              cudaStream_t st, emu_thread_fn fn, const emu_ptr_arg *ptrs,
+                              int nptrs) {
     API_ENTRY();
     emu_stream *s = resolve(st);
     if (!s) return ret(cudaErrorInvalidResourceHandle);
@@ -542,33 +581,50 @@ cudaError_t emu_submit_launch(const char *name, dim3 grid, dim3 block, size_t sm
         if (s->capturing) s->cap_invalid = true;
         return ret(cudaErrorInvalidConfiguration);
     }
-    if (bad_arg) {
-        emu_fault("kernel %s was given a pointer to %s as an argument", name, bad_arg);
+    emu_operands operands;
+    for (int i = 0; i < nptrs; i++) {
+        const void *p = ptrs[i].p;
+        /* NULL and device pointers (one past the end included) are fine; the ones inside an
+         * allocation are re-checked when the launch runs */
+        if (!p || find_in(g_dev, p)) {
+            remember("argument", ptrs[i].pos, p, &operands);
+            continue;
+        }
+        emu_fault("kernel %s was given a pointer to %s as argument %d", name,
+                  find_in(g_pinned, p) ? "pinned host memory (cudaMallocHost)" : "host memory",
+                  ptrs[i].pos);
         return cudaSuccess;                       /* the launch itself succeeds, as on a GPU */
     }
     std::string nm(name);
     return ret(enqueue_op(s, "kernel", nm, [nm, grid, block, smem, fn]() {
         run_kernel(nm.c_str(), grid, block, smem, fn);
-    }));
+    }, std::move(operands)));
 }
 
 /* ---------------- emu_internal.h ---------------- */
 
-cudaError_t emu_enqueue(cudaStream_t st, const char *what, std::function<void(void)> op) {
+cudaError_t emu_enqueue(cudaStream_t st, const char *what, std::function<void(void)> op,
+                        emu_operands operands) {
     API_ENTRY();
     emu_stream *s = resolve(st);
     if (!s) return ret(cudaErrorInvalidResourceHandle);
-    return ret(enqueue_op(s, what, what, std::move(op)));
+    return ret(enqueue_op(s, what, what, std::move(op), std::move(operands)));
 }
 
 int emu_is_device_range(const void *p, size_t bytes) {
     std::lock_guard<std::recursive_mutex> lk(g_mu);
     auto *b = find_in(g_dev, p);
-    return b && (uintptr_t)p + bytes <= b->first + b->second;
+    return b && (uintptr_t)p + bytes <= b->first + b->second.bytes;
 }
 
-int emu_on_device(const char *call, const char *what, const void *p, size_t bytes) {
-    if (bytes == 0 || emu_is_device_range(p, bytes)) return 1;
+int emu_on_device(const char *call, const char *what, const void *p, size_t bytes,
+                  emu_operands *keep) {
+    if (bytes == 0) return 1;
+    if (emu_is_device_range(p, bytes)) {
+        std::lock_guard<std::recursive_mutex> lk(g_mu);
+        remember(what, 0, p, keep);
+        return 1;
+    }
     emu_fault("%s: %s (%zu bytes at %p) is not in device memory", call, what, bytes, p);
     return 0;
 }
@@ -686,7 +742,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
     void *q = nullptr;
     if (posix_memalign(&q, 256, bytes)) return ret(cudaErrorMemoryAllocation);
     memset(q, 0xff, bytes);
-    g_dev[(uintptr_t)q] = bytes;
+    g_dev[(uintptr_t)q] = Block{bytes, ++g_serial};
     g_dev_bytes += bytes;
     *p = q;
     return cudaSuccess;
@@ -702,7 +758,7 @@ cudaError_t cudaFree(void *p) {
         return ret(cudaErrorInvalidValue);
     }
     flush_all();                                  /* cudaFree waits for the device */
-    g_dev_bytes -= it->second;
+    g_dev_bytes -= it->second.bytes;
     g_dev.erase(it);
     free(p);
     return ret(g_sticky);
@@ -714,7 +770,7 @@ cudaError_t cudaMallocHost(void **p, size_t bytes) {
     if (capture_forbids("cudaMallocHost")) return cudaErrorStreamCaptureUnsupported;
     void *q = nullptr;
     if (posix_memalign(&q, 4096, bytes ? bytes : 1)) return ret(cudaErrorMemoryAllocation);
-    g_pinned[(uintptr_t)q] = bytes ? bytes : 1;
+    g_pinned[(uintptr_t)q] = Block{bytes ? bytes : 1, ++g_serial};
     *p = q;
     return cudaSuccess;
 }
@@ -758,7 +814,7 @@ cudaError_t check_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
 
 bool pinned_range(const void *p, size_t bytes) {
     auto *b = find_in(g_pinned, p);
-    return b && (uintptr_t)p + bytes <= b->first + b->second;
+    return b && (uintptr_t)p + bytes <= b->first + b->second.bytes;
 }
 
 }  // namespace
@@ -798,16 +854,21 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
         s->cap_invalid = true;
         return ret(cudaErrorStreamCaptureUnsupported);
     }
+    emu_operands operands;
+    remember("the destination", 0, dst, &operands);
+    remember("the source", 0, src, &operands);
     if (pageable && kind == cudaMemcpyHostToDevice) {     /* staged now, lands in stream order */
         auto staged = std::make_shared<std::vector<unsigned char>>((const unsigned char *)src,
                                                                     (const unsigned char *)src + bytes);
         return ret(enqueue_op(s, "memcpy", "cudaMemcpyAsync H2D (pageable)",
-                              [dst, staged]() { memcpy(dst, staged->data(), staged->size()); }));
+                              [dst, staged]() { memcpy(dst, staged->data(), staged->size()); },
+                              std::move(operands)));
     }
     static const char *dir[5] = {"H2H", "H2D", "D2H", "D2D", "default"};
     char what[96];
     snprintf(what, sizeof what, "cudaMemcpyAsync %s %zu bytes", dir[kind <= 4 ? kind : 4], bytes);
-    e = enqueue_op(s, "memcpy", what, [dst, src, bytes]() { memmove(dst, src, bytes); });
+    e = enqueue_op(s, "memcpy", what, [dst, src, bytes]() { memmove(dst, src, bytes); },
+                   std::move(operands));
     if (e) return ret(e);
     if (pageable && kind == cudaMemcpyDeviceToHost) flush(s);   /* returns when it has landed */
     return ret(g_sticky);
@@ -824,8 +885,10 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t st) {
         if (s->capturing) s->cap_invalid = true;
         return ret(cudaErrorInvalidValue);
     }
+    emu_operands operands;
+    remember("the destination", 0, p, &operands);
     return ret(enqueue_op(s, "memset", "cudaMemsetAsync",
-                          [p, value, bytes]() { memset(p, value, bytes); }));
+                          [p, value, bytes]() { memset(p, value, bytes); }, std::move(operands)));
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *st, unsigned flags) {

@@ -11,10 +11,16 @@
  * their storage type, so the reference sees exactly the stored values; the TF32 cases round
  * them with this file's own TF32 rounding and also check that the rounding really changed the
  * result (their error against the unrounded reference is over ten times the exact mode's).
- * The fault checks run last: a fault is sticky, as on a GPU. Exit 0 pass, 1 fail. */
+ * Graphs replayed after an operand or a workspace was freed must fault (each in a forked child,
+ * its stderr checked for the message); the same graphs replayed with everything live must give
+ * the eager call's result bit for bit. The other fault checks run last: a fault is sticky, as on
+ * a GPU. Exit 0 pass, 1 fail. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <functional>
+#include <initializer_list>
 #include <vector>
 #include <cublas_v2.h>
 #include <cublasLt.h>
@@ -938,6 +944,184 @@ static void conv_errors(cudnnHandle_t h) {
     free_descs(&d);
 }
 
+/* ---------------- graph replays after a free ---------------- */
+
+static cudnnHandle_t g_dh;
+static cublasHandle_t g_bh;
+static cublasLtHandle_t g_lt;
+static const char *kStale = "points into device memory freed since the call was recorded "
+                            "(a graph replayed after cudaFree?)";
+
+/* a 3x3 convolution (fp32, PRECOMP_GEMM, which needs a workspace) and its buffers */
+struct conv_setup {
+    descs d;
+    void *x, *w, *y, *bias, *ws;
+    size_t need, ny;
+};
+static int conv_setup_make(conv_setup *c) {
+    conv_args g = {CUDNN_DATA_FLOAT, CUDNN_FMA_MATH, 2, 3, 9, 9, 4, 3, 1, 1, 1, 1, 0, 0, 0, 0};
+    if (!make_descs(g, &c->d)) return 0;
+    c->ny = (size_t)2 * 4 * c->d.Ho * c->d.Wo;
+    c->x = to_device(rand_vec(2 * 3 * 9 * 9, CUDA_R_32F), CUDA_R_32F);
+    c->w = to_device(rand_vec(4 * 3 * 3 * 3, CUDA_R_32F), CUDA_R_32F);
+    c->y = to_device(rand_vec(c->ny, CUDA_R_32F), CUDA_R_32F);
+    c->bias = to_device(rand_vec(4, CUDA_R_32F), CUDA_R_32F);
+    c->ws = NULL;
+    return cudnnGetConvolutionForwardWorkspaceSize(g_dh, c->d.x, c->d.w, c->d.c, c->d.y,
+                                                   CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+                                                   &c->need) == CUDNN_STATUS_SUCCESS &&
+           c->need > 0 && cudaMalloc(&c->ws, c->need) == cudaSuccess;
+}
+/* the plain convolution, or the fused one with bias and ReLU (z = y, alpha2 0) */
+static int conv_call(const conv_setup &c, int fused) {
+    float one = 1.0f, zero = 0.0f;
+    cudnnConvolutionFwdAlgo_t a = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+    cudnnStatus_t s = fused
+        ? cudnnConvolutionBiasActivationForward(g_dh, &one, c.d.x, c.x, c.d.w, c.w, c.d.c, a,
+                                                c.ws, c.need, &zero, c.d.y, c.y, c.d.b, c.bias,
+                                                c.d.a, c.d.y, c.y)
+        : cudnnConvolutionForward(g_dh, &one, c.d.x, c.x, c.d.w, c.w, c.d.c, a, c.ws, c.need,
+                                  &zero, c.d.y, c.y);
+    return s == CUDNN_STATUS_SUCCESS;
+}
+/* 8x8x8 fp32 GEMM C = A B */
+static int gemm_call(const void *A, const void *B, void *C) {
+    float one = 1.0f, zero = 0.0f;
+    return cublasGemmEx(g_bh, CUBLAS_OP_N, CUBLAS_OP_N, 8, 8, 8, &one, A, CUDA_R_32F, 8, B,
+                        CUDA_R_32F, 8, &zero, C, CUDA_R_32F, 8, CUBLAS_COMPUTE_32F,
+                        CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
+}
+/* what `calls` enqueue on g_st, captured and instantiated; NULL when something failed */
+static cudaGraphExec_t record(const std::function<int(void)> &calls) {
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ex = NULL;
+    if (cudaStreamBeginCapture(g_st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return NULL;
+    int ok = calls();
+    if (cudaStreamEndCapture(g_st, &g) == cudaSuccess && ok) cudaGraphInstantiate(&ex, g, 0);
+    cudaGraphDestroy(g);
+    return ex;
+}
+/* replays ex once; 1 when the replay faulted, 2 when something before it failed */
+static int replay_faults(cudaGraphExec_t ex) {
+    if (!ex || cudaGraphLaunch(ex, g_st) != cudaSuccess) return 2;
+    return cudaStreamSynchronize(g_st) == cudaErrorIllegalAddress;
+}
+
+/* the engine's workspace regrow without dropping its graphs: free, allocate again (the
+ * allocator may hand back the same address), replay */
+static int child_conv_ws(void) {
+    conv_setup c;
+    if (!conv_setup_make(&c)) return 2;
+    cudaGraphExec_t ex = record([&] { return conv_call(c, 0); });
+    void *again = NULL;
+    if (cudaFree(c.ws) != cudaSuccess || cudaMalloc(&again, c.need) != cudaSuccess) return 2;
+    return replay_faults(ex);
+}
+static int child_fused_bias(void) {
+    conv_setup c;
+    if (!conv_setup_make(&c)) return 2;
+    cudaGraphExec_t ex = record([&] { return conv_call(c, 1); });
+    if (cudaFree(c.bias) != cudaSuccess) return 2;
+    return replay_faults(ex);
+}
+static int child_gemm_operand(void) {
+    void *A = to_device(rand_vec(64, CUDA_R_32F), CUDA_R_32F);
+    void *B = to_device(rand_vec(64, CUDA_R_32F), CUDA_R_32F), *C = NULL;
+    if (cudaMalloc(&C, 64 * sizeof(float)) != cudaSuccess) return 2;
+    cudaGraphExec_t ex = record([&] { return gemm_call(A, B, C); });
+    if (cudaFree(B) != cudaSuccess) return 2;
+    return replay_faults(ex);
+}
+static int child_lt_workspace(void) {
+    lt_args g = {CUBLAS_OP_N, CUBLAS_OP_N, 8, 8, 8, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F,
+                 CUBLASLT_EPILOGUE_DEFAULT, -1, 0};
+    void *A = to_device(rand_vec(64, CUDA_R_32F), CUDA_R_32F), *ws = NULL;
+    lt_op o;
+    cublasLtMatmulHeuristicResult_t r;
+    cublasStatus_t s;
+    if (!lt_make(g, 8, 8, 8, NULL, &o) || lt_algo(g_lt, o, 16, LT_WS, &r, &s) != 1 ||
+        r.workspaceSize == 0 || cudaMalloc(&ws, r.workspaceSize) != cudaSuccess)
+        return 2;
+    float one = 1.0f, zero = 0.0f;
+    cudaGraphExec_t ex = record([&] {
+        return cublasLtMatmul(g_lt, o.op, &one, A, o.a, A, o.b, &zero, A, o.d, A, o.d, &r.algo,
+                              ws, r.workspaceSize, g_st) == CUBLAS_STATUS_SUCCESS;
+    });
+    if (cudaFree(ws) != cudaSuccess) return 2;
+    return replay_faults(ex);
+}
+
+/* fn in a child that must exit 1 (it saw the fault) after printing each of `says` to stderr */
+static void in_child(const char *what, int (*fn)(void), std::initializer_list<const char *> says) {
+    char path[] = "/tmp/emu_selftest_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        CHECK(0, "mkstemp for %s", what);
+        return;
+    }
+    unlink(path);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t p = fork();
+    if (p == 0) {
+        dup2(fd, 2);
+        _exit(fn());
+    }
+    int st = 0;
+    waitpid(p, &st, 0);
+    static char log[8192];
+    ssize_t n = pread(fd, log, sizeof log - 1, 0);
+    close(fd);
+    log[n > 0 ? n : 0] = 0;
+    fputs(log, stderr);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1, "%s: no fault (child status %d)", what, st);
+    for (const char *m : says)
+        CHECK(strstr(log, m) != NULL, "%s: no \"%s\" in the child's stderr", what, m);
+}
+
+static void stale_tests(void) {
+    /* everything live: replays run, and give what the eager calls gave */
+    conv_setup c;
+    if (!conv_setup_make(&c)) {
+        CHECK(0, "convolution setup");
+        return;
+    }
+    void *A = to_device(rand_vec(64, CUDA_R_32F), CUDA_R_32F);
+    void *B = to_device(rand_vec(64, CUDA_R_32F), CUDA_R_32F), *C = NULL;
+    CHECK(cudaMalloc(&C, 64 * sizeof(float)) == cudaSuccess, "C");
+    CHECK(conv_call(c, 1) && gemm_call(A, B, C) && cudaStreamSynchronize(g_st) == cudaSuccess,
+          "eager conv and gemm");
+    vec y1 = from_device(c.y, CUDA_R_32F, c.ny), c1 = from_device(C, CUDA_R_32F, 64);
+    cudaGraphExec_t ex = record([&] { return conv_call(c, 1) && gemm_call(A, B, C); });
+    CHECK(ex != NULL, "capture of a conv and a gemm");
+    cudaMemsetAsync(c.y, 0xff, c.ny * sizeof(float), g_st);   /* NaN unless the replay writes */
+    cudaMemsetAsync(C, 0xff, 64 * sizeof(float), g_st);
+    for (int r = 0; r < 2; r++) cudaGraphLaunch(ex, g_st);
+    CHECK(cudaStreamSynchronize(g_st) == cudaSuccess, "replays with everything live faulted");
+    vec y2 = from_device(c.y, CUDA_R_32F, c.ny), c2 = from_device(C, CUDA_R_32F, 64);
+    CHECK(memcmp(y1.data(), y2.data(), c.ny * sizeof(float)) == 0, "replayed conv differs");
+    CHECK(memcmp(c1.data(), c2.data(), 64 * sizeof(float)) == 0, "replayed gemm differs");
+    cudaGraphExecDestroy(ex);
+    cudaFree(A);
+    cudaFree(B);
+    cudaFree(C);
+    cudaFree(c.x);
+    cudaFree(c.w);
+    cudaFree(c.y);
+    cudaFree(c.bias);
+    cudaFree(c.ws);
+    free_descs(&c.d);
+    /* a freed operand or workspace: the replay faults instead of running */
+    in_child("conv replayed after its workspace was freed and reallocated", child_conv_ws,
+             {"FAULT in cudnnConvolutionForward: the workspace (", kStale});
+    in_child("fused conv replayed after its bias was freed", child_fused_bias,
+             {"FAULT in cudnnConvolutionBiasActivationForward: bias (", kStale});
+    in_child("gemm replayed after operand B was freed", child_gemm_operand,
+             {"FAULT in cublasGemmEx: operand B (", kStale});
+    in_child("cuBLASLt matmul replayed after its workspace was freed", child_lt_workspace,
+             {"FAULT in cublasLtMatmul: the workspace (", kStale});
+}
+
 /* last: a fault is sticky */
 static void fault_tests(cublasHandle_t bh, cublasLtHandle_t lt, cudnnHandle_t dh) {
     vec v = rand_vec(256, CUDA_R_32F);
@@ -1004,6 +1188,10 @@ int main(void) {
     nhwc_tests(dh);
     layout_identity(dh);
     conv_errors(dh);
+    g_dh = dh;
+    g_bh = bh;
+    g_lt = lt;
+    stale_tests();
     fault_tests(bh, lt, dh);
     cublasLtDestroy(lt);
     cublasDestroy(bh);

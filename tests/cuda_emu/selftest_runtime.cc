@@ -1,6 +1,7 @@
 /* selftest_runtime.cc - the CUDA emulator's runtime checked on small kernels written for it:
  * barriers and shared memory, warp shuffles, deferred streams, pinned vs pageable copies, graph
- * capture and replay, and every fault and capture rule it claims to enforce (emu_runtime.cc).
+ * capture and replay (and replay after a cudaFree), and every fault and capture rule it claims
+ * to enforce (emu_runtime.cc).
  * Faults are sticky for the process, as on a GPU, so each fault case runs in a forked child and
  * must end with the expected error. Inputs are seeded random values, never zeros. */
 #include <stdio.h>
@@ -8,6 +9,8 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <initializer_list>
 
 #include "cuda_runtime.h"
 
@@ -98,16 +101,32 @@ static float *dev_upload(const float *h, size_t n) {
     return (float *)d;
 }
 
-/* run fn in a child; it must exit with code `want` (1 = the expected error was seen) */
-static void in_child(const char *what, int (*fn)(void)) {
+/* run fn in a child; it must exit with code 1 (the expected error was seen) and have printed
+ * each of `says` to stderr (which is copied through) */
+static void in_child(const char *what, int (*fn)(void),
+                     std::initializer_list<const char *> says = {}) {
+    char path[] = "/tmp/emu_selftest_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) { perror("mkstemp"); exit(1); }
+    unlink(path);
     fflush(stdout);
     fflush(stderr);
     pid_t p = fork();
-    if (p == 0) _exit(fn());
+    if (p == 0) {
+        dup2(fd, 2);
+        _exit(fn());
+    }
     int st = 0;
     waitpid(p, &st, 0);
+    static char log[8192];
+    ssize_t n = pread(fd, log, sizeof log - 1, 0);
+    close(fd);
+    log[n > 0 ? n : 0] = 0;
+    fputs(log, stderr);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1, "%s: the emulator did not report it (child status %d)",
           what, st);
+    for (const char *m : says)
+        CHECK(strstr(log, m) != NULL, "%s: no \"%s\" in the child's stderr", what, m);
 }
 
 static int child_divergent(void) {
@@ -133,6 +152,116 @@ static int child_pinned_kernel_arg(void) {
     cudaMallocHost(&h, 64 * sizeof(float));
     emu_launch(add_kernel, 1, 64)((float *)h, 1.0f, 64);
     return cudaDeviceSynchronize() == cudaErrorIllegalAddress;
+}
+
+/* Graphs replayed after one of their buffers was freed. cudaFree waits for the device, so only
+ * a graph launched after the free can reach freed memory. */
+static const char *kStaleLaunch = "points into device memory freed since the launch was recorded "
+                                  "(a graph replayed after cudaFree?)";
+static const char *kStaleCall = "points into device memory freed since the call was recorded "
+                                "(a graph replayed after cudaFree?)";
+
+/* a graph of add_kernel(y += 1) on a fresh stream, instantiated; NULL when a call failed */
+static cudaGraphExec_t capture_add(cudaStream_t st, float *y, int n) {
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ex = NULL;
+    if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return NULL;
+    emu_launch(add_kernel, 1, n, 0, st)(y, 1.0f, n);
+    if (cudaStreamEndCapture(st, &g) == cudaSuccess) cudaGraphInstantiate(&ex, g, 0);
+    cudaGraphDestroy(g);
+    return ex;
+}
+
+static int child_replay_after_free(void) {
+    cudaStream_t st;
+    cudaStreamCreate(&st);
+    float *a = dev_upload(NULL, 32);
+    cudaGraphExec_t ex = capture_add(st, a, 32);
+    if (!ex || cudaFree(a) != cudaSuccess || cudaGraphLaunch(ex, st) != cudaSuccess) return 2;
+    return cudaStreamSynchronize(st) == cudaErrorIllegalAddress;
+}
+/* the engine's regrow: free, then allocate the same size again (the allocator may well hand
+ * back the same address; the graph still points at the old allocation) */
+static int child_replay_after_realloc(void) {
+    cudaStream_t st;
+    cudaStreamCreate(&st);
+    float *a = dev_upload(NULL, 4096);
+    cudaGraphExec_t ex = capture_add(st, a, 1024);
+    if (!ex || cudaFree(a) != cudaSuccess) return 2;
+    float *b = dev_upload(NULL, 4096);
+    fprintf(stderr, "selftest: reallocation %s the freed address\n", b == a ? "reuses" : "moves from");
+    if (cudaGraphLaunch(ex, st) != cudaSuccess) return 2;
+    return cudaStreamSynchronize(st) == cudaErrorIllegalAddress;
+}
+/* a captured copy and memset whose source / destination was freed */
+static int child_copy_after_free(void) {
+    cudaStream_t st;
+    cudaStreamCreate(&st);
+    float *a = dev_upload(NULL, 32), *b = dev_upload(NULL, 32);
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ex = NULL;
+    cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
+    cudaMemcpyAsync(b, a, 32 * sizeof(float), cudaMemcpyDeviceToDevice, st);
+    if (cudaStreamEndCapture(st, &g) != cudaSuccess || cudaGraphInstantiate(&ex, g, 0)) return 2;
+    if (cudaFree(a) != cudaSuccess || cudaGraphLaunch(ex, st) != cudaSuccess) return 2;
+    return cudaStreamSynchronize(st) == cudaErrorIllegalAddress;
+}
+static int child_memset_after_free(void) {
+    cudaStream_t st;
+    cudaStreamCreate(&st);
+    float *a = dev_upload(NULL, 32);
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ex = NULL;
+    cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
+    cudaMemsetAsync(a + 8, 0, 8 * sizeof(float), st);
+    if (cudaStreamEndCapture(st, &g) != cudaSuccess || cudaGraphInstantiate(&ex, g, 0)) return 2;
+    if (cudaFree(a) != cudaSuccess || cudaGraphLaunch(ex, st) != cudaSuccess) return 2;
+    return cudaStreamSynchronize(st) == cudaErrorIllegalAddress;
+}
+
+/* what must not fault: deferred work on a buffer freed before the stream was synchronized (the
+ * free waits for it, as a real cudaFree does), a graph dropped after a free and never
+ * replayed, a replayed graph given NULL and one-past-the-end pointers of a freed neighbour */
+static void check_free_rules(void) {
+    cudaStream_t st;
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    float h[64], *pin = NULL;
+    for (int i = 0; i < 64; i++) h[i] = urand();
+    cudaMallocHost((void **)&pin, sizeof h);
+    float *a = dev_upload(h, 64);
+    emu_launch(add_kernel, 1, 64, 0, st)(a, 3.0f, 64);
+    cudaMemcpyAsync(pin, a, sizeof h, cudaMemcpyDeviceToHost, st);
+    CHECK(cudaFree(a) == cudaSuccess, "cudaFree with deferred work on the buffer");
+    CHECK(cudaStreamSynchronize(st) == cudaSuccess, "deferred work on a freed buffer faulted");
+    int bad = 0;
+    for (int i = 0; i < 64; i++) bad += pin[i] != h[i] + 3.0f;
+    CHECK(bad == 0, "the deferred kernel did not run before cudaFree: %d values wrong", bad);
+    float *b = dev_upload(h, 64);
+    cudaGraphExec_t ex = capture_add(st, b, 64);
+    CHECK(ex != NULL, "capture");
+    cudaFree(b);
+    CHECK(cudaGraphExecDestroy(ex) == cudaSuccess, "destroying a graph on freed memory");
+    CHECK(cudaStreamSynchronize(st) == cudaSuccess, "a dropped graph faulted");
+    float *c = dev_upload(h, 64), *gone = dev_upload(NULL, 16);
+    cudaGraph_t g = NULL;
+    cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
+    emu_launch(add_kernel, 1, 64, 0, st)(c, 1.0f, 64);
+    emu_launch(add_kernel, 1, 1, 0, st)((float *)NULL, 1.0f, 0);
+    emu_launch(add_kernel, 1, 1, 0, st)(gone + 16, 1.0f, 0);     /* an empty view at the end */
+    CHECK(cudaStreamEndCapture(st, &g) == cudaSuccess && cudaGraphInstantiate(&ex, g, 0) == 0,
+          "capture with NULL and one-past-the-end arguments");
+    cudaGraphDestroy(g);
+    cudaFree(gone);
+    for (int r = 0; r < 3; r++) cudaGraphLaunch(ex, st);
+    cudaMemcpyAsync(pin, c, sizeof h, cudaMemcpyDeviceToHost, st);
+    CHECK(cudaStreamSynchronize(st) == cudaSuccess, "replays with every buffer live faulted");
+    bad = 0;
+    for (int i = 0; i < 64; i++) bad += pin[i] != h[i] + 3.0f;
+    CHECK(bad == 0, "three live replays: %d values wrong", bad);
+    cudaGraphExecDestroy(ex);
+    cudaFree(c);
+    cudaFreeHost(pin);
+    cudaStreamDestroy(st);
 }
 
 /* ---- checks ---- */
@@ -278,10 +407,19 @@ int main(void) {
     check_barriers_and_shuffles();
     check_deferred_streams();
     check_capture();
+    check_free_rules();
     in_child("threads of one warp split between __syncwarp and __syncthreads", child_divergent);
     in_child("a full-mask shuffle after half the warp returned", child_exited_shuffle);
     in_child("a host pointer given to a kernel", child_host_pointer);
     in_child("a pinned host pointer given to a kernel", child_pinned_kernel_arg);
+    in_child("a kernel graph replayed after its buffer was freed", child_replay_after_free,
+             {"FAULT in add_kernel: kernel add_kernel, argument 1 (", kStaleLaunch});
+    in_child("a kernel graph replayed after its buffer was freed and reallocated",
+             child_replay_after_realloc, {"add_kernel, argument 1 (", kStaleLaunch});
+    in_child("a graph copying from a freed buffer", child_copy_after_free,
+             {"the source (", kStaleCall});
+    in_child("a graph setting a freed buffer", child_memset_after_free,
+             {"the destination (", kStaleCall});
     printf("cuda emulator runtime: %d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;
 }

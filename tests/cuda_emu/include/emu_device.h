@@ -84,25 +84,26 @@ template <class T> static inline T atomicMax(T *p, T v) { T o = *p; if (v > o) *
 
 /* ---- launches ---- */
 typedef std::function<void(void)> emu_thread_fn;
-/* checks the configuration, records the launch on the stream (run now, later, or in a graph);
- * the error is also what the next cudaGetLastError returns */
+/* a pointer argument of a launch: its position in the kernel's parameter list (from 1) */
+struct emu_ptr_arg { int pos; const void *p; };
+/* checks the configuration and the pointer arguments (a host pointer is a fault; the device
+ * allocations they point into are re-checked at every run, see emu_operands), records the
+ * launch on the stream (run now, later, or in a graph); the error is also what the next
+ * cudaGetLastError returns */
 cudaError_t emu_submit_launch(const char *name, dim3 grid, dim3 block, size_t smem,
-                              cudaStream_t st, emu_thread_fn fn, const char *bad_arg);
-/* non-NULL when p is a host pointer that a kernel must not be given (NULL and device
- * pointers are fine): a description of what p is */
-const char *emu_check_kernel_pointer(const void *p);
+                              cudaStream_t st, emu_thread_fn fn, const emu_ptr_arg *ptrs,
+                              int nptrs);
 
+/* the pointer-typed arguments of a launch, in order */
 template <class Tuple, size_t... I>
-static inline const char *emu_check_ptrs(const Tuple &t, std::index_sequence<I...>) {
-    const char *bad = NULL;
-    auto one = [&bad](const auto &a) {
+static inline int emu_ptr_args(const Tuple &t, std::index_sequence<I...>, emu_ptr_arg *out) {
+    int n = 0;
+    auto one = [&n, out](const auto &a, int pos) {
         using A = std::decay_t<decltype(a)>;
-        if constexpr (std::is_pointer_v<A>) {
-            if (!bad) bad = emu_check_kernel_pointer((const void *)a);
-        }
+        if constexpr (std::is_pointer_v<A>) out[n++] = emu_ptr_arg{pos, (const void *)a};
     };
-    (one(std::get<I>(t)), ...);
-    return bad;
+    (one(std::get<I>(t), (int)I + 1), ...);
+    return n;
 }
 
 template <class... P> struct emu_launch_t {
@@ -114,9 +115,10 @@ template <class... P> struct emu_launch_t {
     template <class... A> void operator()(A &&...a) const {
         /* arguments are copied at launch, converted to the kernel's parameter types, as CUDA does */
         std::tuple<std::decay_t<P>...> args(std::forward<A>(a)...);
-        const char *bad = emu_check_ptrs(args, std::index_sequence_for<P...>{});
+        emu_ptr_arg ptrs[sizeof...(P) + 1];
+        int n = emu_ptr_args(args, std::index_sequence_for<P...>{}, ptrs);
         void (*kf)(P...) = k;
-        emu_submit_launch(name, g, b, smem, st, [kf, args]() { std::apply(kf, args); }, bad);
+        emu_submit_launch(name, g, b, smem, st, [kf, args]() { std::apply(kf, args); }, ptrs, n);
     }
 };
 template <class... P>
