@@ -14,8 +14,14 @@
  * model. The small test models amplify rounding (2x2 feature maps under a 4-way spatial
  * softmax, a 32-wide head): a PyTorch emulation of the same storage precisions on them
  * (weights and every layer output rounded) measured tf32 1.4e-3..1.6e-3 and bf16 1.2e-2..3.7e-2
- * on actions, against 1.2e-3 and 1.0e-2 at full size; so they get tf32 5e-3 and bf16/fp16 6e-2,
- * and fp32 keeps 1e-4. Exit 77 (skipped) without a CUDA device.
+ * on actions, against 1.2e-3 and 1.0e-2 at full size. The tails are long: a sweep of 28 seeds
+ * on the emulator (both small models, batch 1, ACT_E2E_MODELS=small,small_sep_gn
+ * ACT_E2E_MAX_BATCH=1) gave worst errors tf32 median 2.0e-3 / max 4.4e-3, bf16 1.6e-2 / 4.7e-2,
+ * fp16 2.3e-3 / 5.8e-3, and single seeds reached tf32 4.95e-3 and bf16 6.04e-2 - past the
+ * former limits (5e-3, 6e-2), so CI failed at random. They get tf32 1.2e-2, bf16 0.15 and fp16
+ * 3e-2 (6-13x the medians); a real defect shows 0.5-1 (a filter in the wrong layout measured
+ * 0.55-0.99), and the precision itself is held to the spec's limits at full size. fp32 keeps 1e-4.
+ * Exit 77 (skipped) without a CUDA device.
  * Frames: uniform noise for the small models; camera-like frames (frames.h) for the full size,
  * whose limits are the spec's. Noise frames are all high frequency, which no camera gives, and
  * put bf16 right at the limit: on the emulator one seed gave 2.2e-2 at full size, and a PyTorch
@@ -37,7 +43,7 @@
 
 static const char *PREC_NAME[4] = {"fp32", "tf32", "bf16", "fp16"};
 static const double TOL_FULL[4] = {1e-4, 2e-3, 2e-2, 2e-2};
-static const double TOL_SMALL[4] = {1e-4, 5e-3, 6e-2, 6e-2};
+static const double TOL_SMALL[4] = {1e-4, 1.2e-2, 1.5e-1, 3e-2};
 static const double *TOL = TOL_SMALL;          /* the limits of the model under test */
 static double g_worst[4], g_worst_full[4];
 static int g_full_ran;
