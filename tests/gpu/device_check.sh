@@ -79,7 +79,7 @@ deps() {
     elif [ -e "$ROOT/.devdeps/cudnn/include/cudnn.h" ]; then ln -sfn "$ROOT/.devdeps/cudnn/include" "$r/include"; fi
     export ACT_CUDNN_ROOT=$r
     echo "cudnn wheel: ${cp:-none}; header: $(grep -h 'define CUDNN_M[AI][JN]OR' "$r/include/cudnn_version.h" 2>/dev/null | awk '{print $3}' | paste -sd.)"
-    echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
     [ -e "$r/lib/libcudnn.so" ] || [ -n "$(ldconfig -p 2>/dev/null | grep libcudnn.so)" ]
 }
 if deps >"$OUT/deps.log" 2>&1; then row deps ok "$(grep '^cudnn' "$OUT/deps.log")"
