@@ -240,7 +240,7 @@ else
     row layout-ab SKIP "no build, full model or time"
 fi
 # a conv cuDNN would not plan, or an epilogue it would not fuse, runs on a fallback: say which
-fb=$(grep -h "act-engine:" "$OUT"/*.log 2>/dev/null | sort | uniq -c | sort -rn | head -3 | cut -c1-160 | paste -sd'|')
+fb=$(grep -h "^act-engine: " "$OUT"/*.log 2>/dev/null | sort | uniq -c | sort -rn | head -3 | cut -c1-160 | paste -sd'|')
 [ -n "$fb" ] && row fallbacks note "$fb"
 
 
