@@ -18,9 +18,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <functional>
-#include <initializer_list>
 #include <vector>
 #include <cublas_v2.h>
 #include <cublasLt.h>
@@ -28,6 +26,7 @@
 #include <cuda_runtime.h>
 #include "emu_internal.h"
 #include "../test_common.h"
+#include "selftest_child.h"
 
 typedef std::vector<float> vec;
 
@@ -1049,34 +1048,6 @@ static int child_lt_workspace(void) {
     });
     if (cudaFree(ws) != cudaSuccess) return 2;
     return replay_faults(ex);
-}
-
-/* fn in a child that must exit 1 (it saw the fault) after printing each of `says` to stderr */
-static void in_child(const char *what, int (*fn)(void), std::initializer_list<const char *> says) {
-    char path[] = "/tmp/emu_selftest_XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0) {
-        CHECK(0, "mkstemp for %s", what);
-        return;
-    }
-    unlink(path);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t p = fork();
-    if (p == 0) {
-        dup2(fd, 2);
-        _exit(fn());
-    }
-    int st = 0;
-    waitpid(p, &st, 0);
-    static char log[8192];
-    ssize_t n = pread(fd, log, sizeof log - 1, 0);
-    close(fd);
-    log[n > 0 ? n : 0] = 0;
-    fputs(log, stderr);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1, "%s: no fault (child status %d)", what, st);
-    for (const char *m : says)
-        CHECK(strstr(log, m) != NULL, "%s: no \"%s\" in the child's stderr", what, m);
 }
 
 static void stale_tests(void) {

@@ -7,26 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <initializer_list>
 
 #include "cuda_runtime.h"
 
-static int g_fail, g_checks;
-#define CHECK(cond, ...) do { g_checks++; if (!(cond)) { g_fail++; \
-    fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); \
-    fputc('\n', stderr); } } while (0)
-
-static unsigned long long g_rng = 0x9e3779b97f4a7c15ull;
-static float urand(void) {                       /* splitmix64 -> [-1, 1) */
-    unsigned long long z = (g_rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (float)((z >> 40) * (1.0 / 16777216.0) * 2.0 - 1.0);
-}
+#include "../test_common.h"
+#include "selftest_child.h"
 
 /* ---- kernels ---- */
 
@@ -99,34 +84,6 @@ static float *dev_upload(const float *h, size_t n) {
     if (cudaMalloc(&d, n * sizeof(float)) != cudaSuccess) { fprintf(stderr, "cudaMalloc\n"); exit(1); }
     if (h) cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice);
     return (float *)d;
-}
-
-/* run fn in a child; it must exit with code 1 (the expected error was seen) and have printed
- * each of `says` to stderr (which is copied through) */
-static void in_child(const char *what, int (*fn)(void),
-                     std::initializer_list<const char *> says = {}) {
-    char path[] = "/tmp/emu_selftest_XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0) { perror("mkstemp"); exit(1); }
-    unlink(path);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t p = fork();
-    if (p == 0) {
-        dup2(fd, 2);
-        _exit(fn());
-    }
-    int st = 0;
-    waitpid(p, &st, 0);
-    static char log[8192];
-    ssize_t n = pread(fd, log, sizeof log - 1, 0);
-    close(fd);
-    log[n > 0 ? n : 0] = 0;
-    fputs(log, stderr);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1, "%s: the emulator did not report it (child status %d)",
-          what, st);
-    for (const char *m : says)
-        CHECK(strstr(log, m) != NULL, "%s: no \"%s\" in the child's stderr", what, m);
 }
 
 static int child_divergent(void) {
@@ -226,7 +183,7 @@ static void check_free_rules(void) {
     cudaStream_t st;
     cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
     float h[64], *pin = NULL;
-    for (int i = 0; i < 64; i++) h[i] = urand();
+    for (int i = 0; i < 64; i++) h[i] = urand(-1, 1);
     cudaMallocHost((void **)&pin, sizeof h);
     float *a = dev_upload(h, 64);
     emu_launch(add_kernel, 1, 64, 0, st)(a, 3.0f, 64);
@@ -269,7 +226,7 @@ static void check_free_rules(void) {
 static void check_barriers_and_shuffles(void) {
     const int n = 1000, blocks = (n + 255) / 256;
     float h[1024], got[8];
-    for (int i = 0; i < n; i++) h[i] = urand();
+    for (int i = 0; i < n; i++) h[i] = urand(-1, 1);
     float *x = dev_upload(h, n), *out = dev_upload(NULL, blocks);
     emu_launch(block_sum_kernel, blocks, 256)(x, n, out);
     CHECK(cudaGetLastError() == cudaSuccess, "block_sum launch");
@@ -314,7 +271,7 @@ static void check_deferred_streams(void) {
     cudaStream_t st;
     cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
     float h[64], *pin = NULL;
-    for (int i = 0; i < 64; i++) h[i] = urand();
+    for (int i = 0; i < 64; i++) h[i] = urand(-1, 1);
     cudaMallocHost((void **)&pin, sizeof h);
     float *d = dev_upload(h, 64);
     emu_launch(add_kernel, 1, 64, 0, st)(d, 2.0f, 64);
@@ -352,7 +309,7 @@ static void check_capture(void) {
     cudaStream_t st;
     cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
     float h[32], *pin = NULL;
-    for (int i = 0; i < 32; i++) h[i] = urand();
+    for (int i = 0; i < 32; i++) h[i] = urand(-1, 1);
     cudaMallocHost((void **)&pin, sizeof h);
     float *d = dev_upload(h, 32);
     /* a graph replays its kernels with the values of capture time, on today's memory */
