@@ -50,8 +50,11 @@ static void http_respond(act_server *s, act_http_conn *h)
     }
     if (strcmp(path, "/healthz") == 0) {
         int draining = atomic_load(&s->draining), ready = atomic_load(&s->ready) && !draining;
-        const char *body = ready ? "ok\n" : draining ? "draining\n" : "loading\n";
-        http_reply(h, ready ? 200 : 503, "text/plain", body, strlen(body));
+        char why[256], body[300];
+        int failing = act_metrics_failing(&s->metrics, why, sizeof why);
+        if (failing) snprintf(body, sizeof body, "failing: %s\n", why);
+        else snprintf(body, sizeof body, "%s", ready ? "ok\n" : draining ? "draining\n" : "loading\n");
+        http_reply(h, ready && !failing ? 200 : 503, "text/plain", body, strlen(body));
     } else if (strcmp(path, "/metrics") == 0) {
         size_t len = 0;
         char *body = act_metrics_render(&s->metrics, atomic_load(&s->ready), atomic_load(&s->draining), &len);

@@ -94,6 +94,25 @@ void act_metrics_memory(act_metrics *m, size_t weights, size_t activations, size
     pthread_mutex_unlock(&m->mu);
 }
 
+int act_metrics_pass(act_metrics *m, const char *why)
+{
+    pthread_mutex_lock(&m->mu);
+    int was = m->failing;
+    if (why && !was) snprintf(m->failing_why, sizeof m->failing_why, "%s", why);
+    m->failing = why != NULL;
+    pthread_mutex_unlock(&m->mu);
+    return was;
+}
+
+int act_metrics_failing(act_metrics *m, char *why, size_t whylen)
+{
+    pthread_mutex_lock(&m->mu);
+    int f = m->failing;
+    if (f && why && whylen) snprintf(why, whylen, "%s", m->failing_why);
+    pthread_mutex_unlock(&m->mu);
+    return f;
+}
+
 void act_metrics_inflight(act_metrics *m, int delta)
 {
     pthread_mutex_lock(&m->mu);
@@ -149,6 +168,8 @@ char *act_metrics_render(act_metrics *m, int ready, int draining, size_t *len)
                   "# TYPE act_serve_ready gauge\nact_serve_ready %d\n", ready);
     sb_printf(&b, "# HELP act_serve_draining 1 after SIGTERM, while in-flight requests finish\n"
                   "# TYPE act_serve_draining gauge\nact_serve_draining %d\n", draining);
+    sb_printf(&b, "# HELP act_serve_failing 1 after a forward pass failed, until one succeeds\n"
+                  "# TYPE act_serve_failing gauge\nact_serve_failing %d\n", m->failing);
     sb_printf(&b, "# HELP act_serve_requests_total PREDICT frames received\n"
                   "# TYPE act_serve_requests_total counter\nact_serve_requests_total %llu\n",
               (unsigned long long)m->requests);

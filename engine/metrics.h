@@ -29,6 +29,8 @@ typedef struct act_metrics {
     uint64_t conns_total, conns_dropped;     /* accepted; closed by the server for misbehaviour */
     uint64_t conns_refused[ACT_REFUSED_N];   /* accepted only to be refused at once, by reason */
     uint64_t mem_weights, mem_activations, mem_workspace;   /* device bytes the session holds */
+    int failing;                             /* the last forward pass failed */
+    char failing_why[256];                   /* the first failure since the last success */
     int64_t conns_open, inflight;
     act_hist batch_size, queue_wait_s, infer_s;
 } act_metrics;
@@ -43,6 +45,11 @@ void act_metrics_conn(act_metrics *m, int delta, int dropped);   /* +1 open, -1 
 void act_metrics_refused(act_metrics *m, int reason);            /* ACT_REFUSED_* */
 void act_metrics_inflight(act_metrics *m, int delta);
 void act_metrics_memory(act_metrics *m, size_t weights, size_t activations, size_t workspace);
+/* after each forward pass: why (NULL: it succeeded). Returns the state before, so the caller
+ * can log the transitions. */
+int act_metrics_pass(act_metrics *m, const char *why);
+/* 1 while failing, with the reason copied into why */
+int act_metrics_failing(act_metrics *m, char *why, size_t whylen);
 /* Renders the Prometheus text exposition (version 0.0.4) into a malloc'd string. */
 char *act_metrics_render(act_metrics *m, int ready, int draining, size_t *len);
 

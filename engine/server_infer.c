@@ -143,6 +143,13 @@ static void run_batch(act_server *s, batch_bufs *b, act_req **rs, int n)
     int rc = act_run(s->sess, &in, &out, err, sizeof err);
     double t1 = act_now();
     act_metrics_batch(&s->metrics, n, t1 - t0);
+    /* a failing device (a GPU fault is sticky: every later pass fails too) turns /healthz to 503,
+     * so a load balancer stops sending work here; one good pass turns it back */
+    int was = act_metrics_pass(&s->metrics, rc ? err : NULL);
+    if (rc && !was)
+        act_serve_log(s, "inference failed: %s; /healthz says failing until a forward pass succeeds", err);
+    else if (!rc && was)
+        act_serve_log(s, "inference works again; /healthz says ok");
     for (int i = 0; i < n; i++) {
         act_req *r = rs[i];
         r->t_start = t0;

@@ -42,7 +42,9 @@
  * host clock when they run), occupancy and registers, and warp-synchronous code that relies on
  * lockstep execution without __syncwarp (undefined since Volta anyway).
  * ACT_EMU_TRACE=1 prints each instantiated graph's node counts, and at exit the operations
- * run; =2 also lists the nodes. */
+ * run; =2 also lists the nodes. ACT_EMU_FAULT_FILE=path injects a device fault: once that file
+ * exists, the next operation to run faults (sticky, like an Xid on a GPU), so tests can see how
+ * a program lives through a GPU that fails mid-run. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -52,6 +54,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 #include <ucontext.h>   /* fibers on other machines than x86-64 */
 
 #include <map>
@@ -133,6 +136,7 @@ thread_local emu_stream *t_capture = nullptr;    /* a non-relaxed capture this t
 const char *g_running = "";                      /* the operation running now (fault messages) */
 std::map<std::string, unsigned long> g_counts;
 int g_trace = 0;                                 /* ACT_EMU_TRACE: 1 counts, 2 every node */
+const char *g_fault_file = nullptr;              /* ACT_EMU_FAULT_FILE */
 
 constexpr size_t kDevTotal = (size_t)80 << 30;
 
@@ -154,6 +158,8 @@ struct Init {
     Init() {
         const char *t = getenv("ACT_EMU_TRACE");
         g_trace = t ? atoi(t) : 0;
+        const char *f = getenv("ACT_EMU_FAULT_FILE");
+        g_fault_file = f && *f ? f : nullptr;
         atexit(print_counts);
     }
 } g_init;
@@ -240,6 +246,11 @@ void run_ops(std::vector<Op> &ops) {
     for (auto &op : ops) {
         if (g_sticky != cudaSuccess) break;      /* a faulted context runs nothing more */
         g_running = op.what.c_str();
+        if (g_fault_file && access(g_fault_file, F_OK) == 0) {
+            emu_fault("injected fault (ACT_EMU_FAULT_FILE %s exists)", g_fault_file);
+            g_running = "";
+            break;
+        }
         if (!op.operands || operands_live(op)) {          /* else faulted: nothing more runs */
             g_counts[op.kind]++;
             op.fn();

@@ -26,7 +26,7 @@ import make_episodes
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools" / "act_client"))
-from act_client import ActClient  # noqa: E402
+from act_client import ActClient, ActServerError  # noqa: E402
 from serve_util import Server, replay_episode  # noqa: E402
 
 TOL = dict(rtol=1e-4, atol=1e-5)
@@ -139,3 +139,34 @@ def test_act_serve_on_cuda_matches_act_infer_predict_on_cpu(act_serve, act_infer
     finally:
         rc = srv.stop()
     assert rc == 0, srv.log()
+
+
+def test_act_serve_reports_a_device_fault_and_turns_unhealthy(act_serve, model, emu_env, tmp_path):
+    # the emulator faults every operation once this file exists (ACT_EMU_FAULT_FILE), as a GPU
+    # with a sticky error would: the batch in flight gets ERROR internal, /healthz turns 503
+    actw, cfg, _ = model
+    fault = tmp_path / "fault-now"
+    env = dict(emu_env, ACT_EMU_FAULT_FILE=str(fault))
+    srv = Server(act_serve, actw, tmp_path, "--max-batch", 2, env=env, device="cuda")
+    try:
+        srv.wait_ready(timeout=300)
+        assert srv.http("/healthz") == (200, "ok\n")
+        c = ActClient("127.0.0.1", srv.port, timeout=300)
+        rng = np.random.default_rng(5)
+        h, w = cfg["vision_backbone"]["image_shape"]
+        q = rng.standard_normal(cfg["obs_dim"]).astype(np.float32)
+        imgs = {cam: rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for cam in cfg["camera_names"]}
+        good = c.predict(q, imgs)
+        assert np.isfinite(good).all() and srv.metric("act_serve_failing") == 0
+        fault.touch()
+        with pytest.raises(ActServerError) as e:
+            c.predict(q, imgs)
+        assert e.value.name == "internal" and "inference failed" in e.value.message, e.value
+        status, body = srv.http("/healthz")
+        # the CUDA error as a GPU would word it, from the call that found it
+        assert status == 503 and body.startswith("failing: ") and "illegal memory access" in body, (status, body)
+        assert srv.metric("act_serve_failing") == 1
+        assert "injected fault" in srv.log() and "/healthz says failing" in srv.log()
+        assert srv.proc.poll() is None, "act-serve exited on a device fault instead of reporting it"
+    finally:
+        srv.stop()
