@@ -357,7 +357,9 @@ def test_backlog_beyond_max_clients_after_a_stall_is_refused_and_counted(act_ser
                or _metric(mport, "act_serve_connections_total") + _metric(mport, refused) < 40):
             assert time.monotonic() < deadline, _metrics(mport) + log.read_text()[-3000:]
             time.sleep(0.05)
-        assert _metric(mport, refused) >= 40 - 8
+        # every connection accounted for, once; how many a slot freed in time took varies
+        assert _metric(mport, "act_serve_connections_total") + _metric(mport, refused) == 40
+        assert _metric(mport, refused) > 0
         c = ActClient("127.0.0.1", port, timeout=30)
         np.testing.assert_allclose(c.predict(srv.q, srv.imgs), srv.want, rtol=1e-5, atol=1e-6)
         c.close()
