@@ -344,11 +344,11 @@ def goals(device, ours, peers, batches) -> list:
     for prec, res in ours.items():
         mem = (res or {}).get("memory")
         if mem:
-            engine_rss = mem["peak_rss_bytes"] - mem["input_pool_bytes"]
+            # act-infer bench judges both memory goals itself; this reports its verdicts
             out.append({"goal": f"host peak RSS ({prec}, less the input pool) <= weight file + 200 MB",
-                        "ours_bytes": engine_rss, "limit_bytes": mem["weight_file_bytes"] + 200 * 2**20,
-                        "met": engine_rss <= mem["weight_file_bytes"] + 200 * 2**20})
-            if device == "cuda" and "device_goal_bytes" in mem:
+                        "ours_bytes": mem["peak_rss_bytes"] - mem["input_pool_bytes"],
+                        "limit_bytes": mem["rss_goal_bytes"], "met": mem["rss_goal_met"]})
+            if device == "cuda":
                 out.append({"goal": f"device memory ({prec}) <= 1.5x fp32 weights + activations of the largest batch",
                             "ours_bytes": mem["device_bytes"], "limit_bytes": mem["device_goal_bytes"],
                             "met": mem["device_goal_met"]})

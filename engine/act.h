@@ -120,9 +120,10 @@ void act_session_profile(act_session *s, int enable);  /* CUDA: disables graphs 
 int act_session_stage_ms(act_session *s, double ms[ACT_STAGE_COUNT]);
 const char *act_session_device_name(const act_session *s);
 size_t act_session_device_bytes(const act_session *s);  /* device memory held by the session */
-/* What that memory holds: the weights in the backend's form (the fp32 blob, plus its bf16/fp16
- * copy on CUDA), the activations of the largest batch (buffers sized at creation), and the
- * rest - library workspaces and handles, which grow while the first steps plan (cuDNN). */
+/* What that memory holds: the weights in the backend's form (CUDA fp32/tf32: the fp32 blob;
+ * bf16/fp16: the blob in that type plus the few tensors read in fp32), the activations of the
+ * largest batch (buffers sized at creation), and the rest - library workspaces, which grow
+ * while the first steps plan (cuDNN). */
 typedef struct act_memory { size_t total, weights, activations, workspace; } act_memory;
 void act_session_memory(const act_session *s, act_memory *m);
 

@@ -220,15 +220,10 @@ static void cu_host_free(act_backend *be, void *p) { if (p) cudaFreeHost(p); }
 
 static size_t cu_device_bytes(act_backend *be) { return CTX(be)->bytes; }
 
-/* NHWC: every conv filter with taps (k > 1; a 1x1 filter is the same in both layouts) becomes
- * KRSC in the weight copy the convs read. bf16/fp16 rewrite their copy from the untouched fp32
- * blob; fp32 goes through a temporary as large as the largest filter. */
-static int filters_to_krsc(act_backend *be, const act_model *m) {
-    cuda_ctx *c = CTX(be);
-    BE_ERR;
-    const act_conv *cv[ACT_MAX_CAMS * 21];
+/* every conv of the model's trunks (stem, and each block's two convs and downsample), at most
+ * ACT_MAX_CAMS * 21; the keypoint 1x1 conv is built by the forward pass from tr->kp_w */
+static int trunk_convs(const act_model *m, const act_conv **cv) {
     int n = 0;
-    size_t most = 0;
     for (int t = 0; t < m->n_trunks; t++) {
         const act_trunk *tr = &m->trunks[t];
         cv[n++] = &tr->conv1;
@@ -239,6 +234,18 @@ static int filters_to_krsc(act_backend *be, const act_model *m) {
                 if (tr->blocks[l][b].has_down) cv[n++] = &tr->blocks[l][b].down;
             }
     }
+    return n;
+}
+
+/* NHWC: every conv filter with taps (k > 1; a 1x1 filter is the same in both layouts) becomes
+ * KRSC in the weight copy the convs read. bf16/fp16 rewrite their copy from the untouched fp32
+ * blob; fp32 goes through a temporary as large as the largest filter. */
+static int filters_to_krsc(act_backend *be, const act_model *m) {
+    cuda_ctx *c = CTX(be);
+    BE_ERR;
+    const act_conv *cv[ACT_MAX_CAMS * 21];
+    int n = trunk_convs(m, cv);
+    size_t most = 0;
     for (int i = 0; i < n; i++)
         if (cv[i]->k > 1 && (size_t)cv[i]->w->numel > most) most = (size_t)cv[i]->w->numel;
     float *tmp = NULL;
@@ -271,16 +278,10 @@ static int filters_to_krsc(act_backend *be, const act_model *m) {
 /* The tensors bf16/fp16 sessions read only in that type: every conv filter and linear weight.
  * A tensor left out here only costs its fp32 bytes; it is never read wrong. */
 static void mark_low_only(const act_model *m, unsigned char *low) {
-    for (int t = 0; t < m->n_trunks; t++) {
-        const act_trunk *tr = &m->trunks[t];
-        low[tr->conv1.w->index] = low[tr->kp_w->index] = low[tr->out_w->index] = 1;
-        for (int l = 0; l < 4; l++)
-            for (int b = 0; b < 2; b++) {
-                const act_block *bl = &tr->blocks[l][b];
-                low[bl->conv1.w->index] = low[bl->conv2.w->index] = 1;
-                if (bl->has_down) low[bl->down.w->index] = 1;
-            }
-    }
+    const act_conv *cv[ACT_MAX_CAMS * 21];
+    for (int i = 0, n = trunk_convs(m, cv); i < n; i++) low[cv[i]->w->index] = 1;
+    for (int t = 0; t < m->n_trunks; t++)
+        low[m->trunks[t].kp_w->index] = low[m->trunks[t].out_w->index] = 1;
     const act_linear *lin[] = {&m->enc_qpos, &m->enc_action, &m->latent_proj, &m->latent_out,
                                &m->dec_qpos, &m->visual_proj, &m->action_head};
     for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++)

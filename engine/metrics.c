@@ -60,13 +60,17 @@ void act_metrics_result(act_metrics *m, double queue_wait_s)
     pthread_mutex_unlock(&m->mu);
 }
 
-void act_metrics_batch(act_metrics *m, int batch, double infer_s)
+int act_metrics_batch(act_metrics *m, int batch, double infer_s, const char *failed_why)
 {
     pthread_mutex_lock(&m->mu);
     m->batches++;
     hist_add(&m->batch_size, batch);
     hist_add(&m->infer_s, infer_s);
+    int was = m->failing;
+    if (failed_why && !was) snprintf(m->failing_why, sizeof m->failing_why, "%s", failed_why);
+    m->failing = failed_why != NULL;
     pthread_mutex_unlock(&m->mu);
+    return was;
 }
 
 void act_metrics_conn(act_metrics *m, int delta, int dropped)
@@ -92,16 +96,6 @@ void act_metrics_memory(act_metrics *m, size_t weights, size_t activations, size
     m->mem_activations = activations;
     m->mem_workspace = workspace;
     pthread_mutex_unlock(&m->mu);
-}
-
-int act_metrics_pass(act_metrics *m, const char *why)
-{
-    pthread_mutex_lock(&m->mu);
-    int was = m->failing;
-    if (why && !was) snprintf(m->failing_why, sizeof m->failing_why, "%s", why);
-    m->failing = why != NULL;
-    pthread_mutex_unlock(&m->mu);
-    return was;
 }
 
 int act_metrics_failing(act_metrics *m, char *why, size_t whylen)

@@ -40,14 +40,13 @@ void act_metrics_destroy(act_metrics *m);
 void act_metrics_request(act_metrics *m);
 void act_metrics_error(act_metrics *m, int code);
 void act_metrics_result(act_metrics *m, double queue_wait_s);
-void act_metrics_batch(act_metrics *m, int batch, double infer_s);
+/* one forward pass: its size, duration, and why it failed (NULL: it succeeded). Returns whether
+ * the pass before had failed, so the caller can log the transitions. */
+int act_metrics_batch(act_metrics *m, int batch, double infer_s, const char *failed_why);
 void act_metrics_conn(act_metrics *m, int delta, int dropped);   /* +1 open, -1 close */
 void act_metrics_refused(act_metrics *m, int reason);            /* ACT_REFUSED_* */
 void act_metrics_inflight(act_metrics *m, int delta);
 void act_metrics_memory(act_metrics *m, size_t weights, size_t activations, size_t workspace);
-/* after each forward pass: why (NULL: it succeeded). Returns the state before, so the caller
- * can log the transitions. */
-int act_metrics_pass(act_metrics *m, const char *why);
 /* 1 while failing, with the reason copied into why */
 int act_metrics_failing(act_metrics *m, char *why, size_t whylen);
 /* Renders the Prometheus text exposition (version 0.0.4) into a malloc'd string. */

@@ -404,16 +404,16 @@ void act_conn_accept(act_server *s)
             }
             return;   /* EAGAIN, or an aborted handshake: nothing more to take now */
         }
-        if (atomic_load(&s->draining) || s->n_free == 0) {
+        int draining = atomic_load(&s->draining);
+        if (draining || s->n_free == 0) {
             /* say why in one best-effort send: a fresh socket's buffer always takes it */
             char msg[128];
             size_t n;
-            snprintf(msg, sizeof msg, atomic_load(&s->draining) ? "server is draining; connect to another replica"
-                                                                  : "max clients (%d) reached; try another replica",
+            snprintf(msg, sizeof msg, draining ? "server is draining; connect to another replica"
+                                               : "max clients (%d) reached; try another replica",
                      s->o.max_clients);
-            uint8_t *f = act_proto_build_error(0, atomic_load(&s->draining) ? ACT_E_SHUTTING_DOWN : ACT_E_OVERLOADED,
-                                               msg, &n);
-            act_metrics_refused(&s->metrics, atomic_load(&s->draining) ? ACT_REFUSED_DRAINING : ACT_REFUSED_MAX_CLIENTS);
+            uint8_t *f = act_proto_build_error(0, draining ? ACT_E_SHUTTING_DOWN : ACT_E_OVERLOADED, msg, &n);
+            act_metrics_refused(&s->metrics, draining ? ACT_REFUSED_DRAINING : ACT_REFUSED_MAX_CLIENTS);
             act_serve_log(s, "%s: refused a connection", msg);
             if (f && send(fd, f, n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) act_serve_log(s, "refusing a client: %s", strerror(errno));
             free(f);

@@ -142,10 +142,9 @@ static void run_batch(act_server *s, batch_bufs *b, act_req **rs, int n)
     double t0 = act_now();
     int rc = act_run(s->sess, &in, &out, err, sizeof err);
     double t1 = act_now();
-    act_metrics_batch(&s->metrics, n, t1 - t0);
     /* a failing device (a GPU fault is sticky: every later pass fails too) turns /healthz to 503,
      * so a load balancer stops sending work here; one good pass turns it back */
-    int was = act_metrics_pass(&s->metrics, rc ? err : NULL);
+    int was = act_metrics_batch(&s->metrics, n, t1 - t0, rc ? err : NULL);
     if (rc && !was)
         act_serve_log(s, "inference failed: %s; /healthz says failing until a forward pass succeeds", err);
     else if (!rc && was)

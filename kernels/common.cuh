@@ -1,6 +1,6 @@
 /* common.cuh - what every kernel file shares: dtype-generic loads/stores, grid sizing, and the
  * checked-call macros that turn a CUDA error into a "file:line: call: message" string.
- * defines: KDT_*, kld, kst, CEIL_DIV, act_kerr, KCHECK, KLAUNCH
+ * defines: KDT_*, kld, kst, CEIL_DIV, act_grid, act_kerr, KCHECK, KLAUNCH
  *
  * Kernels take their buffers as void * plus a dtype code (the values of act_dtype: 0 F32,
  * 1 BF16, 2 F16) and convert on load/store, so one kernel serves every precision and any mix of
@@ -17,6 +17,13 @@
 enum { KDT_F32 = 0, KDT_BF16 = 1, KDT_F16 = 2 };
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+/* blocks of 256 threads for a grid-stride loop over n elements: one element per thread up to
+ * 65535 * 8 blocks, the loop covers the rest */
+static inline int act_grid(size_t n) {
+    size_t g = CEIL_DIV(n, (size_t)256);
+    return (int)(g < 65535 * 8 ? (g ? g : 1) : 65535 * 8);
+}
 
 static inline int act_kerr(char *err, size_t errlen, const char *file, int line,
                            const char *call, const char *msg) {

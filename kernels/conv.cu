@@ -199,8 +199,7 @@ int act_k_conv_direct(const void *x, const void *w, int dt, int nhwc, int N, int
     int Ho = (H + 2 * pad - k) / stride + 1, Wo = (W + 2 * pad - k) / stride + 1;
     size_t n = (size_t)N * cout * Ho * Wo;
     if (n == 0) return 0;
-    size_t g = CEIL_DIV(n, (size_t)256);
-    conv_direct_kernel<<<(int)(g < 65535 * 8 ? g : 65535 * 8), 256, 0, st>>>(
+    conv_direct_kernel<<<act_grid(n), 256, 0, st>>>(
         x, w, dt, nhwc, N, cin, H, W, cout, k, stride, pad, Ho, Wo, bias, res, rdt, epi, y);
     KLAUNCH(conv_direct_kernel);
     return 0;
@@ -221,9 +220,7 @@ int act_k_conv_weight_nhwc(const float *w, void *dst, int ddt, int K, int C, int
                            cudaStream_t st, char *err, size_t errlen) {
     size_t n = (size_t)K * C * k * k;
     if (n == 0) return 0;
-    size_t g = CEIL_DIV(n, (size_t)256);
-    weight_nhwc_kernel<<<(int)(g < 65535 * 8 ? g : 65535 * 8), 256, 0, st>>>(w, dst, ddt, K, C,
-                                                                               k * k);
+    weight_nhwc_kernel<<<act_grid(n), 256, 0, st>>>(w, dst, ddt, K, C, k * k);
     KLAUNCH(weight_nhwc_kernel);
     return 0;
 }

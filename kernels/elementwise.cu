@@ -17,17 +17,12 @@ static __global__ void bias_res_act_kernel(void *y, int ydt, const float *bias, 
     }
 }
 
-static int grid_for(size_t n) {
-    size_t g = CEIL_DIV(n, (size_t)256);
-    return (int)(g < 65535 * 8 ? (g ? g : 1) : 65535 * 8);
-}
-
 int act_k_bias_res_act(void *y, int ydt, const float *bias, const void *res, int rdt,
                        size_t outer, int C, size_t inner, int epi, cudaStream_t st,
                        char *err, size_t errlen) {
     size_t n = outer * (size_t)C * inner;
     if (n == 0 || (!bias && !res && epi == 0)) return 0;
-    bias_res_act_kernel<<<grid_for(n), 256, 0, st>>>(y, ydt, bias, res, rdt, n, C, inner, epi);
+    bias_res_act_kernel<<<act_grid(n), 256, 0, st>>>(y, ydt, bias, res, rdt, n, C, inner, epi);
     KLAUNCH(bias_res_act_kernel);
     return 0;
 }
@@ -55,7 +50,7 @@ int act_k_normalize(const void *x, int xdt, void *y, int ydt, int rows, int dim,
                     char *err, size_t errlen) {
     size_t n = (size_t)rows * dim;
     if (n == 0) return 0;
-    normalize_kernel<<<grid_for(n), 256, 0, st>>>(x, xdt, y, ydt, rows, dim, lo, hi, type, eps,
+    normalize_kernel<<<act_grid(n), 256, 0, st>>>(x, xdt, y, ydt, rows, dim, lo, hi, type, eps,
                                                   inverse);
     KLAUNCH(normalize_kernel);
     return 0;
@@ -80,7 +75,7 @@ int act_k_convert(void *dst, int ddt, const void *src, int sdt, size_t n, cudaSt
         KCHECK(cudaMemcpyAsync(dst, src, n * es, cudaMemcpyDeviceToDevice, st));
         return 0;
     }
-    convert_kernel<<<grid_for(n), 256, 0, st>>>(dst, ddt, src, sdt, n);
+    convert_kernel<<<act_grid(n), 256, 0, st>>>(dst, ddt, src, sdt, n);
     KLAUNCH(convert_kernel);
     return 0;
 }
@@ -101,7 +96,7 @@ int act_k_gather_rows(void *dst, int ddt, const void *src, int sdt, int rows, si
                  sdt, ddt, stride, n);
         return -1;
     }
-    gather_rows_kernel<<<grid_for(total), 256, 0, st>>>(dst, ddt, src, sdt, total, n, stride);
+    gather_rows_kernel<<<act_grid(total), 256, 0, st>>>(dst, ddt, src, sdt, total, n, stride);
     KLAUNCH(gather_rows_kernel);
     return 0;
 }
@@ -117,7 +112,7 @@ int act_k_broadcast_rows(const float *t, int B, size_t n, void *out, int odt, cu
                          char *err, size_t errlen) {
     size_t total = (size_t)B * n;
     if (total == 0) return 0;
-    broadcast_kernel<<<grid_for(total), 256, 0, st>>>(t, n, total, out, odt);
+    broadcast_kernel<<<act_grid(total), 256, 0, st>>>(t, n, total, out, odt);
     KLAUNCH(broadcast_kernel);
     return 0;
 }

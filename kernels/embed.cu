@@ -24,17 +24,12 @@ static __global__ void memory_kernel(const void *lat, int ldt, const void *qp, i
     }
 }
 
-static int grid_for(size_t n) {
-    size_t g = CEIL_DIV(n, (size_t)256);
-    return (int)(g < 65535 * 8 ? (g ? g : 1) : 65535 * 8);
-}
-
 int act_k_memory_assemble(const void *lat, int ldt, const void *qp, int qdt, const void *vis,
                           int vdt, int B, int ncam, int E, const float *pos, const float *type,
                           void *out, int odt, cudaStream_t st, char *err, size_t errlen) {
     size_t n = (size_t)B * (2 + ncam) * E;
     if (n == 0) return 0;
-    memory_kernel<<<grid_for(n), 256, 0, st>>>(lat, ldt, qp, qdt, vis, vdt, B, ncam, E, pos, type,
+    memory_kernel<<<act_grid(n), 256, 0, st>>>(lat, ldt, qp, qdt, vis, vdt, B, ncam, E, pos, type,
                                                out, odt);
     KLAUNCH(memory_kernel);
     return 0;
@@ -61,7 +56,7 @@ int act_k_posterior_assemble(const float *cls, const void *qp, int qdt, const vo
                              cudaStream_t st, char *err, size_t errlen) {
     size_t n = (size_t)B * (2 + H) * E;
     if (n == 0) return 0;
-    posterior_kernel<<<grid_for(n), 256, 0, st>>>(cls, qp, qdt, act, adt, B, H, E, pos, out, odt);
+    posterior_kernel<<<act_grid(n), 256, 0, st>>>(cls, qp, qdt, act, adt, B, H, E, pos, out, odt);
     KLAUNCH(posterior_kernel);
     return 0;
 }

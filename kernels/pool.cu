@@ -45,9 +45,7 @@ int act_k_maxpool(const void *x, int xdt, int N, int C, int H, int W, int nhwc, 
     int Ho = (H - 1) / 2 + 1, Wo = (W - 1) / 2 + 1;
     size_t n = (size_t)N * C * Ho * Wo;
     if (n == 0) return 0;
-    size_t g = CEIL_DIV(n, (size_t)256);
-    maxpool_kernel<<<(int)(g < 65535 * 8 ? g : 65535 * 8), 256, 0, st>>>(x, xdt, N, C, H, W, Ho,
-                                                                          Wo, nhwc, y, ydt);
+    maxpool_kernel<<<act_grid(n), 256, 0, st>>>(x, xdt, N, C, H, W, Ho, Wo, nhwc, y, ydt);
     KLAUNCH(maxpool_kernel);
     return 0;
 }

@@ -53,8 +53,7 @@ int act_k_preprocess(const unsigned char *frames, int B, int hi, int wi, int rh,
                      cudaStream_t st, char *err, size_t errlen) {
     size_t n = (size_t)B * 3 * ho * wo;
     if (n == 0) return 0;
-    size_t g = CEIL_DIV(n, (size_t)256);
-    preprocess_kernel<<<(int)(g < 65535 * 8 ? g : 65535 * 8), 256, 0, st>>>(
+    preprocess_kernel<<<act_grid(n), 256, 0, st>>>(
         frames, B, hi, wi, rh, rw, top, left, ho, wo, imagenet, nhwc, out, odt);
     KLAUNCH(preprocess_kernel);
     return 0;

@@ -154,16 +154,6 @@ static float *relayout(const float *src, size_t n, int C, size_t HW, int to_nhwc
     return d;
 }
 
-/* is word (up to a comma) one of the comma-separated items of list? NULL list: yes */
-static int listed(const char *list, const char *word, int substring) {
-    if (!list || !*list) return 1;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", list);
-    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ","))
-        if (substring ? strstr(word, t) != NULL : !strcmp(word, t)) return 1;
-    return 0;
-}
-
 /* in_fm[i] / out_fm: which inputs and whether the output are feature maps (in_fm may be NULL) */
 static void run_case_fm(const pair *p, const char *name, int gemm, op_fn fn, const void *arg,
                         const input *in, const fmap *in_fm, int nin, size_t nout, act_dtype odt,
@@ -225,8 +215,8 @@ static void t_preprocess(const pair *p, const char *name, const act_config *c) {
     int ho = c->crop_h ? c->crop_h : c->input_h, wo = c->crop_w ? c->crop_w : c->input_w;
     pre_arg a = {c, p->B, c->image_h, c->image_w};
     input in[1] = {{NULL, f, n, ACT_DT_U8}};
-    fmap fin[1] = {{0, 0}}, fout = {3, (size_t)ho * wo};
-    run_case_fm(p, name, 0, f_pre, &a, in, fin, 1, (size_t)p->B * 3 * ho * wo, ACT_DT_ACT, fout);
+    fmap fout = {3, (size_t)ho * wo};
+    run_case_fm(p, name, 0, f_pre, &a, in, NULL, 1, (size_t)p->B * 3 * ho * wo, ACT_DT_ACT, fout);
     free(f);
 }
 

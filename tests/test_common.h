@@ -1,13 +1,14 @@
 /* test_common.h - what every C test shares: pass/fail counters with CHECK, the seeded splitmix64
  * stream (the seed is printed; ACT_TEST_SEED=<seed> replays a failing run), and where the test
  * weight files are (ACT_TEST_DATA, made by tests/make_testdata.py).
- * defines: g_fail, g_checks, CHECK, g_rng, rnd, urand, seed_rng, data_dir */
+ * defines: g_fail, g_checks, CHECK, g_rng, rnd, urand, seed_rng, data_dir, listed */
 #ifndef ACT_TEST_COMMON_H
 #define ACT_TEST_COMMON_H
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -42,6 +43,16 @@ static inline void seed_rng(const char *prog) {
 static inline const char *data_dir(void) {
     const char *d = getenv("ACT_TEST_DATA");
     return d ? d : "build/testdata";
+}
+/* the narrowing env variables of the tests (ACT_OPS_ONLY=a,b ...): is word one of the
+ * comma-separated items of list (substring: does it contain one)? NULL or empty list: yes */
+static inline int listed(const char *list, const char *word, int substring) {
+    if (!list || !*list) return 1;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ","))
+        if (substring ? strstr(word, t) != NULL : !strcmp(word, t)) return 1;
+    return 0;
 }
 
 #endif

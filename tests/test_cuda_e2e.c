@@ -156,13 +156,46 @@ static void compare(const char *tag, int prec, const act_config *c, int B, const
     check("kl", tag, prec, got->kl, want->kl, (size_t)B);
 }
 
-static int test_model(const char *path, int full) {
+static act_model *load_model(const char *path) {
     char err[1024];
     act_model *m = NULL;
-    if (act_model_load(path, &m, err, sizeof err)) {
+    if (act_model_load(path, &m, err, sizeof err))
         printf("FAIL cannot load %s: %s (make it with tests/make_testdata.py)\n", path, err);
+    return m;
+}
+
+/* n input sets (set k of batch Bs[k]: fresh inputs, camera-like frames or noise) and their
+ * outputs on a CPU session - the reference the CUDA runs are compared with */
+static int cpu_reference(const act_model *m, int n, const int *Bs, int camera_like,
+                         const uint64_t *seeds, run_io *in, run_io *ref) {
+    const act_config *c = act_model_config(m);
+    char err[1024];
+    act_session_opts o = act_session_default_opts();
+    for (int k = 0; k < n; k++) if (Bs[k] > o.max_batch) o.max_batch = Bs[k];
+    act_session *cpu = NULL;
+    if (act_session_create(m, &o, &cpu, err, sizeof err)) {
+        printf("FAIL cpu session: %s\n", err);
         return -1;
     }
+    int rc = 0;
+    for (int k = 0; k < n; k++) {
+        memset(&in[k], 0, sizeof in[k]);
+        memset(&ref[k], 0, sizeof ref[k]);
+        make_inputs(&in[k], c, Bs[k], camera_like);
+        alloc_outputs(&ref[k], c, Bs[k]);
+        if (!rc && run(cpu, c, Bs[k], &in[k], &ref[k], seeds[k], err, sizeof err)) {
+            printf("FAIL cpu run: %s\n", err);
+            rc = -1;
+        }
+    }
+    act_session_free(cpu);
+    return rc;
+}
+
+static int test_model(const char *path, int full) {
+    char err[1024];
+    act_model *m = load_model(path);
+    if (!m) return -1;
     const act_config *c = act_model_config(m);
     TOL = full ? TOL_FULL : TOL_SMALL;
     g_full_ran |= full;
@@ -175,26 +208,9 @@ static int test_model(const char *path, int full) {
         if (maxb && *maxb && B > atoi(maxb)) break;
         run_io in[2], ref[2];
         uint64_t seeds[2] = {rnd(), rnd()};
+        const int Bs[2] = {B, B};
+        if (cpu_reference(m, 2, Bs, full, seeds, in, ref)) return -1;
         act_session_opts o = act_session_default_opts();
-        o.device = ACT_DEVICE_CPU;
-        o.precision = ACT_FP32;
-        o.max_batch = B;
-        act_session *cpu = NULL;
-        if (act_session_create(m, &o, &cpu, err, sizeof err)) {
-            printf("FAIL cpu session: %s\n", err);
-            return -1;
-        }
-        for (int k = 0; k < 2; k++) {
-            memset(&in[k], 0, sizeof in[k]);
-            memset(&ref[k], 0, sizeof ref[k]);
-            make_inputs(&in[k], c, B, full);
-            alloc_outputs(&ref[k], c, B);
-            if (run(cpu, c, B, &in[k], &ref[k], seeds[k], err, sizeof err)) {
-                printf("FAIL cpu run: %s\n", err);
-                return -1;
-            }
-        }
-        act_session_free(cpu);
         for (int prec = 0; prec < 4; prec++)
             for (int graphs = 0; graphs < 2; graphs++) {
                 o.device = ACT_DEVICE_CUDA;
@@ -242,34 +258,25 @@ static int test_model(const char *path, int full) {
  * precision whose conv workspace grows with the batch (Winograd, on the emulator too). */
 static int test_batch_switching(const char *path) {
     char err[1024];
-    act_model *m = NULL;
-    if (act_model_load(path, &m, err, sizeof err)) {
-        printf("FAIL cannot load %s: %s\n", path, err);
-        return -1;
-    }
+    act_model *m = load_model(path);
+    if (!m) return -1;
     const act_config *c = act_model_config(m);
     TOL = TOL_SMALL;
     const int order[] = {1, 1, 1, 3, 3, 1, 1, 3, 1};   /* eager, capture, replay per size */
     run_io in[2], ref[2];                               /* [0] batch 1, [1] batch 3 */
     uint64_t seeds[2] = {rnd(), rnd()};
+    const int Bs[2] = {1, 3};
     act_session_opts o = act_session_default_opts();
     o.max_batch = 3;
     act_session *s = NULL;
-    int rc = 0;
-    for (int k = 0; k < 2; k++) {
-        memset(&in[k], 0, sizeof in[k]);
-        memset(&ref[k], 0, sizeof ref[k]);
-        make_inputs(&in[k], c, k ? 3 : 1, 0);
-        alloc_outputs(&ref[k], c, k ? 3 : 1);
-    }
-    if (act_session_create(m, &o, &s, err, sizeof err)) goto fail;
-    for (int k = 0; k < 2; k++)
-        if (run(s, c, k ? 3 : 1, &in[k], &ref[k], seeds[k], err, sizeof err)) goto fail;
-    act_session_free(s);
+    int rc = cpu_reference(m, 2, Bs, 0, seeds, in, ref);
     o.device = ACT_DEVICE_CUDA;
     o.precision = ACT_TF32;
-    if (act_session_create(m, &o, &s, err, sizeof err)) goto fail;
-    for (size_t r = 0; r < sizeof order / sizeof order[0]; r++) {
+    if (!rc && act_session_create(m, &o, &s, err, sizeof err)) {
+        printf("FAIL batch switching, cuda session: %s\n", err);
+        rc = -1;
+    }
+    for (size_t r = 0; r < sizeof order / sizeof order[0] && !rc; r++) {
         int k = order[r] == 3, B = order[r];
         run_io got;
         memset(&got, 0, sizeof got);
@@ -284,11 +291,6 @@ static int test_batch_switching(const char *path) {
         }
         free_io(&got, 0);
     }
-    goto done;
-fail:
-    printf("FAIL batch switching: %s\n", err);
-    rc = -1;
-done:
     act_session_free(s);
     for (int k = 0; k < 2; k++) {
         free_io(&in[k], c->num_cams);
@@ -310,10 +312,9 @@ int main(void) {
     const char *full = getenv("ACT_E2E_FULL_MODEL");   /* named: it must exist */
     const char *only = getenv("ACT_E2E_MODELS");
     for (int i = 0; i < 3; i++) {
-        char path[1024], want[64];
-        snprintf(want, sizeof want, ",%.*s,", (int)(strlen(names[i]) - 5), names[i]);
-        snprintf(path, sizeof path, ",%s,", only ? only : "");
-        if (only && *only && !strstr(path, want)) continue;
+        char path[1024], model[32];
+        snprintf(model, sizeof model, "%.*s", (int)(strlen(names[i]) - 5), names[i]);   /* less .actw */
+        if (!listed(only, model, 0)) continue;
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         if (i == 2 && full && *full) snprintf(path, sizeof path, "%s", full);
         if (i == 2) {

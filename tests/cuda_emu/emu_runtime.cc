@@ -246,12 +246,9 @@ void run_ops(std::vector<Op> &ops) {
     for (auto &op : ops) {
         if (g_sticky != cudaSuccess) break;      /* a faulted context runs nothing more */
         g_running = op.what.c_str();
-        if (g_fault_file && access(g_fault_file, F_OK) == 0) {
+        if (g_fault_file && access(g_fault_file, F_OK) == 0)
             emu_fault("injected fault (ACT_EMU_FAULT_FILE %s exists)", g_fault_file);
-            g_running = "";
-            break;
-        }
-        if (!op.operands || operands_live(op)) {          /* else faulted: nothing more runs */
+        else if (!op.operands || operands_live(op)) {     /* else faulted: nothing more runs */
             g_counts[op.kind]++;
             op.fn();
         }

@@ -16,7 +16,8 @@
 #   ops        tests/test_backend_ops: every CUDA op vs the CPU backend, 4 precisions x 3 batches
 #              (feature maps NCHW in fp32/tf32, NHWC in bf16/fp16; if a conv fails: again on the
 #              direct conv kernel, ACT_CUDA_CONV=direct)
-#   ops-layout the vision ops once more in the other layout of each precision (ACT_CUDA_LAYOUT)
+#   ops-nhwc32, ops-nchw16  the vision ops once more in the other layout of each precision
+#              (ACT_CUDA_LAYOUT)
 #   e2e        tests/test_cuda_e2e: whole steps vs the CPU session, every precision, graphs on/off
 #              (if ops or e2e fail: the op table again with the fused epilogues off)
 #   memcheck   compute-sanitizer memcheck on full-size steps (eager, captured and replayed)
@@ -207,21 +208,21 @@ else
 fi
 
 # ---------------- fusion A/B: the same step with the fused epilogues on and off ----------------
-ab_p50() {   # precision env... -> "p50 ms" of act-infer bench (graphs on) at batch AB_BATCH (1)
-    local prec=$1
-    shift
+ab_p50() {   # precision batch env... -> "p50 ms" of act-infer bench (graphs on)
+    local prec=$1 batch=$2
+    shift 2
     env "$@" timeout "$(limit 40)" "$BUILD/act-infer" bench --model "$TD/full.actw" --device cuda \
-        --precision "$prec" --batch "${AB_BATCH:-1}" --iters 200 --warmup 20 --json "$OUT/ab.json" >>"$OUT/ab.log" 2>&1 &&
+        --precision "$prec" --batch "$batch" --iters 200 --warmup 20 --json "$OUT/ab.json" >>"$OUT/ab.log" 2>&1 &&
         "$PY" -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; print('%.3f' % r['latency_ms']['p50'])" "$OUT/ab.json"
 }
 if ((built)) && ((have_full)) && enough 45; then
     fig=""
     for prec in fp32 bf16; do
-        on=$(ab_p50 $prec A=1) off=$(ab_p50 $prec ACT_CUDA_CONV_UNFUSED=1 ACT_CUDA_GEMM=gemmex)
+        on=$(ab_p50 $prec 1) off=$(ab_p50 $prec 1 ACT_CUDA_CONV_UNFUSED=1 ACT_CUDA_GEMM=gemmex)
         fig="$fig $prec fused ${on:-?} / unfused ${off:-?} ms;"
     done
     # bf16 convs fuse only on request (cuDNN rounds the bias to bf16): what would it gain?
-    lp=$(ab_p50 bf16 ACT_CUDA_CONV_FUSE_LOWP=1)
+    lp=$(ab_p50 bf16 1 ACT_CUDA_CONV_FUSE_LOWP=1)
     fig="$fig bf16 +conv fusion ${lp:-?} ms"
     row fusion-ab ok "b=1 p50:$fig"
 else
@@ -232,7 +233,7 @@ fi
 if ((built)) && ((have_full)) && enough 30; then
     fig=""
     for b in 1 64; do
-        nchw=$(AB_BATCH=$b ab_p50 bf16 ACT_CUDA_LAYOUT=nchw) nhwc=$(AB_BATCH=$b ab_p50 bf16 ACT_CUDA_LAYOUT=nhwc)
+        nchw=$(ab_p50 bf16 $b ACT_CUDA_LAYOUT=nchw) nhwc=$(ab_p50 bf16 $b ACT_CUDA_LAYOUT=nhwc)
         fig="$fig b=$b NCHW ${nchw:-?} / NHWC ${nhwc:-?} ms;"
     done
     row layout-ab ok "bf16 p50:$fig"

@@ -6,6 +6,7 @@ synthetic episodes. Tests import nothing from each other; everything shared live
   ref                         tools/act_reference.py, imported
   rng                         numpy Generator seeded per test (seed printed on failure)
   make_cfg(...)               a small agent config with overrides (see small_cfg)
+  make_model(dir, cfg, seed)  a randomized agent converted to dir/m.actw (session-scoped)
   tmp_ckpt(...)               small randomized checkpoint + agent.yaml + dataset_stats.pkl
   episode_factory(...)        a synthetic episode_<i>.hdf5 in tmp_path
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import os
+import subprocess
 import sys
 import zlib
 from pathlib import Path
@@ -108,6 +110,23 @@ def small_cfg(base: str = "small", **over) -> dict:
 def make_cfg():
     """small_cfg as a fixture: make_cfg(norm='gn', ...) -> a resolved agent config dict."""
     return small_cfg
+
+
+@pytest.fixture(scope="session")
+def make_model(repo_root):
+    """Factory: make_model(dir, cfg, seed) -> (m.actw path, agent): the randomized reference agent
+    saved as a training checkpoint (dir/m.pt, dir/m.yaml) and converted by the real converter.
+    Session-scoped, so module-scoped fixtures can build their model with it."""
+
+    def make(d: Path, cfg: dict, seed: int):
+        agent = act_reference.randomize_(act_reference.build_agent(cfg), seed)
+        ckpt, yml, actw = d / "m.pt", d / "m.yaml", d / "m.actw"
+        act_reference.save_checkpoint(agent, str(ckpt), cfg, config_path=str(yml))
+        subprocess.run([sys.executable, str(repo_root / "tools" / "convert_checkpoint.py"), str(ckpt), "-o",
+                        str(actw), "--config", str(yml)], check=True, stdout=subprocess.DEVNULL)
+        return actw, agent
+
+    return make
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import h5py
 import numpy as np
@@ -44,16 +43,11 @@ def hdf5(act_infer):
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory, make_cfg, repo_root):
+def model(tmp_path_factory, make_cfg, make_model):
     """A converted small model: namespace-like dict with actw path, agent, cfg."""
     d = tmp_path_factory.mktemp("cli_model")
     cfg = make_cfg()
-    agent = act_reference.randomize_(act_reference.build_agent(cfg), 11)
-    ckpt, yaml_path = d / "m.pt", d / "m.yaml"
-    act_reference.save_checkpoint(agent, str(ckpt), cfg, config_path=str(yaml_path))
-    actw = d / "m.actw"
-    subprocess.run([sys.executable, str(repo_root / "tools" / "convert_checkpoint.py"), str(ckpt), "-o", str(actw),
-                    "--config", str(yaml_path)], check=True, stdout=subprocess.DEVNULL)
+    actw, agent = make_model(d, cfg, 11)
     return {"actw": actw, "agent": agent, "cfg": cfg, "dir": d}
 
 

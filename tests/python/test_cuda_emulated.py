@@ -21,7 +21,6 @@ import h5py
 import numpy as np
 import pytest
 
-import act_reference
 import make_episodes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,14 +41,10 @@ def emu_env(build_dir):
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory, make_cfg, repo_root):
+def model(tmp_path_factory, make_cfg, make_model):
     d = tmp_path_factory.mktemp("emu")
     cfg = make_cfg()
-    agent = act_reference.randomize_(act_reference.build_agent(cfg), 31)
-    ckpt, yml, actw = d / "m.pt", d / "m.yaml", d / "m.actw"
-    act_reference.save_checkpoint(agent, str(ckpt), cfg, config_path=str(yml))
-    subprocess.run([sys.executable, str(repo_root / "tools" / "convert_checkpoint.py"), str(ckpt), "-o", str(actw),
-                    "--config", str(yml)], check=True, stdout=subprocess.DEVNULL)
+    actw, _ = make_model(d, cfg, 31)
     return actw, cfg, d
 
 

@@ -40,17 +40,13 @@ def run(binary, *args, check_rc=None, env_extra=None):
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory, make_cfg, repo_root, act_infer):
+def setup(tmp_path_factory, make_cfg, make_model, act_infer):
     version = subprocess.run([str(act_infer), "--version"], stdout=subprocess.PIPE, text=True).stdout
     if "hdf5" not in version:
         pytest.skip(f"act-infer was built without HDF5 ({version.strip()})")
     d = tmp_path_factory.mktemp("eval")
     cfg = make_cfg()
-    agent = act_reference.randomize_(act_reference.build_agent(cfg), 21)
-    ckpt, yaml_path, actw = d / "m.pt", d / "m.yaml", d / "m.actw"
-    act_reference.save_checkpoint(agent, str(ckpt), cfg, config_path=str(yaml_path))
-    subprocess.run([sys.executable, str(repo_root / "tools" / "convert_checkpoint.py"), str(ckpt), "-o", str(actw),
-                    "--config", str(yaml_path)], check=True, stdout=subprocess.DEVNULL)
+    actw, agent = make_model(d, cfg, 21)
     eps = d / "episodes"
     eps.mkdir()
     h, w = cfg["vision_backbone"]["image_shape"]
