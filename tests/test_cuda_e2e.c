@@ -139,7 +139,7 @@ static void check(const char *what, const char *tag, int prec, const float *got,
     g_checks++;
     if (!(e <= TOL[prec])) {
         g_fail++;
-        printf("FAIL %-40s %-12s rel err %.3g > %.0e\n", tag, what, e, TOL[prec]);
+        printf("FAIL %-40s %-12s rel err %.3g > %.2g\n", tag, what, e, TOL[prec]);
     }
     double *worst = TOL == TOL_FULL ? g_worst_full : g_worst;
     if (!(e <= worst[prec])) worst[prec] = isnan(e) ? INFINITY : e;
@@ -333,11 +333,15 @@ int main(void) {
         if (i == 0 && test_batch_switching(path)) return 1;
     }
     printf("\nworst relative error, small models:");
-    for (int p = 0; p < 4; p++) printf("  %s %.2e (limit %.0e)", PREC_NAME[p], g_worst[p], TOL_SMALL[p]);
+    for (int p = 0; p < 4; p++) printf("  %s %.2e (limit %.2g)", PREC_NAME[p], g_worst[p], TOL_SMALL[p]);
     printf("\nworst relative error, full size:");
     for (int p = 0; p < 4; p++)
-        if (g_full_ran) printf("  %s %.2e (limit %.0e)", PREC_NAME[p], g_worst_full[p], TOL_FULL[p]);
+        if (g_full_ran) printf("  %s %.2e (limit %.2g)", PREC_NAME[p], g_worst_full[p], TOL_FULL[p]);
     if (!g_full_ran) printf(" not run (no full.actw)");
+    if (g_checks == 0) {
+        printf("\nFAIL: no check ran (ACT_E2E_MODELS=%s names no model)", getenv("ACT_E2E_MODELS"));
+        g_fail++;
+    }
     printf("\n%s: %d of %d checks failed\n", g_fail ? "FAIL" : "PASS", g_fail, g_checks);
     return g_fail ? 1 : 0;
 }
