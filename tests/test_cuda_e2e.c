@@ -192,6 +192,29 @@ static int cpu_reference(const act_model *m, int n, const int *Bs, int camera_li
     return rc;
 }
 
+/* one CUDA run of input set in, checked against the CPU's outputs for it */
+static void check_run(act_session *s, const act_config *c, int B, const run_io *in,
+                      const run_io *ref, uint64_t seed, int prec, const char *tag) {
+    char err[1024];
+    run_io got;
+    memset(&got, 0, sizeof got);
+    alloc_outputs(&got, c, B);
+    if (run(s, c, B, in, &got, seed, err, sizeof err)) {
+        printf("FAIL %s: %s\n", tag, err);
+        g_fail++;
+    } else {
+        compare(tag, prec, c, B, &got, ref);
+    }
+    free_io(&got, 0);
+}
+
+static void free_sets(run_io *in, run_io *ref, int n, int ncam) {
+    for (int k = 0; k < n; k++) {
+        free_io(&in[k], ncam);
+        free_io(&ref[k], 0);
+    }
+}
+
 static int test_model(const char *path, int full) {
     char err[1024];
     act_model *m = load_model(path);
@@ -225,27 +248,15 @@ static int test_model(const char *path, int full) {
                 }
                 for (int r = 0; r < (graphs ? 4 : 2); r++) {
                     int k = r % 2;
-                    run_io got;
-                    memset(&got, 0, sizeof got);
-                    alloc_outputs(&got, c, B);
                     char tag[1200];
                     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
                     snprintf(tag, sizeof tag, "%s %s B=%d graphs=%d run=%d (set %d)", base,
                              PREC_NAME[prec], B, graphs, r, k);
-                    if (run(s, c, B, &in[k], &got, seeds[k], err, sizeof err)) {
-                        printf("FAIL %s: %s\n", tag, err);
-                        g_fail++;
-                    } else {
-                        compare(tag, prec, c, B, &got, &ref[k]);
-                    }
-                    free_io(&got, 0);
+                    check_run(s, c, B, &in[k], &ref[k], seeds[k], prec, tag);
                 }
                 act_session_free(s);
             }
-        for (int k = 0; k < 2; k++) {
-            free_io(&in[k], c->num_cams);
-            free_io(&ref[k], 0);
-        }
+        free_sets(in, ref, 2, c->num_cams);
     }
     act_model_free(m);
     return 0;
@@ -278,24 +289,12 @@ static int test_batch_switching(const char *path) {
     }
     for (size_t r = 0; r < sizeof order / sizeof order[0] && !rc; r++) {
         int k = order[r] == 3, B = order[r];
-        run_io got;
-        memset(&got, 0, sizeof got);
-        alloc_outputs(&got, c, B);
         char tag[128];
         snprintf(tag, sizeof tag, "batch switching tf32 step %zu (B=%d)", r, B);
-        if (run(s, c, B, &in[k], &got, seeds[k], err, sizeof err)) {
-            printf("FAIL %s: %s\n", tag, err);
-            g_fail++;
-        } else {
-            compare(tag, ACT_TF32, c, B, &got, &ref[k]);
-        }
-        free_io(&got, 0);
+        check_run(s, c, B, &in[k], &ref[k], seeds[k], ACT_TF32, tag);
     }
     act_session_free(s);
-    for (int k = 0; k < 2; k++) {
-        free_io(&in[k], c->num_cams);
-        free_io(&ref[k], 0);
-    }
+    free_sets(in, ref, 2, c->num_cams);
     act_model_free(m);
     return rc;
 }
