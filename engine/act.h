@@ -110,6 +110,22 @@ typedef struct act_outputs {                  /* every pointer optional (NULL = 
 
 int act_run(act_session *s, const act_inputs *in, act_outputs *out, char *err, size_t errlen);
 
+/* The session's own input buffers, sized for max_batch: page-locked host memory on CUDA, from
+ * which the step uploads by DMA. act_run first copies every input into them - 590 KB per batch
+ * element with three 256x256 cameras, 151 MB at batch 256. A caller that writes its frames and
+ * qpos (and recorded actions) straight into these buffers and passes the same pointers in
+ * act_inputs saves that copy: act_run sees the pointer is its own and copies nothing, and leaves
+ * the buffers as they were. A window inside them (a smaller batch starting at a later row) works
+ * too; it is moved to the buffers' start first. They stay valid until act_session_free; do not
+ * write them while act_run runs. */
+typedef struct act_input_buffers {
+    uint8_t *images[ACT_MAX_CAMS];            /* per camera: [max_batch][image_h][image_w][3] */
+    float *qpos;                              /* [max_batch][obs_dim] */
+    float *actions;                           /* [max_batch][pred_horizon][action_dim] */
+    int max_batch;
+} act_input_buffers;
+void act_session_input_buffers(act_session *s, act_input_buffers *b);
+
 /* Per-stage timing of the last act_run (filled when the session profiles, see act_session_profile). */
 typedef enum {
     ACT_STAGE_UPLOAD = 0, ACT_STAGE_PREPROCESS, ACT_STAGE_VISION, ACT_STAGE_TRANSFORMER,

@@ -1,11 +1,13 @@
 /* session.c - a model bound to a backend: create, run, profile, free.
  * defines: act_session_default_opts, act_session_create, act_session_free, act_run,
  *          act_session_profile, act_session_stage_ms, act_session_device_name,
- *          act_session_device_bytes, act_session_memory, act_stage_name
+ *          act_session_device_bytes, act_session_memory, act_session_input_buffers,
+ *          act_stage_name
  *
  * act_run is the only door from the caller's memory into a step: it checks every input (batch
  * range, a frame buffer per camera, finite qpos and actions), copies the inputs into the
- * forward's staging buffers, runs the step and copies the requested outputs back out. */
+ * forward's staging buffers (unless the caller wrote them there already), runs the step and
+ * copies the requested outputs back out. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +104,12 @@ static int all_finite(const float *x, size_t n, size_t *bad) {
     return 1;
 }
 
+/* Copies an input into its staging buffer; nothing when the caller wrote it there already
+ * (act_session_input_buffers), memmove when it is a window inside the buffer. */
+static void stage_in(void *stage, const void *src, size_t bytes) {
+    if (stage != src) memmove(stage, src, bytes);
+}
+
 int act_run(act_session *s, const act_inputs *in, act_outputs *out, char *err, size_t errlen) {
     if (!s || !in || !out) return act_errf(err, errlen, "act_run: session, inputs and outputs are required");
     const act_config *c = &s->m->cfg;
@@ -133,11 +141,11 @@ int act_run(act_session *s, const act_inputs *in, act_outputs *out, char *err, s
                         bad / ((size_t)H * A), bad / A % H, bad % A);
 
     size_t fsz = (size_t)c->image_h * c->image_w * 3;
-    for (int cam = 0; cam < c->num_cams; cam++) memcpy(st->frames[cam], in->images[cam], B * fsz);
-    memcpy(st->qpos, in->qpos, sizeof(float) * B * c->obs_dim);
+    for (int cam = 0; cam < c->num_cams; cam++) stage_in(st->frames[cam], in->images[cam], B * fsz);
+    stage_in(st->qpos, in->qpos, sizeof(float) * B * c->obs_dim);
     int mode = (prior ? ACT_FWD_PRIOR : 0) | (post ? ACT_FWD_POSTERIOR : 0);
     if (post) {
-        memcpy(st->actions, in->actions, sizeof(float) * B * H * A);
+        stage_in(st->actions, in->actions, sizeof(float) * B * H * A);
         /* key padding over [cls, qpos, actions]: the first two tokens are never padded */
         for (int b = 0; b < B; b++) {
             uint8_t *row = st->pad + (size_t)b * (H + 2);
@@ -192,4 +200,14 @@ void act_session_memory(const act_session *s, act_memory *m) {
     m->weights = s->weight_bytes;
     m->activations = s->activation_bytes;
     m->workspace = m->total - m->weights - m->activations;
+}
+
+void act_session_input_buffers(act_session *s, act_input_buffers *b) {
+    memset(b, 0, sizeof *b);
+    if (!s) return;
+    const act_fwd_stage *st = &s->fwd->stage;
+    for (int cam = 0; cam < s->m->cfg.num_cams; cam++) b->images[cam] = st->frames[cam];
+    b->qpos = st->qpos;
+    b->actions = st->actions;
+    b->max_batch = s->opts.max_batch;
 }

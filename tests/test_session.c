@@ -10,7 +10,8 @@
  *    and unmasking them changes it;
  *  - kl is the closed form of mu/logvar; actions is the denormalized actions_norm;
  *  - sampling is seeded: the same seed gives the same chunk, another seed another chunk;
- *  - profiling fills the stage times.
+ *  - profiling fills the stage times;
+ *  - inputs written into the session's own buffers need no copy and give the same chunk.
  * Models: $ACT_TEST_DATA/small.actw and small_sep_gn.actw (tests/make_testdata.py). Inputs are
  * fresh random values (seed printed, ACT_TEST_SEED replays). Tolerance 1e-5 relative where the
  * batch size changes the GEMM shapes, exact where the same step runs twice. */
@@ -151,6 +152,54 @@ static void run_ok(act_session *s, const act_inputs *in, act_outputs *out, const
     CHECK(rc == 0, "%s: %s", what, err);
 }
 
+/* Inputs written into the session's own buffers (act_session_input_buffers) give exactly the
+ * joint run's answer and stay as written; a window inside them (sample 2 alone) gives sample 2's. */
+static void test_input_buffers(act_session *s, const act_config *c, const batch *b, const outs *full) {
+    act_input_buffers ib;
+    act_session_input_buffers(s, &ib);
+    int B = b->B, H = c->pred_horizon;
+    size_t fsz = (size_t)c->image_h * c->image_w * 3, CH = (size_t)H * c->action_dim, L = c->latent_dim;
+    CHECK(ib.max_batch == B && ib.qpos && ib.actions, "input buffers: max_batch %d (session %d), qpos %p, actions %p",
+          ib.max_batch, B, (void *)ib.qpos, (void *)ib.actions);
+    for (int cam = 0; cam < ACT_MAX_CAMS; cam++)
+        CHECK((ib.images[cam] != NULL) == (cam < c->num_cams), "input buffers: camera %d pointer %p", cam,
+              (void *)ib.images[cam]);
+    if (!ib.qpos || !ib.actions || !ib.images[0]) return;
+    act_inputs in;
+    memset(&in, 0, sizeof in);
+    in.batch = B;
+    in.qpos = ib.qpos;
+    in.actions = ib.actions;
+    in.action_is_pad = b->pad;
+    memcpy(ib.qpos, b->qpos, sizeof(float) * B * c->obs_dim);
+    memcpy(ib.actions, b->actions, sizeof(float) * B * CH);
+    for (int cam = 0; cam < c->num_cams; cam++) {
+        memcpy(ib.images[cam], b->frames[cam], B * fsz);
+        in.images[cam] = ib.images[cam];
+    }
+    outs o = make_outs(c, B);
+    act_outputs oo = all_of(&o);
+    run_ok(s, &in, &oo, "inputs in the session's buffers");
+    CHECK(!memcmp(o.a, full->a, sizeof(float) * B * CH) && !memcmp(o.pa, full->pa, sizeof(float) * B * CH) &&
+          !memcmp(o.mu, full->mu, sizeof(float) * B * L),
+          "inputs in the session's buffers: the chunk differs from the same batch copied in (%.3g)",
+          rel(o.a, full->a, B * CH));
+    int same = !memcmp(ib.qpos, b->qpos, sizeof(float) * B * c->obs_dim);
+    for (int cam = 0; cam < c->num_cams; cam++) same = same && !memcmp(ib.images[cam], b->frames[cam], B * fsz);
+    CHECK(same, "act_run changed the inputs in the session's buffers");
+    act_inputs w = in;
+    w.batch = 1;
+    w.qpos += 2 * c->obs_dim;
+    w.actions += 2 * CH;
+    w.action_is_pad += 2 * H;
+    for (int cam = 0; cam < c->num_cams; cam++) w.images[cam] += 2 * fsz;
+    run_ok(s, &w, &oo, "a window inside the session's buffers");
+    CHECK(rel(o.a, full->a + 2 * CH, CH) <= 1e-5 && rel(o.pa, full->pa + 2 * CH, CH) <= 1e-5,
+          "sample 2 read from inside the session's buffers: prior %.3g, posterior %.3g vs the joint run",
+          rel(o.a, full->a + 2 * CH, CH), rel(o.pa, full->pa + 2 * CH, CH));
+    free_outs(&o);
+}
+
 static void test_model(const char *path) {
     char err[ACT_ERR_LEN];
     act_model *m;
@@ -203,6 +252,8 @@ static void test_model(const char *path) {
               "sample %d: posterior alone vs in a joint batch of 3: chunk %.3g mu %.3g", i,
               rel(one.pa, full.pa + i * CH, CH), rel(one.mu, full.mu + (size_t)i * L, L));
     }
+
+    test_input_buffers(s, c, &b, &full);
 
     /* closed forms: kl from mu/logvar, actions = denormalize(actions_norm) */
     for (int i = 0; i < MB; i++) {
