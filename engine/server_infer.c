@@ -16,33 +16,31 @@
 #include <string.h>
 #include <time.h>
 
+/* A batch's inputs go straight into the session's own (pinned on CUDA) input buffers, so act_run
+ * copies nothing; these hold the rest: key padding and the outputs. */
 typedef struct batch_bufs {
-    float *qpos, *actions, *out, *kl;
-    uint8_t *images[ACT_MAX_CAMS], *is_pad;
+    act_input_buffers in;
+    float *out, *kl;
+    uint8_t *is_pad;
 } batch_bufs;
 
 static void bufs_free(batch_bufs *b)
 {
-    free(b->qpos);
-    free(b->actions);
     free(b->out);
     free(b->kl);
     free(b->is_pad);
-    for (int i = 0; i < ACT_MAX_CAMS; i++) free(b->images[i]);
     memset(b, 0, sizeof *b);
 }
 
-static int bufs_alloc(batch_bufs *b, const act_config *c, int nb)
+static int bufs_alloc(batch_bufs *b, act_session *sess, const act_config *c, int nb)
 {
-    size_t na = (size_t)nb * c->pred_horizon * c->action_dim, frame = (size_t)c->image_h * c->image_w * 3;
+    size_t na = (size_t)nb * c->pred_horizon * c->action_dim;
     memset(b, 0, sizeof *b);
-    b->qpos = malloc((size_t)nb * c->obs_dim * sizeof(float));
-    b->actions = malloc(na * sizeof(float));
+    act_session_input_buffers(sess, &b->in);
     b->out = malloc(na * sizeof(float));
     b->kl = malloc((size_t)nb * sizeof(float));
     b->is_pad = malloc((size_t)nb * c->pred_horizon);
-    int ok = b->qpos && b->actions && b->out && b->kl && b->is_pad;
-    for (int i = 0; i < c->num_cams; i++) ok = ok && (b->images[i] = malloc((size_t)nb * frame)) != NULL;
+    int ok = b->out && b->kl && b->is_pad && b->in.max_batch >= nb;
     if (!ok) bufs_free(b);
     return ok ? 0 : -1;
 }
@@ -115,18 +113,19 @@ static void run_batch(act_server *s, batch_bufs *b, act_req **rs, int n)
         in.actions = rs[0]->p.actions;
         in.action_is_pad = rs[0]->p.is_pad;
     } else {
+        const act_input_buffers *ib = &b->in;
         for (int i = 0; i < n; i++) {
-            memcpy(b->qpos + (size_t)i * c->obs_dim, rs[i]->p.qpos, (size_t)c->obs_dim * sizeof(float));
-            for (int k = 0; k < c->num_cams; k++) memcpy(b->images[k] + (size_t)i * frame, rs[i]->p.images[k], frame);
+            memcpy(ib->qpos + (size_t)i * c->obs_dim, rs[i]->p.qpos, (size_t)c->obs_dim * sizeof(float));
+            for (int k = 0; k < c->num_cams; k++) memcpy(ib->images[k] + (size_t)i * frame, rs[i]->p.images[k], frame);
             if (kind) {
-                memcpy(b->actions + (size_t)i * na, rs[i]->p.actions, na * sizeof(float));
+                memcpy(ib->actions + (size_t)i * na, rs[i]->p.actions, na * sizeof(float));
                 memcpy(b->is_pad + (size_t)i * c->pred_horizon, rs[i]->p.is_pad, (size_t)c->pred_horizon);
             }
         }
-        in.qpos = b->qpos;
-        for (int k = 0; k < c->num_cams; k++) in.images[k] = b->images[k];
+        in.qpos = ib->qpos;
+        for (int k = 0; k < c->num_cams; k++) in.images[k] = ib->images[k];
         if (kind) {
-            in.actions = b->actions;
+            in.actions = ib->actions;
             in.action_is_pad = b->is_pad;
         }
     }
@@ -169,7 +168,7 @@ static void *infer_main(void *arg)
     act_server *s = arg;
     batch_bufs b;
     act_req **rs = malloc((size_t)s->o.max_batch * sizeof *rs);
-    int ok = rs && bufs_alloc(&b, s->cfg, s->o.max_batch) == 0;
+    int ok = rs && bufs_alloc(&b, s->sess, s->cfg, s->o.max_batch) == 0;
     for (;;) {
         int n = take_batch(s, rs);
         if (!n) break;
@@ -226,7 +225,7 @@ int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
 {
     const act_config *c = s->cfg;
     batch_bufs b;
-    if (bufs_alloc(&b, c, s->o.max_batch)) {
+    if (bufs_alloc(&b, s->sess, c, s->o.max_batch)) {
         snprintf(err, errlen, "act-serve: out of memory for batch buffers (max-batch %d)", s->o.max_batch);
         return -1;
     }
@@ -234,12 +233,12 @@ int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
     size_t frame = (size_t)c->image_h * c->image_w * 3;
     for (size_t i = 0; i < (size_t)s->o.max_batch * c->obs_dim; i++) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
-        b.qpos[i] = (float)((x >> 40) & 0xffff) / 65536.0f - 0.5f;
+        b.in.qpos[i] = (float)((x >> 40) & 0xffff) / 65536.0f - 0.5f;
     }
     for (int k = 0; k < c->num_cams; k++)
         for (size_t i = 0; i < (size_t)s->o.max_batch * frame; i++) {
             x = x * 6364136223846793005ull + 1442695040888963407ull;
-            b.images[k][i] = (uint8_t)(x >> 56);
+            b.in.images[k][i] = (uint8_t)(x >> 56);
         }
     int last = dev == ACT_DEVICE_CUDA ? s->o.max_batch : 1, rc = 0;
     int reps = dev == ACT_DEVICE_CUDA ? 2 : 1;
@@ -250,8 +249,8 @@ int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
         memset(&in, 0, sizeof in);
         memset(&out, 0, sizeof out);
         in.batch = n;
-        in.qpos = b.qpos;
-        for (int k = 0; k < c->num_cams; k++) in.images[k] = b.images[k];
+        in.qpos = b.in.qpos;
+        for (int k = 0; k < c->num_cams; k++) in.images[k] = b.in.images[k];
         out.actions = b.out;
         char e[ACT_ERR_LEN];
         if (act_run(s->sess, &in, &out, e, sizeof e)) {
