@@ -48,7 +48,7 @@ typedef struct bench_args {
     act_precision precision;
     int batches[MAX_BATCHES], n_batches;
     int iters, warmup, profile_iters;
-    int use_graphs, check_output;
+    int use_graphs, check_output, staged;
     uint64_t seed;
 } bench_args;
 
@@ -71,7 +71,8 @@ typedef struct input_pool {
 static const char *const USAGE =
         "usage: act-infer bench [--model M.actw] [--device cuda|cpu] [--precision fp32|tf32|bf16|fp16]\n"
         "                       [--batch 1,8,64,256] [--iters N] [--warmup N] [--profile-iters N]\n"
-        "                       [--no-graph] [--json OUT.json] [--inputs DIR] [--seed S] [--check-output]\n"
+        "                       [--no-graph] [--staged-inputs] [--json OUT.json] [--inputs DIR] [--seed S]\n"
+        "                       [--check-output]\n"
         "\n"
         "Times one policy step (uint8 frames + qpos in, action chunk out, preprocessing included)\n"
         "per batch size: min/p50/p90/p99/mean latency, steps/s and images/s, a per-stage breakdown\n"
@@ -84,6 +85,11 @@ static const char *const USAGE =
         "  --warmup       untimed steps first (default: cuda 20; cpu 2)\n"
         "  --profile-iters steps of the profiled pass (default: min(iters, 10))\n"
         "  --no-graph     CUDA: launch kernels one by one instead of replaying a CUDA graph\n"
+        "  --staged-inputs write each step's frames and qpos into the session's own (pinned on CUDA)\n"
+        "                 input buffers before the timer starts, as a camera driver or act-serve does\n"
+        "                 (act_session_input_buffers), so act_run has nothing to copy; the torch\n"
+        "                 peers of bench/compare_torch.py likewise start from pinned frames. Without\n"
+        "                 it act_run copies them from the bench's pool inside the timed step\n"
         "  --json         also write the results as JSON\n"
         "  --inputs DIR   frames from DIR/qpos.f32 ([N][obs_dim] float32) and DIR/<camera>.u8\n"
         "                 ([N][H][W][3] uint8) instead of generated ones; N >= largest batch\n"
@@ -123,6 +129,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) { usage(stdout); return 1; }
         if (!strcmp(o, "--no-graph")) { a->use_graphs = 0; continue; }
         if (!strcmp(o, "--check-output")) { a->check_output = 1; continue; }
+        if (!strcmp(o, "--staged-inputs")) { a->staged = 1; continue; }
         if ((r = infer_opt(argc, argv, &i, "--model", &v))) a->model = v;
         else if ((r = infer_opt(argc, argv, &i, "--json", &v))) a->json = v;
         else if ((r = infer_opt(argc, argv, &i, "--inputs", &v))) a->inputs = v;
@@ -266,6 +273,23 @@ static void pool_window(const input_pool *p, const act_config *cfg, int batch, i
     for (int c = 0; c < cfg->num_cams; c++) in->images[c] = p->frames[c] + fb * start;
 }
 
+/* The window of the pool a step reads; with --staged-inputs it is first written into the
+ * session's own input buffers (outside the timed region), and the step reads it there. */
+static void step_inputs(act_session *s, const input_pool *p, const act_config *cfg, const bench_args *a,
+                        int batch, int start, act_inputs *in) {
+    pool_window(p, cfg, batch, start, in);
+    if (!a->staged) return;
+    act_input_buffers ib;
+    act_session_input_buffers(s, &ib);
+    size_t fb = (size_t)cfg->image_h * cfg->image_w * 3;
+    memcpy(ib.qpos, in->qpos, sizeof(float) * batch * cfg->obs_dim);
+    in->qpos = ib.qpos;
+    for (int c = 0; c < cfg->num_cams; c++) {
+        memcpy(ib.images[c], in->images[c], fb * batch);
+        in->images[c] = ib.images[c];
+    }
+}
+
 /* ---- timing ---- */
 
 static double now_ms(void) {
@@ -293,7 +317,7 @@ static int bench_batch(act_session *s, const act_config *cfg, const input_pool *
     memset(r, 0, sizeof *r);
     r->batch = batch;
     for (int i = 0; i < a->warmup; i++) {
-        pool_window(pool, cfg, batch, i % windows, &in);
+        step_inputs(s, pool, cfg, a, batch, i % windows, &in);
         if (act_run(s, &in, &o, err, errlen)) return -1;
     }
     double *t = malloc(sizeof(double) * a->iters);
@@ -301,7 +325,7 @@ static int bench_batch(act_session *s, const act_config *cfg, const input_pool *
     if (!t || !r->samples) { free(t); snprintf(err, errlen, "out of memory for %d samples", a->iters); return -1; }
     double total = 0;
     for (int i = 0; i < a->iters; i++) {
-        pool_window(pool, cfg, batch, i % windows, &in);
+        step_inputs(s, pool, cfg, a, batch, i % windows, &in);
         double t0 = now_ms();
         if (act_run(s, &in, &o, err, errlen)) { free(t); return -1; }
         t[i] = now_ms() - t0;
@@ -322,7 +346,7 @@ static int bench_batch(act_session *s, const act_config *cfg, const input_pool *
         int ok = 1;
         for (int i = 0; i < a->profile_iters && ok; i++) {
             double ms[ACT_STAGE_COUNT];
-            pool_window(pool, cfg, batch, i % windows, &in);
+            step_inputs(s, pool, cfg, a, batch, i % windows, &in);
             if (act_run(s, &in, &o, err, errlen)) { act_session_profile(s, 0); return -1; }
             if (act_session_stage_ms(s, ms)) { ok = 0; break; }
             for (int k = 0; k < ACT_STAGE_COUNT; k++) r->stage_ms[k] += ms[k] / a->profile_iters;
@@ -429,8 +453,10 @@ static void print_table(const bench_report *r) {
            infer_precision_name(r->a->precision),
            r->a->device == ACT_DEVICE_CUDA ? (r->a->use_graphs ? ", CUDA graphs" : ", no graphs") : "");
     printf("host    %s; clocks %s\n", r->host_cpu, r->clocks);
-    printf("steps   %d warmup + %d timed per batch size; profiled pass %d steps\n\n", r->a->warmup,
+    printf("steps   %d warmup + %d timed per batch size; profiled pass %d steps\n", r->a->warmup,
            r->a->iters, r->a->profile_iters);
+    printf("inputs  %s\n\n", r->a->staged ? "staged in the session's input buffers before each step (untimed)"
+                                        : "copied by act_run from the bench's pool (timed)");
     printf("%6s %9s %9s %9s %9s %9s %11s %11s\n", "batch", "min ms", "p50 ms", "p90 ms", "p99 ms", "mean ms",
            "steps/s", "images/s");
     for (int i = 0; i < r->n_res; i++) {
@@ -482,8 +508,8 @@ static int write_json(const bench_report *r, const char *path, char *err, size_t
             r->a->device == ACT_DEVICE_CUDA && r->a->use_graphs ? "true" : "false");
     fprintf(f, "  \"host_cpu\": "); json_str(f, r->host_cpu);
     fprintf(f, ",\n  \"clocks\": "); json_str(f, r->clocks);
-    fprintf(f, ",\n  \"iters\": %d,\n  \"warmup\": %d,\n  \"profile_iters\": %d,\n  \"inputs\": ", r->a->iters,
-            r->a->warmup, r->a->profile_iters);
+    fprintf(f, ",\n  \"iters\": %d,\n  \"warmup\": %d,\n  \"profile_iters\": %d,\n  \"staged_inputs\": %s,\n"
+               "  \"inputs\": ", r->a->iters, r->a->warmup, r->a->profile_iters, r->a->staged ? "true" : "false");
     if (r->a->inputs) json_str(f, r->a->inputs); else fprintf(f, "\"generated, seed %llu\"", (unsigned long long)r->a->seed);
     fprintf(f, ",\n  \"memory\": {\"device_bytes\": %zu, \"peak_rss_bytes\": %zu, \"weight_file_bytes\": %zu, "
                "\"weight_bytes\": %lld, \"input_pool_bytes\": %zu,\n             \"device_weights_bytes\": %zu, "
@@ -590,7 +616,7 @@ int act_cmd_bench(int argc, char **argv) {
         first = malloc(sizeof(float) * chunk * a.batches[0]);
         if (!first) { snprintf(err, sizeof err, "out of memory for the output chunk"); goto fail; }
         o.actions = first;
-        pool_window(&pool, cfg, a.batches[0], 0, &in);
+        step_inputs(s, &pool, cfg, &a, a.batches[0], 0, &in);
         if (act_run(s, &in, &o, err, sizeof err)) goto fail;
     }
     for (int i = 0; i < a.n_batches; i++) {

@@ -27,6 +27,9 @@
 #   fusion-ab  act-infer bench, full model, batch 1, fp32 and bf16, with the fused epilogues
 #              (cuDNN conv+bias+ReLU, cuBLASLt GEMM+bias) on and off
 #   layout-ab  act-infer bench, full model, bf16 at batch 1 and 64, feature maps NCHW vs NHWC
+#   inputs-ab  act-infer bench, full model, bf16 at batch 1 and 256: frames copied by act_run
+#              from the caller's memory vs written into the session's pinned input buffers
+#              (--staged-inputs, what every other bench row uses)
 #              (the A/B rows come last and take what time is left: parity and the peer comparison
 #              matter more)
 # The last thing printed is the summary table (check, result, figure); it is also $OUT/summary.txt.
@@ -185,13 +188,14 @@ import json, sys
 rep = json.load(open(sys.argv[1]))
 out = []
 for r in rep["rows"]:
-    if r.get("batch") == 1 and r.get("p50") is not None and (r["who"].startswith("act-infer") or
+    if r.get("batch") in (1, 256) and r.get("p50") is not None and (r["who"].startswith("act-infer") or
             r["who"] in ("torch eager", "torch compile-max-autotune")):
-        out.append(f'{r["who"].replace("act-infer (graphs)", "ours")} {r["precision"]} {r["p50"]:.3f}ms')
+        who = "ours" if r["who"].startswith("act-infer") else r["who"].replace("torch ", "")
+        out.append(f'b{r["batch"]} {who} {r["precision"]} {r["p50"]:.3f}ms')
 print("; ".join(out) if out else "no rows")
 EOF
 )
-    row bench "$([ $rc = 0 ] && echo ok || echo rc$rc)" "b=1 p50: ${fig:-no compare.json}"
+    row bench "$([ $rc = 0 ] && echo ok || echo rc$rc)" "p50: ${fig:-no compare.json}"
 else
     row bench SKIP "no bench/compare_torch.py, build, full model or time"
 fi
@@ -208,11 +212,13 @@ else
 fi
 
 # ---------------- fusion A/B: the same step with the fused epilogues on and off ----------------
+AB_INPUTS=--staged-inputs   # frames already in pinned memory, as the torch peers have them
 ab_p50() {   # precision batch env... -> "p50 ms" of act-infer bench (graphs on)
     local prec=$1 batch=$2
     shift 2
     env "$@" timeout "$(limit 40)" "$BUILD/act-infer" bench --model "$TD/full.actw" --device cuda \
-        --precision "$prec" --batch "$batch" --iters 200 --warmup 20 --json "$OUT/ab.json" >>"$OUT/ab.log" 2>&1 &&
+        --precision "$prec" --batch "$batch" --iters 200 --warmup 20 $AB_INPUTS --json "$OUT/ab.json" \
+        >>"$OUT/ab.log" 2>&1 &&
         "$PY" -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; print('%.3f' % r['latency_ms']['p50'])" "$OUT/ab.json"
 }
 if ((built)) && ((have_full)) && enough 45; then
@@ -239,6 +245,17 @@ if ((built)) && ((have_full)) && enough 30; then
     row layout-ab ok "bf16 p50:$fig"
 else
     row layout-ab SKIP "no build, full model or time"
+fi
+# what act_run's own copy of the frames into its pinned buffers costs (151 MB at batch 256)
+if ((built)) && ((have_full)) && enough 30; then
+    fig=""
+    for b in 1 256; do
+        copy=$(AB_INPUTS= ab_p50 bf16 $b) staged=$(ab_p50 bf16 $b)
+        fig="$fig b=$b copied ${copy:-?} / staged ${staged:-?} ms;"
+    done
+    row inputs-ab ok "bf16 p50:$fig"
+else
+    row inputs-ab SKIP "no build, full model or time"
 fi
 # a conv cuDNN would not plan, or an epilogue it would not fuse, runs on a fallback: say which
 fb=$(grep -h "^act-engine: " "$OUT"/*.log 2>/dev/null | sort | uniq -c | sort -rn | head -3 | cut -c1-160 | paste -sd'|')

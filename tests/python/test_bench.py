@@ -116,6 +116,24 @@ def test_bench_generated_inputs_and_defaults(act_infer, small_model, tmp_path):
     assert not np.allclose(a, b), "two seeds gave the same chunk: the inputs did not change"
 
 
+def test_bench_staged_inputs_give_the_same_chunk(act_infer, small_model, tmp_path):
+    """--staged-inputs writes each window into the session's own input buffers before the step:
+    the chunk is the one act_run computes from the bench's pool, and the JSON says which mode ran."""
+    outs = {}
+    for mode in ("copy", "staged"):
+        out = tmp_path / f"{mode}.json"
+        extra = ["--staged-inputs"] if mode == "staged" else []
+        p = _run([act_infer, "bench", "--model", small_model.model, "--device", "cpu", "--batch", "3,1",
+                  "--iters", 2, "--warmup", 1, "--profile-iters", 1, "--check-output", "--json", out] + extra)
+        assert p.returncode == 0, p.stderr
+        assert ("staged in the session's input buffers" in p.stdout) == (mode == "staged"), p.stdout
+        outs[mode] = json.loads(out.read_text())
+        assert outs[mode]["staged_inputs"] is (mode == "staged")
+    a, b = (np.asarray(outs[m]["first_output"]["actions"], np.float64) for m in ("copy", "staged"))
+    assert a.shape == b.shape and np.std(a) > 0
+    assert np.linalg.norm(a - b) / np.linalg.norm(a) <= 1e-6
+
+
 @pytest.mark.parametrize("args, message", [
     (["--batch", "0"], "--batch '0'"),
     (["--batch", "1,,2"], "--batch"),
