@@ -9,7 +9,8 @@
  *    Under AddressSanitizer each allocation has red zones: an out-of-range kernel access is
  *    reported like compute-sanitizer's memcheck would.
  *  - Streams are deferred: an operation is queued and runs when something waits for it
- *    (cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize, a synchronous copy).
+ *    (cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize, a synchronous copy:
+ *    the legacy stream's work and that of the blocking streams, as the legacy stream waits).
  *    So host code that reads results without synchronizing reads stale data, as on a GPU.
  *    Pageable host memory behaves as documented: a host-to-device copy from it is staged at the
  *    call, a device-to-host copy into it waits for the stream; pinned memory is read and
@@ -19,8 +20,20 @@
  *    thread of the block (or warp) has arrived; a barrier that can never release (threads of
  *    one warp split between __syncwarp and __syncthreads) is reported as a fault. When the
  *    first block met no barrier, the remaining blocks run as plain calls, thread after thread.
+ *  - Streams are ordered by events, adversarially: work on one stream runs only when something
+ *    needs it. cudaStreamWaitEvent(a, ev) queues a wait on a that, when a reaches it, runs the
+ *    recording stream up to and including that record (the newest at the time of the wait) and
+ *    no further; cudaEventSynchronize runs it that far too. So a stream that reads what another
+ *    one writes without waiting reads the old content, which a GPU shows only now and then.
  *  - Stream capture records operations into a graph instead of queueing them; a graph launch
- *    queues the recorded operations with the argument values of capture time. While a thread
+ *    queues the recorded operations with the argument values of capture time. A stream that
+ *    waits on an event recorded in a capture joins it as another lane; waits become edges
+ *    between lanes. cudaStreamEndCapture fails with cudaErrorStreamCaptureUnjoined when a lane
+ *    has work after the last of its events the capturing stream (or a lane joined back) waited
+ *    on. A replay runs lane 0 in order and another lane's nodes only when a node about to run
+ *    waits on them (exactly that far), the rest at the end: a missing edge reads stale data.
+ *    Waiting in a capture on an event recorded outside it fails (cudaErrorStreamCaptureIsolation:
+ *    CUDA needs cudaEventWaitExternal, not emulated) and invalidates the capture. While a thread
  *    captures (global or thread-local mode) the calls CUDA forbids then (cudaMalloc, cudaFree,
  *    synchronous copies, stream/event/device synchronization) fail with
  *    cudaErrorStreamCaptureUnsupported and invalidate the capture, so cudaStreamEndCapture
@@ -38,11 +51,11 @@
  *    real one does, so work already queued on a buffer runs before the buffer goes.
  *  - Faults found while an operation runs are sticky, as on a GPU: every later call returns
  *    cudaErrorIllegalAddress. Each fault is printed to stderr ("cuda-emu: ...").
- * Not emulated: concurrency between streams (they run in call order), timing (events read the
- * host clock when they run), occupancy and registers, and warp-synchronous code that relies on
- * lockstep execution without __syncwarp (undefined since Volta anyway).
- * ACT_EMU_TRACE=1 prints each instantiated graph's node counts, and at exit the operations
- * run; =2 also lists the nodes. ACT_EMU_FAULT_FILE=path injects a device fault: once that file
+ * Not emulated: concurrency between streams (one runs at a time, in the order above), timing
+ * (events read the host clock when they run), occupancy and registers, and warp-synchronous
+ * code that relies on lockstep execution without __syncwarp (undefined since Volta anyway).
+ * ACT_EMU_TRACE=1 prints each instantiated graph's node and lane counts, and at exit the
+ * operations run; =2 also lists the nodes in replay order, each with its lane. ACT_EMU_FAULT_FILE=path injects a device fault: once that file
  * exists, the next operation to run faults (sticky, like an Xid on a GPU), so tests can see how
  * a program lives through a GPU that fails mid-run. */
 #include <errno.h>
@@ -57,6 +70,7 @@
 #include <unistd.h>
 #include <ucontext.h>   /* fibers on other machines than x86-64 */
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -90,10 +104,13 @@ namespace {
 
 struct Op {
     std::string what;
-    const char *kind;               /* "kernel", "gemm", "conv", "memcpy", "memset", "host", "event" */
+    const char *kind;   /* "kernel", "gemm", "conv", "memcpy", "memset", "host", "event", "wait" */
     std::function<void(void)> fn;
     /* device operands re-checked before every run; shared, as a graph replay copies its nodes */
     std::shared_ptr<const emu_operands> operands;
+    unsigned long long seq = 0;     /* a queued operation's place among all calls, from 1 */
+    int lane = 0;                   /* a graph node's lane (0: the stream the capture began on) */
+    long dep = -1;                  /* a captured wait: the record node it waits on */
 };
 
 /* a registered block of memory; serial numbers tell a freed allocation from a later one that
@@ -103,21 +120,42 @@ struct Block {
     unsigned long long serial;
 };
 
+/* One stream capture: the graph being recorded, nodes in call order. Lane 0 is the stream the
+ * capture began on; a stream that waits on an event recorded in the capture joins it as the
+ * next lane, and each captured wait is a node with an edge to the record node it waits on. */
+struct Capture {
+    bool active = true, invalid = false;
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+    std::thread::id thread;
+    std::vector<Op> nodes;
+    std::vector<emu_stream *> lanes;
+};
+
 struct Stream {
     unsigned flags = 0;
-    std::vector<Op> queue;
-    bool capturing = false, cap_invalid = false;
-    cudaStreamCaptureMode cap_mode = cudaStreamCaptureModeGlobal;
-    std::thread::id cap_thread;
-    std::vector<Op> cap_ops;
+    std::deque<Op> queue;
+    std::shared_ptr<Capture> cap;   /* the capture this stream records into; null when none */
+    int lane = 0;                   /* its lane in cap */
 };
 
 }  // namespace
 
 struct emu_stream : Stream {};
-struct emu_event { double t = 0; bool recorded = false; bool done = false; emu_stream *st = nullptr; };
-struct emu_graph { std::vector<Op> ops; };
-struct emu_graph_exec { std::vector<Op> ops; };
+/* An event's last record: an operation queued on `st` (seq), or a node of a capture. `gen`
+ * counts records, so that only the newest one marks the event done when it runs. */
+struct emu_event {
+    unsigned flags = 0;
+    double t = 0;
+    bool recorded = false, done = false;
+    unsigned long gen = 0;
+    emu_stream *st = nullptr;
+    unsigned long long seq = 0;
+    std::shared_ptr<Capture> cap;
+    size_t node = 0;
+};
+/* a graph's nodes in replay order (see linearize) and how many lanes it has */
+struct emu_graph { std::vector<Op> ops; int lanes = 1; };
+struct emu_graph_exec { std::vector<Op> ops; int lanes = 1; };
 
 namespace {
 
@@ -132,8 +170,9 @@ unsigned long long g_serial;                     /* of the last allocation */
 cudaError_t g_sticky = cudaSuccess;
 thread_local cudaError_t t_last = cudaSuccess;
 thread_local bool t_in_host_fn = false;
-thread_local emu_stream *t_capture = nullptr;    /* a non-relaxed capture this thread began */
+thread_local Capture *t_capture = nullptr;       /* a non-relaxed capture this thread began */
 const char *g_running = "";                      /* the operation running now (fault messages) */
+unsigned long long g_seq;                        /* of the last queued operation */
 std::map<std::string, unsigned long> g_counts;
 int g_trace = 0;                                 /* ACT_EMU_TRACE: 1 counts, 2 every node */
 const char *g_fault_file = nullptr;              /* ACT_EMU_FAULT_FILE */
@@ -213,10 +252,10 @@ bool operands_live(const Op &op) {
 /* calls that block the host or allocate are forbidden while this thread captures */
 bool capture_forbids(const char *call) {
     if (!t_capture) return false;
-    if (!t_capture->cap_invalid)
+    if (!t_capture->invalid)
         fprintf(stderr, "cuda-emu: %s during stream capture: not permitted, the capture is "
                 "invalidated (cudaErrorStreamCaptureUnsupported)\n", call);
-    t_capture->cap_invalid = true;
+    t_capture->invalid = true;
     t_last = cudaErrorStreamCaptureUnsupported;
     return true;
 }
@@ -242,42 +281,111 @@ bool api_blocked(cudaError_t *e) {
 #define FREE_ENTRY() std::lock_guard<std::recursive_mutex> lk_(g_mu); \
     { cudaError_t e_; if (api_blocked(&e_) && g_sticky == cudaSuccess) return e_; } (void)0
 
-void run_ops(std::vector<Op> &ops) {
-    for (auto &op : ops) {
-        if (g_sticky != cudaSuccess) break;      /* a faulted context runs nothing more */
-        g_running = op.what.c_str();
-        if (g_fault_file && access(g_fault_file, F_OK) == 0)
-            emu_fault("injected fault (ACT_EMU_FAULT_FILE %s exists)", g_fault_file);
-        else if (!op.operands || operands_live(op)) {     /* else faulted: nothing more runs */
-            g_counts[op.kind]++;
-            op.fn();
-        }
-        g_running = "";
+/* runs one operation: the injected fault, the operand checks, then the work. A wait runs other
+ * streams' operations from inside its own, hence the saved name. */
+void run_op(Op &op) {
+    if (g_sticky != cudaSuccess) return;          /* a faulted context runs nothing more */
+    const char *outer = g_running;
+    g_running = op.what.c_str();
+    if (g_fault_file && access(g_fault_file, F_OK) == 0)
+        emu_fault("injected fault (ACT_EMU_FAULT_FILE %s exists)", g_fault_file);
+    else if (!op.operands || operands_live(op)) {         /* else faulted: nothing more runs */
+        g_counts[op.kind]++;
+        op.fn();
     }
+    g_running = outer;
 }
 
-void flush(emu_stream *s) {
-    std::vector<Op> ops;
-    ops.swap(s->queue);
-    run_ops(ops);
+bool stream_alive(emu_stream *s) { return s == &g_null || g_streams.count(s); }
+
+/* runs s's queued operations up to and including the one numbered `upto`, and no further.
+ * Each is taken off the queue before it runs, so a wait inside it that reaches back into s
+ * finds only later operations (a wait always refers to an earlier call). */
+void run_until(emu_stream *s, unsigned long long upto) {
+    while (!s->queue.empty() && s->queue.front().seq <= upto) {
+        Op op = std::move(s->queue.front());
+        s->queue.pop_front();
+        run_op(op);
+    }
+    if (g_sticky != cudaSuccess) s->queue.clear();
 }
+
+void flush(emu_stream *s) { run_until(s, ~0ull); }
 
 void flush_all() {
     flush(&g_null);
     for (emu_stream *s : g_streams) flush(s);
 }
 
+/* what a synchronous call on the legacy stream waits for: its own work and that of every
+ * blocking stream (one created without cudaStreamNonBlocking) */
+void flush_legacy() {
+    flush(&g_null);
+    for (emu_stream *s : g_streams)
+        if (!(s->flags & cudaStreamNonBlocking)) flush(s);
+}
+
 cudaError_t enqueue_op(emu_stream *s, const char *kind, std::string what,
-                       std::function<void(void)> fn, emu_operands operands = {}) {
+                       std::function<void(void)> fn, emu_operands operands = {}, long dep = -1) {
     Op op{std::move(what), kind, std::move(fn), nullptr};
     if (!operands.empty()) op.operands = std::make_shared<const emu_operands>(std::move(operands));
-    if (s->capturing) {
-        if (s->cap_invalid) return cudaErrorStreamCaptureInvalidated;
-        s->cap_ops.push_back(std::move(op));
+    if (s->cap) {
+        if (s->cap->invalid) return cudaErrorStreamCaptureInvalidated;
+        op.lane = s->lane;
+        op.dep = dep;
+        s->cap->nodes.push_back(std::move(op));
         return cudaSuccess;
     }
+    op.seq = ++g_seq;
     s->queue.push_back(std::move(op));
     return cudaSuccess;
+}
+
+/* The order a graph replays its nodes in, as late for the side lanes as the edges allow, so
+ * that a node that forgot to wait for another lane's work reads what was there before: lane 0
+ * in call order; a node of another lane runs only when a node about to run waits on it (then
+ * exactly up to the record waited on); what is left of the other lanes runs at the end. */
+std::vector<Op> linearize(const std::vector<Op> &nodes, int nlanes) {
+    std::vector<std::vector<size_t>> lane(nlanes);
+    for (size_t i = 0; i < nodes.size(); i++) lane[nodes[i].lane].push_back(i);
+    std::vector<size_t> next(nlanes, 0);
+    std::vector<Op> out;
+    std::function<void(int, size_t)> run_to = [&](int l, size_t upto) {
+        while (next[l] < lane[l].size() && lane[l][next[l]] <= upto) {
+            size_t i = lane[l][next[l]++];
+            if (nodes[i].dep >= 0) run_to(nodes[nodes[i].dep].lane, (size_t)nodes[i].dep);
+            out.push_back(nodes[i]);
+        }
+    };
+    for (int l = 0; l < nlanes; l++) run_to(l, SIZE_MAX);
+    return out;
+}
+
+/* CUDA's rule at the end of a capture: every stream that joined it must be joined back, that
+ * is, have no work after the last of its records that the capturing stream waited on (or a
+ * lane joined back before that wait). Returns the first lane with such work, 0 when none.
+ * Records and waits are not work (CUDA makes them edges, not nodes). */
+int unjoined_lane(const Capture &c) {
+    std::vector<long> joined(c.lanes.size(), -1);         /* per lane: joined up to this node */
+    joined[0] = (long)c.nodes.size();
+    for (bool grew = true; grew;) {
+        grew = false;
+        for (size_t i = 0; i < c.nodes.size(); i++) {
+            const Op &n = c.nodes[i];
+            if (n.dep < 0 || (long)i > joined[n.lane]) continue;
+            int from = c.nodes[n.dep].lane;
+            if (n.dep > joined[from]) {
+                joined[from] = n.dep;
+                grew = true;
+            }
+        }
+    }
+    for (size_t i = 0; i < c.nodes.size(); i++) {
+        const Op &n = c.nodes[i];
+        if (strcmp(n.kind, "event") && strcmp(n.kind, "wait") && (long)i > joined[n.lane])
+            return n.lane;
+    }
+    return 0;
 }
 
 /* ---------------- fibers ---------------- */
@@ -522,7 +630,11 @@ const char *err_name(cudaError_t e) {
     case cudaErrorNotPermitted: return "operation not permitted";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureMerge: return "operation would result in a merge of two independent captures";
     case cudaErrorStreamCaptureUnmatched: return "the capture was not initiated in this stream";
+    case cudaErrorStreamCaptureUnjoined: return "the capture sequence contains a fork that was not joined to the primary stream";
+    case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
+    case cudaErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream";
     }
     return "unrecognized error code";
 }
@@ -586,7 +698,7 @@ cudaError_t emu_submit_launch(const char *name, dim3 grid, dim3 block, size_t sm
         fprintf(stderr, "cuda-emu: launch of %s refused: %s (grid %u,%u,%u block %u,%u,%u, "
                 "%zu bytes shared)\n", name, why, grid.x, grid.y, grid.z, block.x, block.y,
                 block.z, smem);
-        if (s->capturing) s->cap_invalid = true;
+        if (s->cap) s->cap->invalid = true;
         return ret(cudaErrorInvalidConfiguration);
     }
     emu_operands operands;
@@ -835,7 +947,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpy
     if (!bytes) return cudaSuccess;
     cudaError_t e = check_copy(dst, src, bytes, kind, "cudaMemcpy");
     if (e) return ret(e);
-    flush(&g_null);                               /* the legacy stream's earlier work first */
+    flush_legacy();                               /* the legacy stream's earlier work first */
     g_counts["memcpy"]++;
     memmove(dst, src, bytes);
     return cudaSuccess;
@@ -849,17 +961,17 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
     if (!bytes) return cudaSuccess;
     cudaError_t e = check_copy(dst, src, bytes, kind, "cudaMemcpyAsync");
     if (e) {
-        if (s->capturing) s->cap_invalid = true;
+        if (s->cap) s->cap->invalid = true;
         return ret(e);
     }
     const void *host = kind == cudaMemcpyHostToDevice ? src : kind == cudaMemcpyDeviceToHost ? dst
                                                                                              : nullptr;
     bool pageable = host && !pinned_range(host, bytes);
-    if (pageable && s->capturing) {
+    if (pageable && s->cap) {
         fprintf(stderr, "cuda-emu: cudaMemcpyAsync with pageable host memory %p during stream "
                 "capture: a graph needs pinned memory (cudaMallocHost); capture invalidated\n",
                 host);
-        s->cap_invalid = true;
+        s->cap->invalid = true;
         return ret(cudaErrorStreamCaptureUnsupported);
     }
     emu_operands operands;
@@ -890,7 +1002,7 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t st) {
     if (!emu_is_device_range(p, bytes)) {
         fprintf(stderr, "cuda-emu: cudaMemsetAsync(%p, %zu bytes): not inside one cudaMalloc "
                 "block\n", p, bytes);
-        if (s->capturing) s->cap_invalid = true;
+        if (s->cap) s->cap->invalid = true;
         return ret(cudaErrorInvalidValue);
     }
     emu_operands operands;
@@ -915,7 +1027,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t st) {
     FREE_ENTRY();
     emu_stream *s = resolve(st);
     if (!s || s == &g_null) return ret(cudaErrorInvalidResourceHandle);
-    if (s->capturing) {
+    if (s->cap) {
         fprintf(stderr, "cuda-emu: cudaStreamDestroy of a stream that is capturing\n");
         return ret(cudaErrorIllegalState);
     }
@@ -929,10 +1041,10 @@ cudaError_t cudaStreamSynchronize(cudaStream_t st) {
     API_ENTRY();
     emu_stream *s = resolve(st);
     if (!s) return ret(cudaErrorInvalidResourceHandle);
-    if (s->capturing) {
-        fprintf(stderr, "cuda-emu: cudaStreamSynchronize of a capturing stream: not permitted; "
-                "capture invalidated\n");
-        s->cap_invalid = true;
+    if (s->cap) {
+        fprintf(stderr, "cuda-emu: cudaStreamSynchronize of a capturing stream%s: not permitted; "
+                "capture invalidated\n", s->lane ? " (joined to a capture)" : "");
+        s->cap->invalid = true;
         return ret(cudaErrorStreamCaptureUnsupported);
     }
     if (capture_forbids("cudaStreamSynchronize")) return cudaErrorStreamCaptureUnsupported;
@@ -952,14 +1064,22 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t st, cudaHostFn_t fn, void *user) {
     }));
 }
 
-cudaError_t cudaEventCreate(cudaEvent_t *ev) {
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned flags) {
     API_ENTRY();
     if (!ev) return ret(cudaErrorInvalidValue);
+    if (flags & ~(unsigned)(cudaEventBlockingSync | cudaEventDisableTiming)) {
+        fprintf(stderr, "cuda-emu: cudaEventCreateWithFlags(0x%x): flags other than "
+                "cudaEventBlockingSync and cudaEventDisableTiming are not emulated\n", flags);
+        return ret(cudaErrorInvalidValue);
+    }
     emu_event *e = new emu_event;
+    e->flags = flags;
     g_events.insert(e);
     *ev = e;
     return cudaSuccess;
 }
+
+cudaError_t cudaEventCreate(cudaEvent_t *ev) { return cudaEventCreateWithFlags(ev, cudaEventDefault); }
 
 cudaError_t cudaEventDestroy(cudaEvent_t ev) {
     FREE_ENTRY();
@@ -974,20 +1094,38 @@ cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t st) {
     API_ENTRY();
     emu_stream *s = resolve(st);
     if (!s || !g_events.count(ev)) return ret(cudaErrorInvalidResourceHandle);
+    unsigned long gen = ++ev->gen;
+    cudaError_t e = enqueue_op(s, "event", "cudaEventRecord", [ev, gen]() {
+        if (ev->gen != gen) return;               /* re-recorded since: that record decides */
+        ev->t = now_s();
+        ev->done = true;
+    });
+    if (e) return ret(e);
     ev->recorded = true;
     ev->done = false;
     ev->st = s;
-    return ret(enqueue_op(s, "event", "cudaEventRecord", [ev]() {
-        ev->t = now_s();
-        ev->done = true;
-    }));
+    if (s->cap) {
+        ev->cap = s->cap;
+        ev->node = s->cap->nodes.size() - 1;
+    } else {
+        ev->cap = nullptr;
+        ev->seq = s->queue.back().seq;
+    }
+    return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
     API_ENTRY();
     if (!g_events.count(ev)) return ret(cudaErrorInvalidResourceHandle);
     if (capture_forbids("cudaEventSynchronize")) return cudaErrorStreamCaptureUnsupported;
-    if (ev->recorded && !ev->done && ev->st) flush(ev->st);
+    if (ev->cap && ev->cap->active) {
+        fprintf(stderr, "cuda-emu: cudaEventSynchronize of an event recorded in a capture that "
+                "is still going on\n");
+        return ret(cudaErrorCapturedEvent);
+    }
+    if (!ev->recorded || ev->done || !stream_alive(ev->st)) return ret(g_sticky);
+    if (ev->cap) flush(ev->st);                   /* its record runs with a graph launched there */
+    else run_until(ev->st, ev->seq);              /* that far, not further */
     return ret(g_sticky);
 }
 
@@ -995,10 +1133,69 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
     API_ENTRY();
     if (!ms) return ret(cudaErrorInvalidValue);
     if (!g_events.count(a) || !g_events.count(b)) return ret(cudaErrorInvalidResourceHandle);
+    if ((a->flags | b->flags) & cudaEventDisableTiming) {
+        fprintf(stderr, "cuda-emu: cudaEventElapsedTime of an event created with "
+                "cudaEventDisableTiming\n");
+        return ret(cudaErrorInvalidResourceHandle);
+    }
     if (!a->recorded || !b->recorded) return ret(cudaErrorInvalidResourceHandle);
     if (!a->done || !b->done) return ret(cudaErrorNotReady);
     *ms = (float)((b->t - a->t) * 1e3);
     return cudaSuccess;
+}
+
+/* The waiting stream s either is outside any capture (an eager wait: a queued operation that,
+ * when s reaches it, runs the recording stream as far as the record and no further; nothing
+ * makes it run earlier), or waits inside a capture (a node with an edge to the record node), or
+ * joins the capture the event was recorded in as a new lane. */
+cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t ev, unsigned flags) {
+    API_ENTRY();
+    emu_stream *s = resolve(st);
+    if (!s || !g_events.count(ev)) return ret(cudaErrorInvalidResourceHandle);
+    if (flags != cudaEventWaitDefault) {
+        fprintf(stderr, "cuda-emu: cudaStreamWaitEvent flags 0x%x are not emulated\n", flags);
+        if (s->cap) s->cap->invalid = true;
+        return ret(cudaErrorInvalidValue);
+    }
+    if (!ev->recorded) return cudaSuccess;        /* CUDA: a never-recorded event is complete */
+    Capture *c = ev->cap.get();
+    if (c && !c->active) {
+        fprintf(stderr, "cuda-emu: cudaStreamWaitEvent on an event last recorded in a stream "
+                "capture that has ended (record it again outside the capture)\n");
+        if (s->cap) s->cap->invalid = true;
+        return ret(cudaErrorCapturedEvent);
+    }
+    if (s->cap && !c) {
+        fprintf(stderr, "cuda-emu: cudaStreamWaitEvent in a capturing stream on an event "
+                "recorded outside the capture: CUDA needs cudaEventWaitExternal for that; capture "
+                "invalidated\n");
+        s->cap->invalid = true;
+        return ret(cudaErrorStreamCaptureIsolation);
+    }
+    if (s->cap && c != s->cap.get()) {
+        fprintf(stderr, "cuda-emu: cudaStreamWaitEvent would merge two separate stream captures; "
+                "both invalidated\n");
+        s->cap->invalid = c->invalid = true;
+        return ret(cudaErrorStreamCaptureMerge);
+    }
+    if (c && !s->cap) {
+        if (s == &g_null) {
+            fprintf(stderr, "cuda-emu: the legacy default stream waits on an event recorded in a "
+                    "capture: it cannot join a capture; capture invalidated\n");
+            c->invalid = true;
+            return ret(cudaErrorStreamCaptureUnsupported);
+        }
+        s->cap = ev->cap;
+        s->lane = (int)c->lanes.size();
+        c->lanes.push_back(s);
+    }
+    if (c)
+        return ret(enqueue_op(s, "wait", "cudaStreamWaitEvent", []() {}, {}, (long)ev->node));
+    emu_stream *from = ev->st;
+    unsigned long long upto = ev->seq;
+    return ret(enqueue_op(s, "wait", "cudaStreamWaitEvent", [from, upto]() {
+        if (stream_alive(from)) run_until(from, upto);
+    }));
 }
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t st, enum cudaStreamCaptureMode mode) {
@@ -1009,17 +1206,17 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t st, enum cudaStreamCaptureMode m
         fprintf(stderr, "cuda-emu: the legacy default stream cannot be captured\n");
         return ret(cudaErrorStreamCaptureUnsupported);
     }
-    if (s->capturing) return ret(cudaErrorIllegalState);
+    if (s->cap) return ret(cudaErrorIllegalState);
     if (mode != cudaStreamCaptureModeRelaxed && t_capture) {
         fprintf(stderr, "cuda-emu: a second capture begun by a thread that is capturing\n");
         return ret(cudaErrorIllegalState);
     }
-    s->capturing = true;
-    s->cap_invalid = false;
-    s->cap_mode = mode;
-    s->cap_thread = std::this_thread::get_id();
-    s->cap_ops.clear();
-    if (mode != cudaStreamCaptureModeRelaxed) t_capture = s;
+    s->cap = std::make_shared<Capture>();
+    s->cap->mode = mode;
+    s->cap->thread = std::this_thread::get_id();
+    s->cap->lanes.push_back(s);
+    s->lane = 0;
+    if (mode != cudaStreamCaptureModeRelaxed) t_capture = s->cap.get();
     return cudaSuccess;
 }
 
@@ -1028,19 +1225,33 @@ cudaError_t cudaStreamEndCapture(cudaStream_t st, cudaGraph_t *graph) {
     if (graph) *graph = nullptr;
     emu_stream *s = resolve(st);
     if (!s) return ret(cudaErrorInvalidResourceHandle);
-    if (!s->capturing) return ret(cudaErrorIllegalState);
-    if (s->cap_mode != cudaStreamCaptureModeRelaxed && s->cap_thread != std::this_thread::get_id())
+    if (!s->cap) return ret(cudaErrorIllegalState);
+    std::shared_ptr<Capture> c = s->cap;
+    if (s->lane != 0) {
+        fprintf(stderr, "cuda-emu: cudaStreamEndCapture on a stream that joined a capture (end it "
+                "on the stream that began it)\n");
         return ret(cudaErrorStreamCaptureUnmatched);
-    s->capturing = false;
-    if (t_capture == s) t_capture = nullptr;
+    }
+    if (c->mode != cudaStreamCaptureModeRelaxed && c->thread != std::this_thread::get_id())
+        return ret(cudaErrorStreamCaptureUnmatched);
+    for (emu_stream *l : c->lanes) l->cap = nullptr;      /* every lane stops capturing */
+    c->active = false;
+    if (t_capture == c.get()) t_capture = nullptr;
     if (!graph) return ret(cudaErrorInvalidValue);
-    if (s->cap_invalid) {
-        s->cap_ops.clear();
-        return ret(cudaErrorStreamCaptureInvalidated);
+    if (c->invalid) return ret(cudaErrorStreamCaptureInvalidated);
+    int lane = unjoined_lane(*c);
+    if (lane) {
+        fprintf(stderr, "cuda-emu: cudaStreamEndCapture: lane %d of the capture (a stream that "
+                "joined it by waiting on one of its events) has work after the last event the "
+                "capturing stream waited on: it was never joined back "
+                "(cudaErrorStreamCaptureUnjoined)\n", lane);
+        return ret(cudaErrorStreamCaptureUnjoined);
     }
     if (g_sticky != cudaSuccess) return ret(g_sticky);
     emu_graph *g = new emu_graph;
-    g->ops.swap(s->cap_ops);
+    g->ops = linearize(c->nodes, (int)c->lanes.size());
+    g->lanes = (int)c->lanes.size();
+    c->nodes.clear();
     *graph = g;
     return cudaSuccess;
 }
@@ -1051,16 +1262,19 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph,
     if (!exec || !graph) return ret(cudaErrorInvalidValue);
     emu_graph_exec *x = new emu_graph_exec;
     x->ops = graph->ops;
+    x->lanes = graph->lanes;
     g_execs.insert(x);
     *exec = x;
     if (g_trace) {
         std::map<std::string, int> kinds;
         for (auto &op : x->ops) kinds[op.kind]++;
-        fprintf(stderr, "cuda-emu: graph instantiated: %zu nodes:", x->ops.size());
+        fprintf(stderr, "cuda-emu: graph instantiated: %zu nodes in %d lane%s:", x->ops.size(),
+                x->lanes, x->lanes == 1 ? "" : "s");
         for (auto &kv : kinds) fprintf(stderr, " %s=%d", kv.first.c_str(), kv.second);
         fprintf(stderr, "\n");
-        if (g_trace > 1)
-            for (auto &op : x->ops) fprintf(stderr, "cuda-emu:   %s\n", op.what.c_str());
+        if (g_trace > 1)                          /* in replay order */
+            for (auto &op : x->ops)
+                fprintf(stderr, "cuda-emu:   [lane %d] %s\n", op.lane, op.what.c_str());
     }
     return cudaSuccess;
 }
@@ -1069,11 +1283,14 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t st) {
     API_ENTRY();
     emu_stream *s = resolve(st);
     if (!s || !g_execs.count(exec)) return ret(cudaErrorInvalidResourceHandle);
-    if (s->capturing) {
+    if (s->cap) {
         fprintf(stderr, "cuda-emu: cudaGraphLaunch into a capturing stream is not emulated\n");
         return ret(cudaErrorStreamCaptureUnsupported);
     }
-    for (auto &op : exec->ops) s->queue.push_back(op);
+    for (auto &op : exec->ops) {
+        s->queue.push_back(op);
+        s->queue.back().seq = ++g_seq;
+    }
     return cudaSuccess;
 }
 

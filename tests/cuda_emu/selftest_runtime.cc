@@ -1,7 +1,8 @@
 /* selftest_runtime.cc - the CUDA emulator's runtime checked on small kernels written for it:
  * barriers and shared memory, warp shuffles, deferred streams, pinned vs pageable copies, graph
- * capture and replay (and replay after a cudaFree), and every fault and capture rule it claims
- * to enforce (emu_runtime.cc).
+ * capture and replay (and replay after a cudaFree), two streams ordered by events (eager and
+ * captured as forked lanes, each run as late as its waits allow, so a missing wait reads stale
+ * data), and every fault and capture rule it claims to enforce (emu_runtime.cc).
  * Faults are sticky for the process, as on a GPU, so each fault case runs in a forked child and
  * must end with the expected error. Inputs are seeded random values, never zeros. */
 #include <stdio.h>
@@ -360,11 +361,316 @@ static void check_capture(void) {
     cudaStreamDestroy(st);
 }
 
+/* ---- two streams: events, waits, forked capture ---- */
+
+/* y = 2x: a kernel that reads a buffer another stream writes */
+static __global__ void double_kernel(const float *x, float *y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+}
+
+enum { kN = 64 };
+
+static void fill(float *p, int n) {
+    for (int i = 0; i < n; i++) p[i] = urand(-1, 1);
+}
+/* how many of got[0..n) differ from 2 * want[i] */
+static int doubled_wrong(const float *got, const float *want, int n) {
+    int bad = 0;
+    for (int i = 0; i < n; i++) bad += got[i] != 2.0f * want[i];
+    return bad;
+}
+
+/* Eager waits. The side stream's work runs as late as the waits allow, so a kernel that did
+ * not wait reads the buffer's old content. */
+static void check_eager_waits(void) {
+    cudaStream_t a, b;
+    cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking);
+    cudaEvent_t ready, never;
+    CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming) == cudaSuccess &&
+          cudaEventCreateWithFlags(&never, cudaEventDisableTiming) == cudaSuccess,
+          "cudaEventCreateWithFlags(cudaEventDisableTiming)");
+    float old[kN], fresh[kN], later[kN], back[kN], *pin = NULL, *pin2 = NULL, *out = NULL;
+    fill(old, kN);
+    fill(fresh, kN);
+    fill(later, kN);
+    cudaMallocHost((void **)&pin, sizeof fresh);
+    cudaMallocHost((void **)&pin2, sizeof fresh);
+    cudaMallocHost((void **)&out, sizeof fresh);
+    float *d = dev_upload(old, kN), *d2 = dev_upload(old, kN), *y = dev_upload(NULL, kN);
+
+    /* with the wait: the kernel sees the upload */
+    memcpy(pin, fresh, sizeof fresh);
+    cudaMemcpyAsync(d, pin, sizeof fresh, cudaMemcpyHostToDevice, b);
+    cudaEventRecord(ready, b);
+    CHECK(cudaStreamWaitEvent(a, ready, 0) == cudaSuccess, "cudaStreamWaitEvent");
+    emu_launch(double_kernel, 1, kN, 0, a)(d, y, kN);
+    cudaMemcpyAsync(out, y, sizeof fresh, cudaMemcpyDeviceToHost, a);
+    CHECK(cudaStreamSynchronize(a) == cudaSuccess, "synchronize after a wait");
+    CHECK(doubled_wrong(out, fresh, kN) == 0, "a kernel that waited for the upload: %d values "
+          "wrong", doubled_wrong(out, fresh, kN));
+
+    /* without it: the upload on b has not run when a is synchronized */
+    memcpy(pin, later, sizeof later);
+    cudaMemcpyAsync(d, pin, sizeof later, cudaMemcpyHostToDevice, b);
+    emu_launch(double_kernel, 1, kN, 0, a)(d, y, kN);
+    cudaMemcpyAsync(out, y, sizeof later, cudaMemcpyDeviceToHost, a);
+    cudaStreamSynchronize(a);
+    CHECK(doubled_wrong(out, fresh, kN) == 0, "a kernel that did not wait: %d values are not the "
+          "old content (the side stream ran early)", doubled_wrong(out, fresh, kN));
+    cudaStreamSynchronize(b);
+    cudaMemcpy(back, d, sizeof back, cudaMemcpyDeviceToHost);
+    CHECK(memcmp(back, later, sizeof back) == 0, "the side stream's upload after synchronizing it");
+
+    /* a wait runs the side stream only as far as the record it waits on: the second upload (d2)
+     * and anything after the record stay queued; re-recording the event later changes nothing */
+    memcpy(pin, fresh, sizeof fresh);
+    memcpy(pin2, later, sizeof later);
+    cudaMemcpyAsync(d, pin, sizeof fresh, cudaMemcpyHostToDevice, b);
+    cudaEventRecord(ready, b);
+    cudaStreamWaitEvent(a, ready, 0);
+    cudaMemcpyAsync(d2, pin2, sizeof later, cudaMemcpyHostToDevice, b);
+    cudaEventRecord(ready, b);
+    emu_launch(double_kernel, 1, kN, 0, a)(d2, y, kN);
+    cudaMemcpyAsync(out, y, sizeof old, cudaMemcpyDeviceToHost, a);
+    cudaStreamSynchronize(a);
+    CHECK(doubled_wrong(out, old, kN) == 0, "a wait ran the side stream past its record: %d "
+          "values are not d2's old content", doubled_wrong(out, old, kN));
+    /* cudaEventSynchronize runs the recording stream up to the newest record */
+    CHECK(cudaEventSynchronize(ready) == cudaSuccess, "cudaEventSynchronize");
+    cudaMemcpy(back, d2, sizeof back, cudaMemcpyDeviceToHost);
+    CHECK(memcmp(back, later, sizeof back) == 0, "cudaEventSynchronize did not run the stream up "
+          "to the re-recorded event");
+
+    /* a never-recorded event is complete: waiting on it is a no-op */
+    CHECK(cudaStreamWaitEvent(a, never, 0) == cudaSuccess, "waiting on a never-recorded event");
+    emu_launch(double_kernel, 1, kN, 0, a)(d2, y, kN);
+    cudaMemcpyAsync(out, y, sizeof later, cudaMemcpyDeviceToHost, a);
+    CHECK(cudaStreamSynchronize(a) == cudaSuccess && doubled_wrong(out, later, kN) == 0,
+          "a stream after waiting on a never-recorded event");
+
+    /* timing: refused for cudaEventDisableTiming events, as real CUDA does */
+    cudaEvent_t t0, t1;
+    cudaEventCreate(&t0);
+    cudaEventCreateWithFlags(&t1, cudaEventBlockingSync);
+    cudaEventRecord(t0, a);
+    cudaEventRecord(never, a);
+    cudaEventRecord(t1, a);
+    cudaEventSynchronize(t1);
+    float ms = -1;
+    CHECK(cudaEventElapsedTime(&ms, t0, t1) == cudaSuccess && ms >= 0, "elapsed time: %g", ms);
+    CHECK(cudaEventElapsedTime(&ms, t0, never) == cudaErrorInvalidResourceHandle,
+          "elapsed time of a cudaEventDisableTiming event");
+    cudaEvent_t bad = NULL;
+    CHECK(cudaEventCreateWithFlags(&bad, 0x4) == cudaErrorInvalidValue, "interprocess flag "
+          "accepted");
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue, "last error");
+    CHECK(cudaGetLastError() == cudaSuccess, "error not cleared");
+    cudaEventDestroy(t0); cudaEventDestroy(t1); cudaEventDestroy(ready); cudaEventDestroy(never);
+    cudaFree(d); cudaFree(d2); cudaFree(y);
+    cudaFreeHost(pin); cudaFreeHost(pin2); cudaFreeHost(out);
+    cudaStreamDestroy(a);
+    cudaStreamDestroy(b);
+}
+
+/* The engine's upload pattern, captured: `copy` joins main's capture at the fork event, uploads
+ * each camera and records ready[cam]; main waits ready[cam] before the kernel that reads it.
+ * With late_wait, camera 1's kernel is issued before its wait (the wait, still the join, comes
+ * after it). NULL when a call failed. */
+struct fork_graph {
+    cudaStream_t main, copy;
+    cudaEvent_t fork, ready[2];
+    float *pin[2], *dev[2], *y, *out;
+};
+static cudaGraphExec_t capture_fork(fork_graph *f, int late_wait) {
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ex = NULL;
+    if (cudaStreamBeginCapture(f->main, cudaStreamCaptureModeThreadLocal)) return NULL;
+    cudaEventRecord(f->fork, f->main);
+    cudaStreamWaitEvent(f->copy, f->fork, 0);
+    for (int c = 0; c < 2; c++) {
+        cudaMemcpyAsync(f->dev[c], f->pin[c], kN * sizeof(float), cudaMemcpyHostToDevice, f->copy);
+        cudaEventRecord(f->ready[c], f->copy);
+    }
+    for (int c = 0; c < 2; c++) {
+        if (!(late_wait && c == 1)) cudaStreamWaitEvent(f->main, f->ready[c], 0);
+        emu_launch(double_kernel, 1, kN, 0, f->main)(f->dev[c], f->y + c * kN, kN);
+    }
+    if (late_wait) cudaStreamWaitEvent(f->main, f->ready[1], 0);
+    cudaMemcpyAsync(f->out, f->y, 2 * kN * sizeof(float), cudaMemcpyDeviceToHost, f->main);
+    if (cudaStreamEndCapture(f->main, &g) == cudaSuccess) cudaGraphInstantiate(&ex, g, 0);
+    cudaGraphDestroy(g);
+    return ex;
+}
+
+static void fork_setup(fork_graph *f, const float *old) {
+    cudaStreamCreateWithFlags(&f->main, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&f->copy, cudaStreamNonBlocking);
+    cudaEventCreateWithFlags(&f->fork, cudaEventDisableTiming);
+    for (int c = 0; c < 2; c++) {
+        cudaEventCreateWithFlags(&f->ready[c], cudaEventDisableTiming);
+        cudaMallocHost((void **)&f->pin[c], kN * sizeof(float));
+        f->dev[c] = dev_upload(old + c * kN, kN);
+    }
+    f->y = dev_upload(NULL, 2 * kN);
+    cudaMallocHost((void **)&f->out, 2 * kN * sizeof(float));
+}
+
+static void fork_free(fork_graph *f) {
+    for (int c = 0; c < 2; c++) {
+        cudaEventDestroy(f->ready[c]);
+        cudaFreeHost(f->pin[c]);
+        cudaFree(f->dev[c]);
+    }
+    cudaEventDestroy(f->fork);
+    cudaFree(f->y);
+    cudaFreeHost(f->out);
+    cudaStreamDestroy(f->main);
+    cudaStreamDestroy(f->copy);
+}
+
+static void check_forked_capture(void) {
+    float old[2 * kN], data[4][2 * kN];     /* 0, 1: the joined graph's replays; 2, 3: late */
+    fill(old, 2 * kN);
+    for (int r = 0; r < 4; r++) fill(data[r], 2 * kN);
+    fork_graph f;
+    fork_setup(&f, old);
+    cudaGraphExec_t ex = capture_fork(&f, 0);
+    CHECK(ex != NULL, "capture of the fork/join upload pattern");
+    for (int r = 0; ex && r < 2; r++) {
+        for (int c = 0; c < 2; c++) memcpy(f.pin[c], data[r] + c * kN, kN * sizeof(float));
+        cudaGraphLaunch(ex, f.main);
+        CHECK(cudaStreamSynchronize(f.main) == cudaSuccess, "replay %d", r);
+        CHECK(doubled_wrong(f.out, data[r], 2 * kN) == 0, "replay %d of the joined graph: %d "
+              "values wrong", r, doubled_wrong(f.out, data[r], 2 * kN));
+    }
+    /* the copy stream is an ordinary stream again after the capture */
+    emu_launch(double_kernel, 1, kN, 0, f.copy)(f.dev[0], f.y, kN);
+    CHECK(cudaStreamSynchronize(f.copy) == cudaSuccess, "the joined stream after the capture");
+    cudaGraphExecDestroy(ex);
+
+    /* camera 1's kernel runs before its upload: it reads the previous replay's data */
+    ex = capture_fork(&f, 1);
+    CHECK(ex != NULL, "capture with a late wait");
+    for (int r = 0; ex && r < 2; r++) {
+        const float *prev1 = data[r + 1] + kN;    /* what dev[1] holds from the replay before */
+        for (int c = 0; c < 2; c++) memcpy(f.pin[c], data[r + 2] + c * kN, kN * sizeof(float));
+        cudaGraphLaunch(ex, f.main);
+        CHECK(cudaStreamSynchronize(f.main) == cudaSuccess, "late-wait replay %d", r);
+        CHECK(doubled_wrong(f.out, data[r + 2], kN) == 0, "late-wait replay %d, camera 0: %d "
+              "values wrong", r, doubled_wrong(f.out, data[r + 2], kN));
+        CHECK(doubled_wrong(f.out + kN, prev1, kN) == 0, "late-wait replay %d: camera 1's kernel "
+              "did not read the stale buffer (%d values differ)", r,
+              doubled_wrong(f.out + kN, prev1, kN));
+    }
+    float back[kN];
+    cudaMemcpy(back, f.dev[1], sizeof back, cudaMemcpyDeviceToHost);
+    CHECK(memcmp(back, data[3] + kN, sizeof back) == 0, "the side lane's last upload never ran");
+    cudaGraphExecDestroy(ex);
+    fork_free(&f);
+}
+
+/* capture rules for the joined streams */
+static void check_capture_joins(void) {
+    float old[2 * kN];
+    fill(old, 2 * kN);
+    fork_graph f;
+    fork_setup(&f, old);
+    cudaGraph_t g = NULL;
+
+    /* a fork never joined back, and one joined back before its last upload */
+    for (int k = 0; k < 2; k++) {
+        cudaStreamBeginCapture(f.main, cudaStreamCaptureModeThreadLocal);
+        cudaEventRecord(f.fork, f.main);
+        cudaStreamWaitEvent(f.copy, f.fork, 0);
+        cudaMemcpyAsync(f.dev[0], f.pin[0], kN * sizeof(float), cudaMemcpyHostToDevice, f.copy);
+        if (k == 1) {
+            cudaEventRecord(f.ready[0], f.copy);
+            cudaStreamWaitEvent(f.main, f.ready[0], 0);
+            cudaMemcpyAsync(f.dev[1], f.pin[1], kN * sizeof(float), cudaMemcpyHostToDevice, f.copy);
+        }
+        emu_launch(double_kernel, 1, kN, 0, f.main)(f.dev[0], f.y, kN);
+        g = NULL;
+        cudaError_t e = cudaStreamEndCapture(f.main, &g);
+        CHECK(e == cudaErrorStreamCaptureUnjoined && !g, "%s: cudaStreamEndCapture returned %d",
+              k ? "upload after the join" : "fork never joined", e);
+        cudaGetLastError();
+        emu_launch(double_kernel, 1, kN, 0, f.copy)(f.dev[0], f.y, kN);
+        CHECK(cudaStreamSynchronize(f.copy) == cudaSuccess, "the copy stream after an unjoined "
+              "capture still captures");
+    }
+
+    /* joined back through a third stream: main waits on lane 2, which waited on lane 1 */
+    cudaStream_t third;
+    cudaEvent_t via;
+    cudaStreamCreateWithFlags(&third, cudaStreamNonBlocking);
+    cudaEventCreateWithFlags(&via, cudaEventDisableTiming);
+    cudaStreamBeginCapture(f.main, cudaStreamCaptureModeThreadLocal);
+    cudaEventRecord(f.fork, f.main);
+    cudaStreamWaitEvent(f.copy, f.fork, 0);
+    cudaStreamWaitEvent(third, f.fork, 0);
+    cudaMemcpyAsync(f.dev[0], f.pin[0], kN * sizeof(float), cudaMemcpyHostToDevice, f.copy);
+    cudaEventRecord(f.ready[0], f.copy);
+    cudaStreamWaitEvent(third, f.ready[0], 0);
+    emu_launch(double_kernel, 1, kN, 0, third)(f.dev[0], f.y, kN);
+    cudaEventRecord(via, third);
+    cudaStreamWaitEvent(f.main, via, 0);
+    g = NULL;
+    CHECK(cudaStreamEndCapture(f.main, &g) == cudaSuccess && g, "a lane joined back through "
+          "another lane");
+    cudaGraphDestroy(g);
+
+    /* inside a capture, a wait on an event recorded outside it (CUDA wants
+     * cudaEventWaitExternal), and a joined stream's synchronize: each invalidates */
+    cudaEventRecord(via, third);
+    cudaStreamBeginCapture(f.main, cudaStreamCaptureModeThreadLocal);
+    CHECK(cudaStreamWaitEvent(f.main, via, 0) == cudaErrorStreamCaptureIsolation, "a capture "
+          "waited on an event recorded outside it");
+    g = NULL;
+    CHECK(cudaStreamEndCapture(f.main, &g) == cudaErrorStreamCaptureInvalidated && !g,
+          "capture not invalidated by a wait on an outside event");
+    cudaStreamBeginCapture(f.main, cudaStreamCaptureModeThreadLocal);
+    cudaEventRecord(f.fork, f.main);
+    cudaStreamWaitEvent(f.copy, f.fork, 0);
+    CHECK(cudaStreamSynchronize(f.copy) == cudaErrorStreamCaptureUnsupported, "a joined stream "
+          "synchronized during the capture");
+    CHECK(cudaStreamEndCapture(f.copy, &g) == cudaErrorStreamCaptureUnmatched, "a joined stream "
+          "ended the capture");
+    g = NULL;
+    CHECK(cudaStreamEndCapture(f.main, &g) == cudaErrorStreamCaptureInvalidated && !g,
+          "capture not invalidated by a joined stream's synchronize");
+    /* a wait on an event of a capture that has ended */
+    CHECK(cudaStreamWaitEvent(f.copy, f.fork, 0) == cudaErrorCapturedEvent, "a wait on an event "
+          "last recorded in an ended capture");
+    cudaGetLastError();
+    emu_launch(double_kernel, 1, kN, 0, f.copy)(f.dev[0], f.y, kN);
+    CHECK(cudaStreamSynchronize(f.copy) == cudaSuccess && cudaStreamSynchronize(f.main) == 0,
+          "the streams after the failed captures");
+    cudaEventDestroy(via);
+    cudaStreamDestroy(third);
+    fork_free(&f);
+}
+
+/* a two-lane graph replayed after the side lane's destination was freed */
+static int child_lane_copy_after_free(void) {
+    float old[2 * kN];
+    fill(old, 2 * kN);
+    fork_graph f;
+    fork_setup(&f, old);
+    cudaGraphExec_t ex = capture_fork(&f, 0);
+    if (!ex || cudaFree(f.dev[1]) != cudaSuccess || cudaGraphLaunch(ex, f.main)) return 2;
+    return cudaStreamSynchronize(f.main) == cudaErrorIllegalAddress;
+}
+
 int main(void) {
     check_barriers_and_shuffles();
     check_deferred_streams();
     check_capture();
     check_free_rules();
+    check_eager_waits();
+    check_forked_capture();
+    check_capture_joins();
     in_child("threads of one warp split between __syncwarp and __syncthreads", child_divergent);
     in_child("a full-mask shuffle after half the warp returned", child_exited_shuffle);
     in_child("a host pointer given to a kernel", child_host_pointer);
@@ -376,6 +682,8 @@ int main(void) {
     in_child("a graph copying from a freed buffer", child_copy_after_free,
              {"the source (", kStaleCall});
     in_child("a graph setting a freed buffer", child_memset_after_free,
+             {"the destination (", kStaleCall});
+    in_child("a two-lane graph uploading into a freed buffer", child_lane_copy_after_free,
              {"the destination (", kStaleCall});
     printf("cuda emulator runtime: %d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;

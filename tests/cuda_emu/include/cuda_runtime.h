@@ -32,7 +32,11 @@ typedef enum cudaError {
     cudaErrorNotPermitted = 800,
     cudaErrorStreamCaptureUnsupported = 900,
     cudaErrorStreamCaptureInvalidated = 901,
-    cudaErrorStreamCaptureUnmatched = 903
+    cudaErrorStreamCaptureMerge = 902,
+    cudaErrorStreamCaptureUnmatched = 903,
+    cudaErrorStreamCaptureUnjoined = 904,
+    cudaErrorStreamCaptureIsolation = 905,
+    cudaErrorCapturedEvent = 907
 } cudaError_t;
 
 enum cudaMemcpyKind {
@@ -51,6 +55,11 @@ enum cudaStreamCaptureMode {
 
 #define cudaStreamDefault 0x00
 #define cudaStreamNonBlocking 0x01
+
+#define cudaEventDefault 0x00
+#define cudaEventBlockingSync 0x01
+#define cudaEventDisableTiming 0x02
+#define cudaEventWaitDefault 0x00
 
 typedef struct emu_stream *cudaStream_t;
 typedef struct emu_event *cudaEvent_t;
@@ -92,10 +101,12 @@ cudaError_t cudaStreamDestroy(cudaStream_t st);
 cudaError_t cudaStreamSynchronize(cudaStream_t st);
 cudaError_t cudaLaunchHostFunc(cudaStream_t st, cudaHostFn_t fn, void *user);
 cudaError_t cudaEventCreate(cudaEvent_t *ev);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned flags);
 cudaError_t cudaEventDestroy(cudaEvent_t ev);
 cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t st);
 cudaError_t cudaEventSynchronize(cudaEvent_t ev);
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
+cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t ev, unsigned flags);
 cudaError_t cudaStreamBeginCapture(cudaStream_t st, enum cudaStreamCaptureMode mode);
 cudaError_t cudaStreamEndCapture(cudaStream_t st, cudaGraph_t *graph);
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags);
