@@ -365,23 +365,23 @@ std::vector<Op> linearize(const std::vector<Op> &nodes, int nlanes) {
  * is, have no work after the last of its records that the capturing stream waited on (or a
  * lane joined back before that wait). Returns the first lane with such work, 0 when none.
  * Records and waits are not work (CUDA makes them edges, not nodes). */
-int unjoined_lane(const Capture &c) {
-    std::vector<long> joined(c.lanes.size(), -1);         /* per lane: joined up to this node */
-    joined[0] = (long)c.nodes.size();
+int unjoined_lane(const std::vector<Op> &nodes, int nlanes) {
+    std::vector<long> joined(nlanes, -1);                 /* per lane: joined up to this node */
+    joined[0] = (long)nodes.size();
     for (bool grew = true; grew;) {
         grew = false;
-        for (size_t i = 0; i < c.nodes.size(); i++) {
-            const Op &n = c.nodes[i];
+        for (size_t i = 0; i < nodes.size(); i++) {
+            const Op &n = nodes[i];
             if (n.dep < 0 || (long)i > joined[n.lane]) continue;
-            int from = c.nodes[n.dep].lane;
+            int from = nodes[n.dep].lane;
             if (n.dep > joined[from]) {
                 joined[from] = n.dep;
                 grew = true;
             }
         }
     }
-    for (size_t i = 0; i < c.nodes.size(); i++) {
-        const Op &n = c.nodes[i];
+    for (size_t i = 0; i < nodes.size(); i++) {
+        const Op &n = nodes[i];
         if (strcmp(n.kind, "event") && strcmp(n.kind, "wait") && (long)i > joined[n.lane])
             return n.lane;
     }
@@ -1237,9 +1237,11 @@ cudaError_t cudaStreamEndCapture(cudaStream_t st, cudaGraph_t *graph) {
     for (emu_stream *l : c->lanes) l->cap = nullptr;      /* every lane stops capturing */
     c->active = false;
     if (t_capture == c.get()) t_capture = nullptr;
+    std::vector<Op> nodes;
+    nodes.swap(c->nodes);                         /* an event recorded in it may outlive it */
     if (!graph) return ret(cudaErrorInvalidValue);
     if (c->invalid) return ret(cudaErrorStreamCaptureInvalidated);
-    int lane = unjoined_lane(*c);
+    int lane = unjoined_lane(nodes, (int)c->lanes.size());
     if (lane) {
         fprintf(stderr, "cuda-emu: cudaStreamEndCapture: lane %d of the capture (a stream that "
                 "joined it by waiting on one of its events) has work after the last event the "
@@ -1249,9 +1251,8 @@ cudaError_t cudaStreamEndCapture(cudaStream_t st, cudaGraph_t *graph) {
     }
     if (g_sticky != cudaSuccess) return ret(g_sticky);
     emu_graph *g = new emu_graph;
-    g->ops = linearize(c->nodes, (int)c->lanes.size());
+    g->ops = linearize(nodes, (int)c->lanes.size());
     g->lanes = (int)c->lanes.size();
-    c->nodes.clear();
     *graph = g;
     return cudaSuccess;
 }
