@@ -75,6 +75,16 @@ struct act_backend {
     int (*upload)(act_backend *be, act_buf dst, const void *host, size_t n);    /* n elems of dst.dt; host has dst.dt elements (U8 or F32) */
     int (*download)(act_backend *be, float *host, act_buf src, size_t n);      /* converts to fp32 */
 
+    /* ---- upload lane (optional: NULL on a backend whose uploads simply run in order) ----
+     * At batches of at least pipeline_min_batch (0: never) the forward pass uploads each
+     * camera's frames on a second queue while the trunk already runs on the cameras before it.
+     * upload_lane enqueues one upload there, tagged with ticket (0..ACT_MAX_CAMS-1); lane_wait
+     * makes every op after it wait for that upload. The forward pass waits for every ticket it
+     * issued, in order, before the step ends (the last wait joins the lane back). */
+    int pipeline_min_batch;
+    int (*upload_lane)(act_backend *be, act_buf dst, const void *host, size_t n, int ticket);
+    int (*lane_wait)(act_backend *be, int ticket);
+
     /* ---- vision ---- */
     /* frames u8 [B][hi][wi][3] -> out image [B][3][ho][wo] (logical), cfg gives resize/crop/imagenet */
     int (*preprocess)(act_backend *be, act_buf frames, int B, int hi, int wi,

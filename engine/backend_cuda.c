@@ -107,6 +107,11 @@ typedef struct {
     cudaEvent_t ev[MAX_MARKS];
     int ev_stage[MAX_MARKS];
     int n_marks;
+    /* the upload lane: a second stream for frame uploads, forked from st by lane_fork at its
+     * first upload of a step, joined back by the wait on its last ticket */
+    cudaStream_t lane;
+    cudaEvent_t lane_fork, lane_ev[ACT_MAX_CAMS];
+    int lane_open, lane_last;
 } cuda_ctx;
 
 #define CTX(be) ((cuda_ctx *)(be)->ctx)
@@ -135,6 +140,7 @@ static int fail(act_backend *be) {
         cudaGetLastError();
         c->capturing = 0;
     }
+    c->lane_open = 0;
     return -1;
 }
 /* launchers write their message into be->err (KE); CK checks a runtime call in an op */
@@ -410,6 +416,11 @@ static int cu_end_capture(act_backend *be, int key) {
         snprintf(be->err, sizeof be->err, "cuda end_capture(%d): no capture is open", key);
         return -1;
     }
+    if (c->lane_open) {
+        snprintf(be->err, sizeof be->err, "cuda end_capture(%d): the upload lane's last upload "
+                 "(ticket %d) was never waited for", key, c->lane_last);
+        return fail(be);
+    }
     cudaGraph_t g = NULL;
     c->capturing = 0;
     KCHECK(cudaStreamEndCapture(c->st, &g));
@@ -439,6 +450,13 @@ static int cu_end_capture(act_backend *be, int key) {
 static int cu_sync(act_backend *be) {
     cuda_ctx *c = CTX(be);
     BE_ERR;
+    if (c->lane_open) {
+        snprintf(be->err, sizeof be->err, "cuda sync: the upload lane's last upload (ticket %d) "
+                 "was never waited for", c->lane_last);
+        c->lane_open = 0;
+        cudaStreamSynchronize(c->lane);
+        return -1;
+    }
     KCHECK(cudaStreamSynchronize(c->st));
     return 0;
 }
@@ -483,6 +501,38 @@ static int cu_upload(act_backend *be, act_buf dst, const void *host, size_t n) {
     if (!CTX(be)->capturing) CK(cudaSetDevice(CTX(be)->dev));
     CK(cudaMemcpyAsync(dst.p, host, n * act_dtype_size(dst.dt), cudaMemcpyHostToDevice,
                        CTX(be)->st));
+    return 0;
+}
+
+static int lane_ticket(act_backend *be, const char *op, int ticket) {
+    if (ticket >= 0 && ticket < ACT_MAX_CAMS) return 0;
+    snprintf(be->err, sizeof be->err, "cuda %s: ticket %d is outside 0..%d", op, ticket, ACT_MAX_CAMS - 1);
+    return -1;
+}
+
+/* An upload on the lane stream. The lane's first upload of a step forks it from st, so it
+ * starts only after everything queued on st before (the previous step's readers of dst);
+ * under capture that fork makes the lane part of the same graph. */
+static int cu_upload_lane(act_backend *be, act_buf dst, const void *host, size_t n, int ticket) {
+    cuda_ctx *c = CTX(be);
+    if (lane_ticket(be, "upload_lane", ticket)) return fail(be);
+    if (!c->capturing) CK(cudaSetDevice(c->dev));
+    if (!c->lane_open) {
+        CK(cudaEventRecord(c->lane_fork, c->st));
+        CK(cudaStreamWaitEvent(c->lane, c->lane_fork, 0));
+        c->lane_open = 1;
+    }
+    if (n) CK(cudaMemcpyAsync(dst.p, host, n * act_dtype_size(dst.dt), cudaMemcpyHostToDevice, c->lane));
+    CK(cudaEventRecord(c->lane_ev[ticket], c->lane));
+    c->lane_last = ticket;
+    return 0;
+}
+
+static int cu_lane_wait(act_backend *be, int ticket) {
+    cuda_ctx *c = CTX(be);
+    if (lane_ticket(be, "lane_wait", ticket)) return fail(be);
+    CK(cudaStreamWaitEvent(c->st, c->lane_ev[ticket], 0));
+    if (ticket == c->lane_last) c->lane_open = 0;   /* all of the lane's work is joined back */
     return 0;
 }
 
@@ -908,6 +958,9 @@ static void cu_destroy(act_backend *be) {
         for (int i = 0; i < c->n_allocs; i++) cudaFree(c->allocs[i]);
         for (int i = 0; i < c->n_jobs; i++) free(c->jobs[i]);
         for (int i = 0; i < MAX_MARKS; i++) if (c->ev[i]) cudaEventDestroy(c->ev[i]);
+        if (c->lane) cudaStreamSynchronize(c->lane);
+        for (int i = 0; i < ACT_MAX_CAMS; i++) if (c->lane_ev[i]) cudaEventDestroy(c->lane_ev[i]);
+        if (c->lane_fork) cudaEventDestroy(c->lane_fork);
         free(c->convs);
         free(c->lts);
         free(c->allocs);
@@ -922,6 +975,7 @@ static void cu_destroy(act_backend *be) {
         if (c->lt) cublasLtDestroy(c->lt);
         if (c->dnn) cudnnDestroy(c->dnn);
         if (c->st) cudaStreamDestroy(c->st);
+        if (c->lane) cudaStreamDestroy(c->lane);
         free(c);
     }
     free(be);
@@ -967,6 +1021,9 @@ static int cu_setup(act_backend *be, int device) {
     }
     KCHECK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking));
     for (int i = 0; i < MAX_MARKS; i++) KCHECK(cudaEventCreate(&c->ev[i]));
+    KCHECK(cudaStreamCreateWithFlags(&c->lane, cudaStreamNonBlocking));
+    KCHECK(cudaEventCreateWithFlags(&c->lane_fork, cudaEventDisableTiming));
+    for (int i = 0; i < ACT_MAX_CAMS; i++) KCHECK(cudaEventCreateWithFlags(&c->lane_ev[i], cudaEventDisableTiming));
     KCUBLAS(cublasCreate(&c->blas));
     KCUBLAS(cublasSetStream(c->blas, c->st));
     KCHECK(cudaMalloc(&c->blas_ws, CUBLAS_WS_BYTES));
@@ -1025,6 +1082,19 @@ int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, ch
     }
     c->nhwc = lay && *lay ? !strcmp(lay, "nhwc") : c->adt != ACT_DT_F32;
     be->feature_nhwc = c->nhwc;
+    /* per-camera upload/trunk pipelining from this batch on: below it the transfer is too short
+     * to hide behind a trunk and the extra per-camera launches cost more than it saves */
+    const char *pmb = getenv("ACT_CUDA_PIPELINE_MIN_BATCH");
+    char *end = NULL;
+    long pm = pmb && *pmb ? strtol(pmb, &end, 10) : 32;
+    if (pmb && *pmb && (*end || pm < 0 || pm > 65536)) {
+        snprintf(err, errlen, "cuda backend: ACT_CUDA_PIPELINE_MIN_BATCH=%s: expected a batch size "
+                 "(0 = never pipeline)", pmb);
+        free(c);
+        free(be);
+        return -1;
+    }
+    be->pipeline_min_batch = (int)pm;
     if (cu_setup(be, device)) {
         snprintf(err, errlen, "cuda backend: %s", be->err);
         cu_destroy(be);
@@ -1043,6 +1113,8 @@ int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, ch
     be->stage_mark = cu_stage_mark;
     be->stage_ms = cu_stage_ms;
     be->upload = cu_upload;
+    be->upload_lane = cu_upload_lane;
+    be->lane_wait = cu_lane_wait;
     be->download = cu_download;
     be->preprocess = cu_preprocess;
     be->conv2d = cu_conv2d;

@@ -465,7 +465,7 @@ static void print_table(const bench_report *r) {
                b->mean, b->steps_per_s, b->steps_per_s * cfg->num_cams);
     }
     printf("\nstages (ms, mean of the profiled pass%s)\n%6s", r->a->device == ACT_DEVICE_CUDA ?
-           "; graphs off while profiling" : "", "batch");
+           "; graphs and the upload lane off while profiling" : "", "batch");
     for (int k = 0; k < ACT_STAGE_COUNT; k++) printf(" %11s", act_stage_name((act_stage)k));
     printf(" %11s\n", "sum");
     for (int i = 0; i < r->n_res; i++) {
