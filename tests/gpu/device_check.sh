@@ -19,6 +19,7 @@
 #   ops-nhwc32, ops-nchw16  the vision ops once more in the other layout of each precision
 #              (ACT_CUDA_LAYOUT)
 #   e2e        tests/test_cuda_e2e: whole steps vs the CPU session, every precision, graphs on/off
+#   e2e-lanes  the same, small models, batches 2-3 through the per-camera upload lane
 #              (if ops or e2e fail: the op table again with the fused epilogues off)
 #   memcheck   compute-sanitizer memcheck on full-size steps (eager, captured and replayed)
 #   racecheck  compute-sanitizer racecheck on the attention and norm kernels
@@ -27,6 +28,8 @@
 #   fusion-ab  act-infer bench, full model, batch 1, fp32 and bf16, with the fused epilogues
 #              (cuDNN conv+bias+ReLU, cuBLASLt GEMM+bias) on and off
 #   layout-ab  act-infer bench, full model, bf16 at batch 1 and 64, feature maps NCHW vs NHWC
+#   pipeline-ab act-infer bench, full model, bf16 at batch 64 and 256: frames uploaded per camera
+#              on a second stream while the trunk runs on the camera before, vs all at once
 #   inputs-ab  act-infer bench, full model, bf16 at batch 1 and 256: frames copied by act_run
 #              from the caller's memory vs written into the session's pinned input buffers
 #              (--staged-inputs, what every other bench row uses)
@@ -147,6 +150,10 @@ VISION=conv,pool,softmax,groupnorm,preprocess
 ACT_CUDA_LAYOUT=nhwc ACT_OPS_PREC=fp32,tf32 ACT_OPS_ONLY=$VISION run_test ops-nhwc32 "$BUILD/tests/test_backend_ops" 60
 ACT_CUDA_LAYOUT=nchw ACT_OPS_PREC=bf16,fp16 ACT_OPS_ONLY=$VISION run_test ops-nchw16 "$BUILD/tests/test_backend_ops" 60
 run_test e2e "$BUILD/tests/test_cuda_e2e" 150
+# batches 2 and 3 of the small models through the per-camera upload lane (default: from 32 on,
+# which the e2e row's batch 64 covers at full size)
+ACT_CUDA_PIPELINE_MIN_BATCH=2 ACT_E2E_MODELS=small,small_sep_gn ACT_E2E_MAX_BATCH=3 \
+    run_test e2e-lanes "$BUILD/tests/test_cuda_e2e" 60
 # fused epilogues (cuDNN conv+bias+ReLU, cuBLASLt GEMM+bias): if parity failed, does it pass
 # with both off (is the fusion the cause)?
 if grep -q "FAIL" "$OUT/ops.log" "$OUT/e2e.log" 2>/dev/null; then
@@ -168,7 +175,7 @@ sanitize() {   # name seconds summary-regex cmd...
 model=$TD/full.actw
 ((have_full)) || model=$TD/small.actw
 # warmup 1 runs the step eagerly, iter 1 captures it, iter 2 replays the graph
-sanitize memcheck 90 "ERROR SUMMARY" --tool memcheck --error-exitcode 9 --leak-check no \
+ACT_CUDA_PIPELINE_MIN_BATCH=3 sanitize memcheck 90 "ERROR SUMMARY" --tool memcheck --error-exitcode 9 --leak-check no \
     "$BUILD/act-infer" bench --model "$model" --device cuda --precision fp32 --batch 1,3 --iters 2 \
     --warmup 1 --profile-iters 1
 ACT_OPS_ONLY=attention,norm,softmax ACT_OPS_PREC=fp32,bf16 ACT_OPS_BATCH=3 \
@@ -245,6 +252,18 @@ if ((built)) && ((have_full)) && enough 30; then
     row layout-ab ok "bf16 p50:$fig"
 else
     row layout-ab SKIP "no build, full model or time"
+fi
+# the per-camera upload lane (frames of camera c+1 upload while camera c's trunk runs) vs one
+# upload then one trunk pass over all cameras
+if ((built)) && ((have_full)) && enough 30; then
+    fig=""
+    for b in 64 256; do
+        off=$(ab_p50 bf16 $b ACT_CUDA_PIPELINE_MIN_BATCH=0) on=$(ab_p50 bf16 $b ACT_CUDA_PIPELINE_MIN_BATCH=1)
+        fig="$fig b=$b serial ${off:-?} / lanes ${on:-?} ms;"
+    done
+    row pipeline-ab ok "bf16 p50:$fig"
+else
+    row pipeline-ab SKIP "no build, full model or time"
 fi
 # what act_run's own copy of the frames into its pinned buffers costs (151 MB at batch 256)
 if ((built)) && ((have_full)) && enough 30; then
