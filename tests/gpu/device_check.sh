@@ -25,11 +25,11 @@
 #   racecheck  compute-sanitizer racecheck on the attention and norm kernels
 #   bench      bench/compare_torch.py --device cuda (if present): ours vs PyTorch eager/compile
 #   serve      bench/serve_load.py: act-serve on the GPU, 1/8/32 loopback clients, batching on/off
-#   fusion-ab  act-infer bench, full model, batch 1, fp32 and bf16, with the fused epilogues
-#              (cuDNN conv+bias+ReLU, cuBLASLt GEMM+bias) on and off
 #   layout-ab  act-infer bench, full model, bf16 at batch 1 and 64, feature maps NCHW vs NHWC
 #   pipeline-ab act-infer bench, full model, bf16 at batch 64 and 256: frames uploaded per camera
 #              on a second stream while the trunk runs on the camera before, vs all at once
+#   fusion-ab  act-infer bench, full model, batch 1, fp32 and bf16, with the fused epilogues
+#              (cuDNN conv+bias+ReLU, cuBLASLt GEMM+bias) on and off
 #   inputs-ab  act-infer bench, full model, bf16 at batch 1 and 256: frames copied by act_run
 #              from the caller's memory vs written into the session's pinned input buffers
 #              (--staged-inputs, what every other bench row uses)
@@ -218,7 +218,7 @@ else
     row serve SKIP "no bench/serve_load.py, act-serve, full model or time"
 fi
 
-# ---------------- fusion A/B: the same step with the fused epilogues on and off ----------------
+# ---------------- A/B rows: the same step with one switch flipped (what time is left) ----------------
 AB_INPUTS=--staged-inputs   # frames already in pinned memory, as the torch peers have them
 ab_p50() {   # precision batch env... -> "p50 ms" of act-infer bench (graphs on)
     local prec=$1 batch=$2
@@ -228,19 +228,6 @@ ab_p50() {   # precision batch env... -> "p50 ms" of act-infer bench (graphs on)
         >>"$OUT/ab.log" 2>&1 &&
         "$PY" -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; print('%.3f' % r['latency_ms']['p50'])" "$OUT/ab.json"
 }
-if ((built)) && ((have_full)) && enough 45; then
-    fig=""
-    for prec in fp32 bf16; do
-        on=$(ab_p50 $prec 1) off=$(ab_p50 $prec 1 ACT_CUDA_CONV_UNFUSED=1 ACT_CUDA_GEMM=gemmex)
-        fig="$fig $prec fused ${on:-?} / unfused ${off:-?} ms;"
-    done
-    # bf16 convs fuse only on request (cuDNN rounds the bias to bf16): what would it gain?
-    lp=$(ab_p50 bf16 1 ACT_CUDA_CONV_FUSE_LOWP=1)
-    fig="$fig bf16 +conv fusion ${lp:-?} ms"
-    row fusion-ab ok "b=1 p50:$fig"
-else
-    row fusion-ab SKIP "no build, full model or time"
-fi
 # feature-map layout: NHWC is the bf16/fp16 default on the strength of cuDNN's guidance (tensor-core
 # kernels read NHWC; NCHW adds transposes) - this row is the measurement
 if ((built)) && ((have_full)) && enough 30; then
@@ -264,6 +251,20 @@ if ((built)) && ((have_full)) && enough 30; then
     row pipeline-ab ok "bf16 p50:$fig"
 else
     row pipeline-ab SKIP "no build, full model or time"
+fi
+# the fused epilogues (cuDNN conv+bias+ReLU, cuBLASLt GEMM+bias) on and off
+if ((built)) && ((have_full)) && enough 45; then
+    fig=""
+    for prec in fp32 bf16; do
+        on=$(ab_p50 $prec 1) off=$(ab_p50 $prec 1 ACT_CUDA_CONV_UNFUSED=1 ACT_CUDA_GEMM=gemmex)
+        fig="$fig $prec fused ${on:-?} / unfused ${off:-?} ms;"
+    done
+    # bf16 convs fuse only on request (cuDNN rounds the bias to bf16): what would it gain?
+    lp=$(ab_p50 bf16 1 ACT_CUDA_CONV_FUSE_LOWP=1)
+    fig="$fig bf16 +conv fusion ${lp:-?} ms"
+    row fusion-ab ok "b=1 p50:$fig"
+else
+    row fusion-ab SKIP "no build, full model or time"
 fi
 # what act_run's own copy of the frames into its pinned buffers costs (151 MB at batch 256)
 if ((built)) && ((have_full)) && enough 30; then
