@@ -63,7 +63,7 @@
 typedef struct { int widx, N, H, W; act_conv_plan *plan; } conv_entry;
 /* a cuBLASLt plan per linear call shape; plan NULL: that shape runs GEMM + bias kernel */
 typedef struct {
-    int widx, row0, out, M, relu, xdt, ydt;
+    int widx, row0, out, M, epi, xdt, ydt;   /* epi: KLT_EPI_* */
     unsigned align_x, align_y;      /* activations: the heuristic was told these alignments */
     act_lt_plan *plan;
 } lt_entry;
@@ -101,6 +101,7 @@ typedef struct {
     int eager_step;                 /* begin_capture let this step run eagerly */
     int warned_direct;              /* the direct-conv fallback was reported */
     int conv_fuse;                  /* try cuDNN's fused conv+bias+activation (cu_setup says when) */
+    int gelu_tanh;                  /* GELU linears may use cuBLASLt's tanh-form epilogue */
     int nhwc;                       /* feature maps NHWC, conv filters KRSC (else NCHW / KCRS) */
     widen_job **jobs;               /* widen jobs captured into graphs, freed at destroy */
     int n_jobs, cap_jobs;
@@ -739,11 +740,13 @@ static int cu_spatial_softmax(act_backend *be, act_buf x, int N, int K, int HW,
 
 /* ---------------- transformer ---------------- */
 
-/* A linear with a bias and no GELU is one cublasLtMatmul with the bias (and ReLU) in its
- * epilogue; GELU (cuBLASLt's is the tanh form, the model's is erf) and bias-less linears are
- * cublasGemmEx plus the bias/activation kernel, and so is any shape cuBLASLt declines (said
- * once on stderr) or every linear under ACT_CUDA_GEMM=gemmex. Plans are made at a shape's
- * first call, which is in the eager first step of a key, so no heuristic runs in a capture. */
+/* A linear with a bias is one cublasLtMatmul with the bias (and ReLU or GELU) in its epilogue.
+ * GELU goes there only in bf16/fp16 (gelu_tanh): cuBLASLt's is the tanh form, at most 4.7e-4
+ * from the model's erf GELU, under those outputs' rounding but not under fp32 parity. Bias-less
+ * linears and erf GELU are cublasGemmEx plus the bias/activation kernel, and so is any shape
+ * cuBLASLt declines (said once on stderr) or every linear under ACT_CUDA_GEMM=gemmex. Plans are
+ * made at a shape's first call, which is in the eager first step of a key, so no heuristic runs
+ * in a capture. */
 static void lt_give_up(act_backend *be, const act_linear *l, lt_entry *e) {
     cuda_ctx *c = CTX(be);
     if (!c->warned_lt)
@@ -754,14 +757,14 @@ static void lt_give_up(act_backend *be, const act_linear *l, lt_entry *e) {
     e->plan = NULL;
 }
 
-static int lt_plan_for(act_backend *be, const act_linear *l, int M, int relu, const void *W,
+static int lt_plan_for(act_backend *be, const act_linear *l, int M, int epi, const void *W,
                        const void *x, int xdt, const float *bias, act_buf y, lt_entry **out) {
     cuda_ctx *c = CTX(be);
     unsigned ax = act_k_align(x), ay = act_k_align(y.p);
     for (int i = 0; i < c->n_lts; i++) {
         lt_entry *e = &c->lts[i];
         if (e->widx == l->w->index && e->row0 == l->row0 && e->out == l->out && e->M == M &&
-            e->relu == relu && e->xdt == xdt && e->ydt == (int)y.dt && e->align_x == ax &&
+            e->epi == epi && e->xdt == xdt && e->ydt == (int)y.dt && e->align_x == ax &&
             e->align_y == ay) {
             *out = e;
             return 0;
@@ -772,13 +775,13 @@ static int lt_plan_for(act_backend *be, const act_linear *l, int M, int relu, co
                  l->w->name);
         return -1;
     }
-    lt_entry e = {l->w->index, l->row0, l->out, M, relu, xdt, (int)y.dt, ax, ay, NULL};
+    lt_entry e = {l->w->index, l->row0, l->out, M, epi, xdt, (int)y.dt, ax, ay, NULL};
     const char *force = getenv("ACT_CUDA_GEMM");
     c->lts[c->n_lts] = e;
     *out = &c->lts[c->n_lts++];
     if (!(force && !strcmp(force, "gemmex")) &&
         act_k_lt_plan(c->lt, c->wdt, xdt, y.dt, M, l->out, l->in, be->precision == ACT_TF32,
-                      relu, W, x, bias, y.p, CUBLAS_WS_BYTES, &(*out)->plan, KE))
+                      epi, W, x, bias, y.p, CUBLAS_WS_BYTES, &(*out)->plan, KE))
         lt_give_up(be, l, *out);
     return 0;
 }
@@ -803,9 +806,11 @@ static int cu_linear(act_backend *be, const act_linear *l, act_buf x, int M, act
     }
     const void *W = wlow(be, l->w->offset + (size_t)l->row0 * l->in);
     const float *bias = l->b ? wf(be, l->b) + l->row0 : NULL;
-    if (bias && epi != ACT_EPI_GELU && M > 0) {
+    if (bias && (epi != ACT_EPI_GELU || c->gelu_tanh) && M > 0) {
         lt_entry *e;
-        TRY(lt_plan_for(be, l, M, epi == ACT_EPI_RELU, W, xp, xdt, bias, y, &e));
+        int lt_epi = epi == ACT_EPI_RELU ? KLT_EPI_RELU : epi == ACT_EPI_GELU ? KLT_EPI_GELU_TANH
+                                                                             : KLT_EPI_BIAS;
+        TRY(lt_plan_for(be, l, M, lt_epi, W, xp, xdt, bias, y, &e));
         if (e->plan) {
             int refused;
             if (!act_k_lt_run(c->lt, e->plan, W, xp, bias, y.p, c->blas_ws, CUBLAS_WS_BYTES,
@@ -1041,6 +1046,10 @@ static int cu_setup(act_backend *be, int device) {
      * only fp32/tf32 fuse until a GPU run weighs the gain; ACT_CUDA_CONV_FUSE_LOWP=1 fuses
      * bf16/fp16 too, ACT_CUDA_CONV_UNFUSED=1 nothing (the device check's A/B). Read once here,
      * not per conv. */
+    /* bf16/fp16 take cuBLASLt's GELU epilogue (tanh form, see cu_linear); ACT_CUDA_GELU=erf
+     * keeps the exact GELU kernel there too */
+    const char *gelu = getenv("ACT_CUDA_GELU");
+    c->gelu_tanh = c->adt != ACT_DT_F32 && !(gelu && !strcmp(gelu, "erf"));
     c->conv_fuse = !getenv("ACT_CUDA_CONV_UNFUSED") &&
                    (c->wdt == ACT_DT_F32 || getenv("ACT_CUDA_CONV_FUSE_LOWP") != NULL);
     c->bytes = CUBLAS_WS_BYTES;
@@ -1076,6 +1085,14 @@ int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, ch
     const char *lay = getenv("ACT_CUDA_LAYOUT");
     if (lay && *lay && strcmp(lay, "nchw") && strcmp(lay, "nhwc")) {
         snprintf(err, errlen, "cuda backend: ACT_CUDA_LAYOUT=%s: expected nchw or nhwc", lay);
+        free(c);
+        free(be);
+        return -1;
+    }
+    const char *gelu = getenv("ACT_CUDA_GELU");
+    if (gelu && *gelu && strcmp(gelu, "erf") && (strcmp(gelu, "tanh") || c->adt == ACT_DT_F32)) {
+        snprintf(err, errlen, "cuda backend: ACT_CUDA_GELU=%s: expected erf%s", gelu,
+                 c->adt == ACT_DT_F32 ? " (fp32/tf32 always use the exact erf GELU)" : " or tanh");
         free(c);
         free(be);
         return -1;

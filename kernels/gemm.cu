@@ -6,11 +6,12 @@
  * (CUBLAS_COMPUTE_32F).
  *
  * Two paths. act_k_linear is cublasGemmEx, and the bias/activation is our own kernel
- * (elementwise.cu). The act_k_lt_* path is cublasLtMatmul with CUBLASLT_EPILOGUE_BIAS or
- * RELU_BIAS: one graph node instead of two per linear. The bias stays fp32 (BIAS_DATA_TYPE
- * CUDA_R_32F, also under bf16/fp16 outputs), added to the fp32 accumulator before the one
- * rounding to the output type. GELU always takes the first path: cuBLASLt's GELU epilogue is
- * the tanh approximation, and the model needs exact erf GELU.
+ * (elementwise.cu). The act_k_lt_* path is cublasLtMatmul with CUBLASLT_EPILOGUE_BIAS,
+ * RELU_BIAS or GELU_BIAS: one graph node instead of two per linear. The bias stays fp32
+ * (BIAS_DATA_TYPE CUDA_R_32F, also under bf16/fp16 outputs), added to the fp32 accumulator
+ * before the one rounding to the output type. cuBLASLt's GELU is the tanh approximation; the
+ * model's is exact erf, so the caller asks for it only where the output's rounding hides the
+ * difference (bf16/fp16).
  *
  * A plan holds the descriptors and the heuristic's algorithm. The heuristic is told the real
  * alignment of every operand (the default assumption is 256 bytes, which a row slice of a
@@ -80,12 +81,13 @@ void act_k_lt_plan_free(act_lt_plan *p) {
     act_k_lt_plan_free(p); return -1; } } while (0)
 
 int act_k_lt_plan(cublasLtHandle_t lt, int wdt, int xdt, int ydt, int M, int out, int in,
-                  int tf32, int relu, const void *W, const void *x, const float *bias,
+                  int tf32, int epi, const void *W, const void *x, const float *bias,
                   const void *y, size_t ws_bytes, act_lt_plan **plan, char *err, size_t errlen) {
     *plan = NULL;
     if (check_dtypes(wdt, xdt, ydt, err, errlen)) return -1;
-    if (M <= 0 || !bias) {
-        snprintf(err, errlen, "cuBLASLt linear: needs M > 0 (got %d) and a bias", M);
+    if (M <= 0 || !bias || epi < KLT_EPI_BIAS || epi > KLT_EPI_GELU_TANH) {
+        snprintf(err, errlen, "cuBLASLt linear: needs M > 0 (got %d), a bias and a known "
+                 "epilogue (got %d)", M, epi);
         return -1;
     }
     act_lt_plan *p = (act_lt_plan *)calloc(1, sizeof *p);
@@ -99,11 +101,13 @@ int act_k_lt_plan(cublasLtHandle_t lt, int wdt, int xdt, int ydt, int M, int out
     p->align_b = act_k_align(bias);
     LTP(cublasLtMatmulDescCreate(&p->op, compute_type(wdt, tf32), CUDA_R_32F));
     const int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    const uint32_t epi = relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    static const char *const epi_name[] = {"bias", "bias+ReLU", "bias+GELU"};
+    const uint32_t lt_epi = epi == KLT_EPI_RELU ? CUBLASLT_EPILOGUE_RELU_BIAS
+                          : epi == KLT_EPI_GELU_TANH ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
     const int32_t bias_type = CUDA_R_32F;
     LTP(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     LTP(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    LTP(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    LTP(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &lt_epi, sizeof lt_epi));
     LTP(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                        sizeof bias));
     LTP(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
@@ -140,7 +144,7 @@ int act_k_lt_plan(cublasLtHandle_t lt, int wdt, int xdt, int ydt, int M, int out
     if (n < 1 || r.state != CUBLAS_STATUS_SUCCESS) {
         snprintf(err, errlen, "cuBLASLt has no algorithm for a %d x %d x %d %s GEMM with a %s "
                  "epilogue", out, M, in, wdt == KDT_F32 ? (tf32 ? "tf32" : "fp32") : "16-bit",
-                 relu ? "bias+ReLU" : "bias");
+                 epi_name[epi]);
         act_k_lt_plan_free(p);
         return -1;
     }

@@ -20,14 +20,19 @@ extern "C" {
 int act_k_linear(cublasHandle_t h, const void *W, int wdt, const void *x, int xdt, void *y,
                  int ydt, int M, int out, int in, int tf32, char *err, size_t errlen);
 
-/* A cuBLASLt plan for y[M][out] = x W^T + bias (then ReLU when relu), same dtypes and
+/* The epilogue of a cuBLASLt plan: the bias alone, then ReLU, or then GELU in cuBLASLt's tanh
+ * form (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), at most 4.7e-4 from the exact erf GELU:
+ * under a bf16 or fp16 output's own rounding, so only those precisions use it). */
+enum { KLT_EPI_BIAS = 0, KLT_EPI_RELU = 1, KLT_EPI_GELU_TANH = 2 };
+
+/* A cuBLASLt plan for y[M][out] = epi(x W^T + bias) (epi a KLT_EPI_*), same dtypes and
  * precision rules as act_k_linear, bias fp32 [out]. Made on the host only (descriptors and the
  * heuristic's first algorithm within ws_bytes of workspace); it is valid for pointers at least
  * as aligned as the ones given here (act_k_align), which the heuristic was told about.
  * Returns -1 with the reason in err when cuBLASLt offers nothing: the caller falls back. */
 typedef struct act_lt_plan act_lt_plan;
 int act_k_lt_plan(cublasLtHandle_t lt, int wdt, int xdt, int ydt, int M, int out, int in,
-                  int tf32, int relu, const void *W, const void *x, const float *bias,
+                  int tf32, int epi, const void *W, const void *x, const float *bias,
                   const void *y, size_t ws_bytes, act_lt_plan **plan, char *err, size_t errlen);
 /* one cublasLtMatmul on st; -1 with err when the pointers are less aligned than the plan's or
  * cuBLASLt refuses the call (*refused = 1: nothing was enqueued, the caller may fall back) */

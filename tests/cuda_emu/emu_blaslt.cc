@@ -21,6 +21,7 @@
  * return NOT_SUPPORTED before it enqueues anything (both read at each call, to test a caller's
  * fallbacks). */
 #include <cblas.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,7 +126,7 @@ cublasStatus_t check_problem(const desc *d, const layout *a, const layout *b, co
         return CUBLAS_STATUS_INVALID_VALUE;
     uint32_t e = d->epi;
     if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_RELU && e != CUBLASLT_EPILOGUE_BIAS &&
-        e != CUBLASLT_EPILOGUE_RELU_BIAS)
+        e != CUBLASLT_EPILOGUE_RELU_BIAS && e != CUBLASLT_EPILOGUE_GELU && e != CUBLASLT_EPILOGUE_GELU_BIAS)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     int bt = d->bias_type == -1 ? (int)dd->type : d->bias_type;
     if ((e & CUBLASLT_EPILOGUE_BIAS) && bt != CUDA_R_32F && bt != (int)dd->type)
@@ -350,6 +351,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     if (g.magic != ALGO_MAGIC || g.problem != p.print) return CUBLAS_STATUS_NOT_SUPPORTED;
     const desc d = *dp;   /* the call reads the descriptor now; later changes must not matter */
     int has_bias = (d.epi & CUBLASLT_EPILOGUE_BIAS) != 0, relu = (d.epi & CUBLASLT_EPILOGUE_RELU) != 0;
+    int gelu = (d.epi & CUBLASLT_EPILOGUE_GELU) != 0;
     if (has_bias && !d.bias) return CUBLAS_STATUS_INVALID_VALUE;
     if (workspaceSizeInBytes < g.ws || (workspaceSizeInBytes && !workspace) ||
         (uintptr_t)workspace % 256)
@@ -389,6 +391,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                 if (be != 0.0f) v += be * emu_load(C, lc.type, j * lc.ld + i);
                 if (has_bias) v += emu_load(d.bias, (cudaDataType_t)p.bias_type, i);
                 if (relu) v = v > 0.0f ? v : 0.0f;
+                /* cuBLASLt's GELU is the tanh approximation, not the erf form */
+                if (gelu) v = 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
                 emu_store(D, ld.type, j * ld.ld + i, v);
             }
     };

@@ -29,7 +29,7 @@
 #   pipeline-ab act-infer bench, full model, bf16 at batch 64 and 256: frames uploaded per camera
 #              on a second stream while the trunk runs on the camera before, vs all at once
 #   fusion-ab  act-infer bench, full model, batch 1, fp32 and bf16, with the fused epilogues
-#              (cuDNN conv+bias+ReLU, cuBLASLt GEMM+bias) on and off
+#              (cuDNN conv+bias+ReLU, cuBLASLt GEMM+bias, bf16 GEMM+bias+GELU) on and off
 #   inputs-ab  act-infer bench, full model, bf16 at batch 1 and 256: frames copied by act_run
 #              from the caller's memory vs written into the session's pinned input buffers
 #              (--staged-inputs, what every other bench row uses)
@@ -252,7 +252,7 @@ if ((built)) && ((have_full)) && enough 30; then
 else
     row pipeline-ab SKIP "no build, full model or time"
 fi
-# the fused epilogues (cuDNN conv+bias+ReLU, cuBLASLt GEMM+bias) on and off
+# the fused epilogues (cuDNN conv+bias+ReLU, cuBLASLt GEMM+bias(+GELU in bf16)) on and off
 if ((built)) && ((have_full)) && enough 45; then
     fig=""
     for prec in fp32 bf16; do
