@@ -73,6 +73,10 @@ struct act_backend {
 
     /* ---- transfers (from/to host buffers made by host_alloc; async on CUDA) ---- */
     int (*upload)(act_backend *be, act_buf dst, const void *host, size_t n);    /* n elems of dst.dt; host has dst.dt elements (U8 or F32) */
+    /* rows x n elements into dst, dense; host row r starts host_pitch elements after row r-1
+     * (every camera's frames from their staging blocks in one transfer) */
+    int (*upload_rows)(act_backend *be, act_buf dst, const void *host, size_t n, int rows,
+                       size_t host_pitch);
     int (*download)(act_backend *be, float *host, act_buf src, size_t n);      /* converts to fp32 */
 
     /* ---- upload lane (optional: NULL on a backend whose uploads simply run in order) ----
@@ -104,7 +108,8 @@ struct act_backend {
                            const act_tensor *pos_grid, act_buf y);
 
     /* ---- transformer ---- */
-    /* y[M][out] = epi(x[M][in] W^T + b) */
+    /* y[M][out] = epi(x[M][in] W^T + b); x is the activation dtype or F32 (normalized inputs;
+     * a 16-bit backend converts it first), y the activation dtype or F32 */
     int (*linear)(act_backend *be, const act_linear *l, act_buf x, int M, act_epilogue epi, act_buf y);
     /* softmax(q k^T / sqrt(dh)) v per head; q rows [B][Lq] with row stride qs (elements), k/v rows
      * [B][Lk] with row stride kvs; head h uses columns [h*dh, (h+1)*dh); out [B][Lq][nh*dh] dense.

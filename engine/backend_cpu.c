@@ -124,6 +124,14 @@ static int cpu_upload(act_backend *be, act_buf dst, const void *host, size_t n) 
     return 0;
 }
 
+static int cpu_upload_rows(act_backend *be, act_buf dst, const void *host, size_t n, int rows,
+                           size_t host_pitch) {
+    size_t es = act_dtype_size(dst.dt);
+    for (int r = 0; r < rows; r++)
+        memcpy((char *)dst.p + (size_t)r * n * es, (const char *)host + (size_t)r * host_pitch * es, n * es);
+    return 0;
+}
+
 static int cpu_download(act_backend *be, float *host, act_buf src, size_t n) {
     if (src.dt != ACT_DT_F32)
         return act_errf(be->err, sizeof be->err, "cpu download: source dtype %d is not fp32", src.dt);
@@ -187,6 +195,7 @@ int act_backend_cpu_create(act_precision prec, act_backend **out, char *err, siz
     be->stage_mark = cpu_stage_mark;
     be->stage_ms = cpu_stage_ms;
     be->upload = cpu_upload;
+    be->upload_rows = cpu_upload_rows;
     be->download = cpu_download;
     be->preprocess = cpu_preprocess;
     be->conv2d = cpu_conv2d;

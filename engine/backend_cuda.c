@@ -505,6 +505,16 @@ static int cu_upload(act_backend *be, act_buf dst, const void *host, size_t n) {
     return 0;
 }
 
+static int cu_upload_rows(act_backend *be, act_buf dst, const void *host, size_t n, int rows,
+                          size_t host_pitch) {
+    if (n == 0 || rows <= 0) return 0;
+    if (!CTX(be)->capturing) CK(cudaSetDevice(CTX(be)->dev));   /* as cu_upload */
+    size_t es = act_dtype_size(dst.dt);
+    CK(cudaMemcpy2DAsync(dst.p, n * es, host, host_pitch * es, n * es, (size_t)rows,
+                         cudaMemcpyHostToDevice, CTX(be)->st));
+    return 0;
+}
+
 static int lane_ticket(act_backend *be, const char *op, int ticket) {
     if (ticket >= 0 && ticket < ACT_MAX_CAMS) return 0;
     snprintf(be->err, sizeof be->err, "cuda %s: ticket %d is outside 0..%d", op, ticket, ACT_MAX_CAMS - 1);
@@ -1130,6 +1140,7 @@ int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, ch
     be->stage_mark = cu_stage_mark;
     be->stage_ms = cu_stage_ms;
     be->upload = cu_upload;
+    be->upload_rows = cu_upload_rows;
     be->upload_lane = cu_upload_lane;
     be->lane_wait = cu_lane_wait;
     be->download = cu_download;

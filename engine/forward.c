@@ -17,7 +17,9 @@
  * Batch-dependent layouts use the actual B (not max_batch), so every op sees dense tensors.
  * The step is keyed (B, mode) for graph capture; no op allocates or synchronizes.
  * Stage marks: each stage is opened by stage_mark(stage); stage_mark(ACT_STAGE_COUNT) closes the
- * last one. Normalization outputs are F32 and converted to the activation dtype by copy(). */
+ * last one. Normalization outputs are F32; the linears that read them take F32 input (the
+ * backend converts it for a 16-bit GEMM), and the action head writes F32 for denormalization,
+ * so no op only copies between dtypes. */
 #include <stdlib.h>
 #include <string.h>
 #include "forward.h"
@@ -82,11 +84,10 @@ static int host_alloc(act_fwd *f, void **p, size_t bytes, const char *what, char
 void act_fwd_free(act_fwd *f) {
     if (!f) return;
     act_fwd_stage *s = &f->stage;
-    void *ps[] = {s->qpos, s->actions, s->pad, s->seed8, s->act_norm, s->act, s->mu, s->logvar, s->kl};
+    void *ps[] = {s->qpos, s->actions, s->pad, s->seed8, s->outs, s->lat_out};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         if (ps[i]) f->be->host_free(f->be, ps[i]);
-    for (int c = 0; c < ACT_MAX_CAMS; c++)
-        if (s->frames[c]) f->be->host_free(f->be, s->frames[c]);
+    if (s->frames[0]) f->be->host_free(f->be, s->frames[0]);   /* the other cameras' are views */
     free(f);   /* backend buffers belong to the backend and go with it */
 }
 
@@ -138,10 +139,8 @@ int act_fwd_create(act_backend *be, const act_model *m, int max_batch, act_fwd *
     /* inputs and normalization */
     ALLOC(f->qpos, MB * c->obs_dim, ACT_DT_F32);
     ALLOC(f->qn, MB * c->obs_dim, ACT_DT_F32);
-    ALLOC(f->qn_a, MB * c->obs_dim, ACT_DT_ACT);
     ALLOC(f->acts, MB * H * A, ACT_DT_F32);
     ALLOC(f->an, MB * H * A, ACT_DT_F32);
-    ALLOC(f->an_a, MB * H * A, ACT_DT_ACT);
     ALLOC(f->pad, MB * Lp, ACT_DT_U8);
     ALLOC(f->seed8, 8, ACT_DT_U8);
     /* position tables: the memory table has 1024 rows, or as many as the memory when longer */
@@ -165,28 +164,23 @@ int act_fwd_create(act_backend *be, const act_model *m, int max_batch, act_fwd *
     ALLOC(f->e_act, MB * H * E, ACT_DT_ACT);
     ALLOC(f->cls_rows, MB * E, ACT_DT_ACT);
     ALLOC(f->ml, MB * 2 * L, ACT_DT_ACT);
-    ALLOC(f->mu, MB * L, ACT_DT_F32);
-    ALLOC(f->logvar, MB * L, ACT_DT_F32);
-    ALLOC(f->kl, MB, ACT_DT_F32);
+    ALLOC(f->lat_out, 2 * MB * L + MB, ACT_DT_F32);
     ALLOC(f->z, 2 * MB * L, ACT_DT_ACT);
     ALLOC(f->lat, 2 * MB * E, ACT_DT_ACT);
     ALLOC(f->d_qp, MB * E, ACT_DT_ACT);
     ALLOC(f->vis, NI * E, ACT_DT_ACT);
-    ALLOC(f->head, 2 * MB * H * A, ACT_DT_ACT);
-    ALLOC(f->out_norm, 2 * MB * H * A, ACT_DT_F32);
-    ALLOC(f->out, 2 * MB * H * A, ACT_DT_F32);
+    ALLOC(f->outs, 2 * 2 * MB * H * A, ACT_DT_F32);
 
     act_fwd_stage *s = &f->stage;
-    for (int cam = 0; cam < c->num_cams; cam++) HALLOC(s->frames[cam], MB * fsz);
+    /* one block for every camera's frames, so that one 2D transfer takes them all */
+    HALLOC(s->frames[0], (size_t)c->num_cams * MB * fsz);
+    for (int cam = 1; cam < c->num_cams; cam++) s->frames[cam] = s->frames[0] + (size_t)cam * MB * fsz;
     HALLOC(s->qpos, MB * c->obs_dim * sizeof(float));
     HALLOC(s->actions, MB * H * A * sizeof(float));
     HALLOC(s->pad, MB * Lp);
     HALLOC(s->seed8, 8);
-    HALLOC(s->act_norm, 2 * MB * H * A * sizeof(float));
-    HALLOC(s->act, 2 * MB * H * A * sizeof(float));
-    HALLOC(s->mu, MB * L * sizeof(float));
-    HALLOC(s->logvar, MB * L * sizeof(float));
-    HALLOC(s->kl, MB * sizeof(float));
+    HALLOC(s->outs, 2 * 2 * MB * H * A * sizeof(float));
+    HALLOC(s->lat_out, (2 * MB * L + MB) * sizeof(float));
 
     if (be->sinusoid_table(be, (int)Lp, (int)E, f->pos_post) ||
         be->sinusoid_table(be, (int)pm_rows, (int)E, f->pos_mem) || be->sync(be)) {
@@ -304,8 +298,8 @@ static int posterior(act_fwd *f, int B, int sample, act_buf z, char *err, size_t
     const act_model *m = f->m;
     const act_config *c = &m->cfg;
     int E = c->hidden_dim, H = c->pred_horizon, Lp = H + 2, L = c->latent_dim;
-    OP(be->linear(be, &m->enc_qpos, f->qn_a, B, ACT_EPI_NONE, f->e_qp));
-    OP(be->linear(be, &m->enc_action, f->an_a, B * H, ACT_EPI_NONE, f->e_act));
+    OP(be->linear(be, &m->enc_qpos, f->qn, B, ACT_EPI_NONE, f->e_qp));
+    OP(be->linear(be, &m->enc_action, f->an, B * H, ACT_EPI_NONE, f->e_act));
     OP(be->posterior_assemble(be, m->cls_embed, f->e_qp, f->e_act, B, H, E, f->pos_post, f->x));
     for (int i = 0; i < c->enc_layers; i++) {
         const act_enc_layer *el = &m->enc[i];
@@ -315,7 +309,9 @@ static int posterior(act_fwd *f, int B, int sample, act_buf z, char *err, size_t
     }
     OP(be->gather_rows(be, f->cls_rows, f->x, B, E, (size_t)Lp * E));   /* token 0 of each */
     OP(be->linear(be, &m->latent_proj, f->cls_rows, B, ACT_EPI_NONE, f->ml));
-    OP(be->latent(be, f->ml, B, L, sample, f->seed8, f->mu, f->logvar, f->kl, z));
+    /* mu, logvar and kl side by side in lat_out: one download brings all three */
+    OP(be->latent(be, f->ml, B, L, sample, f->seed8, f->lat_out, act_at(f->lat_out, (size_t)B * L),
+                  act_at(f->lat_out, (size_t)2 * B * L), z));
     return 0;
 }
 
@@ -336,10 +332,11 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
                 !f->serial_uploads;
 
     be->stage_mark(be, ACT_STAGE_UPLOAD);
-    for (int cam = 0; cam < ncam; cam++) {
-        act_buf dst = act_at(f->frames, (size_t)cam * B * fsz);
-        if (lanes) OP(be->upload_lane(be, dst, s->frames[cam], B * fsz, cam));
-        else OP(be->upload(be, dst, s->frames[cam], B * fsz));
+    if (lanes) {
+        for (int cam = 0; cam < ncam; cam++)
+            OP(be->upload_lane(be, act_at(f->frames, (size_t)cam * B * fsz), s->frames[cam], B * fsz, cam));
+    } else {   /* camera c's B frames sit max_batch frames after camera c-1's in staging */
+        OP(be->upload_rows(be, f->frames, s->frames[0], B * fsz, ncam, (size_t)f->max_batch * fsz));
     }
     OP(be->upload(be, f->qpos, s->qpos, (size_t)B * c->obs_dim));
     if (post) {
@@ -352,11 +349,9 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
     if (!lanes) OP(be->preprocess(be, f->frames, NB, c->image_h, c->image_w, c, f->img));
     OP(be->normalize(be, f->qpos, B, c->obs_dim, m->qpos_lo, m->qpos_hi, c->norm_type, c->norm_eps,
                      0, f->qn));
-    OP(be->copy(be, f->qn_a, f->qn, (size_t)B * c->obs_dim));
     if (post) {
         OP(be->normalize(be, f->acts, B * H, A, m->action_lo, m->action_hi, c->norm_type,
                          c->norm_eps, 0, f->an));
-        OP(be->copy(be, f->an_a, f->an, (size_t)B * H * A));
     }
 
     be->stage_mark(be, ACT_STAGE_VISION);
@@ -385,7 +380,7 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
                           errlen))
         return -1;
     OP(be->linear(be, &m->latent_out, f->z, Bd, ACT_EPI_NONE, f->lat));
-    OP(be->linear(be, &m->dec_qpos, f->qn_a, B, ACT_EPI_NONE, f->d_qp));
+    OP(be->linear(be, &m->dec_qpos, f->qn, B, ACT_EPI_NONE, f->d_qp));
     OP(be->linear(be, &m->visual_proj, f->tok, NB, ACT_EPI_NONE, f->vis));
     for (int half = 0; half < Bd / B; half++)
         OP(be->memory_assemble(be, act_at(f->lat, (size_t)half * B * E), f->d_qp, f->vis, B, ncam,
@@ -398,19 +393,15 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
             feed_forward(f, &dl->ff1, &dl->ff2, &dl->ln3, Bd * H, err, errlen))
             return -1;
     }
-    OP(be->linear(be, &m->action_head, f->x, Bd * H, ACT_EPI_NONE, f->head));
-    OP(be->copy(be, f->out_norm, f->head, (size_t)Bd * H * A));
-    OP(be->normalize(be, f->out_norm, Bd * H, A, m->action_lo, m->action_hi, c->norm_type,
-                     c->norm_eps, 1, f->out));
+    /* the normalized chunk and the denormalized one side by side: one download */
+    act_buf out_norm = f->outs, out = act_at(f->outs, (size_t)Bd * H * A);
+    OP(be->linear(be, &m->action_head, f->x, Bd * H, ACT_EPI_NONE, out_norm));
+    OP(be->normalize(be, out_norm, Bd * H, A, m->action_lo, m->action_hi, c->norm_type,
+                     c->norm_eps, 1, out));
 
     be->stage_mark(be, ACT_STAGE_DOWNLOAD);
-    OP(be->download(be, s->act_norm, f->out_norm, (size_t)Bd * H * A));
-    OP(be->download(be, s->act, f->out, (size_t)Bd * H * A));
-    if (post) {
-        OP(be->download(be, s->mu, f->mu, (size_t)B * L));
-        OP(be->download(be, s->logvar, f->logvar, (size_t)B * L));
-        OP(be->download(be, s->kl, f->kl, (size_t)B));
-    }
+    OP(be->download(be, s->outs, f->outs, (size_t)2 * Bd * H * A));
+    if (post) OP(be->download(be, s->lat_out, f->lat_out, (size_t)2 * B * L + B));
     be->stage_mark(be, ACT_STAGE_COUNT);
     return 0;
 }
@@ -434,5 +425,15 @@ int act_fwd_step(act_fwd *f, int B, int mode, int use_graphs, char *err, size_t 
             return act_errf(err, errlen, "forward: end capture: %s", be->err);
     }
     if (be->sync(be)) return act_errf(err, errlen, "forward: sync: %s", be->err);
+    /* the step's outputs in the staging blocks (their layout follows B and mode) */
+    const act_config *c = &f->m->cfg;
+    act_fwd_stage *s = &f->stage;
+    int Bd = ((mode & ACT_FWD_PRIOR) ? B : 0) + ((mode & ACT_FWD_POSTERIOR) ? B : 0);
+    size_t L = (size_t)c->latent_dim;
+    s->act_norm = s->outs;
+    s->act = s->outs + (size_t)Bd * c->pred_horizon * c->action_dim;
+    s->mu = s->lat_out;
+    s->logvar = s->lat_out + B * L;
+    s->kl = s->lat_out + 2 * B * L;
     return 0;
 }

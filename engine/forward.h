@@ -39,10 +39,14 @@ typedef struct act_fwd_stage {
     float *actions;                  /* [max_batch][H][A] */
     uint8_t *pad;                    /* [max_batch][H + 2]: 0, 0, then action_is_pad */
     uint8_t *seed8;                  /* 8 bytes, the sampling seed, little endian */
-    /* outputs; rows [0, B) are the prior, [B, 2B) the posterior when both run, else [0, B) */
-    float *act_norm;                 /* [2 max_batch][H][A] */
-    float *act;                      /* [2 max_batch][H][A] denormalized */
-    float *mu, *logvar, *kl;         /* [max_batch][L], [max_batch][L], [max_batch] */
+    /* outputs, each group in one block so that one download brings it (its layout follows the
+     * step's B): outs holds act_norm [Bd][H][A] then act [Bd][H][A], Bd = B per path run;
+     * lat_out holds mu [B][L], logvar [B][L], kl [B]. act_fwd_step points the views below at
+     * them. Rows [0, B) are the prior, [B, 2B) the posterior when both run, else [0, B). */
+    float *outs;                     /* [2][2 max_batch][H][A] */
+    float *lat_out;                  /* [2 max_batch][L] + [max_batch] */
+    float *act_norm, *act;           /* views into outs after a step */
+    float *mu, *logvar, *kl;         /* views into lat_out after a step */
 } act_fwd_stage;
 
 typedef struct act_fwd act_fwd;
@@ -57,10 +61,10 @@ struct act_fwd {
     act_linear kp_out[ACT_MAX_CAMS];   /* SpatialSoftmax -> token linear of each trunk */
     /* backend buffers (U8: frames, pad, seed8; F32: normalization and outputs; the rest ACT) */
     act_buf frames, img, c1, lay[4], gn_tmp, kp_map, kp_xy, tok;
-    act_buf qpos, qn, qn_a, acts, an, an_a, pad, seed8;
+    act_buf qpos, qn, acts, an, pad, seed8;
     act_buf pos_post, pos_mem;
     act_buf x, qkv, att, o, ff, q, kv, mem;
-    act_buf e_qp, e_act, cls_rows, ml, mu, logvar, kl, z, lat, d_qp, vis, head, out_norm, out;
+    act_buf e_qp, e_act, cls_rows, ml, lat_out, z, lat, d_qp, vis, outs;
 };
 
 int act_fwd_create(act_backend *be, const act_model *m, int max_batch, act_fwd **out, char *err,

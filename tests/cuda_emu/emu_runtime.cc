@@ -994,6 +994,51 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
     return ret(g_sticky);
 }
 
+/* rows of width bytes, pitches apart on each side: the ranges checked are the spans from the
+ * first row's start to the last row's end, which is what a GPU reads and writes */
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                              size_t height, enum cudaMemcpyKind kind, cudaStream_t st) {
+    API_ENTRY();
+    emu_stream *s = resolve(st);
+    if (!s) return ret(cudaErrorInvalidResourceHandle);
+    if (width > dpitch || width > spitch) {
+        fprintf(stderr, "cuda-emu: cudaMemcpy2DAsync: width %zu exceeds a pitch (dst %zu, src %zu)\n",
+                width, dpitch, spitch);
+        if (s->cap) s->cap->invalid = true;
+        return ret(cudaErrorInvalidPitchValue);
+    }
+    if (!width || !height) return cudaSuccess;
+    size_t dspan = (height - 1) * dpitch + width, sspan = (height - 1) * spitch + width;
+    bool want_dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool want_sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (kind == cudaMemcpyDefault || kind == cudaMemcpyHostToHost ||
+        emu_is_device_range(dst, dspan) != want_dd || emu_is_device_range(src, sspan) != want_sd) {
+        fprintf(stderr, "cuda-emu: cudaMemcpy2DAsync(%p <- %p, %zu rows x %zu bytes, pitches %zu/%zu, "
+                "kind %d): a device span must lie inside one cudaMalloc block, a host span outside "
+                "(kinds H2D, D2H, D2D only)\n", dst, src, height, width, dpitch, spitch, (int)kind);
+        if (s->cap) s->cap->invalid = true;
+        return ret(cudaErrorInvalidValue);
+    }
+    const void *host = kind == cudaMemcpyHostToDevice ? src : kind == cudaMemcpyDeviceToHost ? dst
+                                                                                             : nullptr;
+    size_t hspan = kind == cudaMemcpyHostToDevice ? sspan : dspan;
+    if (host && !pinned_range(host, hspan)) {
+        fprintf(stderr, "cuda-emu: cudaMemcpy2DAsync with pageable host memory %p: not emulated "
+                "(the engine copies from pinned staging)\n", host);
+        if (s->cap) s->cap->invalid = true;
+        return ret(cudaErrorInvalidValue);
+    }
+    emu_operands operands;
+    remember("the destination", 0, dst, &operands);
+    remember("the source", 0, src, &operands);
+    char what[96];
+    snprintf(what, sizeof what, "cudaMemcpy2DAsync %zu rows x %zu bytes", height, width);
+    return ret(enqueue_op(s, "memcpy", what, [=]() {
+        for (size_t r = 0; r < height; r++)
+            memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    }, std::move(operands)));
+}
+
 cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t st) {
     API_ENTRY();
     emu_stream *s = resolve(st);

@@ -296,6 +296,21 @@ static void check_deferred_streams(void) {
     cudaStreamSynchronize(st);
     cudaMemcpy(back, d, sizeof h, cudaMemcpyDeviceToHost);
     CHECK(back[9] == 99.0f, "pinned upload read its source early: %g", back[9]);
+    /* a 2D upload: 3 rows of 10 values, 20 apart in pinned memory, land dense */
+    for (int i = 0; i < 64; i++) pin[i] = urand(-1, 1);
+    CHECK(cudaMemcpy2DAsync(d, 10 * sizeof(float), pin, 20 * sizeof(float), 10 * sizeof(float), 3,
+                            cudaMemcpyHostToDevice, st) == cudaSuccess, "cudaMemcpy2DAsync");
+    cudaStreamSynchronize(st);
+    cudaMemcpy(back, d, 30 * sizeof(float), cudaMemcpyDeviceToHost);
+    int wrong = 0;
+    for (int r = 0; r < 3; r++)
+        for (int j = 0; j < 10; j++) wrong += back[r * 10 + j] != pin[r * 20 + j];
+    CHECK(wrong == 0, "cudaMemcpy2DAsync: %d values wrong", wrong);
+    CHECK(cudaMemcpy2DAsync(d, 8, pin, 80, 16, 2, cudaMemcpyHostToDevice, st) == cudaErrorInvalidPitchValue,
+          "a width wider than the destination pitch was accepted");
+    CHECK(cudaMemcpy2DAsync(d, 80, pin, 40, 40, 4, cudaMemcpyHostToDevice, st) == cudaErrorInvalidValue,
+          "a 2D upload past the end of its device block was accepted");
+    cudaGetLastError();
     /* fresh device memory is poisoned (NaN), never zeros */
     float *fresh = dev_upload(NULL, 4), fh[4];
     cudaMemcpy(fh, fresh, sizeof fh, cudaMemcpyDeviceToHost);
