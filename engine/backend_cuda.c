@@ -37,6 +37,7 @@
  * direct kernel of conv.cu runs it with the epilogue fused. A linear layer
  * whose input is F32 in a bf16/fp16 session converts it into a scratch buffer sized at alloc
  * time (the largest F32 buffer), so no step allocates. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -510,8 +511,14 @@ static int cu_upload_rows(act_backend *be, act_buf dst, const void *host, size_t
     if (n == 0 || rows <= 0) return 0;
     if (!CTX(be)->capturing) CK(cudaSetDevice(CTX(be)->dev));   /* as cu_upload */
     size_t es = act_dtype_size(dst.dt);
-    CK(cudaMemcpy2DAsync(dst.p, n * es, host, host_pitch * es, n * es, (size_t)rows,
-                         cudaMemcpyHostToDevice, CTX(be)->st));
+    if (host_pitch * es <= (size_t)INT_MAX) {   /* cudaDevAttrMaxPitch is 2^31 - 1 */
+        CK(cudaMemcpy2DAsync(dst.p, n * es, host, host_pitch * es, n * es, (size_t)rows,
+                             cudaMemcpyHostToDevice, CTX(be)->st));
+        return 0;
+    }
+    for (int r = 0; r < rows; r++)   /* a max_batch past ~10000 frames: one copy per row */
+        CK(cudaMemcpyAsync((char *)dst.p + (size_t)r * n * es, (const char *)host + (size_t)r * host_pitch * es,
+                           n * es, cudaMemcpyHostToDevice, CTX(be)->st));
     return 0;
 }
 

@@ -20,6 +20,7 @@
 #              (ACT_CUDA_LAYOUT)
 #   e2e        tests/test_cuda_e2e: whole steps vs the CPU session, every precision, graphs on/off
 #   e2e-lanes  the same, small models, batches 2-3 through the per-camera upload lane
+#   e2e-fuse16 the same, full size, with bf16/fp16 convs through cuDNN's fused bias+ReLU
 #              (if ops or e2e fail: the op table again with the fused epilogues off)
 #   memcheck   compute-sanitizer memcheck on full-size steps (eager, captured and replayed)
 #   racecheck  compute-sanitizer racecheck on the attention and norm kernels
@@ -154,6 +155,11 @@ run_test e2e "$BUILD/tests/test_cuda_e2e" 150
 # which the e2e row's batch 64 covers at full size)
 ACT_CUDA_PIPELINE_MIN_BATCH=2 ACT_E2E_MODELS=small,small_sep_gn ACT_E2E_MAX_BATCH=3 \
     run_test e2e-lanes "$BUILD/tests/test_cuda_e2e" 60
+# bf16/fp16 convs through cuDNN's fused conv+bias+ReLU (which rounds the bias to the data type;
+# off by default): does full-size parity hold on the real cuDNN? With fusion-ab's figure this
+# decides ACT_CUDA_CONV_FUSE_LOWP's default (21 nodes at batch 1)
+ACT_CUDA_CONV_FUSE_LOWP=1 ACT_E2E_MODELS=full ACT_E2E_MAX_BATCH=3 \
+    run_test e2e-fuse16 "$BUILD/tests/test_cuda_e2e" 60
 # fused epilogues (cuDNN conv+bias+ReLU, cuBLASLt GEMM+bias): if parity failed, does it pass
 # with both off (is the fusion the cause)?
 if grep -q "FAIL" "$OUT/ops.log" "$OUT/e2e.log" 2>/dev/null; then
