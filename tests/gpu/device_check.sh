@@ -225,39 +225,31 @@ else
 fi
 
 # ---------------- A/B rows: the same step with one switch flipped (what time is left) ----------------
-AB_INPUTS=--staged-inputs   # frames already in pinned memory, as the torch peers have them
-ab_p50() {   # precision batch env... -> "p50 ms" of act-infer bench (graphs on)
-    local prec=$1 batch=$2
+ab_p50() {   # precision batch [VAR=value...] [copied] -> "p50 ms" of act-infer bench (graphs on)
+    local prec=$1 batch=$2 inputs=--staged-inputs a envs=()
     shift 2
-    env "$@" timeout "$(limit 40)" "$BUILD/act-infer" bench --model "$TD/full.actw" --device cuda \
-        --precision "$prec" --batch "$batch" --iters 200 --warmup 20 $AB_INPUTS --json "$OUT/ab.json" \
-        >>"$OUT/ab.log" 2>&1 &&
+    # frames already in pinned memory (as the torch peers have them) unless "copied"
+    for a in "$@"; do if [ "$a" = copied ]; then inputs=""; else envs+=("$a"); fi; done
+    env ${envs[@]+"${envs[@]}"} timeout "$(limit 40)" "$BUILD/act-infer" bench --model "$TD/full.actw" \
+        --device cuda --precision "$prec" --batch "$batch" --iters 200 --warmup 20 $inputs \
+        --json "$OUT/ab.json" >>"$OUT/ab.log" 2>&1 &&
         "$PY" -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; print('%.3f' % r['latency_ms']['p50'])" "$OUT/ab.json"
+}
+ab_pair() {   # row "batches" label-a "args-a" label-b "args-b": bf16 p50 of a and b at each batch
+    local name=$1 batches=$2 fig="" b x y
+    if ! ((built && have_full)) || ! enough 30; then row "$name" SKIP "no build, full model or time"; return; fi
+    for b in $batches; do
+        x=$(ab_p50 bf16 "$b" $4) y=$(ab_p50 bf16 "$b" $6)
+        fig="$fig b=$b $3 ${x:-?} / $5 ${y:-?} ms;"
+    done
+    row "$name" ok "bf16 p50:$fig"
 }
 # feature-map layout: NHWC is the bf16/fp16 default on the strength of cuDNN's guidance (tensor-core
 # kernels read NHWC; NCHW adds transposes) - this row is the measurement
-if ((built)) && ((have_full)) && enough 30; then
-    fig=""
-    for b in 1 64; do
-        nchw=$(ab_p50 bf16 $b ACT_CUDA_LAYOUT=nchw) nhwc=$(ab_p50 bf16 $b ACT_CUDA_LAYOUT=nhwc)
-        fig="$fig b=$b NCHW ${nchw:-?} / NHWC ${nhwc:-?} ms;"
-    done
-    row layout-ab ok "bf16 p50:$fig"
-else
-    row layout-ab SKIP "no build, full model or time"
-fi
+ab_pair layout-ab "1 64" NCHW ACT_CUDA_LAYOUT=nchw NHWC ACT_CUDA_LAYOUT=nhwc
 # the per-camera upload lane (frames of camera c+1 upload while camera c's trunk runs) vs one
 # upload then one trunk pass over all cameras
-if ((built)) && ((have_full)) && enough 30; then
-    fig=""
-    for b in 64 256; do
-        off=$(ab_p50 bf16 $b ACT_CUDA_PIPELINE_MIN_BATCH=0) on=$(ab_p50 bf16 $b ACT_CUDA_PIPELINE_MIN_BATCH=1)
-        fig="$fig b=$b serial ${off:-?} / lanes ${on:-?} ms;"
-    done
-    row pipeline-ab ok "bf16 p50:$fig"
-else
-    row pipeline-ab SKIP "no build, full model or time"
-fi
+ab_pair pipeline-ab "64 256" serial ACT_CUDA_PIPELINE_MIN_BATCH=0 lanes ACT_CUDA_PIPELINE_MIN_BATCH=1
 # the fused epilogues (cuDNN conv+bias+ReLU, cuBLASLt GEMM+bias(+GELU in bf16)) on and off
 if ((built)) && ((have_full)) && enough 45; then
     fig=""
@@ -273,16 +265,7 @@ else
     row fusion-ab SKIP "no build, full model or time"
 fi
 # what act_run's own copy of the frames into its pinned buffers costs (151 MB at batch 256)
-if ((built)) && ((have_full)) && enough 30; then
-    fig=""
-    for b in 1 256; do
-        copy=$(AB_INPUTS= ab_p50 bf16 $b) staged=$(ab_p50 bf16 $b)
-        fig="$fig b=$b copied ${copy:-?} / staged ${staged:-?} ms;"
-    done
-    row inputs-ab ok "bf16 p50:$fig"
-else
-    row inputs-ab SKIP "no build, full model or time"
-fi
+ab_pair inputs-ab "1 256" copied copied staged ""
 # a conv cuDNN would not plan, or an epilogue it would not fuse, runs on a fallback: say which
 fb=$(grep -h "^act-engine: " "$OUT"/*.log 2>/dev/null | sort | uniq -c | sort -rn | head -3 | cut -c1-160 | paste -sd'|')
 [ -n "$fb" ] && row fallbacks note "$fb"
