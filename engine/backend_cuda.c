@@ -36,7 +36,13 @@
  * them (else one bias/residual/activation kernel after it); where cuDNN offers no algorithm, the
  * direct kernel of conv.cu runs it with the epilogue fused. A linear layer
  * whose input is F32 in a bf16/fp16 session converts it into a scratch buffer sized at alloc
- * time (the largest F32 buffer), so no step allocates. */
+ * time (the largest F32 buffer), so no step allocates.
+ *
+ * Streams: everything runs on st except the upload lane, a second stream that the forward pass
+ * uses at large batches (pipeline_min_batch, ACT_CUDA_PIPELINE_MIN_BATCH) to upload camera c+1's
+ * frames while camera c's trunk runs. It forks from st by an event at its first upload of a step
+ * and joins back through the waits on its uploads' events, so a captured step is one graph with
+ * two branches and a step ends, as always, when st does. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
