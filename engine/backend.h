@@ -116,6 +116,15 @@ struct act_backend {
      * key_pad: optional U8 [B][Lk], 1 = key masked out. */
     int (*attention)(act_backend *be, act_buf q, int qs, act_buf k, act_buf v, int kvs,
                      int B, int Lq, int Lk, int nh, int dh, act_buf key_pad, act_buf out);
+    /* y = LayerNorm(x + attention(...) W_out^T + b_out) * w + b: attention as above (out of
+     * nh*dh = E columns), the output projection `out` (E -> E), the residual x and the post-norm
+     * in one op; rows B*Lq, y may alias x. Optional (NULL: the forward pass runs attention,
+     * linear and add_layernorm), and used only up to fused_attn_max_rows rows. */
+    int fused_attn_max_rows;
+    int (*attention_out_ln)(act_backend *be, act_buf q, int qs, act_buf k, act_buf v, int kvs,
+                            int B, int Lq, int Lk, int nh, int dh, act_buf key_pad,
+                            const act_linear *out, act_buf x, const act_ln *ln, float eps,
+                            act_buf y);
     /* y = LayerNorm(x + d) * w + b, rows of E; y may alias x */
     int (*add_layernorm)(act_backend *be, act_buf x, act_buf d, const act_ln *ln, float eps,
                          int rows, int E, act_buf y);

@@ -860,6 +860,24 @@ static int cu_attention(act_backend *be, act_buf q, int qs, act_buf k, act_buf v
     return 0;
 }
 
+static int cu_attention_out_ln(act_backend *be, act_buf q, int qs, act_buf k, act_buf v, int kvs,
+                               int B, int Lq, int Lk, int nh, int dh, act_buf key_pad,
+                               const act_linear *out, act_buf x, const act_ln *ln, float eps,
+                               act_buf y) {
+    cuda_ctx *c = CTX(be);
+    TRY(weights_ready(be));
+    if (k.dt != v.dt || out->in != nh * dh || out->out != nh * dh) {
+        snprintf(be->err, sizeof be->err, "attention+out+ln: k/v dtypes %d/%d, projection '%s' "
+                 "%d -> %d for %d heads of %d", k.dt, v.dt, out->w->name, out->in, out->out, nh, dh);
+        return fail(be);
+    }
+    const void *W = wlow(be, out->w->offset + (size_t)out->row0 * out->in);
+    TRY(act_k_attention_out_ln(q.p, q.dt, qs, k.p, v.p, k.dt, kvs, B, Lq, Lk, nh, dh,
+                               (const unsigned char *)key_pad.p, W, c->wdt, wf(be, out->b) + out->row0,
+                               x.p, x.dt, wf(be, ln->w), wf(be, ln->b), eps, y.p, y.dt, c->st, KE));
+    return 0;
+}
+
 static int cu_add_layernorm(act_backend *be, act_buf x, act_buf d, const act_ln *ln, float eps,
                             int rows, int E, act_buf y) {
     TRY(weights_ready(be));
@@ -1135,6 +1153,18 @@ int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, ch
         return -1;
     }
     be->pipeline_min_batch = (int)pm;
+    /* attention + output projection + residual + LayerNorm as one kernel up to this many rows
+     * (each block reads the whole projection: a small-batch op; 0 = never) */
+    const char *far = getenv("ACT_CUDA_FUSED_ATTN_MAX_ROWS");
+    long fa = far && *far ? strtol(far, &end, 10) : 32;
+    if (far && *far && (*end || fa < 0 || fa > 65536)) {
+        snprintf(err, errlen, "cuda backend: ACT_CUDA_FUSED_ATTN_MAX_ROWS=%s: expected a row count "
+                 "(0 = never fuse)", far);
+        free(c);
+        free(be);
+        return -1;
+    }
+    be->fused_attn_max_rows = (int)fa;
     if (cu_setup(be, device)) {
         snprintf(err, errlen, "cuda backend: %s", be->err);
         cu_destroy(be);
@@ -1165,6 +1195,7 @@ int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, ch
     be->linear = cu_linear;
     be->attention = cu_attention;
     be->add_layernorm = cu_add_layernorm;
+    be->attention_out_ln = cu_attention_out_ln;
     be->broadcast_rows = cu_broadcast_rows;
     be->memory_assemble = cu_memory_assemble;
     be->posterior_assemble = cu_posterior_assemble;

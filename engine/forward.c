@@ -254,31 +254,41 @@ static int trunk(act_fwd *f, int t, act_buf img, int N, act_buf tok, char *err, 
 }
 
 /* Post-norm layers: x = LN1(x + SA(x)); [x = LN2(x + CA(x, mem))]; x = LN(x + FF(x)). */
-static int self_attn(act_fwd *f, const act_mha *a, const act_ln *ln, int Bs, int L, act_buf pad,
-                     char *err, size_t errlen) {
+/* x = LayerNorm(x + out(attention(q, k, v))): one op where the backend fuses it for this many
+ * rows, else attention, the output projection and add_layernorm. */
+static int attend(act_fwd *f, act_buf q, int qs, act_buf k, act_buf v, int kvs, int Bs, int Lq,
+                  int Lk, act_buf pad, const act_mha *a, const act_ln *ln, char *err, size_t errlen) {
     act_backend *be = f->be;
     const act_config *c = &f->m->cfg;
-    int E = c->hidden_dim, rows = Bs * L;
-    OP(be->linear(be, &a->qkv, f->x, rows, ACT_EPI_NONE, f->qkv));
-    OP(be->attention(be, f->qkv, 3 * E, act_at(f->qkv, E), act_at(f->qkv, 2 * E), 3 * E, Bs, L, L,
-                     c->nheads, E / c->nheads, pad, f->att));
+    int E = c->hidden_dim, rows = Bs * Lq, nh = c->nheads;
+    if (be->attention_out_ln && rows <= be->fused_attn_max_rows) {
+        OP(be->attention_out_ln(be, q, qs, k, v, kvs, Bs, Lq, Lk, nh, E / nh, pad, &a->out, f->x, ln,
+                                c->ln_eps, f->x));
+        return 0;
+    }
+    OP(be->attention(be, q, qs, k, v, kvs, Bs, Lq, Lk, nh, E / nh, pad, f->att));
     OP(be->linear(be, &a->out, f->att, rows, ACT_EPI_NONE, f->o));
     OP(be->add_layernorm(be, f->x, f->o, ln, c->ln_eps, rows, E, f->x));
     return 0;
 }
 
+static int self_attn(act_fwd *f, const act_mha *a, const act_ln *ln, int Bs, int L, act_buf pad,
+                     char *err, size_t errlen) {
+    act_backend *be = f->be;
+    int E = f->m->cfg.hidden_dim;
+    OP(be->linear(be, &a->qkv, f->x, Bs * L, ACT_EPI_NONE, f->qkv));
+    return attend(f, f->qkv, 3 * E, act_at(f->qkv, E), act_at(f->qkv, 2 * E), 3 * E, Bs, L, L, pad,
+                  a, ln, err, errlen);
+}
+
 static int cross_attn(act_fwd *f, const act_mha *a, const act_ln *ln, int Bs, int L, int Lm,
                       char *err, size_t errlen) {
     act_backend *be = f->be;
-    const act_config *c = &f->m->cfg;
-    int E = c->hidden_dim, rows = Bs * L;
-    OP(be->linear(be, &a->q, f->x, rows, ACT_EPI_NONE, f->q));
+    int E = f->m->cfg.hidden_dim;
+    OP(be->linear(be, &a->q, f->x, Bs * L, ACT_EPI_NONE, f->q));
     OP(be->linear(be, &a->kv, f->mem, Bs * Lm, ACT_EPI_NONE, f->kv));
-    OP(be->attention(be, f->q, E, f->kv, act_at(f->kv, E), 2 * E, Bs, L, Lm, c->nheads,
-                     E / c->nheads, act_nobuf(), f->att));
-    OP(be->linear(be, &a->out, f->att, rows, ACT_EPI_NONE, f->o));
-    OP(be->add_layernorm(be, f->x, f->o, ln, c->ln_eps, rows, E, f->x));
-    return 0;
+    return attend(f, f->q, E, f->kv, act_at(f->kv, E), 2 * E, Bs, L, Lm, act_nobuf(), a, ln, err,
+                  errlen);
 }
 
 static int feed_forward(act_fwd *f, const act_linear *ff1, const act_linear *ff2, const act_ln *ln,

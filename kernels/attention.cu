@@ -1,4 +1,6 @@
-/* attention.cu - one block per (batch, head); K and V of that head staged in shared memory
+/* attention.cu - attention, and attention fused with its output projection and post-norm.
+ *
+ * act_k_attention: one block per (batch, head); K and V of that head staged in shared memory
  * (fp32), one warp per query row. Scores: lane j handles keys j, j+32, ...; K rows are padded
  * to dh+1 floats so those lanes hit different banks. Softmax with warp reductions, then lane d
  * accumulates output dims d, d+32, ... over the probabilities kept in shared memory.
@@ -75,5 +77,135 @@ int act_k_attention(const void *q, int qdt, int qs, const void *k, const void *v
     attention_kernel<<<B * nh, ATT_WARPS * 32, smem, st>>>(q, qdt, qs, k, v, kvdt, kvs, Lq, Lk,
                                                            nh, dh, key_pad, out, odt);
     KLAUNCH(attention_kernel);
+    return 0;
+}
+
+/* ---------------- attention + output projection + residual + LayerNorm ---------------- */
+
+#define AOL_WARPS 16
+#define AOL_OUTS 4
+
+/* Two weights at once (i even, the pointer aligned to two elements): 4-byte bf16/fp16 pairs or
+ * 8-byte fp32 pairs, so a warp reads 128 or 256 contiguous bytes of a weight row per step. */
+static __device__ __forceinline__ float2 kld2(const void *p, int dt, size_t i) {
+    if (dt == KDT_BF16) return __bfloat1622float2(((const __nv_bfloat162 *)p)[i / 2]);
+    if (dt == KDT_F16) return __half22float2(((const __half2 *)p)[i / 2]);
+    return ((const float2 *)p)[i / 2];
+}
+
+/* One block per query row (b, i), for the decoder's few rows at small batches, where the three
+ * separate ops are mostly launch latency: every head's attention into shared memory (kept fp32,
+ * one warp per head), then out[j] = b_out[j] + att . W_out[j] with each warp taking AOL_OUTS
+ * outputs at a time, lanes reading the weight rows coalesced, plus the residual x, then
+ * LayerNorm over the row. Each block
+ * reads all of W_out (512 KB in bf16 at E = 512), which is why the caller bounds the rows.
+ * y may alias x: a block reads only its own row of x, before it writes that row of y. */
+static __global__ void attention_out_ln_kernel(const void *q, int qdt, int qs, const void *k,
+                                               const void *v, int kvdt, int kvs, int Lq, int Lk,
+                                               int nh, int dh, const unsigned char *key_pad,
+                                               const void *W, int wdt, int wpairs, const float *bo,
+                                               const void *x, int xdt, const float *lw,
+                                               const float *lb, float eps, void *y, int ydt) {
+    extern __shared__ float sm[];
+    __shared__ float red[32];
+    int E = nh * dh;
+    float *Qs = sm;                                   /* [E] the query row / sqrt(dh) */
+    float *Att = Qs + E;                              /* [E] attention output, all heads */
+    float *Y = Att + E;                               /* [E] x + projection */
+    float *Ps = Y + E;                                /* [AOL_WARPS][Lk] */
+    int row = blockIdx.x, b = row / Lq;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    float scale = sqrtf((float)dh);
+    for (int i = threadIdx.x; i < E; i += blockDim.x) Qs[i] = kld(q, qdt, (size_t)row * qs + i) / scale;
+    __syncthreads();
+    float *pw = Ps + w * Lk;
+    for (int h = w; h < nh; h += AOL_WARPS) {
+        const float *qh = Qs + h * dh;
+        float m = -INFINITY;
+        for (int j = lane; j < Lk; j += 32) {
+            float s = -INFINITY;
+            if (!key_pad || !key_pad[(size_t)b * Lk + j]) {
+                size_t kr = ((size_t)b * Lk + j) * kvs + (size_t)h * dh;
+                s = 0.0f;
+                for (int d = 0; d < dh; d++) s += qh[d] * kld(k, kvdt, kr + d);
+            }
+            pw[j] = s;
+            m = fmaxf(m, s);
+        }
+        m = warp_max(m);
+        float sum = 0.0f;
+        for (int j = lane; j < Lk; j += 32) {
+            float e = expf(pw[j] - m);
+            pw[j] = e;
+            sum += e;
+        }
+        sum = warp_sum(sum);
+        __syncwarp();                                 /* pw written by other lanes */
+        for (int d = lane; d < dh; d += 32) {
+            float acc = 0.0f;
+            for (int j = 0; j < Lk; j++)
+                acc += (pw[j] / sum) * kld(v, kvdt, ((size_t)b * Lk + j) * kvs + (size_t)h * dh + d);
+            Att[h * dh + d] = acc;
+        }
+        __syncwarp();                                 /* pw reused by this warp's next head */
+    }
+    __syncthreads();
+    /* AOL_OUTS outputs per warp at a time, their weight loads interleaved: with one block per SM
+     * at batch 1, the loads in flight per warp, not the arithmetic, set the time */
+    for (int j0 = w * AOL_OUTS; j0 < E; j0 += AOL_WARPS * AOL_OUTS) {
+        float acc[AOL_OUTS];
+#pragma unroll
+        for (int o = 0; o < AOL_OUTS; o++) acc[o] = 0.0f;
+        if (wpairs) {
+            for (int c = 2 * lane; c < E; c += 64) {
+                float a0 = Att[c], a1 = Att[c + 1];
+#pragma unroll
+                for (int o = 0; o < AOL_OUTS; o++) {
+                    float2 wv = j0 + o < E ? kld2(W, wdt, (size_t)(j0 + o) * E + c) : make_float2(0.0f, 0.0f);
+                    acc[o] += a0 * wv.x + a1 * wv.y;
+                }
+            }
+        } else {
+            for (int c = lane; c < E; c += 32)
+#pragma unroll
+                for (int o = 0; o < AOL_OUTS; o++)
+                    if (j0 + o < E) acc[o] += Att[c] * kld(W, wdt, (size_t)(j0 + o) * E + c);
+        }
+#pragma unroll
+        for (int o = 0; o < AOL_OUTS; o++) {
+            float t = warp_sum(acc[o]);
+            if (lane == 0 && j0 + o < E) Y[j0 + o] = t + bo[j0 + o] + kld(x, xdt, (size_t)row * E + j0 + o);
+        }
+    }
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < E; i += blockDim.x) s += Y[i];
+    float mean = block_sum(s, red) / (float)E;
+    s = 0.0f;
+    for (int i = threadIdx.x; i < E; i += blockDim.x) s += (Y[i] - mean) * (Y[i] - mean);
+    float rstd = 1.0f / sqrtf(block_sum(s, red) / (float)E + eps);
+    for (int i = threadIdx.x; i < E; i += blockDim.x)
+        kst(y, ydt, (size_t)row * E + i, (Y[i] - mean) * rstd * lw[i] + lb[i]);
+}
+
+int act_k_attention_out_ln(const void *q, int qdt, int qs, const void *k, const void *v, int kvdt,
+                           int kvs, int B, int Lq, int Lk, int nh, int dh,
+                           const unsigned char *key_pad, const void *W, int wdt, const float *bo,
+                           const void *x, int xdt, const float *lw, const float *lb, float eps,
+                           void *y, int ydt, cudaStream_t st, char *err, size_t errlen) {
+    if (B == 0 || Lq == 0) return 0;
+    int E = nh * dh;
+    size_t smem = ((size_t)3 * E + (size_t)AOL_WARPS * Lk) * sizeof(float);
+    if (Lk <= 0 || dh <= 0 || smem > 48 * 1024) {
+        snprintf(err, errlen, "attention+out+ln: %d keys, width %d need %zu bytes of shared "
+                 "memory; this kernel is for short sequences (<= 48 KB)", Lk, E, smem);
+        return -1;
+    }
+    size_t esz = wdt == KDT_F32 ? 4 : 2;
+    int wpairs = E % 2 == 0 && (size_t)W % (2 * esz) == 0;
+    attention_out_ln_kernel<<<B * Lq, AOL_WARPS * 32, smem, st>>>(
+        q, qdt, qs, k, v, kvdt, kvs, Lq, Lk, nh, dh, key_pad, W, wdt, wpairs, bo, x, xdt, lw, lb,
+        eps, y, ydt);
+    KLAUNCH(attention_out_ln_kernel);
     return 0;
 }

@@ -29,6 +29,8 @@
 #   layout-ab  act-infer bench, full model, bf16 at batch 1 and 64, feature maps NCHW vs NHWC
 #   pipeline-ab act-infer bench, full model, bf16 at batch 64 and 256: frames uploaded per camera
 #              on a second stream while the trunk runs on the camera before, vs all at once
+#   attn-ab    act-infer bench, full model, bf16 at batch 1 and 4 (attn-ab32: fp32, batch 1):
+#              attention + out-projection + residual LayerNorm as one kernel vs three ops
 #   fusion-ab  act-infer bench, full model, batch 1, fp32 and bf16, with the fused epilogues
 #              (cuDNN conv+bias+ReLU, cuBLASLt GEMM+bias, bf16 GEMM+bias+GELU) on and off
 #   inputs-ab  act-infer bench, full model, bf16 at batch 1 and 256: frames copied by act_run
@@ -235,21 +237,26 @@ ab_p50() {   # precision batch [VAR=value...] [copied] -> "p50 ms" of act-infer 
         --json "$OUT/ab.json" >>"$OUT/ab.log" 2>&1 &&
         "$PY" -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; print('%.3f' % r['latency_ms']['p50'])" "$OUT/ab.json"
 }
-ab_pair() {   # row "batches" label-a "args-a" label-b "args-b": bf16 p50 of a and b at each batch
-    local name=$1 batches=$2 fig="" b x y
+ab_pair() {   # row precision "batches" label-a "args-a" label-b "args-b": p50 of a and b per batch
+    local name=$1 prec=$2 batches=$3 fig="" b x y
     if ! ((built && have_full)) || ! enough 30; then row "$name" SKIP "no build, full model or time"; return; fi
     for b in $batches; do
-        x=$(ab_p50 bf16 "$b" $4) y=$(ab_p50 bf16 "$b" $6)
-        fig="$fig b=$b $3 ${x:-?} / $5 ${y:-?} ms;"
+        x=$(ab_p50 "$prec" "$b" $5) y=$(ab_p50 "$prec" "$b" $7)
+        fig="$fig b=$b $4 ${x:-?} / $6 ${y:-?} ms;"
     done
-    row "$name" ok "bf16 p50:$fig"
+    row "$name" ok "$prec p50:$fig"
 }
 # feature-map layout: NHWC is the bf16/fp16 default on the strength of cuDNN's guidance (tensor-core
 # kernels read NHWC; NCHW adds transposes) - this row is the measurement
-ab_pair layout-ab "1 64" NCHW ACT_CUDA_LAYOUT=nchw NHWC ACT_CUDA_LAYOUT=nhwc
+ab_pair layout-ab bf16 "1 64" NCHW ACT_CUDA_LAYOUT=nchw NHWC ACT_CUDA_LAYOUT=nhwc
 # the per-camera upload lane (frames of camera c+1 upload while camera c's trunk runs) vs one
 # upload then one trunk pass over all cameras
-ab_pair pipeline-ab "64 256" serial ACT_CUDA_PIPELINE_MIN_BATCH=0 lanes ACT_CUDA_PIPELINE_MIN_BATCH=1
+ab_pair pipeline-ab bf16 "64 256" serial ACT_CUDA_PIPELINE_MIN_BATCH=0 lanes ACT_CUDA_PIPELINE_MIN_BATCH=1
+# attention + output projection + residual + LayerNorm as one kernel (by default up to 32 rows,
+# decoder batch 2; here up to 64 to learn whether batch 4 gains too) vs three ops; fp32 reads
+# twice the weight bytes per block
+ab_pair attn-ab bf16 "1 4" three-ops ACT_CUDA_FUSED_ATTN_MAX_ROWS=0 fused ACT_CUDA_FUSED_ATTN_MAX_ROWS=64
+ab_pair attn-ab32 fp32 "1" three-ops ACT_CUDA_FUSED_ATTN_MAX_ROWS=0 fused ACT_CUDA_FUSED_ATTN_MAX_ROWS=64
 # the fused epilogues (cuDNN conv+bias+ReLU, cuBLASLt GEMM+bias(+GELU in bf16)) on and off
 if ((built)) && ((have_full)) && enough 45; then
     fig=""
@@ -265,7 +272,7 @@ else
     row fusion-ab SKIP "no build, full model or time"
 fi
 # what act_run's own copy of the frames into its pinned buffers costs (151 MB at batch 256)
-ab_pair inputs-ab "1 256" copied copied staged ""
+ab_pair inputs-ab bf16 "1 256" copied copied staged ""
 # a conv cuDNN would not plan, or an epilogue it would not fuse, runs on a fallback: say which
 fb=$(grep -h "^act-engine: " "$OUT"/*.log 2>/dev/null | sort | uniq -c | sort -rn | head -3 | cut -c1-160 | paste -sd'|')
 [ -n "$fb" ] && row fallbacks note "$fb"

@@ -4,6 +4,7 @@
 #define EMU_CUDA_BF16_H
 #include <stdint.h>
 #include <string.h>
+#include "cuda_runtime.h"
 struct __nv_bfloat16 { uint16_t x; };
 static inline float __bfloat162float(__nv_bfloat16 h) {
     uint32_t b = (uint32_t)h.x << 16;
@@ -20,4 +21,10 @@ static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
     return h;
 }
 static inline __nv_bfloat16 __float2bfloat16(float f) { return __float2bfloat16_rn(f); }
+/* a pair, 4-byte aligned as CUDA's, for two-element loads */
+struct __attribute__((aligned(4))) __nv_bfloat162 { __nv_bfloat16 x, y; };
+static inline float2 __bfloat1622float2(__nv_bfloat162 h) {
+    float2 f = {__bfloat162float(h.x), __bfloat162float(h.y)};
+    return f;
+}
 #endif

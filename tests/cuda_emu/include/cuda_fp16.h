@@ -5,6 +5,7 @@
 #define EMU_CUDA_FP16_H
 #include <stdint.h>
 #include <string.h>
+#include "cuda_runtime.h"
 struct __half { uint16_t x; };
 static inline float __half2float(__half h) {
     _Float16 v;
@@ -18,4 +19,10 @@ static inline __half __float2half_rn(float f) {
     return h;
 }
 static inline __half __float2half(float f) { return __float2half_rn(f); }
+/* a pair, 4-byte aligned as CUDA's, for two-element loads */
+struct __attribute__((aligned(4))) __half2 { __half x, y; };
+static inline float2 __half22float2(__half2 h) {
+    float2 f = {__half2float(h.x), __half2float(h.y)};
+    return f;
+}
 #endif

@@ -13,6 +13,13 @@
 #include <stddef.h>
 #include "library_types.h"
 
+/* CUDA's vector type for two floats (8-byte aligned, as on a GPU) */
+typedef struct __attribute__((aligned(8))) float2 { float x, y; } float2;
+static inline float2 make_float2(float x, float y) {
+    float2 f = {x, y};
+    return f;
+}
+
 #define CUDA_EMULATOR 1
 #define CUDART_CB
 
