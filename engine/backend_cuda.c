@@ -1097,6 +1097,20 @@ static int cu_setup(act_backend *be, int device) {
     return 0;
 }
 
+/* *out = the environment's count `name` (0..65536), or dflt when unset or empty */
+static int env_count(const char *name, int dflt, const char *expected, int *out, char *err,
+                     size_t errlen) {
+    const char *v = getenv(name);
+    char *end = NULL;
+    long n = v && *v ? strtol(v, &end, 10) : dflt;
+    if (v && *v && (*end || n < 0 || n > 65536)) {
+        snprintf(err, errlen, "cuda backend: %s=%s: expected %s", name, v, expected);
+        return -1;
+    }
+    *out = (int)n;
+    return 0;
+}
+
 int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, char *err,
                            size_t errlen) {
     *out = NULL;
@@ -1141,30 +1155,17 @@ int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, ch
     c->nhwc = lay && *lay ? !strcmp(lay, "nhwc") : c->adt != ACT_DT_F32;
     be->feature_nhwc = c->nhwc;
     /* per-camera upload/trunk pipelining from this batch on: below it the transfer is too short
-     * to hide behind a trunk and the extra per-camera launches cost more than it saves */
-    const char *pmb = getenv("ACT_CUDA_PIPELINE_MIN_BATCH");
-    char *end = NULL;
-    long pm = pmb && *pmb ? strtol(pmb, &end, 10) : 32;
-    if (pmb && *pmb && (*end || pm < 0 || pm > 65536)) {
-        snprintf(err, errlen, "cuda backend: ACT_CUDA_PIPELINE_MIN_BATCH=%s: expected a batch size "
-                 "(0 = never pipeline)", pmb);
+     * to hide behind a trunk and the extra per-camera launches cost more than it saves; and
+     * attention + output projection + residual + LayerNorm as one kernel up to this many rows
+     * (each block reads the whole projection: a small-batch op) */
+    if (env_count("ACT_CUDA_PIPELINE_MIN_BATCH", 32, "a batch size (0 = never pipeline)",
+                  &be->pipeline_min_batch, err, errlen) ||
+        env_count("ACT_CUDA_FUSED_ATTN_MAX_ROWS", 32, "a row count (0 = never fuse)",
+                  &be->fused_attn_max_rows, err, errlen)) {
         free(c);
         free(be);
         return -1;
     }
-    be->pipeline_min_batch = (int)pm;
-    /* attention + output projection + residual + LayerNorm as one kernel up to this many rows
-     * (each block reads the whole projection: a small-batch op; 0 = never) */
-    const char *far = getenv("ACT_CUDA_FUSED_ATTN_MAX_ROWS");
-    long fa = far && *far ? strtol(far, &end, 10) : 32;
-    if (far && *far && (*end || fa < 0 || fa > 65536)) {
-        snprintf(err, errlen, "cuda backend: ACT_CUDA_FUSED_ATTN_MAX_ROWS=%s: expected a row count "
-                 "(0 = never fuse)", far);
-        free(c);
-        free(be);
-        return -1;
-    }
-    be->fused_attn_max_rows = (int)fa;
     if (cu_setup(be, device)) {
         snprintf(err, errlen, "cuda backend: %s", be->err);
         cu_destroy(be);

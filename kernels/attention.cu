@@ -12,6 +12,21 @@
 
 #define ATT_WARPS 4
 
+/* The warp's scores pw[j] (each lane wrote j = lane, lane + 32, ...; m is its running max) become
+ * exp(pw[j] - max) in place; returns their sum. After it every lane may read every pw[j]. */
+static __device__ __forceinline__ float softmax_numerators(float *pw, int Lk, int lane, float m) {
+    m = warp_max(m);
+    float sum = 0.0f;
+    for (int j = lane; j < Lk; j += 32) {
+        float e = expf(pw[j] - m);
+        pw[j] = e;
+        sum += e;
+    }
+    sum = warp_sum(sum);
+    __syncwarp();                                     /* pw written by other lanes */
+    return sum;
+}
+
 static __global__ void attention_kernel(const void *q, int qdt, int qs, const void *k,
                                         const void *v, int kvdt, int kvs, int Lq, int Lk, int nh,
                                         int dh, const unsigned char *key_pad, void *out, int odt) {
@@ -45,15 +60,7 @@ static __global__ void attention_kernel(const void *q, int qdt, int qs, const vo
             pw[j] = s;
             m = fmaxf(m, s);
         }
-        m = warp_max(m);
-        float sum = 0.0f;
-        for (int j = lane; j < Lk; j += 32) {
-            float e = expf(pw[j] - m);
-            pw[j] = e;
-            sum += e;
-        }
-        sum = warp_sum(sum);
-        __syncwarp();                                 /* pw written by other lanes */
+        float sum = softmax_numerators(pw, Lk, lane, m);
         size_t orow = ((size_t)b * Lq + i) * ((size_t)nh * dh) + (size_t)h * dh;
         for (int d = lane; d < dh; d += 32) {
             float acc = 0.0f;
@@ -132,15 +139,7 @@ static __global__ void attention_out_ln_kernel(const void *q, int qdt, int qs, c
             pw[j] = s;
             m = fmaxf(m, s);
         }
-        m = warp_max(m);
-        float sum = 0.0f;
-        for (int j = lane; j < Lk; j += 32) {
-            float e = expf(pw[j] - m);
-            pw[j] = e;
-            sum += e;
-        }
-        sum = warp_sum(sum);
-        __syncwarp();                                 /* pw written by other lanes */
+        float sum = softmax_numerators(pw, Lk, lane, m);
         for (int d = lane; d < dh; d += 32) {
             float acc = 0.0f;
             for (int j = 0; j < Lk; j++)
