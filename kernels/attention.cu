@@ -90,7 +90,7 @@ int act_k_attention(const void *q, int qdt, int qs, const void *k, const void *v
 /* ---------------- attention + output projection + residual + LayerNorm ---------------- */
 
 #define AOL_WARPS 16
-#define AOL_OUTS 4
+#define AOL_OUTS 4   /* the reduction below is written for four */
 
 /* Two weights at once (i even, the pointer aligned to two elements): 4-byte bf16/fp16 pairs or
  * 8-byte fp32 pairs, so a warp reads 128 or 256 contiguous bytes of a weight row per step. */
@@ -170,11 +170,15 @@ static __global__ void attention_out_ln_kernel(const void *q, int qdt, int qs, c
                 for (int o = 0; o < AOL_OUTS; o++)
                     if (j0 + o < E) acc[o] += Att[c] * kld(W, wdt, (size_t)(j0 + o) * E + c);
         }
-#pragma unroll
-        for (int o = 0; o < AOL_OUTS; o++) {
-            float t = warp_sum(acc[o]);
-            if (lane == 0 && j0 + o < E) Y[j0 + o] = t + bo[j0 + o] + kld(x, xdt, (size_t)row * E + j0 + o);
-        }
+        /* the four sums in 6 shuffles, not 4 x 5: halve the values across lane bit 4, then bit
+         * 3, then sum the one left over bits 2..0; lane 8*o then holds output j0 + o */
+        int hi = (lane >> 4) & 1, mid = (lane >> 3) & 1;
+        float h0 = (hi ? acc[2] : acc[0]) + __shfl_xor_sync(0xffffffffu, hi ? acc[0] : acc[2], 16);
+        float h1 = (hi ? acc[3] : acc[1]) + __shfl_xor_sync(0xffffffffu, hi ? acc[1] : acc[3], 16);
+        float t = (mid ? h1 : h0) + __shfl_xor_sync(0xffffffffu, mid ? h0 : h1, 8);
+        for (int off = 4; off > 0; off >>= 1) t += __shfl_xor_sync(0xffffffffu, t, off);
+        int jo = j0 + 2 * hi + mid;
+        if ((lane & 7) == 0 && jo < E) Y[jo] = t + bo[jo] + kld(x, xdt, (size_t)row * E + jo);
     }
     __syncthreads();
     float s = 0.0f;
