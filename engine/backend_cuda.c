@@ -108,7 +108,8 @@ typedef struct {
     int eager_step;                 /* begin_capture let this step run eagerly */
     int warned_direct;              /* the direct-conv fallback was reported */
     int conv_fuse;                  /* try cuDNN's fused conv+bias+activation (cu_setup says when) */
-    int gelu_tanh;                  /* GELU linears may use cuBLASLt's tanh-form epilogue */
+    int gelu_tanh;                  /* GELU linears may use cuBLASLt's tanh-form epilogue
+                                     * (decided with ACT_CUDA_GELU's check at create) */
     int nhwc;                       /* feature maps NHWC, conv filters KRSC (else NCHW / KCRS) */
     widen_job **jobs;               /* widen jobs captured into graphs, freed at destroy */
     int n_jobs, cap_jobs;
@@ -523,8 +524,7 @@ static int cu_upload_rows(act_backend *be, act_buf dst, const void *host, size_t
         return 0;
     }
     for (int r = 0; r < rows; r++)   /* a max_batch past ~10000 frames: one copy per row */
-        CK(cudaMemcpyAsync((char *)dst.p + (size_t)r * n * es, (const char *)host + (size_t)r * host_pitch * es,
-                           n * es, cudaMemcpyHostToDevice, CTX(be)->st));
+        TRY(cu_upload(be, act_at(dst, (size_t)r * n), (const char *)host + (size_t)r * host_pitch * es, n));
     return 0;
 }
 
@@ -1087,10 +1087,6 @@ static int cu_setup(act_backend *be, int device) {
      * only fp32/tf32 fuse until a GPU run weighs the gain; ACT_CUDA_CONV_FUSE_LOWP=1 fuses
      * bf16/fp16 too, ACT_CUDA_CONV_UNFUSED=1 nothing (the device check's A/B). Read once here,
      * not per conv. */
-    /* bf16/fp16 take cuBLASLt's GELU epilogue (tanh form, see cu_linear); ACT_CUDA_GELU=erf
-     * keeps the exact GELU kernel there too */
-    const char *gelu = getenv("ACT_CUDA_GELU");
-    c->gelu_tanh = c->adt != ACT_DT_F32 && !(gelu && !strcmp(gelu, "erf"));
     c->conv_fuse = !getenv("ACT_CUDA_CONV_UNFUSED") &&
                    (c->wdt == ACT_DT_F32 || getenv("ACT_CUDA_CONV_FUSE_LOWP") != NULL);
     c->bytes = CUBLAS_WS_BYTES;
@@ -1144,6 +1140,8 @@ int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, ch
         free(be);
         return -1;
     }
+    /* bf16/fp16 take cuBLASLt's GELU epilogue (tanh form, see cu_linear); ACT_CUDA_GELU=erf
+     * keeps the exact GELU kernel there too */
     const char *gelu = getenv("ACT_CUDA_GELU");
     if (gelu && *gelu && strcmp(gelu, "erf") && (strcmp(gelu, "tanh") || c->adt == ACT_DT_F32)) {
         snprintf(err, errlen, "cuda backend: ACT_CUDA_GELU=%s: expected erf%s", gelu,
@@ -1152,6 +1150,7 @@ int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, ch
         free(be);
         return -1;
     }
+    c->gelu_tanh = c->adt != ACT_DT_F32 && !(gelu && !strcmp(gelu, "erf"));
     c->nhwc = lay && *lay ? !strcmp(lay, "nhwc") : c->adt != ACT_DT_F32;
     be->feature_nhwc = c->nhwc;
     /* per-camera upload/trunk pipelining from this batch on: below it the transfer is too short

@@ -325,6 +325,11 @@ static int posterior(act_fwd *f, int B, int sample, act_buf z, char *err, size_t
     return 0;
 }
 
+/* rows the decoder runs for mode: B per path (prior, posterior) */
+static int decoded_rows(int B, int mode) {
+    return ((mode & ACT_FWD_PRIOR) ? B : 0) + ((mode & ACT_FWD_POSTERIOR) ? B : 0);
+}
+
 static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
     act_backend *be = f->be;
     const act_model *m = f->m;
@@ -335,7 +340,7 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
     int A = c->action_dim, L = c->latent_dim, Lm = 2 + ncam;
     size_t fsz = (size_t)c->image_h * c->image_w * 3;
     size_t imsz = (size_t)3 * f->g.in_h * f->g.in_w;
-    int Bd = (prior ? B : 0) + (post ? B : 0), zoff = prior ? B : 0;
+    int Bd = decoded_rows(B, mode), zoff = prior ? B : 0;
 
     /* at large batches camera c+1's frames cross PCIe while the trunk runs on camera c */
     int lanes = be->upload_lane && be->pipeline_min_batch > 0 && B >= be->pipeline_min_batch &&
@@ -365,23 +370,20 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
     }
 
     be->stage_mark(be, ACT_STAGE_VISION);
-    if (lanes) {   /* per camera: its upload, preprocess, trunk (the shared one, or its own) */
+    if (m->n_trunks == 1 && !lanes) {
+        if (trunk(f, 0, f->img, NB, f->tok, err, errlen)) return -1;
+    } else {   /* per camera: its own trunk, or the shared one; with lanes after its upload */
         for (int cam = 0; cam < ncam; cam++) {
             act_buf img = act_at(f->img, (size_t)cam * B * imsz);
-            OP(be->lane_wait(be, cam));
-            OP(be->preprocess(be, act_at(f->frames, (size_t)cam * B * fsz), B, c->image_h, c->image_w,
-                              c, img));
+            if (lanes) {
+                OP(be->lane_wait(be, cam));
+                OP(be->preprocess(be, act_at(f->frames, (size_t)cam * B * fsz), B, c->image_h,
+                                  c->image_w, c, img));
+            }
             if (trunk(f, m->n_trunks == 1 ? 0 : cam, img, B,
                       act_at(f->tok, (size_t)cam * B * c->vision_dim), err, errlen))
                 return -1;
         }
-    } else if (m->n_trunks == 1) {
-        if (trunk(f, 0, f->img, NB, f->tok, err, errlen)) return -1;
-    } else {
-        for (int cam = 0; cam < ncam; cam++)
-            if (trunk(f, cam, act_at(f->img, (size_t)cam * B * imsz), B,
-                      act_at(f->tok, (size_t)cam * B * c->vision_dim), err, errlen))
-                return -1;
     }
 
     be->stage_mark(be, ACT_STAGE_TRANSFORMER);
@@ -438,7 +440,7 @@ int act_fwd_step(act_fwd *f, int B, int mode, int use_graphs, char *err, size_t 
     /* the step's outputs in the staging blocks (their layout follows B and mode) */
     const act_config *c = &f->m->cfg;
     act_fwd_stage *s = &f->stage;
-    int Bd = ((mode & ACT_FWD_PRIOR) ? B : 0) + ((mode & ACT_FWD_POSTERIOR) ? B : 0);
+    int Bd = decoded_rows(B, mode);
     size_t L = (size_t)c->latent_dim;
     s->act_norm = s->outs;
     s->act = s->outs + (size_t)Bd * c->pred_horizon * c->action_dim;

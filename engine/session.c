@@ -159,7 +159,6 @@ int act_run(act_session *s, const act_inputs *in, act_outputs *out, char *err, s
         }
     }
     int graphs = s->opts.use_graphs && !s->profile;
-    s->fwd->serial_uploads = s->profile;
     if (act_fwd_step(s->fwd, B, mode, graphs, err, errlen)) return -1;
     if (s->profile) {
         s->be->stage_ms(s->be, s->stage_ms);
@@ -181,6 +180,7 @@ int act_run(act_session *s, const act_inputs *in, act_outputs *out, char *err, s
 void act_session_profile(act_session *s, int enable) {
     if (!s) return;
     s->profile = enable != 0;
+    s->fwd->serial_uploads = s->profile;
     if (s->profile) s->be->stage_ms(s->be, s->stage_ms);   /* drop time from unprofiled steps */
     s->have_stages = 0;
 }

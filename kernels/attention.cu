@@ -104,8 +104,8 @@ static __device__ __forceinline__ float2 kld2(const void *p, int dt, size_t i) {
  * separate ops are mostly launch latency: every head's attention into shared memory (kept fp32,
  * one warp per head), then out[j] = b_out[j] + att . W_out[j] with each warp taking AOL_OUTS
  * outputs at a time, lanes reading the weight rows coalesced, plus the residual x, then
- * LayerNorm over the row. Each block
- * reads all of W_out (512 KB in bf16 at E = 512), which is why the caller bounds the rows.
+ * LayerNorm over the row. Each block reads all of W_out (512 KB in bf16 at E = 512), which is
+ * why the caller bounds the rows.
  * y may alias x: a block reads only its own row of x, before it writes that row of y. */
 static __global__ void attention_out_ln_kernel(const void *q, int qdt, int qs, const void *k,
                                                const void *v, int kvdt, int kvs, int Lq, int Lk,

@@ -915,9 +915,12 @@ cudaError_t cudaFreeHost(void *p) {
 namespace {
 
 /* the checks every copy makes: kind against where the pointers really are */
-cudaError_t check_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
-                       const char *call) {
-    bool dd = emu_is_device_range(dst, bytes), sd = emu_is_device_range(src, bytes);
+/* a copy's destination and source spans (bytes from the first byte written/read to the last)
+ * against its kind: each device span inside one cudaMalloc block, each host span outside */
+cudaError_t check_copy_spans(void *dst, size_t dspan, const void *src, size_t sspan,
+                             cudaMemcpyKind kind, const char *call) {
+    size_t bytes = dspan > sspan ? dspan : sspan;
+    bool dd = emu_is_device_range(dst, dspan), sd = emu_is_device_range(src, sspan);
     bool want_dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
     bool want_sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
     if (kind == cudaMemcpyDefault) return cudaSuccess;
@@ -930,6 +933,16 @@ cudaError_t check_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
         return cudaErrorInvalidValue;
     }
     return cudaSuccess;
+}
+
+cudaError_t check_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                       const char *call) {
+    return check_copy_spans(dst, bytes, src, bytes, kind, call);
+}
+
+/* the host side of a copy (NULL for device to device) */
+const void *copy_host_side(void *dst, const void *src, cudaMemcpyKind kind) {
+    return kind == cudaMemcpyHostToDevice ? src : kind == cudaMemcpyDeviceToHost ? dst : nullptr;
 }
 
 bool pinned_range(const void *p, size_t bytes) {
@@ -964,8 +977,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
         if (s->cap) s->cap->invalid = true;
         return ret(e);
     }
-    const void *host = kind == cudaMemcpyHostToDevice ? src : kind == cudaMemcpyDeviceToHost ? dst
-                                                                                             : nullptr;
+    const void *host = copy_host_side(dst, src, kind);
     bool pageable = host && !pinned_range(host, bytes);
     if (pageable && s->cap) {
         fprintf(stderr, "cuda-emu: cudaMemcpyAsync with pageable host memory %p during stream "
@@ -1009,18 +1021,12 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
     }
     if (!width || !height) return cudaSuccess;
     size_t dspan = (height - 1) * dpitch + width, sspan = (height - 1) * spitch + width;
-    bool want_dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-    bool want_sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-    if (kind == cudaMemcpyDefault || kind == cudaMemcpyHostToHost ||
-        emu_is_device_range(dst, dspan) != want_dd || emu_is_device_range(src, sspan) != want_sd) {
-        fprintf(stderr, "cuda-emu: cudaMemcpy2DAsync(%p <- %p, %zu rows x %zu bytes, pitches %zu/%zu, "
-                "kind %d): a device span must lie inside one cudaMalloc block, a host span outside "
-                "(kinds H2D, D2H, D2D only)\n", dst, src, height, width, dpitch, spitch, (int)kind);
+    cudaError_t e = check_copy_spans(dst, dspan, src, sspan, kind, "cudaMemcpy2DAsync");
+    if (e) {
         if (s->cap) s->cap->invalid = true;
-        return ret(cudaErrorInvalidValue);
+        return ret(e);
     }
-    const void *host = kind == cudaMemcpyHostToDevice ? src : kind == cudaMemcpyDeviceToHost ? dst
-                                                                                             : nullptr;
+    const void *host = copy_host_side(dst, src, kind);
     size_t hspan = kind == cudaMemcpyHostToDevice ? sspan : dspan;
     if (host && !pinned_range(host, hspan)) {
         fprintf(stderr, "cuda-emu: cudaMemcpy2DAsync with pageable host memory %p: not emulated "
