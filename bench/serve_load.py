@@ -8,6 +8,10 @@ number of requests per client (bounded by --max-seconds). It reports per setting
 p50/p99, throughput, the mean batch the server formed, and the server's own p50 inference and
 queue wait (from RESULT), so `round trip - inference` is the serving overhead.
 
+--transports tcp,shm also runs each setting with clients on act-serve's Unix socket that pass
+their frames in shared memory (a sealed memfd written once; each request carries offsets), the
+same-host path of act_client, beside the TCP clients that send ~590 KB of pixels per request.
+
 Goals (ARCHITECTURE section 9): p50 round trip <= inference + 0.3 ms at batch 1; with 32
 clients, batching on >= 8x the throughput of batching off. Figures go to bench/RESULTS.md.
 
@@ -17,7 +21,9 @@ clients, batching on >= 8x the throughput of batching off. Figures go to bench/R
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
+import mmap
 import multiprocessing as mp
 import os
 import socket
@@ -51,10 +57,34 @@ def _recv(s):
     return mtype, _recv_exact(s, length)
 
 
-def _client(idx, port, n_req, max_seconds, barrier, out_q):
-    """One closed-loop client: the request bytes are built once; only the id changes."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=600)
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+def _shm_frames(s, imgs, cams, hw):
+    """Attaches a sealed memfd holding the frames (written once) to the connection; returns the
+    frame descriptors (offsets) a PREDICT carries instead of the pixels."""
+    frame = hw[0] * hw[1] * 3
+    fd = os.memfd_create("serve-load", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, frame * len(cams))
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+    mm = mmap.mmap(fd, frame * len(cams))
+    slots = {c: (np.frombuffer(mm, np.uint8, frame, i * frame).reshape(*hw, 3), i * frame) for i, c in enumerate(cams)}
+    frames = wire.shm_frames(imgs, cams, hw, slots)
+    socket.send_fds(s, [wire.shm_attach(frame * len(cams))], [fd])
+    os.close(fd)   # the mapping (and the server's) keep the memory
+    mtype, p = _recv(s)
+    if mtype != wire.SHM_OK:
+        raise RuntimeError(f"SHM_ATTACH refused: {wire.parse_error(p) if mtype == wire.ERROR else mtype}")
+    return frames, mm
+
+
+def _client(idx, addr, n_req, max_seconds, barrier, out_q):
+    """One closed-loop client: the request bytes are built once; only the id changes.
+    addr: a TCP port, or the path of the Unix socket (frames in shared memory)."""
+    if isinstance(addr, str):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(600)
+        s.connect(addr)
+    else:
+        s = socket.create_connection(("127.0.0.1", addr), timeout=600)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     s.sendall(wire.hello(client_name=f"load-{idx}"))
     mtype, p = _recv(s)
     if mtype != wire.INFO:
@@ -64,8 +94,13 @@ def _client(idx, port, n_req, max_seconds, barrier, out_q):
     rng = np.random.default_rng(idx)
     q = rng.standard_normal(info["obs_dim"]).astype(np.float32)
     hw = (info["image_height"], info["image_width"])
-    imgs = {c: rng.integers(0, 256, (*hw, 3), dtype=np.uint8) for c in info["camera_names"]}
-    msg = bytearray(wire.predict(0, q, wire.encode_frames(imgs, info["camera_names"], hw)))
+    cams = info["camera_names"]
+    imgs = {c: rng.integers(0, 256, (*hw, 3), dtype=np.uint8) for c in cams}
+    if isinstance(addr, str):
+        frames, _mm = _shm_frames(s, imgs, cams, hw)
+    else:
+        frames = wire.encode_frames(imgs, cams, hw)
+    msg = bytearray(wire.predict(0, q, frames))
     rtt, server = [], []
     barrier.wait()
     deadline = time.monotonic() + max_seconds
@@ -91,6 +126,7 @@ def _start_server(args, max_batch, workdir):
     pf = Path(workdir) / f"port-{max_batch}.txt"
     log = open(Path(workdir) / f"serve-{max_batch}.log", "w")
     cmd = [args.act_serve, "--model", args.model, "--port", "0", "--port-file", str(pf), "--max-batch", str(max_batch),
+           "--unix", str(Path(workdir) / f"serve-{max_batch}.sock"),
            "--max-wait-us", str(args.max_wait_us), "--precision", args.precision]
     if args.device != "auto":
         cmd += ["--device", args.device]
@@ -101,13 +137,13 @@ def _start_server(args, max_batch, workdir):
             proc.kill()
             raise SystemExit(f"serve_load: act-serve did not start:\n{Path(log.name).read_text()}")
         time.sleep(0.05)
-    return proc, int(pf.read_text().split()[0])
+    return proc, int(pf.read_text().split()[0]), str(Path(workdir) / f"serve-{max_batch}.sock")
 
 
-def _run_level(port, clients, n_req, max_seconds):
+def _run_level(addr, clients, n_req, max_seconds):
     ctx = mp.get_context("fork")
     barrier, out_q = ctx.Barrier(clients + 1), ctx.Queue()
-    procs = [ctx.Process(target=_client, args=(i, port, n_req, max_seconds, barrier, out_q)) for i in range(clients)]
+    procs = [ctx.Process(target=_client, args=(i, addr, n_req, max_seconds, barrier, out_q)) for i in range(clients)]
     for p in procs:
         p.start()
     barrier.wait(timeout=600)
@@ -144,6 +180,8 @@ def main(argv=None):
     ap.add_argument("--max-batch", type=int, default=32, help="batching on: this max batch")
     ap.add_argument("--max-wait-us", type=int, default=200)
     ap.add_argument("--modes", default="on,off", help="on = --max-batch N, off = --max-batch 1")
+    ap.add_argument("--transports", default="tcp",
+                    help="tcp (frames in each request) and/or shm (Unix socket, frames in shared memory)")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
     if not Path(args.model).is_file():
@@ -151,27 +189,31 @@ def main(argv=None):
     if not os.access(args.act_serve, os.X_OK):
         raise SystemExit(f"serve_load: {args.act_serve} is not built (cmake --build build, or --act-serve)")
     levels = [int(c) for c in args.clients.split(",")]
+    transports = args.transports.split(",")
+    if set(transports) - {"tcp", "shm"}:
+        raise SystemExit(f"serve_load: --transports '{args.transports}': expected tcp and/or shm")
     rows = []
     with tempfile.TemporaryDirectory() as work:
         for mode in args.modes.split(","):
-            proc, port = _start_server(args, args.max_batch if mode == "on" else 1, work)
+            proc, port, path = _start_server(args, args.max_batch if mode == "on" else 1, work)
             try:
                 for c in levels:
-                    r = _run_level(port, c, args.requests, args.max_seconds)
-                    r["batching"] = mode
-                    rows.append(r)
-                    print(f"  batching {mode:3s} clients {c:3d}: {r['throughput_rps']:9.1f} req/s  "
-                          f"p50 {r['rtt_p50_ms']:8.3f} ms  p99 {r['rtt_p99_ms']:8.3f} ms", file=sys.stderr)
+                    for t in transports:
+                        r = _run_level(path if t == "shm" else port, c, args.requests, args.max_seconds)
+                        r["batching"], r["transport"] = mode, t
+                        rows.append(r)
+                        print(f"  batching {mode:3s} {t:3s} clients {c:3d}: {r['throughput_rps']:9.1f} req/s  "
+                              f"p50 {r['rtt_p50_ms']:8.3f} ms  p99 {r['rtt_p99_ms']:8.3f} ms", file=sys.stderr)
             finally:
                 proc.terminate()
                 proc.wait(timeout=120)
-    print(f"{'batching':>8} {'clients':>7} {'requests':>8} {'p50 ms':>9} {'p99 ms':>9} {'req/s':>9} "
+    print(f"{'batching':>8} {'via':>4} {'clients':>7} {'requests':>8} {'p50 ms':>9} {'p99 ms':>9} {'req/s':>9} "
           f"{'batch':>6} {'infer p50':>9} {'queue p50':>9} {'overhead':>9}")
     for r in rows:
-        print(f"{r['batching']:>8} {r['clients']:7d} {r['requests']:8d} {r['rtt_p50_ms']:9.3f} {r['rtt_p99_ms']:9.3f} "
+        print(f"{r['batching']:>8} {r['transport']:>4} {r['clients']:7d} {r['requests']:8d} {r['rtt_p50_ms']:9.3f} {r['rtt_p99_ms']:9.3f} "
               f"{r['throughput_rps']:9.1f} {r['mean_batch']:6.2f} {r['infer_p50_ms']:9.3f} {r['queue_p50_ms']:9.3f} "
               f"{r['overhead_p50_ms']:9.3f}")
-    by = {(r["batching"], r["clients"]): r for r in rows}
+    by = {(r["batching"], r["clients"]): r for r in rows if r["transport"] == transports[0]}
     summary = {}
     top = max(levels)
     if ("on", top) in by and ("off", top) in by:
@@ -179,8 +221,9 @@ def main(argv=None):
     if ("on", top) in by and ("off", 1) in by:
         summary[f"speedup_{top}_clients_vs_one_at_a_time"] = (by[("on", top)]["throughput_rps"]
                                                              / by[("off", 1)]["throughput_rps"])
-    if ("on", 1) in by:
-        summary["overhead_p50_ms_batch1"] = by[("on", 1)]["overhead_p50_ms"]
+    for r in rows:
+        if r["batching"] == "on" and r["clients"] == 1:
+            summary["overhead_p50_ms_batch1" + ("_shm" if r["transport"] == "shm" else "")] = r["overhead_p50_ms"]
     for k, v in summary.items():
         print(f"{k}: {v:.3f}")
     if args.json:

@@ -16,7 +16,7 @@
 static const char *const k_err_names[] = {
     "ok", "bad_magic", "bad_version", "too_large", "malformed", "bad_type", "no_hello",
     "contract", "bad_qpos", "bad_camera", "bad_frame", "bad_zstd", "bad_actions",
-    "overloaded", "shutting_down", "internal"
+    "overloaded", "shutting_down", "internal", "bad_shm"
 };
 
 const char *act_err_code_name(int code)
@@ -260,6 +260,25 @@ uint8_t *act_proto_build_pong(uint64_t nonce, size_t *n)
     return w.p;
 }
 
+int act_proto_parse_shm_attach(const uint8_t *p, uint32_t len, uint64_t *size, char *msg, size_t msglen)
+{
+    cursor c = { p, len, 0 };
+    if (len != 8 || get_u64(&c, size))
+        return fail(msg, msglen, ACT_E_MALFORMED, "SHM_ATTACH: payload must be 8 bytes (u64 size), got %u", len);
+    if (*size == 0 || *size > ACT_PROTO_SHM_MAX)
+        return fail(msg, msglen, ACT_E_BAD_SHM, "SHM_ATTACH: size %llu is outside 1..%llu bytes",
+                    (unsigned long long)*size, (unsigned long long)ACT_PROTO_SHM_MAX);
+    return 0;
+}
+
+uint8_t *act_proto_build_shm_ok(uint64_t size, size_t *n)
+{
+    writer w;
+    if (!frame_alloc(ACT_MSG_SHM_OK, 8, &w, n)) return NULL;
+    put_u64(&w, size);
+    return w.p;
+}
+
 uint8_t *act_proto_build_result(const act_result_hdr *r, const float *chunk, int horizon,
                                 int action_dim, size_t *n)
 {
@@ -288,9 +307,13 @@ static int finite_all(const float *x, size_t n)
     return 1;
 }
 
-/* dst: where the frame goes; with view set, a raw frame is not copied there but *viewp is
- * pointed at it inside the payload. */
-static int read_camera(const act_config *cfg, cursor *c, int i, uint8_t *dst, uint8_t **viewp, char *msg, size_t msglen)
+/* The shared memory a connection attached (SHM_ATTACH); p NULL = none. */
+typedef struct shm_area { const uint8_t *p; uint64_t size; } shm_area;
+
+/* dst: where the frame goes; with view set, a raw or shared-memory frame is not copied there
+ * but *viewp is pointed at it inside the payload or the shared memory. */
+static int read_camera(const act_config *cfg, cursor *c, int i, uint8_t *dst, uint8_t **viewp, const shm_area *shm,
+                       char *msg, size_t msglen)
 {
     char name[256];
     uint8_t enc;
@@ -324,8 +347,26 @@ static int read_camera(const act_config *cfg, cursor *c, int i, uint8_t *dst, ui
         else memcpy(dst, src, raw);
         return 0;
     }
+    if (enc == ACT_ENC_SHM) {
+        /* the pixels stay where the client wrote them; only their offset travels */
+        uint64_t off = 0;
+        if (nbytes != 8)
+            return fail(msg, msglen, ACT_E_BAD_FRAME, "PREDICT: camera '%s' shared-memory frame carries %u bytes, expected an 8-byte offset",
+                        name, nbytes);
+        for (int k = 0; k < 8; k++) off |= (uint64_t)src[k] << (8 * k);
+        if (!shm || !shm->p)
+            return fail(msg, msglen, ACT_E_BAD_SHM, "PREDICT: camera '%s' is in shared memory, but this connection has none "
+                        "attached (send SHM_ATTACH over the Unix socket first)", name);
+        if (off > shm->size || shm->size - off < raw)
+            return fail(msg, msglen, ACT_E_BAD_SHM, "PREDICT: camera '%s' frame at offset %llu (+%zu bytes) lies outside the %llu-byte shared memory",
+                        name, (unsigned long long)off, raw, (unsigned long long)shm->size);
+        if (viewp) *viewp = (uint8_t *)shm->p + off;
+        else memcpy(dst, shm->p + off, raw);
+        return 0;
+    }
     if (enc != ACT_ENC_ZSTD)
-        return fail(msg, msglen, ACT_E_BAD_FRAME, "PREDICT: camera '%s' has encoding %u, expected 0 (raw) or 1 (zstd)", name, enc);
+        return fail(msg, msglen, ACT_E_BAD_FRAME, "PREDICT: camera '%s' has encoding %u, expected 0 (raw), 1 (zstd) or 2 (shared memory)",
+                    name, enc);
 #ifdef ACT_WITH_ZSTD
     unsigned long long content = ZSTD_getFrameContentSize(src, nbytes);
     if (content == ZSTD_CONTENTSIZE_ERROR)
@@ -353,7 +394,7 @@ size_t act_proto_predict_bytes(const act_config *c)
 }
 
 static int parse_predict(const act_config *cfg, const uint8_t *p, uint32_t len, act_predict *out,
-                         void *buf, int view, char *msg, size_t msglen)
+                         void *buf, int view, const shm_area *shm, char *msg, size_t msglen)
 {
     cursor c = { p, len, 0 };
     uint32_t obs_dim, ncams;
@@ -394,7 +435,7 @@ static int parse_predict(const act_config *cfg, const uint8_t *p, uint32_t len, 
                     ncams, cfg->num_cams, have);
     }
     for (int i = 0; i < cfg->num_cams; i++) {
-        int rc = read_camera(cfg, &c, i, out->images[i], view ? &out->images[i] : NULL, msg, msglen);
+        int rc = read_camera(cfg, &c, i, out->images[i], view ? &out->images[i] : NULL, shm, msg, msglen);
         if (rc) return rc;
     }
     if (has_actions) {
@@ -422,11 +463,18 @@ static int parse_predict(const act_config *cfg, const uint8_t *p, uint32_t len, 
 int act_proto_parse_predict(const act_config *cfg, const uint8_t *p, uint32_t len, act_predict *out,
                             void *data, char *msg, size_t msglen)
 {
-    return parse_predict(cfg, p, len, out, data, 0, msg, msglen);
+    return parse_predict(cfg, p, len, out, data, 0, NULL, msg, msglen);
 }
 
 int act_proto_parse_predict_view(const act_config *cfg, uint8_t *p, uint32_t len, act_predict *out,
                                  void *data, char *msg, size_t msglen)
 {
-    return parse_predict(cfg, p, len, out, data, 1, msg, msglen);
+    return parse_predict(cfg, p, len, out, data, 1, NULL, msg, msglen);
+}
+
+int act_proto_parse_predict_shm(const act_config *cfg, uint8_t *p, uint32_t len, act_predict *out,
+                                void *data, const uint8_t *shm, uint64_t shm_size, char *msg, size_t msglen)
+{
+    shm_area a = { shm, shm_size };
+    return parse_predict(cfg, p, len, out, data, 1, &a, msg, msglen);
 }

@@ -23,7 +23,8 @@
 
 typedef enum {
     ACT_MSG_HELLO = 1, ACT_MSG_INFO = 2, ACT_MSG_PREDICT = 3, ACT_MSG_RESULT = 4,
-    ACT_MSG_ERROR = 5, ACT_MSG_PING = 6, ACT_MSG_PONG = 7
+    ACT_MSG_ERROR = 5, ACT_MSG_PING = 6, ACT_MSG_PONG = 7,
+    ACT_MSG_SHM_ATTACH = 8, ACT_MSG_SHM_OK = 9   /* Unix-socket connections only */
 } act_msg_type;
 
 /* ERROR codes. Framing errors (1-3) close the connection after the reply: the stream cannot be
@@ -32,7 +33,8 @@ typedef enum {
     ACT_E_BAD_MAGIC = 1, ACT_E_BAD_VERSION = 2, ACT_E_TOO_LARGE = 3,
     ACT_E_MALFORMED = 4, ACT_E_BAD_TYPE = 5, ACT_E_NO_HELLO = 6, ACT_E_CONTRACT = 7,
     ACT_E_BAD_QPOS = 8, ACT_E_BAD_CAMERA = 9, ACT_E_BAD_FRAME = 10, ACT_E_BAD_ZSTD = 11,
-    ACT_E_BAD_ACTIONS = 12, ACT_E_OVERLOADED = 13, ACT_E_SHUTTING_DOWN = 14, ACT_E_INTERNAL = 15
+    ACT_E_BAD_ACTIONS = 12, ACT_E_OVERLOADED = 13, ACT_E_SHUTTING_DOWN = 14, ACT_E_INTERNAL = 15,
+    ACT_E_BAD_SHM = 16
 } act_err_code;
 const char *act_err_code_name(int code);   /* "bad_magic", ... (metrics labels, audit log) */
 
@@ -42,6 +44,8 @@ const char *act_err_code_name(int code);   /* "bad_magic", ... (metrics labels, 
 #define ACT_INFO_ZSTD 1u                   /* INFO flags: the server accepts zstd frames */
 #define ACT_ENC_RAW 0u                     /* per-camera frame encoding */
 #define ACT_ENC_ZSTD 1u
+#define ACT_ENC_SHM 2u                     /* u64 offset into the connection's shared memory */
+#define ACT_PROTO_SHM_MAX (1ull << 32)     /* largest shared-memory area one connection attaches */
 
 typedef struct act_frame_hdr { uint16_t version, type; uint32_t len; } act_frame_hdr;
 
@@ -65,6 +69,10 @@ int act_proto_check_contract(const act_config *c, const act_hello *h, char *msg,
 uint8_t *act_proto_build_info(const act_config *c, int max_batch, const char *device, size_t *n);
 uint8_t *act_proto_build_error(uint64_t request_id, int code, const char *message, size_t *n);
 uint8_t *act_proto_build_pong(uint64_t nonce, size_t *n);
+
+/* SHM_ATTACH: u64 size, the bytes of the memfd that came with it (SCM_RIGHTS) to map. */
+int act_proto_parse_shm_attach(const uint8_t *p, uint32_t len, uint64_t *size, char *msg, size_t msglen);
+uint8_t *act_proto_build_shm_ok(uint64_t size, size_t *n);
 
 typedef struct act_result_hdr {
     uint64_t request_id;
@@ -97,5 +105,10 @@ int act_proto_parse_predict(const act_config *c, const uint8_t *p, uint32_t len,
  * the request (the server hands the receive buffer to the request instead of copying ~590 KB). */
 int act_proto_parse_predict_view(const act_config *c, uint8_t *p, uint32_t len, act_predict *out,
                                  void *data, char *msg, size_t msglen);
+/* The view parse on a connection with shared memory attached (shm, shm_size; NULL, 0 = none):
+ * a frame with encoding ACT_ENC_SHM carries a u64 offset, and out->images points at shm + offset
+ * once the whole frame is checked to lie inside the area. Other parses refuse such frames. */
+int act_proto_parse_predict_shm(const act_config *c, uint8_t *p, uint32_t len, act_predict *out,
+                                void *data, const uint8_t *shm, uint64_t shm_size, char *msg, size_t msglen);
 
 #endif

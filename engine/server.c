@@ -18,6 +18,8 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -105,15 +107,48 @@ static int listen_on(const char *host, int port, int *bound, char *err, size_t e
     return fd;
 }
 
+/* A Unix-socket listener at path. A socket file left by a server that is gone (connect is
+ * refused) is replaced; a live one, or a path that is not a socket, is an error. */
+static int listen_unix(const char *path, char *err, size_t errlen)
+{
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    struct stat st;
+    if (strlen(path) >= sizeof a.sun_path)
+        return fail(err, errlen, "act-serve: --unix '%s': longer than %zu bytes", path, sizeof a.sun_path - 1);
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    if (!lstat(path, &st)) {
+        if (!S_ISSOCK(st.st_mode))
+            return fail(err, errlen, "act-serve: --unix '%s' exists and is not a socket; not removing it", path);
+        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int live = probe >= 0 && connect(probe, (struct sockaddr *)&a, sizeof a) == 0;
+        if (probe >= 0) close(probe);
+        if (live) return fail(err, errlen, "act-serve: --unix '%s': another server is listening there", path);
+        unlink(path);
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return fail(err, errlen, "act-serve: socket(AF_UNIX): %s", strerror(errno));
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 1024)) {
+        int e = errno;
+        close(fd);
+        return fail(err, errlen, "act-serve: cannot listen on Unix socket '%s': %s", path, strerror(e));
+    }
+    return fd;
+}
+
+static void close_listener(act_server *s, int *fd)
+{
+    if (*fd < 0) return;
+    epoll_ctl(s->epfd, EPOLL_CTL_DEL, *fd, NULL);
+    close(*fd);
+    *fd = -1;
+}
+
 static void begin_drain(act_server *s)
 {
     if (atomic_exchange(&s->draining, 1)) return;
     act_serve_log(s, "draining: %d requests in flight, %d connections", s->inflight, s->n_open);
-    if (s->lfd >= 0) {
-        epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lfd, NULL);
-        close(s->lfd);
-        s->lfd = -1;
-    }
+    close_listener(s, &s->lfd);
+    close_listener(s, &s->ufd);
 }
 
 static int drained(act_server *s)
@@ -137,7 +172,7 @@ static void *io_main(void *arg)
             s->io_rc = -1;
             break;
         }
-        int listener_ready = 0;
+        int tcp_ready = 0, unix_ready = 0;
         for (int i = 0; i < n; i++) {
             uint32_t kind = (uint32_t)(evs[i].data.u64 >> 32), slot = (uint32_t)evs[i].data.u64;
             if (kind == TAG_WAKE) {
@@ -145,12 +180,14 @@ static void *io_main(void *arg)
                 ssize_t r = read(s->wakefd, &v, sizeof v);
                 (void)r;
                 if (atomic_load(&s->attached) && !atomic_load(&s->ready) && s->lfd >= 0 && !s->stop_flag) {
-                    act_ep_set(s, EPOLL_CTL_ADD, s->lfd, EPOLLIN, ACT_TAG(TAG_LISTEN, 0));
+                    act_ep_set(s, EPOLL_CTL_ADD, s->lfd, EPOLLIN, ACT_TAG(TAG_LISTEN, LISTEN_TCP));
+                    if (s->ufd >= 0) act_ep_set(s, EPOLL_CTL_ADD, s->ufd, EPOLLIN, ACT_TAG(TAG_LISTEN, LISTEN_UNIX));
                     atomic_store(&s->ready, 1);
                 }
                 if (atomic_load(&s->attached)) act_deliver_done(s);
             } else if (kind == TAG_LISTEN) {
-                listener_ready = 1;
+                if (slot == LISTEN_UNIX) unix_ready = 1;
+                else tcp_ready = 1;
             } else if (kind == TAG_METRICS) {
                 act_http_accept(s);
             } else if (kind == TAG_HTTP) {
@@ -170,7 +207,8 @@ static void *io_main(void *arg)
         }
         /* accept after this round's hang-ups are handled: the slots they free go to the new
          * connections instead of a max-clients refusal */
-        if (listener_ready && s->lfd >= 0) act_conn_accept(s);
+        if (tcp_ready && s->lfd >= 0) act_conn_accept(s, s->lfd, 0);
+        if (unix_ready && s->ufd >= 0) act_conn_accept(s, s->ufd, 1);
         double now = act_now();
         act_conn_expire(s, now);
         act_http_expire(s, now);
@@ -198,7 +236,7 @@ int act_server_create(const act_server_opts *opts, act_server **out, char *err, 
     s->o = *opts;
     snprintf(s->host, sizeof s->host, "%s", opts->host ? opts->host : "127.0.0.1");
     s->o.host = s->host;
-    s->lfd = s->mfd = s->epfd = s->wakefd = s->spare_fd = -1;
+    s->lfd = s->mfd = s->epfd = s->wakefd = s->spare_fd = s->ufd = -1;
     for (int i = 0; i < ACT_HTTP_SLOTS; i++) s->http[i].fd = -1;
     act_metrics_init(&s->metrics);
     pthread_mutex_init(&s->mu, NULL);
@@ -238,6 +276,14 @@ int act_server_create(const act_server_opts *opts, act_server **out, char *err, 
     if ((s->lfd = listen_on(s->host, opts->port, &s->port, err, errlen)) < 0) {
         act_server_free(s);
         return -1;
+    }
+    if (opts->unix_path) {
+        if ((s->ufd = listen_unix(opts->unix_path, err, errlen)) < 0) {
+            act_server_free(s);
+            return -1;
+        }
+        snprintf(s->unix_path, sizeof s->unix_path, "%s", opts->unix_path);
+        s->o.unix_path = s->unix_path;
     }
     if (opts->metrics_port >= 0) {
         if ((s->mfd = listen_on(s->host, opts->metrics_port, &s->mport, err, errlen)) < 0) {
@@ -317,10 +363,13 @@ void act_server_free(act_server *s)
     }
     for (act_req *r = s->pend_head, *n; r; r = n) {
         n = r->next;
+        act_shm_unref(r->shm);
         free(r->wire);
         free(r);
     }
     if (s->lfd >= 0) close(s->lfd);
+    if (s->ufd >= 0) close(s->ufd);
+    if (s->unix_path[0]) unlink(s->unix_path);
     if (s->mfd >= 0) close(s->mfd);
     if (s->epfd >= 0) close(s->epfd);
     if (s->wakefd >= 0) close(s->wakefd);

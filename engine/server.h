@@ -23,6 +23,8 @@
 typedef struct act_server_opts {
     const char *host;          /* listen address (default 127.0.0.1) */
     int port;                  /* 0 = any free port (see act_server_port) */
+    const char *unix_path;     /* NULL, or also listen on this Unix socket: same-host clients there
+                                * may pass frames in shared memory (SHM_ATTACH) */
     int metrics_port;          /* -1 = no HTTP side port, 0 = any free port */
     int max_batch;             /* requests per forward pass (<= the session's max_batch) */
     int max_wait_us;           /* how long a batch may wait for more requests */

@@ -62,6 +62,11 @@ void act_conn_close(act_server *s, act_conn *c, int dropped, const char *why)
     c->out_tail = NULL;
     free(c->in);
     c->in = NULL;
+    if (c->rx_fd >= 0) close(c->rx_fd);
+    c->rx_fd = -1;
+    act_shm_unref(c->shm);   /* requests still running keep their own references */
+    c->shm = NULL;
+    c->is_unix = 0;
     c->in_cap = c->in_got = c->hdr_got = 0;
     c->have_hdr = c->handshaken = c->inflight = c->read_done = 0;
     c->events = 0;
@@ -226,6 +231,8 @@ static act_req *req_get(act_server *s)
 
 void act_req_put(act_server *s, act_req *r)
 {
+    act_shm_unref(r->shm);
+    r->shm = NULL;
     if (s->n_pool >= s->o.max_queue) {
         free(r->wire);
         free(r);
@@ -255,7 +262,8 @@ static int on_predict(act_server *s, act_conn *c, uint8_t *p, uint32_t len)
     }
     act_req *r = req_get(s);
     if (!r) return conn_error(s, c, id, ACT_E_INTERNAL, "out of memory for a request", 0);
-    int code = act_proto_parse_predict_view(cfg, p, len, &r->p, r->data, msg, sizeof msg);
+    int code = act_proto_parse_predict_shm(cfg, p, len, &r->p, r->data, c->shm ? c->shm->base : NULL,
+                                           c->shm ? c->shm->size : 0, msg, sizeof msg);
     if (code) {
         act_req_put(s, r);
         audit_line(s, c, id, code, NULL);
@@ -269,6 +277,8 @@ static int on_predict(act_server *s, act_conn *c, uint8_t *p, uint32_t len)
     r->wire_cap = c->in_cap;
     c->in = w;
     c->in_cap = wcap;
+    r->shm = c->shm;   /* frames may point into it: it stays mapped until the request is back */
+    act_shm_ref(r->shm);
     r->slot = (uint32_t)(c - s->conns);
     r->gen = c->gen;
     r->t_arrive = act_now();
@@ -285,6 +295,37 @@ static int on_predict(act_server *s, act_conn *c, uint8_t *p, uint32_t len)
     return 0;
 }
 
+/* SHM_ATTACH: map the memfd that came with the frame; it replaces an earlier attachment (whose
+ * mapping lives on while requests read from it). Errors keep the connection: the client can go
+ * on sending frames inline. */
+static int on_shm_attach(act_server *s, act_conn *c, const uint8_t *p, uint32_t len)
+{
+    char msg[256];
+    uint64_t size;
+    int fd = c->rx_fd;
+    c->rx_fd = -1;
+    int code = act_proto_parse_shm_attach(p, len, &size, msg, sizeof msg);
+    if (!code && !c->is_unix) {
+        code = ACT_E_BAD_SHM;
+        snprintf(msg, sizeof msg, "SHM_ATTACH: a descriptor cannot travel over TCP; connect to the Unix socket "
+                                  "(act-serve --unix PATH) to use shared memory");
+    } else if (!code && fd < 0) {
+        code = ACT_E_BAD_SHM;
+        snprintf(msg, sizeof msg, "SHM_ATTACH: no file descriptor came with the message (send the memfd with "
+                                  "SCM_RIGHTS in the same sendmsg)");
+    }
+    act_shm *m = NULL;
+    if (!code) code = act_shm_map(fd, size, &m, msg, sizeof msg);
+    if (fd >= 0) close(fd);   /* the mapping, if any, keeps the memory */
+    if (code) return conn_error(s, c, 0, code, msg, 0);
+    act_shm_unref(c->shm);
+    c->shm = m;
+    act_serve_log(s, "%s: attached %llu bytes of shared memory", c->peer, (unsigned long long)size);
+    size_t n = 0;
+    uint8_t *f = act_proto_build_shm_ok(size, &n);
+    return conn_send(s, c, f, n);
+}
+
 static int on_frame(act_server *s, act_conn *c)
 {
     uint8_t *p = c->in;
@@ -292,6 +333,7 @@ static int on_frame(act_server *s, act_conn *c)
     switch (c->fh.type) {
     case ACT_MSG_HELLO: return on_hello(s, c, p, len);
     case ACT_MSG_PREDICT: return on_predict(s, c, p, len);
+    case ACT_MSG_SHM_ATTACH: return on_shm_attach(s, c, p, len);
     case ACT_MSG_PING: {
         size_t n;
         uint64_t nonce = 0;
@@ -311,12 +353,13 @@ static int on_header(act_server *s, act_conn *c)
     int code = act_proto_parse_hdr(c->hdr, &c->fh, msg, sizeof msg);
     if (code) return conn_error(s, c, 0, code, msg, 1);
     int t = c->fh.type;
-    if (t != ACT_MSG_HELLO && t != ACT_MSG_PREDICT && t != ACT_MSG_PING) {
-        snprintf(msg, sizeof msg, "message type %d is not one a client may send (HELLO=1, PREDICT=3, PING=6)", t);
+    if (t != ACT_MSG_HELLO && t != ACT_MSG_PREDICT && t != ACT_MSG_PING && t != ACT_MSG_SHM_ATTACH) {
+        snprintf(msg, sizeof msg, "message type %d is not one a client may send (HELLO=1, PREDICT=3, PING=6, SHM_ATTACH=8)", t);
         return conn_error(s, c, 0, ACT_E_BAD_TYPE, msg, 1);
     }
-    if (t == ACT_MSG_PREDICT && !c->handshaken)
-        return conn_error(s, c, 0, ACT_E_NO_HELLO, "PREDICT before HELLO: send HELLO first", 1);
+    if ((t == ACT_MSG_PREDICT || t == ACT_MSG_SHM_ATTACH) && !c->handshaken)
+        return conn_error(s, c, 0, ACT_E_NO_HELLO, t == ACT_MSG_PREDICT ? "PREDICT before HELLO: send HELLO first"
+                                                                         : "SHM_ATTACH before HELLO: send HELLO first", 1);
     uint32_t max = act_proto_max_payload(s->cfg, t, c->handshaken);
     if (c->fh.len > max) {
         snprintf(msg, sizeof msg, "frame payload of %u bytes exceeds the limit of %u for this message type and model",
@@ -334,6 +377,30 @@ static int on_header(act_server *s, act_conn *c)
     return 0;
 }
 
+/* recv, and on a Unix socket recvmsg, which also takes a descriptor passed with SCM_RIGHTS: the
+ * frame being read keeps the first (SHM_ATTACH consumes it, any other frame drops it at its end);
+ * more than one is closed at once. */
+static ssize_t conn_recv(act_conn *c, void *buf, size_t n)
+{
+    if (!c->is_unix) return recv(c->fd, buf, n, MSG_DONTWAIT);
+    union { struct cmsghdr h; char b[CMSG_SPACE(4 * sizeof(int))]; } ctl;
+    struct iovec iov = { buf, n };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b, .msg_controllen = sizeof ctl.b };
+    ssize_t got = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (got < 0) return got;
+    for (struct cmsghdr *h = CMSG_FIRSTHDR(&mh); h; h = CMSG_NXTHDR(&mh, h)) {
+        if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS) continue;
+        size_t nfd = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < nfd; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(h) + i * sizeof(int), sizeof fd);
+            if (c->rx_fd < 0) c->rx_fd = fd;
+            else close(fd);
+        }
+    }
+    return got;
+}
+
 void act_conn_read(act_server *s, act_conn *c)
 {
     if (c->closing) {   /* refused: discard what it still sends until it hangs up */
@@ -346,8 +413,8 @@ void act_conn_read(act_server *s, act_conn *c)
     }
     for (int frames = 0; frames < READ_FRAMES_PER_WAKE;) {
         int in_payload = c->have_hdr;
-        ssize_t n = in_payload ? recv(c->fd, c->in + c->in_got, c->fh.len - c->in_got, MSG_DONTWAIT)
-                               : recv(c->fd, c->hdr + c->hdr_got, ACT_PROTO_HDR - c->hdr_got, MSG_DONTWAIT);
+        ssize_t n = in_payload ? conn_recv(c, c->in + c->in_got, c->fh.len - c->in_got)
+                               : conn_recv(c, c->hdr + c->hdr_got, ACT_PROTO_HDR - c->hdr_got);
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK) return;
             if (errno == EINTR) continue;
@@ -378,22 +445,26 @@ void act_conn_read(act_server *s, act_conn *c)
         c->have_hdr = 0;
         frames++;
         if (on_frame(s, c) || c->closing) return;
+        if (c->rx_fd >= 0) {   /* a descriptor sent with some other frame: not ours to keep */
+            close(c->rx_fd);
+            c->rx_fd = -1;
+        }
         if (c->handshaken) c->frame_deadline = 0;   /* between frames a client may idle */
     }
 }
 
-void act_conn_accept(act_server *s)
+void act_conn_accept(act_server *s, int lfd, int is_unix)
 {
     for (;;) {
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
-        int fd = accept4(s->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE) {
                 /* out of descriptors: free the spare, take the connection and refuse it, so the
                  * listener does not stay readable and spin the loop */
                 close(s->spare_fd);
-                fd = accept(s->lfd, NULL, NULL);
+                fd = accept(lfd, NULL, NULL);
                 if (fd >= 0) close(fd);
                 s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
                 if (fd >= 0) {
@@ -421,10 +492,13 @@ void act_conn_accept(act_server *s)
             continue;
         }
         int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (!is_unix) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         int slot = s->free_slots[--s->n_free];
         act_conn *c = &s->conns[slot];
         c->fd = fd;
+        c->is_unix = is_unix;
+        c->rx_fd = -1;
+        c->shm = NULL;
         char addr[INET6_ADDRSTRLEN] = "?";
         int port = 0;
         if (ss.ss_family == AF_INET) {
@@ -434,7 +508,12 @@ void act_conn_accept(act_server *s)
             inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, addr, sizeof addr);
             port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
         }
-        snprintf(c->peer, sizeof c->peer, "%s:%d", addr, port);
+        struct ucred cr;
+        socklen_t crl = sizeof cr;
+        if (is_unix && !getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl))
+            snprintf(c->peer, sizeof c->peer, "unix:pid %d", (int)cr.pid);
+        else
+            snprintf(c->peer, sizeof c->peer, "%s:%d", addr, port);
         c->client[0] = 0;
         c->frame_deadline = s->o.frame_timeout_ms ? act_now() + 1e-3 * s->o.frame_timeout_ms : 0;
         s->n_open++;

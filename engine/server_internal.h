@@ -17,6 +17,14 @@
 /* One PREDICT on its way through the server: one block sized from the contract at attach
  * (header, chunk, then the decoded inputs at data), recycled through a pool so that the
  * steady state allocates nothing and touches no fresh pages. */
+/* A client's shared memory, mapped read-only (server_shm.c). refs: its connection and every
+ * request whose frames may point into it; I/O thread only. */
+typedef struct act_shm {
+    const uint8_t *base;
+    uint64_t size;
+    int refs;
+} act_shm;
+
 typedef struct act_req {
     struct act_req *next;
     uint32_t slot, gen;            /* the connection that asked */
@@ -31,6 +39,7 @@ typedef struct act_req {
                                     * the connection's receive buffer instead of copied; it stays
                                     * with the block when recycled (owned, may be NULL) */
     size_t wire_cap;
+    act_shm *shm;                  /* a reference to the connection's shared memory, or NULL */
     float chunk[];                 /* [pred_horizon][action_dim] */
 } act_req;
 
@@ -42,6 +51,9 @@ typedef struct act_out {           /* one queued reply frame */
 
 typedef struct act_conn {
     int fd;                        /* -1 = free slot */
+    int is_unix;                   /* accepted on the Unix socket: may attach shared memory */
+    int rx_fd;                     /* a descriptor that came with the frame being read, or -1 */
+    act_shm *shm;                  /* attached shared memory (a reference), or NULL */
     uint32_t gen;
     int handshaken, closing, read_done;   /* read_done: peer half-closed, still owed replies */
     uint32_t events;               /* what epoll watches for it now */
@@ -65,12 +77,15 @@ typedef struct act_http_conn { int fd; size_t got; double deadline; char buf[ACT
 
 /* epoll tags: kind in the high 32 bits, slot in the low */
 enum { TAG_LISTEN = 1, TAG_METRICS = 2, TAG_WAKE = 3, TAG_CONN = 4, TAG_HTTP = 5 };
+enum { LISTEN_TCP = 0, LISTEN_UNIX = 1 };   /* TAG_LISTEN slots */
 #define ACT_TAG(kind, slot) (((uint64_t)(kind) << 32) | (uint32_t)(slot))
 
 struct act_server {
     act_server_opts o;
     char host[64], audit_path[512];
     int lfd, mfd, epfd, wakefd, spare_fd;
+    int ufd;                       /* the Unix-socket listener (--unix), or -1 */
+    char unix_path[108];           /* its path, removed at exit; "" = none */
     int port, mport;
     volatile sig_atomic_t stop_flag;
     atomic_int ready, draining, attached;
@@ -112,13 +127,18 @@ void act_serve_log(const act_server *s, const char *fmt, ...);
 
 /* server_conn.c (I/O thread only) */
 int act_ep_set(act_server *s, int op, int fd, uint32_t events, uint64_t tag);
-void act_conn_accept(act_server *s);
+void act_conn_accept(act_server *s, int lfd, int is_unix);
 void act_conn_read(act_server *s, act_conn *c);
 int act_conn_flush(act_server *s, act_conn *c);      /* -1: the connection was closed */
 void act_conn_close(act_server *s, act_conn *c, int dropped, const char *why);
 void act_conn_expire(act_server *s, double now);     /* closes refused clients past their linger */
 void act_deliver_done(act_server *s);                /* routes finished requests to their clients */
 void act_req_put(act_server *s, act_req *r);         /* back to the pool (or freed when it is full) */
+
+/* server_shm.c (I/O thread only) */
+int act_shm_map(int fd, uint64_t size, act_shm **out, char *msg, size_t msglen);   /* 0 or an act_err_code */
+static inline void act_shm_ref(act_shm *m) { if (m) m->refs++; }
+void act_shm_unref(act_shm *m);                    /* unmaps at the last reference */
 
 /* server_infer.c */
 int act_infer_start(act_server *s, char *err, size_t errlen);

@@ -3,7 +3,8 @@
  * (flipped bytes, truncations, forged counts and lengths) must each be refused with a known
  * code and a message, or decode to a request that still satisfies the contract - never crash,
  * read past the payload or write past the contract-sized buffer (CI runs this under ASan). Also: header checks, HELLO and the
- * contract, and the size limit that bounds every allocation. */
+ * contract, the size limit that bounds every allocation, and frames in shared memory (offsets
+ * that must land inside the attached area, SHM_ATTACH). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,12 +228,133 @@ static void test_header_hello_contract(const act_config *c)
     free(res);
 }
 
+/* A PREDICT whose cameras are in shared memory: encoding 2, an nbytes-long field holding the
+ * offset (8 bytes when well-formed); camera raw_cam (if >= 0) travels raw instead. */
+static buf make_shm_predict(const act_config *c, const uint64_t *offs, uint32_t nbytes, int raw_cam, const uint8_t *raw)
+{
+    buf b = { 0 };
+    size_t frame = (size_t)c->image_h * c->image_w * 3;
+    float q[16] = { 0.25f, -0.5f, 1.0f, 2.0f, -3.0f };
+    put_u64(&b, 3);
+    put_u32(&b, 0);
+    put_u32(&b, (uint32_t)c->obs_dim);
+    put(&b, q, 4 * (size_t)c->obs_dim);
+    put_u32(&b, (uint32_t)c->num_cams);
+    for (int k = 0; k < c->num_cams; k++) {
+        uint8_t enc = k == raw_cam ? ACT_ENC_RAW : ACT_ENC_SHM, field[16] = { 0 };
+        put_name(&b, c->camera_names[k]);
+        put(&b, &enc, 1);
+        put_u32(&b, (uint32_t)c->image_h);
+        put_u32(&b, (uint32_t)c->image_w);
+        if (k == raw_cam) {
+            put_u32(&b, (uint32_t)frame);
+            put(&b, raw, frame);
+        } else {
+            memcpy(field, &offs[k], 8);
+            put_u32(&b, nbytes);
+            put(&b, field, nbytes);
+        }
+    }
+    return b;
+}
+
+static void test_shm(const act_config *c)
+{
+    const size_t frame = (size_t)c->image_h * c->image_w * 3, size = 3 * frame + 10;
+    uint8_t *shm = malloc(size), raw[8 * 6 * 3];
+    void *data = malloc(act_proto_predict_bytes(c));
+    char msg[512];
+    act_predict r;
+    for (size_t i = 0; i < size; i++) shm[i] = (uint8_t)rnd();
+    for (size_t i = 0; i < frame; i++) raw[i] = (uint8_t)rnd();
+    /* cameras in any order inside the area, the last one flush with its end */
+    uint64_t offs[3] = { frame, 0, size - frame };
+    buf b = make_shm_predict(c, offs, 8, -1, NULL);
+    int code = act_proto_parse_predict_shm(c, b.p, (uint32_t)b.n, &r, data, shm, size, msg, sizeof msg);
+    CHECK(code == 0, "valid shared-memory PREDICT refused: %s", msg);
+    for (int k = 0; !code && k < 3; k++) CHECK(r.images[k] == shm + offs[k], "camera %d does not point at its offset", k);
+    CHECK(!code && r.qpos[1] == -0.5f, "qpos of a shared-memory PREDICT");
+    /* the other parses, and a connection without an area, refuse such frames */
+    CHECK(act_proto_parse_predict_shm(c, b.p, (uint32_t)b.n, &r, data, NULL, 0, msg, sizeof msg) == ACT_E_BAD_SHM &&
+          strstr(msg, "none attached"), "no area: %s", msg);
+    CHECK(act_proto_parse_predict_view(c, b.p, (uint32_t)b.n, &r, data, msg, sizeof msg) == ACT_E_BAD_SHM, "view parse: %s", msg);
+    CHECK(act_proto_parse_predict(c, b.p, (uint32_t)b.n, &r, data, msg, sizeof msg) == ACT_E_BAD_SHM, "copy parse: %s", msg);
+    free(b.p);
+    /* one byte past the end, and offsets that overflow when the frame is added */
+    const uint64_t bad[] = { size - frame + 1, size, size + 1, UINT64_MAX, UINT64_MAX - frame + 1 };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint64_t o[3] = { 0, bad[i], frame };
+        b = make_shm_predict(c, o, 8, -1, NULL);
+        CHECK(act_proto_parse_predict_shm(c, b.p, (uint32_t)b.n, &r, data, shm, size, msg, sizeof msg) == ACT_E_BAD_SHM &&
+              strstr(msg, "outside"), "offset %llu accepted: %s", (unsigned long long)bad[i], msg);
+        free(b.p);
+    }
+    for (uint32_t nb = 0; nb <= 16; nb++) {   /* the offset field is exactly 8 bytes */
+        b = make_shm_predict(c, offs, nb, -1, NULL);
+        code = act_proto_parse_predict_shm(c, b.p, (uint32_t)b.n, &r, data, shm, size, msg, sizeof msg);
+        CHECK(nb == 8 ? code == 0 : code == ACT_E_BAD_FRAME, "offset field of %u bytes: code %d (%s)", nb, code, msg);
+        free(b.p);
+    }
+    /* raw and shared-memory cameras mix in one request */
+    b = make_shm_predict(c, offs, 8, 1, raw);
+    code = act_proto_parse_predict_shm(c, b.p, (uint32_t)b.n, &r, data, shm, size, msg, sizeof msg);
+    CHECK(code == 0 && r.images[0] == shm + offs[0] && r.images[2] == shm + offs[2] && r.images[1] >= b.p &&
+          r.images[1] + frame <= b.p + b.n && !memcmp(r.images[1], raw, frame), "raw + shm mix: %s", msg);
+    free(b.p);
+    /* mutated shared-memory requests: refused, or every frame lies inside the area or payload */
+    int refused = 0;
+    for (int it = 0; it < 5000; it++) {
+        b = make_shm_predict(c, offs, 8, (int)(rnd() % 4) - 1, raw);
+        if (rnd() & 1) {
+            for (int j = 0; j < 1 + (int)(rnd() % 3); j++) b.p[rnd() % b.n] ^= (uint8_t)(1 + rnd() % 255);
+        } else {
+            uint32_t v = rnd() % 3 ? rnd() : (uint32_t)(size - frame + rnd() % 4);
+            memcpy(b.p + rnd() % (b.n - 4), &v, 4);
+        }
+        code = act_proto_parse_predict_shm(c, b.p, (uint32_t)b.n, &r, data, shm, size, msg, sizeof msg);
+        if (code) {
+            refused++;
+            CHECK(code >= ACT_E_MALFORMED && code <= ACT_E_BAD_SHM && msg[0], "shm mutation %d: code %d", it, code);
+        } else {
+            for (int k = 0; k < 3; k++)
+                CHECK((r.images[k] >= shm && r.images[k] + frame <= shm + size) ||
+                      (r.images[k] >= b.p && r.images[k] + frame <= b.p + b.n), "shm mutation %d: camera %d outside", it, k);
+        }
+        free(b.p);
+    }
+    CHECK(refused > 1000, "shm mutations: only %d refused", refused);
+    free(data);
+    free(shm);
+
+    /* SHM_ATTACH: u64 size, exactly; SHM_OK echoes it */
+    uint8_t att[9] = { 0 };
+    uint64_t sz = 0, want = 590000;
+    memcpy(att, &want, 8);
+    CHECK(act_proto_parse_shm_attach(att, 8, &sz, msg, sizeof msg) == 0 && sz == want, "SHM_ATTACH: %s", msg);
+    CHECK(act_proto_parse_shm_attach(att, 7, &sz, msg, sizeof msg) == ACT_E_MALFORMED, "SHM_ATTACH of 7 bytes");
+    CHECK(act_proto_parse_shm_attach(att, 9, &sz, msg, sizeof msg) == ACT_E_MALFORMED, "SHM_ATTACH of 9 bytes");
+    const uint64_t sizes[] = { 0, ACT_PROTO_SHM_MAX + 1, UINT64_MAX };
+    for (int i = 0; i < 3; i++) {
+        memcpy(att, &sizes[i], 8);
+        CHECK(act_proto_parse_shm_attach(att, 8, &sz, msg, sizeof msg) == ACT_E_BAD_SHM, "SHM_ATTACH size %llu accepted",
+              (unsigned long long)sizes[i]);
+    }
+    size_t n;
+    act_frame_hdr fh;
+    uint8_t *ok = act_proto_build_shm_ok(want, &n);
+    CHECK(ok && n == ACT_PROTO_HDR + 8 && act_proto_parse_hdr(ok, &fh, msg, sizeof msg) == 0 && fh.type == ACT_MSG_SHM_OK &&
+          !memcmp(ok + ACT_PROTO_HDR, &want, 8), "SHM_OK layout");
+    free(ok);
+    CHECK(!strcmp(act_err_code_name(ACT_E_BAD_SHM), "bad_shm"), "error name of bad_shm");
+}
+
 int main(void)
 {
     act_config c = make_cfg();
     test_roundtrip(&c);
     test_mutations(&c);
     test_header_hello_contract(&c);
+    test_shm(&c);
     if (failures) {
         fprintf(stderr, "test_serve_protocol: %d failures\n", failures);
         return 1;

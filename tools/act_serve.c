@@ -70,6 +70,7 @@ static int parse(int argc, char **argv, cli *c)
         { "model", "ACT_SERVE_MODEL", F_STR, &c->model, ".actw weight file (required)" },
         { "host", "ACT_SERVE_HOST", F_STR, &c->so.host, "listen address [127.0.0.1]" },
         { "port", "ACT_SERVE_PORT", F_INT, &c->so.port, "TCP port, 0 = any free [7070]" },
+        { "unix", "ACT_SERVE_UNIX", F_STR, &c->so.unix_path, "also listen on this Unix socket (same-host clients; frames in shared memory)" },
         { "device", "ACT_SERVE_DEVICE", F_STR, &c->device, "cuda|cpu|auto [auto: cuda if available]" },
         { "precision", "ACT_SERVE_PRECISION", F_STR, &c->precision, "fp32|tf32|bf16|fp16 [fp32]" },
         { "cuda-device", "ACT_SERVE_CUDA_DEVICE", F_INT, &c->cuda_device, "CUDA device ordinal [0]" },
@@ -197,10 +198,12 @@ int main(int argc, char **argv)
         goto out;
     }
     const act_config *cfg = act_model_config(m);
-    fprintf(stderr, "act-serve: ready on %s:%d (%s, model %s, max-batch %d, max-wait-us %d)%s%d\n",
-            c.so.host, act_server_port(g_server), act_session_device_name(sess), cfg->model_hash,
-            c.so.max_batch, c.so.max_wait_us, c.so.metrics_port >= 0 ? ", metrics on port " : "",
-            c.so.metrics_port >= 0 ? act_server_metrics_port(g_server) : 0);
+    char mport[48] = "";
+    if (c.so.metrics_port >= 0) snprintf(mport, sizeof mport, ", metrics on port %d", act_server_metrics_port(g_server));
+    fprintf(stderr, "act-serve: ready on %s:%d%s%s (%s, model %s, max-batch %d, max-wait-us %d)%s\n",
+            c.so.host, act_server_port(g_server), c.so.unix_path ? " and unix:" : "",
+            c.so.unix_path ? c.so.unix_path : "", act_session_device_name(sess), cfg->model_hash,
+            c.so.max_batch, c.so.max_wait_us, mport);
     if (c.port_file) {
         FILE *f = fopen(c.port_file, "w");
         if (f) {

@@ -25,7 +25,8 @@
 #   memcheck   compute-sanitizer memcheck on full-size steps (eager, captured and replayed)
 #   racecheck  compute-sanitizer racecheck on the attention and norm kernels
 #   bench      bench/compare_torch.py --device cuda (if present): ours vs PyTorch eager/compile
-#   serve      bench/serve_load.py: act-serve on the GPU, 1/8/32 loopback clients, batching on/off
+#   serve      bench/serve_load.py: act-serve on the GPU, 1/8/32 loopback clients, batching on/off,
+#              frames over TCP and in shared memory over the Unix socket
 #   layout-ab  act-infer bench, full model, bf16 at batch 1 and 64, feature maps NCHW vs NHWC
 #   pipeline-ab act-infer bench, full model, bf16 at batch 64 and 256: frames uploaded per camera
 #              on a second stream while the trunk runs on the camera before, vs all at once
@@ -217,11 +218,12 @@ fi
 
 # ---------------- serving under load (act-serve on the GPU, loopback clients) ----------------
 if [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && [ -x "$BUILD/act-serve" ] && enough 40; then
-    timeout "$(limit 50)" "$PY" bench/serve_load.py --model "$TD/full.actw" --act-serve "$BUILD/act-serve" \
-        --device cuda --clients 1,8,32 --requests 50 --max-seconds 20 --json "$OUT/serve_load.json" \
-        >"$OUT/serve.log" 2>&1
+    timeout "$(limit 60)" "$PY" bench/serve_load.py --model "$TD/full.actw" --act-serve "$BUILD/act-serve" \
+        --device cuda --clients 1,8,32 --requests 50 --max-seconds 20 --transports tcp,shm \
+        --json "$OUT/serve_load.json" >"$OUT/serve.log" 2>&1
     rc=$?
-    row serve "$([ $rc = 0 ] && echo ok || echo rc$rc)" "$(tail -1 "$OUT/serve.log" | cut -c1-150)"
+    row serve "$([ $rc = 0 ] && echo ok || echo rc$rc)" \
+        "$(grep -E '^(overhead|speedup_32_clients_vs)' "$OUT/serve.log" | tr '\n' ' ' | cut -c1-150)"
 else
     row serve SKIP "no bench/serve_load.py, act-serve, full model or time"
 fi

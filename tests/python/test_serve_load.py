@@ -26,18 +26,19 @@ def test_serve_load_reports_every_setting(act_serve, ref, tmp_path):
                    check=True, capture_output=True)
     out = tmp_path / "load.json"
     p = subprocess.run([sys.executable, str(REPO / "bench" / "serve_load.py"), "--model", str(model), "--act-serve",
-                        str(act_serve), "--device", "cpu", "--clients", "1,3", "--requests", "2", "--json", str(out)],
+                        str(act_serve), "--device", "cpu", "--clients", "1,3", "--requests", "2", "--transports", "tcp,shm",
+                        "--json", str(out)],
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout + p.stderr
     res = json.loads(out.read_text())
-    rows = {(r["batching"], r["clients"]): r for r in res["rows"]}
-    assert sorted(rows) == [("off", 1), ("off", 3), ("on", 1), ("on", 3)]
-    for (mode, clients), r in rows.items():
+    rows = {(r["batching"], r["clients"], r["transport"]): r for r in res["rows"]}
+    assert sorted(rows) == [(m, c, t) for m in ("off", "on") for c in (1, 3) for t in ("shm", "tcp")]
+    for (mode, clients, _), r in rows.items():
         assert r["requests"] == 2 * clients
         assert 0 < r["infer_p50_ms"] <= r["rtt_p50_ms"] <= r["rtt_p99_ms"]
         assert r["throughput_rps"] > 0 and 1 <= r["mean_batch"] <= clients
         if mode == "off":
             assert r["mean_batch"] == 1
     assert set(res["summary"]) == {"speedup_batching_3_clients", "speedup_3_clients_vs_one_at_a_time",
-                                   "overhead_p50_ms_batch1"}
-    assert "batching clients" in p.stdout and p.stdout.count("\n") >= 5
+                                   "overhead_p50_ms_batch1", "overhead_p50_ms_batch1_shm"}
+    assert "batching  via clients" in p.stdout and p.stdout.count("\n") >= 9

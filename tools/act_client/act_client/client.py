@@ -1,4 +1,5 @@
-"""ActClient: one TCP connection to act-serve, with handshake, timeouts and reconnection.
+"""ActClient: one connection to act-serve (TCP, or a Unix socket on the same host), with
+handshake, timeouts and reconnection.
 
 A predict is a pure function of its inputs, so when the connection breaks (server restarted,
 replica drained) the client reconnects and sends the same request again, until `timeout`
@@ -6,11 +7,19 @@ seconds have passed since the call began; then it raises ActTimeoutError. After 
 handshake the client declares the contract it got (cameras, dims, frame size) on every
 reconnect, so a restarted server that now serves a different model contract is refused with
 ActContractError instead of silently answering for the wrong robot.
+
+On a Unix socket (act-serve --unix PATH) the client also attaches shared memory: a sealed memfd
+holding one frame per camera, passed to the server once per connection. A PREDICT then carries
+offsets instead of ~590 KB of pixels, and a caller that renders into frame_buffers() copies
+nothing at all.
 """
 
 from __future__ import annotations
 
+import fcntl
 import itertools
+import mmap
+import os
 import socket
 import time
 from typing import Dict, Mapping, Optional, Sequence
@@ -47,12 +56,22 @@ class ActClient:
     camera_names / obs_dim / action_dim / image_hw: the contract this client expects; a server
     with another contract is refused at the handshake. compress=True sends zstd frames (needs
     the optional `zstandard` package and a server built with zstd).
+    unix_path: connect to act-serve's Unix socket instead of host:port (same machine only);
+    there, shm=True (the default) passes frames in shared memory. .transport says which is in
+    use ("tcp", "unix" or "unix+shm"); .shm_error why shared memory was refused, if it was.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 7070, timeout: float = 10.0,
                  camera_names: Optional[Sequence[str]] = None, obs_dim: int = 0, action_dim: int = 0,
-                 image_hw: Sequence[int] = (0, 0), compress: bool = False, client_name: str = "act_client"):
+                 image_hw: Sequence[int] = (0, 0), compress: bool = False, client_name: str = "act_client",
+                 unix_path: Optional[str] = None, shm: bool = True):
         self.host, self.port, self.timeout = host, int(port), float(timeout)
+        self.unix_path = unix_path
+        self._where = f"unix:{unix_path}" if unix_path else f"{host}:{self.port}"
+        self._want_shm = bool(unix_path) and shm and not compress
+        self._shm_fd, self._shm_map, self._shm_slots = -1, None, {}
+        self._shm_live = False   # attached on the current connection
+        self.shm_error: Optional[str] = None
         self.client_name = client_name
         self._declared = {"camera_names": list(camera_names or []), "obs_dim": int(obs_dim),
                           "action_dim": int(action_dim), "image_hw": tuple(int(v) for v in image_hw)}
@@ -73,6 +92,7 @@ class ActClient:
     # ---- connection ----
     def _close(self) -> None:
         self._rpos = self._rend = 0   # what a dead connection left unread belongs to no reply
+        self._shm_live = False
         if self._sock is not None:
             try:
                 self._sock.close()
@@ -81,6 +101,22 @@ class ActClient:
 
     def close(self) -> None:
         self._close()
+        self._shm_slots = {}
+        if self._shm_map is not None:
+            try:
+                self._shm_map.close()
+            except BufferError:
+                pass   # the caller still holds frame_buffers() arrays: the mapping goes with them
+            self._shm_map = None
+        if self._shm_fd >= 0:
+            os.close(self._shm_fd)
+            self._shm_fd = -1
+
+    @property
+    def transport(self) -> str:
+        if not self.unix_path:
+            return "tcp"
+        return "unix+shm" if self._shm_live else "unix"
 
     def __enter__(self):
         return self
@@ -122,7 +158,7 @@ class ActClient:
     def _recv_frame(self):
         magic, version, mtype, length = wire.HDR.unpack(self._recv_exact(wire.HDR.size))
         if magic != wire.MAGIC or version != wire.VERSION:
-            raise ActError(f"{self.host}:{self.port} does not speak act-serve protocol v{wire.VERSION} "
+            raise ActError(f"{self._where} does not speak act-serve protocol v{wire.VERSION} "
                            f"(magic {magic!r}, version {version})")
         return mtype, self._recv_exact(length)
 
@@ -134,8 +170,17 @@ class ActClient:
 
     def _connect(self, deadline: float) -> None:
         d = self._declared
-        sock = socket.create_connection((self.host, self.port), timeout=max(1e-3, deadline - time.monotonic()))
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.unix_path:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(max(1e-3, deadline - time.monotonic()))
+            try:
+                sock.connect(self.unix_path)
+            except BaseException:
+                sock.close()
+                raise
+        else:
+            sock = socket.create_connection((self.host, self.port), timeout=max(1e-3, deadline - time.monotonic()))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock = sock
         try:
             self._set_deadline(deadline)
@@ -160,6 +205,46 @@ class ActClient:
                               "action_dim": info["action_dim"],
                               "image_hw": (info["image_height"], info["image_width"])}
         self._info = info
+        if self._want_shm:
+            self._attach_shm(deadline)
+
+    def _attach_shm(self, deadline: float) -> None:
+        """Creates the shared frames once (one per camera, model order), passes them to this
+        connection's server. A refusal is not fatal: frames then travel inline."""
+        info = self._info
+        h, w, cams = info["image_height"], info["image_width"], info["camera_names"]
+        frame = h * w * 3
+        if self._shm_fd < 0:
+            fd = os.memfd_create("act-client-frames", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+            try:
+                os.ftruncate(fd, frame * len(cams))
+                # sealed: the server maps it, and a file shrunk under a mapping would crash its reader
+                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+                self._shm_map = mmap.mmap(fd, frame * len(cams))
+            except BaseException:
+                os.close(fd)
+                raise
+            self._shm_fd = fd
+            self._shm_slots = {c: (np.frombuffer(self._shm_map, np.uint8, frame, i * frame).reshape(h, w, 3), i * frame)
+                               for i, c in enumerate(cams)}
+        self._set_deadline(deadline)
+        socket.send_fds(self._sock, [wire.shm_attach(frame * len(cams))], [self._shm_fd])
+        mtype, p = self._recv_frame()
+        if mtype == wire.SHM_OK:
+            self._shm_live = True
+        elif mtype == wire.ERROR:
+            self.shm_error = wire.parse_error(p)[2]
+            self._want_shm = False
+        else:
+            raise ActError(f"SHM_ATTACH: expected SHM_OK, got message type {mtype}")
+
+    def frame_buffers(self) -> Dict[str, np.ndarray]:
+        """camera -> a writable uint8 (H, W, 3) array inside the shared memory (Unix socket with
+        shm only; else {}). Render or copy the next observation there and pass these very arrays
+        to predict(): nothing is copied on the way to the server. Do not write them while a
+        predict() is running."""
+        self.info()
+        return {c: v for c, (v, _) in self._shm_slots.items()}
 
     def _call(self, make_frame, want: int, what: str):
         """Sends a frame and waits for its reply, reconnecting on broken connections."""
@@ -191,13 +276,13 @@ class ActClient:
                         return rid, p
             except socket.timeout:
                 self._close()
-                raise ActTimeoutError(f"act-serve {self.host}:{self.port}: no {what} reply within {self.timeout:g} s"
+                raise ActTimeoutError(f"act-serve {self._where}: no {what} reply within {self.timeout:g} s"
                                       + (f" (last error: {last_err})" if last_err else "")) from None
             except (ConnectionError, OSError) as e:
                 self._close()
                 last_err = e
                 if time.monotonic() >= deadline:
-                    raise ActTimeoutError(f"act-serve {self.host}:{self.port}: could not complete {what} within "
+                    raise ActTimeoutError(f"act-serve {self._where}: could not complete {what} within "
                                           f"{self.timeout:g} s: {e}") from e
                 time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
@@ -219,14 +304,17 @@ class ActClient:
         q = np.asarray(qpos, dtype=np.float32).reshape(-1)
         if q.size != info["obs_dim"]:
             raise ValueError(f"qpos has {q.size} values, the model expects obs_dim {info['obs_dim']}")
-        frames = wire.encode_frames(images, info["camera_names"], (info["image_height"], info["image_width"]),
-                                    self._compressor)
+        hw = (info["image_height"], info["image_width"])
         if actions is not None:
             actions = np.asarray(actions, dtype=np.float32)
             if actions.shape != (info["pred_horizon"], info["action_dim"]):
                 raise ValueError(f"actions: expected {(info['pred_horizon'], info['action_dim'])}, got {actions.shape}")
 
-        def make():
+        def make():   # per attempt: a reconnect may have gained or lost the shared memory
+            if self._shm_live:
+                frames = wire.shm_frames(images, info["camera_names"], hw, self._shm_slots)
+            else:
+                frames = wire.encode_frames(images, info["camera_names"], hw, self._compressor)
             rid = next(self._ids)
             return rid, wire.predict_parts(rid, q, frames, actions, is_pad, sample_latent, seed)
 

@@ -16,17 +16,18 @@ VERSION = 1
 HDR = struct.Struct("<4sHHI")
 
 HELLO, INFO, PREDICT, RESULT, ERROR, PING, PONG = 1, 2, 3, 4, 5, 6, 7
+SHM_ATTACH, SHM_OK = 8, 9   # Unix-socket connections only
 
 ERROR_NAMES = {
     1: "bad_magic", 2: "bad_version", 3: "too_large", 4: "malformed", 5: "bad_type", 6: "no_hello",
     7: "contract", 8: "bad_qpos", 9: "bad_camera", 10: "bad_frame", 11: "bad_zstd", 12: "bad_actions",
-    13: "overloaded", 14: "shutting_down", 15: "internal",
+    13: "overloaded", 14: "shutting_down", 15: "internal", 16: "bad_shm",
 }
 E_SHUTTING_DOWN = 14
 E_OVERLOADED = 13
 
 HAS_ACTIONS, SAMPLE_LATENT = 1, 2
-ENC_RAW, ENC_ZSTD = 0, 1
+ENC_RAW, ENC_ZSTD, ENC_SHM = 0, 1, 2
 
 
 def frame(msg_type: int, payload: bytes, version: int = VERSION, magic: bytes = MAGIC) -> bytes:
@@ -81,6 +82,17 @@ def ping(nonce: int) -> bytes:
     return frame(PING, struct.pack("<Q", nonce))
 
 
+def shm_attach(size: int) -> bytes:
+    """SHM_ATTACH: the memfd itself travels beside these bytes (SCM_RIGHTS)."""
+    return frame(SHM_ATTACH, struct.pack("<Q", size))
+
+
+def parse_shm_ok(p: bytes) -> int:
+    if len(p) != 8:
+        raise ValueError(f"SHM_OK of {len(p)} bytes, expected 8")
+    return struct.unpack("<Q", p)[0]
+
+
 class _Reader:
     def __init__(self, b: bytes):
         self.b, self.o = b, 0
@@ -127,19 +139,40 @@ def parse_error(p: bytes) -> Tuple[int, int, str]:
     return rid, code, p[16:16 + n].decode("utf-8", "replace")
 
 
-def encode_frames(images: Dict[str, np.ndarray], camera_names: List[str], hw: Tuple[int, int],
-                  compressor=None) -> List[Tuple[str, int, int, int, memoryview]]:
-    """Checks and orders the camera frames; compressor: a zstandard.ZstdCompressor or None.
-    Raw frames are byte views of the caller's arrays (valid while those arrays are unchanged)."""
+def _checked(images: Dict[str, np.ndarray], camera_names: List[str], hw: Tuple[int, int]):
+    """(camera, uint8 HWC array) in model order, or ValueError naming what is wrong."""
     missing = [c for c in camera_names if c not in images]
     extra = [c for c in images if c not in camera_names]
     if missing or extra:
         raise ValueError(f"images: model cameras are {camera_names}; missing {missing}, unexpected {extra}")
-    out = []
     for cam in camera_names:
         img = np.asarray(images[cam])
         if img.dtype != np.uint8 or img.shape != (hw[0], hw[1], 3):
             raise ValueError(f"images['{cam}']: expected uint8 {(hw[0], hw[1], 3)} (HWC), got {img.dtype} {img.shape}")
+        yield cam, img
+
+
+def shm_frames(images: Dict[str, np.ndarray], camera_names: List[str], hw: Tuple[int, int],
+               slots: Dict[str, Tuple[np.ndarray, int]]) -> List[Tuple[str, int, int, int, bytes]]:
+    """Frames for a connection with shared memory attached. slots: camera -> (its array inside
+    the shared memory, byte offset). Each image is copied there unless it already is that array
+    (a caller that renders into ActClient.frame_buffers() pays no copy at all)."""
+    out = []
+    for cam, img in _checked(images, camera_names, hw):
+        view, off = slots[cam]
+        if not (img.__array_interface__["data"][0] == view.__array_interface__["data"][0]
+                and img.strides == view.strides):
+            np.copyto(view, img)
+        out.append((cam, ENC_SHM, hw[0], hw[1], struct.pack("<Q", off)))
+    return out
+
+
+def encode_frames(images: Dict[str, np.ndarray], camera_names: List[str], hw: Tuple[int, int],
+                  compressor=None) -> List[Tuple[str, int, int, int, memoryview]]:
+    """Checks and orders the camera frames; compressor: a zstandard.ZstdCompressor or None.
+    Raw frames are byte views of the caller's arrays (valid while those arrays are unchanged)."""
+    out = []
+    for cam, img in _checked(images, camera_names, hw):
         # a flat byte view of the pixels: no copy unless the array is not C-contiguous
         raw = memoryview(np.ascontiguousarray(img)).cast("B")
         if compressor is not None:
