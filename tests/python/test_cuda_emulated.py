@@ -116,14 +116,17 @@ def test_act_serve_on_cuda_matches_act_infer_predict_on_cpu(act_serve, act_infer
         images = {c: f[f"observations/images/{c}"][:] for c in cams}
 
     srv = Server(act_serve, actw, tmp_path, "--precision", "fp32", "--max-batch", 8, "--max-wait-us", 500000,
-                 env=emu_env, device="cuda")
+                 "--unix", tmp_path / "serve.sock", env=emu_env, device="cuda")
     try:
         srv.wait_ready(timeout=300)
-        clients = [ActClient("127.0.0.1", srv.port, timeout=600) for _ in range(2)]
+        # one TCP client, one with its frames in shared memory: batched together on the device
+        clients = [ActClient("127.0.0.1", srv.port, timeout=600),
+                   ActClient(unix_path=str(tmp_path / "serve.sock"), timeout=600)]
         info = clients[0].info()
         assert "emulator" in json.dumps(info), info
         for c in clients[1:]:
             c.info()   # handshake first, so the server knows both may send
+        assert clients[1].transport == "unix+shm", clients[1].shm_error
         got_prior, got_post, _, batches = replay_episode(clients, qpos, images, actions, H)
         for t in range(T):
             np.testing.assert_allclose(got_prior[t], want_prior[t], **TOL, err_msg=f"prior chunk, timestep {t}")
