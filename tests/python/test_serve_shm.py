@@ -319,3 +319,19 @@ def test_client_reattaches_after_restart(act_serve, srv, tmp_path):
     assert c.reconnects >= 1 and c.transport == "unix+shm"
     c.close()
     assert s.stop() == 0
+
+
+def test_clients_dropped_unclosed_leak_no_descriptor(srv):
+    import gc
+
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(10):
+        c = ActClient(unix_path=srv.sock, timeout=60)
+        assert c.info() and c.transport == "unix+shm"
+        del c
+    gc.collect()
+    c = ActClient(unix_path=srv.sock, timeout=60)
+    c.frame_buffers()
+    c.close()
+    c.close()   # twice is harmless
+    assert len(os.listdir("/proc/self/fd")) == before

@@ -22,6 +22,7 @@ import mmap
 import os
 import socket
 import time
+import weakref
 from typing import Dict, Mapping, Optional, Sequence
 
 import numpy as np
@@ -69,7 +70,7 @@ class ActClient:
         self.unix_path = unix_path
         self._where = f"unix:{unix_path}" if unix_path else f"{host}:{self.port}"
         self._want_shm = bool(unix_path) and shm and not compress
-        self._shm_fd, self._shm_map, self._shm_slots = -1, None, {}
+        self._shm_fd, self._shm_map, self._shm_slots, self._shm_closer = -1, None, {}, None
         self._shm_live = False   # attached on the current connection
         self.shm_error: Optional[str] = None
         self.client_name = client_name
@@ -108,9 +109,9 @@ class ActClient:
             except BufferError:
                 pass   # the caller still holds frame_buffers() arrays: the mapping goes with them
             self._shm_map = None
-        if self._shm_fd >= 0:
-            os.close(self._shm_fd)
-            self._shm_fd = -1
+        if self._shm_closer is not None:
+            self._shm_closer()
+            self._shm_closer, self._shm_fd = None, -1
 
     @property
     def transport(self) -> str:
@@ -225,6 +226,7 @@ class ActClient:
                 os.close(fd)
                 raise
             self._shm_fd = fd
+            self._shm_closer = weakref.finalize(self, os.close, fd)   # a client dropped unclosed leaks no fd
             self._shm_slots = {c: (np.frombuffer(self._shm_map, np.uint8, frame, i * frame).reshape(h, w, 3), i * frame)
                                for i, c in enumerate(cams)}
         self._set_deadline(deadline)
