@@ -59,8 +59,8 @@ static void check_refusal(int code, const char *msg, int lo)
 
 static int inside(const void *p, size_t n, const void *base, size_t len)
 {
-    const uint8_t *a = p, *b = base;
-    return a >= b && n <= len && (size_t)(a - b) <= len - n;
+    uintptr_t a = (uintptr_t)p, b = (uintptr_t)base;   /* integers: p may lie in another object */
+    return a >= b && n <= len && a - b <= len - n;
 }
 
 static void fuzz_predict(const act_config *c, uint8_t *p, uint32_t len, int view)
