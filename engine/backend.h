@@ -153,7 +153,8 @@ struct act_backend {
     /* convert/copy n elements between buffers of any float dtypes */
     int (*copy)(act_backend *be, act_buf dst, act_buf src, size_t n);
     /* dst[r][j] = src[r * src_stride + j] for r < rows, j < n, any float dtypes: one op for
-     * what would be a copy per row (the posterior's cls token of every batch element) */
+     * what would be a copy per row (the posterior's cls token of every batch element); with
+     * src_stride 0 every row is src's first (a broadcast: the decoder's constant prefix) */
     int (*gather_rows)(act_backend *be, act_buf dst, act_buf src, int rows, size_t n,
                        size_t src_stride);
 };

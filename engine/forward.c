@@ -10,7 +10,10 @@
  *   instead: each camera's frames upload on the backend's upload lane, and camera c's
  *   preprocess + trunk wait only for its own upload, so the later cameras' transfers hide
  *   behind the earlier cameras' trunks (the frames are 590 KB per sample; at batch 256, 151 MB).
- *   -> ACT head. The prior (z = 0) and the posterior (z from the CVAE encoder) differ only in
+ *   -> ACT head. The decoder's input is query_embed for every sample, so its first layer's
+ *   self-attention block and cross-attention query projection do not depend on the inputs: they
+ *   are computed once at setup (decoder_prefix) and each step starts from them, broadcast.
+ *   The prior (z = 0) and the posterior (z from the CVAE encoder) differ only in
  *   the latent memory token, so when both are asked for they share one vision pass and one
  *   decoder pass over 2B sequences: rows [0, B) prior, [B, 2B) posterior.
  *   -> action_head -> denormalize -> download into the host staging buffers.
@@ -91,6 +94,8 @@ void act_fwd_free(act_fwd *f) {
     free(f);   /* backend buffers belong to the backend and go with it */
 }
 
+static int decoder_prefix(act_fwd *f, char *err, size_t errlen);
+
 #define ALLOC(buf, n, dt) do { if (fwd_alloc(f, &(buf), (n), (dt), #buf, err, errlen)) goto fail; } while (0)
 #define HALLOC(ptr, bytes) do { if (host_alloc(f, (void **)&(ptr), (bytes), #ptr, err, errlen)) goto fail; } while (0)
 
@@ -170,6 +175,8 @@ int act_fwd_create(act_backend *be, const act_model *m, int max_batch, act_fwd *
     ALLOC(f->d_qp, MB * E, ACT_DT_ACT);
     ALLOC(f->vis, NI * E, ACT_DT_ACT);
     ALLOC(f->outs, 2 * 2 * MB * H * A, ACT_DT_F32);
+    ALLOC(f->dec0_x, H * E, ACT_DT_ACT);
+    ALLOC(f->dec0_q, H * E, ACT_DT_ACT);
 
     act_fwd_stage *s = &f->stage;
     /* one block for every camera's frames, so that one 2D transfer takes them all */
@@ -187,6 +194,7 @@ int act_fwd_create(act_backend *be, const act_model *m, int max_batch, act_fwd *
         act_errf(err, errlen, "forward setup: sinusoid tables: %s", be->err);
         goto fail;
     }
+    if (decoder_prefix(f, err, errlen)) goto fail;
     *out = f;
     return 0;
 fail:
@@ -281,11 +289,12 @@ static int self_attn(act_fwd *f, const act_mha *a, const act_ln *ln, int Bs, int
                   a, ln, err, errlen);
 }
 
+/* q_ready: f->q already holds the query projection (decoder layer 0: decoder_prefix) */
 static int cross_attn(act_fwd *f, const act_mha *a, const act_ln *ln, int Bs, int L, int Lm,
-                      char *err, size_t errlen) {
+                      int q_ready, char *err, size_t errlen) {
     act_backend *be = f->be;
     int E = f->m->cfg.hidden_dim;
-    OP(be->linear(be, &a->q, f->x, Bs * L, ACT_EPI_NONE, f->q));
+    if (!q_ready) OP(be->linear(be, &a->q, f->x, Bs * L, ACT_EPI_NONE, f->q));
     OP(be->linear(be, &a->kv, f->mem, Bs * Lm, ACT_EPI_NONE, f->kv));
     return attend(f, f->q, E, f->kv, act_at(f->kv, E), 2 * E, Bs, L, Lm, act_nobuf(), a, ln, err,
                   errlen);
@@ -299,6 +308,24 @@ static int feed_forward(act_fwd *f, const act_linear *ff1, const act_linear *ff2
     OP(be->linear(be, ff1, f->x, rows, epi, f->ff));
     OP(be->linear(be, ff2, f->ff, rows, ACT_EPI_NONE, f->o));
     OP(be->add_layernorm(be, f->x, f->o, ln, c->ln_eps, rows, c->hidden_dim, f->x));
+    return 0;
+}
+
+/* Decoder layer 0 up to its cross-attention, which reads only weights (the input is query_embed
+ * for every sample): x0 = LN1(q + SA(q)) and x0 Wq^T + bq, run once with the ops of a step at
+ * batch 1 and kept; a step broadcasts them (gather_rows with row stride 0) instead of running a
+ * QKV GEMM, an attention and a query GEMM per layer-0 pass. */
+static int decoder_prefix(act_fwd *f, char *err, size_t errlen) {
+    act_backend *be = f->be;
+    const act_model *m = f->m;
+    const act_dec_layer *dl = &m->dec[0];
+    int E = m->cfg.hidden_dim, H = m->cfg.pred_horizon;
+    OP(be->broadcast_rows(be, m->query, 1, H, E, f->x));
+    if (self_attn(f, &dl->self_attn, &dl->ln1, 1, H, act_nobuf(), err, errlen)) return -1;
+    OP(be->linear(be, &dl->cross_attn.q, f->x, H, ACT_EPI_NONE, f->q));
+    OP(be->copy(be, f->dec0_x, f->x, (size_t)H * E));
+    OP(be->copy(be, f->dec0_q, f->q, (size_t)H * E));
+    OP(be->sync(be));
     return 0;
 }
 
@@ -397,11 +424,13 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
     for (int half = 0; half < Bd / B; half++)
         OP(be->memory_assemble(be, act_at(f->lat, (size_t)half * B * E), f->d_qp, f->vis, B, ncam,
                                E, f->pos_mem, m->mem_type, act_at(f->mem, (size_t)half * B * Lm * E)));
-    OP(be->broadcast_rows(be, m->query, Bd, H, E, f->x));
+    /* layer 0 starts after its self-attention, with its cross-attention query ready */
+    OP(be->gather_rows(be, f->x, f->dec0_x, Bd, (size_t)H * E, 0));
+    OP(be->gather_rows(be, f->q, f->dec0_q, Bd, (size_t)H * E, 0));
     for (int i = 0; i < c->dec_layers; i++) {
         const act_dec_layer *dl = &m->dec[i];
-        if (self_attn(f, &dl->self_attn, &dl->ln1, Bd, H, act_nobuf(), err, errlen) ||
-            cross_attn(f, &dl->cross_attn, &dl->ln2, Bd, H, Lm, err, errlen) ||
+        if ((i > 0 && self_attn(f, &dl->self_attn, &dl->ln1, Bd, H, act_nobuf(), err, errlen)) ||
+            cross_attn(f, &dl->cross_attn, &dl->ln2, Bd, H, Lm, i == 0, err, errlen) ||
             feed_forward(f, &dl->ff1, &dl->ff2, &dl->ln3, Bd * H, err, errlen))
             return -1;
     }

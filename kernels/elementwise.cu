@@ -91,8 +91,8 @@ int act_k_gather_rows(void *dst, int ddt, const void *src, int sdt, int rows, si
                       size_t stride, cudaStream_t st, char *err, size_t errlen) {
     size_t total = (size_t)rows * n;
     if (total == 0) return 0;
-    if (ddt > KDT_F16 || sdt > KDT_F16 || stride < n) {
-        snprintf(err, errlen, "gather_rows: dtypes %d -> %d, row stride %zu < row length %zu",
+    if (ddt > KDT_F16 || sdt > KDT_F16 || (stride && stride < n)) {
+        snprintf(err, errlen, "gather_rows: dtypes %d -> %d, row stride %zu is neither 0 (broadcast) nor >= the row length %zu",
                  sdt, ddt, stride, n);
         return -1;
     }

@@ -502,6 +502,10 @@ static void t_head_misc(const pair *p, const act_model *m) {
     float *seq = rand_arr((size_t)B * (H + 2) * E, -2.0f, 2.0f, qdt(p));
     input gi[1] = {{seq, NULL, (size_t)B * (H + 2) * E, ACT_DT_ACT}};
     run_case(p, "gather_rows", 0, f_gather, &ga, gi, 1, (size_t)B * E, ACT_DT_ACT);
+    /* row stride 0: one [H, E] block repeated for every batch element (the decoder's prefix) */
+    gat_arg gb = {B, (size_t)H * E, 0};
+    input bi[1] = {{seq, NULL, (size_t)H * E, ACT_DT_ACT}};
+    run_case(p, "gather_rows(broadcast)", 0, f_gather, &gb, bi, 1, (size_t)B * H * E, ACT_DT_ACT);
     free(seq);
     /* fill_zero: compare against zeros; the NaN poison must be gone everywhere */
     run_case(p, "fill_zero", 0, f_zero, &nx, NULL, 0, nx, ACT_DT_ACT);
