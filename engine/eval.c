@@ -92,11 +92,31 @@ static void write_metrics(FILE *f, const act_eval_sums *s, int A, float kl_weigh
     fprintf(f, ",\n%s\"val_kl\": ", ind); put_num(f, m.val_kl);
     fprintf(f, ",\n%s\"val_loss\": ", ind); put_num(f, m.val_loss);
     fprintf(f, ",\n%s\"valid_elements\": %lld", ind, (long long)s->count);
-    fprintf(f, ",\n%s\"sums\": {\"l1\": %.17g, \"sq\": %.17g, \"count\": %lld, \"val_l1\": %.17g, "
-               "\"kl\": %.17g, \"kl_count\": %lld, \"joint_l1\": [", ind, s->l1, s->sq, (long long)s->count,
-            s->val_l1, s->kl, (long long)s->kl_count);
-    for (int j = 0; j < A; j++) fprintf(f, "%s%.17g", j ? ", " : "", s->joint_l1[j]);
+    /* a sum is NaN when the model predicted NaN, and totals can overflow to Inf: JSON has
+     * neither, so such a sum is written as null (the file stays valid; eval-merge refuses it) */
+    fprintf(f, ",\n%s\"sums\": {\"l1\": ", ind); put_num(f, s->l1);
+    fputs(", \"sq\": ", f); put_num(f, s->sq);
+    fprintf(f, ", \"count\": %lld, \"val_l1\": ", (long long)s->count); put_num(f, s->val_l1);
+    fputs(", \"kl\": ", f); put_num(f, s->kl);
+    fprintf(f, ", \"kl_count\": %lld, \"joint_l1\": [", (long long)s->kl_count);
+    for (int j = 0; j < A; j++) {
+        if (j) fputs(", ", f);
+        put_num(f, s->joint_l1[j]);
+    }
     fputs("]}", f);
+}
+
+/* The counts of the episodes that succeeded, added up: -1 if they do not fit in int64 (only a
+ * forged or corrupt summary gets near), so that totals never overflow (signed overflow is UB). */
+static int count_totals(const act_eval_episode *eps, int n, int64_t *count, int64_t *kl_count) {
+    *count = *kl_count = 0;
+    for (int i = 0; i < n; i++) {
+        if (eps[i].failed) continue;
+        if (__builtin_add_overflow(*count, eps[i].s.count, count) ||
+            __builtin_add_overflow(*kl_count, eps[i].s.kl_count, kl_count))
+            return -1;
+    }
+    return 0;
 }
 
 int act_eval_overall(const act_eval_summary *s, act_eval_sums *o, int *failed) {
@@ -109,11 +129,14 @@ int act_eval_overall(const act_eval_summary *s, act_eval_sums *o, int *failed) {
         if (e->failed) { (*failed)++; continue; }
         o->l1 += e->s.l1;
         o->sq += e->s.sq;
-        o->count += e->s.count;
         o->val_l1 += e->s.val_l1;
         o->kl += e->s.kl;
-        o->kl_count += e->s.kl_count;
         for (int j = 0; j < s->action_dim; j++) o->joint_l1[j] += e->s.joint_l1[j];
+    }
+    if (count_totals(s->episodes, s->n_episodes, &o->count, &o->kl_count)) {
+        free(o->joint_l1);
+        o->joint_l1 = NULL;
+        return -1;
     }
     return 0;
 }
@@ -122,7 +145,7 @@ int act_eval_write_json(const act_eval_summary *s, const char *path, char *err, 
     act_eval_sums o;
     int failed;
     if (act_eval_overall(s, &o, &failed) != 0) {
-        snprintf(err, errlen, "%s: out of memory", path);
+        snprintf(err, errlen, "%s: cannot total the episodes (out of memory, or counts past 2^63)", path);
         return -1;
     }
     FILE *f = fopen(path, "w");
@@ -132,10 +155,16 @@ int act_eval_write_json(const act_eval_summary *s, const char *path, char *err, 
         return -1;
     }
     fprintf(f, "{\n  \"format\": \"act-eval-summary\",\n  \"version\": 1,\n");
-    fprintf(f, "  \"model_hash\": \"%s\",\n  \"device\": \"%s\",\n  \"device_name\": ",
-            s->model_hash, s->device);
+    /* strings that came from a file being merged may hold anything: escaped, like every string */
+    fputs("  \"model_hash\": ", f);
+    act_json_write_string(f, s->model_hash);
+    fputs(",\n  \"device\": ", f);
+    act_json_write_string(f, s->device);
+    fputs(",\n  \"device_name\": ", f);
     act_json_write_string(f, s->device_name);
-    fprintf(f, ",\n  \"precision\": \"%s\",\n", s->precision);
+    fputs(",\n  \"precision\": ", f);
+    act_json_write_string(f, s->precision);
+    fputs(",\n", f);
     fprintf(f, "  \"kl_weight\": %.9g,\n  \"action_dim\": %d,\n  \"pred_horizon\": %d,\n  \"num_cams\": %d,\n",
             s->kl_weight, s->action_dim, s->pred_horizon, s->num_cams);
     fprintf(f, "  \"shard_count\": %d,\n  \"shards\": [", s->shard_count);
@@ -229,11 +258,12 @@ static int read_sums(const act_json *m, act_eval_sums *s, int A) {
     const act_json *j = act_json_get(sums, "joint_l1");
     if (!j || j->type != ACT_JSON_ARR || j->n != A) return -1;
     for (int k = 0; k < A; k++) {
-        if (j->items[k].type != ACT_JSON_NUM) return -1;
+        if (j->items[k].type != ACT_JSON_NUM || !isfinite(j->items[k].num)) return -1;
         s->joint_l1[k] = j->items[k].num;
     }
     return 0;
 }
+
 
 static int read_tree(const act_json *r, const char *path, act_eval_summary *s, char *err, size_t errlen) {
 #define BAD(what) do { snprintf(err, errlen, "%s: not an act-infer eval summary: %s", path, what); return -1; } while (0)
@@ -297,10 +327,13 @@ static int read_tree(const act_json *r, const char *path, act_eval_summary *s, c
         if (d->failed) {
             get_str(e, "error", d->error, sizeof d->error);
         } else if (read_sums(e, &d->s, s->action_dim) != 0) {
-            snprintf(err, errlen, "%s: episodes[%d] (%s): \"sums\" missing or malformed", path, i, d->name);
+            snprintf(err, errlen, "%s: episodes[%d] (%s): \"sums\" missing, malformed or not finite (an "
+                     "episode whose predictions held NaN/Inf cannot be merged)", path, i, d->name);
             return -1;
         }
     }
+    int64_t tc, tk;
+    if (count_totals(s->episodes, s->n_episodes, &tc, &tk)) BAD("the episodes' counts add up past 2^63");
     return 0;
 #undef BAD
 }
@@ -385,7 +418,11 @@ int act_eval_merge(const act_eval_summary *in, int n, act_eval_summary *out, cha
         if (strcmp(b->precision, out->precision)) snprintf(out->precision, sizeof out->precision, "mixed");
         if (i == 0) snprintf(out->device_name, sizeof out->device_name, "%s", b->device_name);
         else if (strcmp(b->device_name, out->device_name)) snprintf(out->device_name, sizeof out->device_name, "mixed");
-        out->timesteps += b->timesteps;
+        if (__builtin_add_overflow(out->timesteps, b->timesteps, &out->timesteps)) {
+            snprintf(err, errlen, "summary %d: the timesteps of the summaries add up past 2^63", i);
+            act_eval_free(out);
+            return -1;
+        }
         out->elapsed_s += b->elapsed_s;
         if (b->elapsed_max_s > out->elapsed_max_s) out->elapsed_max_s = b->elapsed_max_s;
         for (int k = 0; k < b->n_episodes; k++, e++) {
@@ -394,6 +431,12 @@ int act_eval_merge(const act_eval_summary *in, int n, act_eval_summary *out, cha
             out->episodes[e].s.joint_l1 = jl;
             memcpy(jl, b->episodes[k].s.joint_l1, sizeof(double) * (size_t)a->action_dim);
         }
+    }
+    int64_t tc, tk;
+    if (count_totals(out->episodes, total_eps, &tc, &tk) || !isfinite(out->elapsed_s)) {
+        snprintf(err, errlen, "the summaries' counts or elapsed times add up past what a summary can hold");
+        act_eval_free(out);
+        return -1;
     }
     qsort(out->episodes, (size_t)total_eps, sizeof(act_eval_episode), cmp_episode);
     for (int k = 1; k < total_eps; k++) {

@@ -73,7 +73,8 @@ typedef struct act_eval_means {
 } act_eval_means;
 act_eval_means act_eval_means_of(const act_eval_sums *s, float kl_weight);
 /* The overall sums (the successful episodes' sums added in list order; o->joint_l1 is allocated,
- * free it) and the number of failed episodes. */
+ * free it) and the number of failed episodes. -1: out of memory, or counts past 2^63 (only a
+ * forged summary gets there; act_eval_read_json refuses those). */
 int act_eval_overall(const act_eval_summary *s, act_eval_sums *o, int *failed);
 
 #endif

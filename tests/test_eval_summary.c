@@ -225,6 +225,49 @@ int main(void) {
         act_json_free(j);
     }
 
+    /* 6. what the fuzzer found (tests/fuzz/corpus/json/eval_*): strings with quotes and
+     * backslashes, NaN/Inf sums, counts whose total overflows */
+    act_eval_summary q, qb;
+    act_eval_init(&q, &c, "cu\"da\\0", "bf\"16", 0, 1, 2, err, sizeof err);
+    for (int k = 0; k < 2; k++) feed(&q, k, k, &eps[k], 2, &c);
+    q.elapsed_s = q.elapsed_max_s = 1.0;
+    CHECK(act_eval_write_json(&q, p_bad, err, sizeof err) == 0, "write: %s", err);
+    CHECK(act_eval_read_json(p_bad, &qb, err, sizeof err) == 0 && !strcmp(qb.device, q.device) &&
+          !strcmp(qb.precision, q.precision), "quoted device/precision do not read back: %s", err);
+    act_eval_free(&qb);
+    /* a model that predicted NaN: the file stays JSON (null sums), and merging it says why not */
+    q.episodes[1].s.l1 = NAN;
+    q.episodes[1].s.joint_l1[0] = INFINITY;
+    CHECK(act_eval_write_json(&q, p_bad, err, sizeof err) == 0, "write with NaN sums: %s", err);
+    char *nt = read_text(p_bad, &n);
+    act_json *nj = nt ? act_json_parse(nt, err, sizeof err) : NULL;
+    CHECK(nj != NULL, "a summary with NaN sums is not valid JSON: %s", err);
+    act_json_free(nj);
+    free(nt);
+    CHECK(act_eval_read_json(p_bad, &qb, err, sizeof err) != 0 && strstr(err, "not finite"), "NaN sums read: %s", err);
+    /* every count 2^62 (the most one field may say): two episodes add up past 2^63, which is
+     * refused at read instead of overflowing (UB) in the totals */
+    q.episodes[1].s.l1 = 1.0;
+    q.episodes[1].s.joint_l1[0] = 1.0;
+    CHECK(act_eval_write_json(&q, p_bad, err, sizeof err) == 0, "write: %s", err);
+    nt = read_text(p_bad, &n);
+    char *big = nt ? malloc(2 * n + 64) : NULL, *w = big;
+    for (const char *r = nt; big && *r;) {
+        if (!strncmp(r, "\"count\": ", 9)) {
+            w += sprintf(w, "\"count\": 4611686018427387904");
+            for (r += 9; *r >= '0' && *r <= '9'; r++) {}
+        } else {
+            *w++ = *r++;
+        }
+    }
+    if (big) {
+        write_text(p_bad, big, (size_t)(w - big));
+        CHECK(act_eval_read_json(p_bad, &qb, err, sizeof err) != 0 && strstr(err, "2^63"), "overflowing counts: %s", err);
+    }
+    free(big);
+    free(nt);
+    act_eval_free(&q);
+
     act_eval_free(&merged);
     act_eval_free(&sh[0]);
     act_eval_free(&sh[1]);
