@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto_test_config.h"
 #include "protocol.h"
 
 static int failures;
@@ -28,23 +29,6 @@ static uint32_t rnd(void)
 {
     rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
     return (uint32_t)(rng_state >> 33);
-}
-
-static act_config make_cfg(void)
-{
-    act_config c;
-    memset(&c, 0, sizeof c);
-    c.obs_dim = 5;
-    c.action_dim = 4;
-    c.pred_horizon = 6;
-    c.num_cams = 3;
-    strcpy(c.camera_names[0], "l_vis");
-    strcpy(c.camera_names[1], "r_vis");
-    strcpy(c.camera_names[2], "front");
-    c.image_h = 8;
-    c.image_w = 6;
-    strcpy(c.model_hash, "0123456789abcdef");
-    return c;
 }
 
 typedef struct buf { uint8_t *p; size_t n, cap; } buf;
@@ -350,7 +334,7 @@ static void test_shm(const act_config *c)
 
 int main(void)
 {
-    act_config c = make_cfg();
+    act_config c = act_proto_test_config();
     test_roundtrip(&c);
     test_mutations(&c);
     test_header_hello_contract(&c);

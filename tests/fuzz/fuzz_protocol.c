@@ -13,23 +13,14 @@
 #include <math.h>
 #include <string.h>
 
+#include "../proto_test_config.h"
 #include "protocol.h"
 
+/* 0: the codec tests' contract; 1: one camera of 4x4 with larger dims and a long name */
 static act_config contract(int which)
 {
-    act_config c;
-    memset(&c, 0, sizeof c);
-    if (which == 0) {
-        c.obs_dim = 5;
-        c.action_dim = 4;
-        c.pred_horizon = 6;
-        c.num_cams = 3;
-        strcpy(c.camera_names[0], "l_vis");
-        strcpy(c.camera_names[1], "r_vis");
-        strcpy(c.camera_names[2], "front");
-        c.image_h = 8;
-        c.image_w = 6;
-    } else {
+    act_config c = act_proto_test_config();
+    if (which == 1) {
         c.obs_dim = 16;
         c.action_dim = 16;
         c.pred_horizon = 16;
@@ -38,9 +29,6 @@ static act_config contract(int which)
         c.image_h = 4;
         c.image_w = 4;
     }
-    c.obs_horizon = 1;
-    c.num_action_steps = 1;
-    strcpy(c.model_hash, "0123456789abcdef");
     return c;
 }
 
