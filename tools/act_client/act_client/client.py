@@ -69,10 +69,12 @@ class ActClient:
         self.host, self.port, self.timeout = host, int(port), float(timeout)
         self.unix_path = unix_path
         self._where = f"unix:{unix_path}" if unix_path else f"{host}:{self.port}"
-        self._want_shm = bool(unix_path) and shm and not compress
+        self._want_shm = bool(unix_path) and shm and not compress and hasattr(os, "memfd_create")
         self._shm_fd, self._shm_map, self._shm_slots, self._shm_closer = -1, None, {}, None
         self._shm_live = False   # attached on the current connection
         self.shm_error: Optional[str] = None
+        if unix_path and shm and not self._want_shm:
+            self.shm_error = "compress=True sends zstd frames inline" if compress else "no memfd_create on this OS"
         self.client_name = client_name
         self._declared = {"camera_names": list(camera_names or []), "obs_dim": int(obs_dim),
                           "action_dim": int(action_dim), "image_hw": tuple(int(v) for v in image_hw)}
