@@ -414,11 +414,15 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
     }
 
     be->stage_mark(be, ACT_STAGE_TRANSFORMER);
-    if (prior) OP(be->fill_zero(be, f->z, (size_t)B * L));
-    if (post && posterior(f, B, (mode & ACT_FWD_SAMPLE) != 0, act_at(f->z, (size_t)zoff * L), err,
-                          errlen))
-        return -1;
-    OP(be->linear(be, &m->latent_out, f->z, Bd, ACT_EPI_NONE, f->lat));
+    /* the prior's latent token is latent_out_proj(z = 0): its bias, broadcast (no GEMM of zeros) */
+    if (prior && m->latent_out.b) OP(be->broadcast_rows(be, m->latent_out.b, B, 1, E, f->lat));
+    else if (prior) OP(be->fill_zero(be, f->lat, (size_t)B * E));
+    if (post) {
+        if (posterior(f, B, (mode & ACT_FWD_SAMPLE) != 0, act_at(f->z, (size_t)zoff * L), err, errlen))
+            return -1;
+        OP(be->linear(be, &m->latent_out, act_at(f->z, (size_t)zoff * L), B, ACT_EPI_NONE,
+                      act_at(f->lat, (size_t)zoff * E)));
+    }
     OP(be->linear(be, &m->dec_qpos, f->qn, B, ACT_EPI_NONE, f->d_qp));
     OP(be->linear(be, &m->visual_proj, f->tok, NB, ACT_EPI_NONE, f->vis));
     for (int half = 0; half < Bd / B; half++)
