@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* an error code past the table would be counted as code 0 and vanish from /metrics */
+_Static_assert(ACT_E_BAD_SHM < ACT_METRICS_MAX_CODES, "ACT_METRICS_MAX_CODES must exceed every act_err_code");
+
 static void hist_init(act_hist *h, const double *le, int n)
 {
     memset(h, 0, sizeof *h);

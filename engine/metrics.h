@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #define ACT_HIST_MAX_BUCKETS 16
-#define ACT_METRICS_MAX_CODES 16
+#define ACT_METRICS_MAX_CODES 32      /* > every act_err_code (checked in metrics.c) */
 
 typedef struct act_hist {
     int n;                                   /* buckets in use */

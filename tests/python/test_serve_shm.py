@@ -222,6 +222,8 @@ def test_refusals_keep_the_connection(srv):
     s.close()
     assert _settle(lambda: _fds(pid) == fds0), f"descriptors leaked: {fds0} -> {_fds(pid)}"
     assert _settle(lambda: _memfd_maps(pid) == 0), "a mapping outlived its connection"
+    # every refusal above is counted under its own code, not lost
+    assert srv.metric('act_serve_errors_total{code="bad_shm"}') >= 8, srv.http("/metrics")[1]
 
 
 def test_over_tcp_is_refused(srv):
