@@ -21,9 +21,7 @@ clients, batching on >= 8x the throughput of batching off. Figures go to bench/R
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
-import mmap
 import multiprocessing as mp
 import os
 import socket
@@ -40,6 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools" / "act_client"))
 
 from act_client import wire  # noqa: E402
+from act_client.shm import frame_memory  # noqa: E402
 
 
 def _recv_exact(s, n):
@@ -59,15 +58,10 @@ def _recv(s):
 
 def _shm_frames(s, imgs, cams, hw):
     """Attaches a sealed memfd holding the frames (written once) to the connection; returns the
-    frame descriptors (offsets) a PREDICT carries instead of the pixels."""
-    frame = hw[0] * hw[1] * 3
-    fd = os.memfd_create("serve-load", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    os.ftruncate(fd, frame * len(cams))
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
-    mm = mmap.mmap(fd, frame * len(cams))
-    slots = {c: (np.frombuffer(mm, np.uint8, frame, i * frame).reshape(*hw, 3), i * frame) for i, c in enumerate(cams)}
+    frame descriptors (offsets) a PREDICT carries instead of the pixels, and the mapping."""
+    fd, mm, slots = frame_memory(cams, *hw)
     frames = wire.shm_frames(imgs, cams, hw, slots)
-    socket.send_fds(s, [wire.shm_attach(frame * len(cams))], [fd])
+    socket.send_fds(s, [wire.shm_attach(len(mm))], [fd])
     os.close(fd)   # the mapping (and the server's) keep the memory
     mtype, p = _recv(s)
     if mtype != wire.SHM_OK:

@@ -148,8 +148,6 @@ struct act_backend {
      * with seed read from the U8 buffer seed8 (8 bytes, little endian) */
     int (*latent)(act_backend *be, act_buf ml, int B, int L, int sample, act_buf seed8,
                   act_buf mu, act_buf logvar, act_buf kl, act_buf z);
-    /* zero-fill n elements (the prior latent z = 0) */
-    int (*fill_zero)(act_backend *be, act_buf x, size_t n);
     /* convert/copy n elements between buffers of any float dtypes */
     int (*copy)(act_backend *be, act_buf dst, act_buf src, size_t n);
     /* dst[r][j] = src[r * src_stride + j] for r < rows, j < n, any float dtypes: one op for

@@ -139,11 +139,6 @@ static int cpu_download(act_backend *be, float *host, act_buf src, size_t n) {
     return 0;
 }
 
-static int cpu_fill_zero(act_backend *be, act_buf x, size_t n) {
-    memset(x.p, 0, n * act_dtype_size(x.dt));
-    return 0;
-}
-
 static int cpu_copy(act_backend *be, act_buf dst, act_buf src, size_t n) {
     if (dst.dt != src.dt)
         return act_errf(be->err, sizeof be->err, "cpu copy: dtypes %d -> %d (the CPU backend "
@@ -211,7 +206,6 @@ int act_backend_cpu_create(act_precision prec, act_backend **out, char *err, siz
     be->sinusoid_table = cpu_sinusoid_table;
     be->normalize = cpu_normalize;
     be->latent = cpu_latent;
-    be->fill_zero = cpu_fill_zero;
     be->gather_rows = cpu_gather_rows;
     be->copy = cpu_copy;
     *out = be;

@@ -971,12 +971,6 @@ static int cu_latent(act_backend *be, act_buf ml, int B, int L, int sample, act_
     return 0;
 }
 
-static int cu_fill_zero(act_backend *be, act_buf x, size_t n) {
-    if (n == 0) return 0;
-    CK(cudaMemsetAsync(x.p, 0, n * act_dtype_size(x.dt), CTX(be)->st));   /* 0.0 in every dtype */
-    return 0;
-}
-
 static int cu_copy(act_backend *be, act_buf dst, act_buf src, size_t n) {
     TRY(act_k_convert(dst.p, dst.dt, src.p, src.dt, n, CTX(be)->st, KE));
     return 0;
@@ -1202,7 +1196,6 @@ int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, ch
     be->sinusoid_table = cu_sinusoid_table;
     be->normalize = cu_normalize;
     be->latent = cu_latent;
-    be->fill_zero = cu_fill_zero;
     be->copy = cu_copy;
     be->gather_rows = cu_gather_rows;
     *out = be;

@@ -415,8 +415,7 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
 
     be->stage_mark(be, ACT_STAGE_TRANSFORMER);
     /* the prior's latent token is latent_out_proj(z = 0): its bias, broadcast (no GEMM of zeros) */
-    if (prior && m->latent_out.b) OP(be->broadcast_rows(be, m->latent_out.b, B, 1, E, f->lat));
-    else if (prior) OP(be->fill_zero(be, f->lat, (size_t)B * E));
+    if (prior) OP(be->broadcast_rows(be, m->latent_out.b, B, 1, E, f->lat));
     if (post) {
         if (posterior(f, B, (mode & ACT_FWD_SAMPLE) != 0, act_at(f->z, (size_t)zoff * L), err, errlen))
             return -1;

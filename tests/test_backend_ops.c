@@ -442,9 +442,6 @@ static int f_gather(act_backend *be, act_buf *in, act_buf out, const void *a) {
     const gat_arg *g = a;
     return be->gather_rows(be, out, in[0], g->rows, g->n, g->stride);
 }
-static int f_zero(act_backend *be, act_buf *in, act_buf out, const void *a) {
-    return be->fill_zero(be, out, *(const size_t *)a);
-}
 
 static void t_head_misc(const pair *p, const act_model *m) {
     const act_config *c = &m->cfg;
@@ -507,8 +504,6 @@ static void t_head_misc(const pair *p, const act_model *m) {
     input bi[1] = {{seq, NULL, (size_t)H * E, ACT_DT_ACT}};
     run_case(p, "gather_rows(broadcast)", 0, f_gather, &gb, bi, 1, (size_t)B * H * E, ACT_DT_ACT);
     free(seq);
-    /* fill_zero: compare against zeros; the NaN poison must be gone everywhere */
-    run_case(p, "fill_zero", 0, f_zero, &nx, NULL, 0, nx, ACT_DT_ACT);
     free(lat); free(qp); free(vis); free(act); free(pos); free(an); free(ml); free(anq);
 }
 

@@ -16,9 +16,7 @@ nothing at all.
 
 from __future__ import annotations
 
-import fcntl
 import itertools
-import mmap
 import os
 import socket
 import time
@@ -28,6 +26,7 @@ from typing import Dict, Mapping, Optional, Sequence
 import numpy as np
 
 from . import wire
+from .shm import frame_memory
 
 
 class ActError(Exception):
@@ -216,23 +215,11 @@ class ActClient:
         connection's server. A refusal is not fatal: frames then travel inline."""
         info = self._info
         h, w, cams = info["image_height"], info["image_width"], info["camera_names"]
-        frame = h * w * 3
         if self._shm_fd < 0:
-            fd = os.memfd_create("act-client-frames", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-            try:
-                os.ftruncate(fd, frame * len(cams))
-                # sealed: the server maps it, and a file shrunk under a mapping would crash its reader
-                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-                self._shm_map = mmap.mmap(fd, frame * len(cams))
-            except BaseException:
-                os.close(fd)
-                raise
-            self._shm_fd = fd
-            self._shm_closer = weakref.finalize(self, os.close, fd)   # a client dropped unclosed leaks no fd
-            self._shm_slots = {c: (np.frombuffer(self._shm_map, np.uint8, frame, i * frame).reshape(h, w, 3), i * frame)
-                               for i, c in enumerate(cams)}
+            self._shm_fd, self._shm_map, self._shm_slots = frame_memory(cams, h, w)
+            self._shm_closer = weakref.finalize(self, os.close, self._shm_fd)   # a client dropped unclosed leaks no fd
         self._set_deadline(deadline)
-        socket.send_fds(self._sock, [wire.shm_attach(frame * len(cams))], [self._shm_fd])
+        socket.send_fds(self._sock, [wire.shm_attach(len(self._shm_map))], [self._shm_fd])
         mtype, p = self._recv_frame()
         if mtype == wire.SHM_OK:
             self._shm_live = True
