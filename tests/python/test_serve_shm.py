@@ -74,7 +74,8 @@ def _memfd_maps(pid) -> int:
     return sum("memfd:" in line for line in Path(f"/proc/{pid}/maps").read_text().splitlines())
 
 
-def _settle(pred, timeout=10.0):
+def _settle(pred, timeout=120.0):
+    """pred() once it holds; a loaded machine may take long to finish a vanished client's queue."""
     deadline = time.monotonic() + timeout
     while not pred() and time.monotonic() < deadline:
         time.sleep(0.02)
