@@ -28,6 +28,9 @@ static void cpu_destroy(act_backend *be) {
         free(ctx->allocs);
         act_aligned_free(ctx->ws_col);
         act_aligned_free(ctx->ws_out);
+        act_aligned_free(ctx->ws_rows);
+        act_cpu_wino_free(ctx);
+        act_cpu_pool_destroy(ctx->pool);
         free(ctx);
     }
     free(be);
@@ -72,29 +75,37 @@ static void *cpu_host_alloc(act_backend *be, size_t bytes) {
 static void cpu_host_free(act_backend *be, void *p) { act_aligned_free(p); }
 static size_t cpu_device_bytes(act_backend *be) { return ((act_cpu_ctx *)be->ctx)->bytes; }
 
-/* Weights are read in place from the model's blob; only the conv workspaces are sized here. */
+/* Weights are read in place from the model's blob; the conv workspaces are sized here and the
+ * Winograd filters of the 3x3 stride-1 convs made (cpu_winograd.c). */
 static int cpu_load_weights(act_backend *be, const act_model *m) {
     act_cpu_ctx *ctx = be->ctx;
-    size_t col, out;
-    if (act_cpu_conv_workspace(m, &col, &out, be->err, sizeof be->err)) return -1;
+    size_t col, out, rows;
+    if (act_cpu_conv_workspace(m, &col, &out, &rows, be->err, sizeof be->err)) return -1;
     col *= ACT_CPU_CONV_GROUP;
     out *= ACT_CPU_CONV_GROUP;
-    if (col > ctx->ws_col_elems || out > ctx->ws_out_elems) {
+    if (col > ctx->ws_col_elems || out > ctx->ws_out_elems || rows > ctx->ws_rows_elems) {
         float *wc = act_aligned_alloc(col * sizeof(float)), *wo = act_aligned_alloc(out * sizeof(float));
-        if (!wc || !wo) {
+        /* one row scratch per thread and the zero row (W <= rows floats) */
+        float *wr = act_aligned_alloc(((size_t)act_cpu_pool_threads(ctx->pool) + 1) * (rows ? rows : 1) *
+                                      sizeof(float));
+        if (!wc || !wo || !wr) {
             act_aligned_free(wc);
             act_aligned_free(wo);
+            act_aligned_free(wr);
             return act_errf(be->err, sizeof be->err, "cpu load_weights: out of memory for conv "
                             "workspaces of %zu + %zu floats", col, out);
         }
         act_aligned_free(ctx->ws_col);
         act_aligned_free(ctx->ws_out);
+        act_aligned_free(ctx->ws_rows);
         ctx->ws_col = wc;
         ctx->ws_col_elems = col;
         ctx->ws_out = wo;
         ctx->ws_out_elems = out;
+        ctx->ws_rows = wr;
+        ctx->ws_rows_elems = rows;
     }
-    return 0;
+    return act_cpu_wino_load(ctx, m, be->err, sizeof be->err);
 }
 
 static int cpu_graph_replay(act_backend *be, int key) { return 0; }
@@ -173,6 +184,7 @@ int act_backend_cpu_create(act_precision prec, act_backend **out, char *err, siz
         return act_errf(err, errlen, "cpu backend: out of memory");
     }
     ctx->stage_open = -1;
+    ctx->pool = act_cpu_pool_create(act_cpu_threads());   /* NULL runs every loop inline */
     be->name = "cpu";
     be->ctx = ctx;
     be->precision = prec;

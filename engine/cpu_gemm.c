@@ -10,6 +10,8 @@
  * Built without a BLAS: a cache-blocked triple loop: slow but exact enough (fp32 accumulation in the same
  * order for every element), so a machine without a BLAS still runs and passes the tests. */
 #define _POSIX_C_SOURCE 200809L   /* setenv, strcasecmp */
+#include <stdlib.h>
+#include <unistd.h>
 #include "cpu_ops.h"
 
 #ifdef ACT_WITH_BLAS
@@ -21,6 +23,7 @@
 
 /* OpenBLAS's DYNAMIC_ARCH entry points; weak, so any other BLAS links too (and is left alone) */
 char *openblas_get_corename(void) __attribute__((weak));
+int openblas_get_num_threads(void) __attribute__((weak));
 void gotoblas_dynamic_init(void) __attribute__((weak));
 void gotoblas_dynamic_quit(void) __attribute__((weak));
 
@@ -59,9 +62,12 @@ void act_cpu_sgemm(int trans_b, int M, int N, int K, const float *A, int lda, co
                 A, lda, B, ldb, 0.0f, C, ldc);
 }
 
+static int blas_threads(void) { return openblas_get_num_threads ? openblas_get_num_threads() : 0; }
+
 #else
 
 const char *act_cpu_blas_init(void) { return "built-in GEMM"; }
+static int blas_threads(void) { return 0; }
 
 enum { BLK_M = 64, BLK_N = 256, BLK_K = 256 };
 
@@ -93,3 +99,11 @@ void act_cpu_sgemm(int trans_b, int M, int N, int K, const float *A, int lda, co
 }
 
 #endif
+
+int act_cpu_threads(void) {
+    const char *e = getenv("ACT_CPU_THREADS");
+    long n = e && *e ? strtol(e, NULL, 10) : blas_threads();
+    if (n < 1) n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
+    return n > 64 ? 64 : (int)n;
+}

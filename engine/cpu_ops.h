@@ -12,6 +12,19 @@
 #include <stddef.h>
 #include "backend.h"
 
+/* Winograd F(2x2,3x3) filters of a model's 3x3 stride-1 convs (cpu_winograd.c); 3 trunks x 16 */
+#define ACT_CPU_WINO_MAX 64
+typedef struct act_cpu_wino { const act_tensor *w; const float *u; } act_cpu_wino;
+
+/* helper threads for the backend's own loops (cpu_pool.c): fn(arg, thread, lo, hi) runs over
+ * [lo, hi) of the items; thread is 0 for the caller, 1.. for helpers (an index for scratch) */
+typedef struct act_cpu_pool act_cpu_pool;
+typedef void (*act_cpu_task)(void *arg, int thread, int lo, int hi);
+act_cpu_pool *act_cpu_pool_create(int threads);   /* NULL: out of memory (callers run inline) */
+int act_cpu_pool_threads(const act_cpu_pool *p);   /* 1 for NULL */
+void act_cpu_pool_run(act_cpu_pool *p, act_cpu_task fn, void *arg, int items);
+void act_cpu_pool_destroy(act_cpu_pool *p);
+
 typedef struct act_cpu_ctx {
     void **allocs;            /* every alloc() block, freed at destroy */
     size_t n_allocs, cap_allocs;
@@ -20,6 +33,14 @@ typedef struct act_cpu_ctx {
     size_t ws_col_elems;
     float *ws_out;            /* GEMM output of such a group, before the NCHW epilogue */
     size_t ws_out_elems;
+    float *ws_rows;           /* per thread, Winograd row scratch (act_cpu_wino_rows); then a zero row */
+    size_t ws_rows_elems;     /* of one thread */
+    act_cpu_pool *pool;
+    act_cpu_wino wino[ACT_CPU_WINO_MAX];   /* transformed filters, by the conv's weight tensor */
+    int n_wino;
+    float *wino_data;         /* one block holding every wino[i].u */
+    size_t wino_bytes;        /* counted in bytes (weights the backend made) */
+    unsigned long wino_convs; /* convolutions run by Winograd (for tests and profiles) */
     double stage_acc[ACT_STAGE_COUNT];
     double stage_t0;
     int stage_open;           /* stage being timed, -1 when none */
@@ -32,14 +53,29 @@ void act_cpu_sgemm(int trans_b, int M, int N, int K, const float *A, int lda, co
 
 /* Prepares the GEMM library once per process (see cpu_gemm.c); returns its name for display. */
 const char *act_cpu_blas_init(void);
+/* Threads for the backend's own loops: ACT_CPU_THREADS, else the BLAS's thread count, else the
+ * online cores (at most 64). */
+int act_cpu_threads(void);
 
 /* Images whose convolution runs as one GEMM: one policy step's cameras (3), so the weights are
  * packed once per conv and the GEMM is wide enough to thread well. */
 #define ACT_CPU_CONV_GROUP 3
 
-/* Per image, the largest im2col matrix and the largest conv output (elements) of the model. */
-int act_cpu_conv_workspace(const act_model *m, size_t *col_elems, size_t *out_elems, char *err,
-                           size_t errlen);
+/* Per image, the largest im2col (or Winograd input) matrix and the largest conv (or Winograd
+ * product) output, in elements, over the model's convs; rows: the Winograd row scratch. */
+int act_cpu_conv_workspace(const act_model *m, size_t *col_elems, size_t *out_elems,
+                           size_t *rows_elems, char *err, size_t errlen);
+
+/* ---- Winograd F(2x2,3x3) for 3x3 stride-1 pad-1 convs (cpu_winograd.c) ---- */
+int act_cpu_wino_enabled(void);                     /* ACT_CPU_WINOGRAD=0 turns it off */
+int act_cpu_wino_eligible(const act_conv *c);
+size_t act_cpu_wino_tiles(int H, int W);            /* 2x2 output tiles of an H x W map */
+size_t act_cpu_wino_rows(int W);                    /* row scratch per thread for width W */
+int act_cpu_wino_load(act_cpu_ctx *ctx, const act_model *m, char *err, size_t errlen);
+void act_cpu_wino_free(act_cpu_ctx *ctx);
+const float *act_cpu_wino_find(const act_cpu_ctx *ctx, const act_conv *c);   /* NULL: im2col */
+int act_cpu_wino_conv(act_cpu_ctx *ctx, const act_conv *c, const float *u, const float *x, int N,
+                      int H, int W, const float *residual, act_epilogue epi, float *y, size_t G);
 
 /* ---- vision (cpu_vision.c) ---- */
 int cpu_preprocess(act_backend *be, act_buf frames, int B, int hi, int wi, const act_config *cfg,

@@ -15,39 +15,46 @@
 
 static float *f32(act_buf b) { return (float *)b.p; }
 
-static void conv_ws(const act_conv *c, int H, int W, size_t *col, size_t *out) {
+static void conv_ws(const act_conv *c, int H, int W, size_t *col, size_t *out, size_t *rows) {
     int Ho = act_conv_out(H, c), Wo = act_conv_out(W, c);
     if (Ho < 1 || Wo < 1) return;
     size_t P = (size_t)Ho * Wo, n = (size_t)c->cin * c->k * c->k * P, o = (size_t)c->cout * P;
+    if (c->k == 3 && c->stride == 1 && c->pad == 1) {   /* Winograd: V and M, 16 per tile */
+        size_t T = act_cpu_wino_tiles(H, W), r = act_cpu_wino_rows(W);
+        if (16 * c->cin * T > n) n = 16 * c->cin * T;
+        if (16 * c->cout * T > o) o = 16 * c->cout * T;
+        if (r > *rows) *rows = r;
+    }
     if (n > *col) *col = n;
     if (o > *out) *out = o;
 }
 
-int act_cpu_conv_workspace(const act_model *m, size_t *col_elems, size_t *out_elems, char *err,
-                           size_t errlen) {
+int act_cpu_conv_workspace(const act_model *m, size_t *col_elems, size_t *out_elems,
+                           size_t *rows_elems, char *err, size_t errlen) {
     act_trunk_geom g;
     if (act_trunk_geometry(m, &g, err, errlen)) return -1;
-    size_t col = 0, out = 0;
+    size_t col = 0, out = 0, rows = 0;
     for (int t = 0; t < m->n_trunks; t++) {
         const act_trunk *tr = &m->trunks[t];
-        conv_ws(&tr->conv1, g.in_h, g.in_w, &col, &out);
+        conv_ws(&tr->conv1, g.in_h, g.in_w, &col, &out, &rows);
         int H = g.pool_h, W = g.pool_w;
         for (int l = 0; l < 4; l++)
             for (int i = 0; i < 2; i++) {
                 const act_block *b = &tr->blocks[l][i];
-                conv_ws(&b->conv1, H, W, &col, &out);
-                if (b->has_down) conv_ws(&b->down, H, W, &col, &out);
+                conv_ws(&b->conv1, H, W, &col, &out, &rows);
+                if (b->has_down) conv_ws(&b->down, H, W, &col, &out, &rows);
                 H = act_conv_out(H, &b->conv1);
                 W = act_conv_out(W, &b->conv1);
-                conv_ws(&b->conv2, H, W, &col, &out);
+                conv_ws(&b->conv2, H, W, &col, &out, &rows);
             }
         if (tr->kp_w) {   /* the keypoint 1x1 conv on the final map */
             act_conv kp = {tr->kp_w, NULL, NULL, NULL, (int)tr->kp_w->dims[1], (int)tr->kp_w->dims[0], 1, 1, 0};
-            conv_ws(&kp, H, W, &col, &out);
+            conv_ws(&kp, H, W, &col, &out, &rows);
         }
     }
     *col_elems = col;
     *out_elems = out;
+    *rows_elems = rows;
     return 0;
 }
 
@@ -119,16 +126,16 @@ static void valid_cols(int Wo, int W, int s, int p, int kw, int *lo, int *hi) {
     *hi = b;
 }
 
-/* col[(ci, kh, kw)][oh * Wo + ow] = x[ci][oh*s - p + kh][ow*s - p + kw], zero outside the map.
- * Row r of the matrix starts at col + r * ld (ld >= Ho*Wo: images of a group side by side).
- * The valid column range is computed once per kernel column, so the inner loop has no bounds
- * checks (a plain copy at stride 1). */
-static void im2col(const float *x, int cin, int H, int W, int k, int s, int p, int Ho, int Wo,
-                   float *col, size_t ld) {
+/* col[(ci, kh, kw)][oh * Wo + ow] = x[ci][oh*s - p + kh][ow*s - p + kw], zero outside the map,
+ * for the channels ci in [c0, c1). Row r of the matrix starts at col + r * ld (ld >= Ho*Wo:
+ * images of a group side by side). The valid column range is computed once per kernel column,
+ * so the inner loop has no bounds checks (a plain copy at stride 1). */
+static void im2col(const float *x, int c0, int c1, int H, int W, int k, int s, int p, int Ho,
+                   int Wo, float *col, size_t ld) {
     for (int kw = 0; kw < k; kw++) {
         int lo, hi;
         valid_cols(Wo, W, s, p, kw, &lo, &hi);
-        for (int ci = 0; ci < cin; ci++)
+        for (int ci = c0; ci < c1; ci++)
             for (int kh = 0; kh < k; kh++) {
                 float *dst = col + ((size_t)(ci * k + kh) * k + kw) * ld;
                 for (int oh = 0; oh < Ho; oh++) {
@@ -175,10 +182,59 @@ static void conv_epilogue(float *o, const float *g, size_t P, float b, const flo
     }
 }
 
+/* One group of images of a conv, for the pool's tasks: item i is (image j, channel) with
+ * j = i / channels; im2col and the 1x1 copy walk input channels, the epilogue output ones. */
+typedef struct conv_job {
+    const act_conv *c;
+    const float *xin;         /* the group's first image */
+    int H, W, Ho, Wo;
+    size_t P, NP, HW;
+    float *col, *out0, *gout;
+    const float *res0, *bias; /* residual of the group's first image, or NULL */
+    act_epilogue epi;
+} conv_job;
+
+static void im2col_task(void *arg, int t, int lo, int hi) {
+    const conv_job *q = arg;
+    int cin = q->c->cin;
+    (void)t;
+    for (int i = lo; i < hi;) {   /* runs of channels of one image */
+        int j = i / cin, c0 = i % cin, c1 = cin;
+        if (c1 - c0 > hi - i) c1 = c0 + (hi - i);
+        im2col(q->xin + (size_t)j * cin * q->HW, c0, c1, q->H, q->W, q->c->k, q->c->stride,
+               q->c->pad, q->Ho, q->Wo, q->col + (size_t)j * q->P, q->NP);
+        i += c1 - c0;
+    }
+}
+
+static void copy_task(void *arg, int t, int lo, int hi) {   /* 1x1 stride 1: images side by side */
+    const conv_job *q = arg;
+    int cin = q->c->cin;
+    (void)t;
+    for (int i = lo; i < hi; i++) {
+        int j = i / cin, ci = i % cin;
+        memcpy(q->col + (size_t)ci * q->NP + (size_t)j * q->P,
+               q->xin + ((size_t)j * cin + ci) * q->HW, sizeof(float) * q->P);
+    }
+}
+
+static void epilogue_task(void *arg, int t, int lo, int hi) {
+    const conv_job *q = arg;
+    int cout = q->c->cout;
+    (void)t;
+    for (int i = lo; i < hi; i++) {
+        int j = i / cout, co = i % cout;
+        size_t o = ((size_t)j * cout + co) * q->P;
+        conv_epilogue(q->out0 + o, q->gout + (size_t)co * q->NP + (size_t)j * q->P, q->P,
+                      q->bias ? q->bias[co] : 0.0f, q->res0 ? q->res0 + o : NULL, q->epi);
+    }
+}
+
 /* Images go through the GEMM in groups: the group's im2col matrices side by side
  * ([cin*k*k][g*P]), one GEMM into [cout][g*P], and the epilogue writes each image's NCHW
  * block. A group of one image multiplies straight into the output (and a 1x1 stride-1 conv
- * needs no im2col at all). */
+ * needs no im2col at all). im2col and the epilogue run on the backend's threads
+ * (cpu_pool.c), the GEMM on OpenBLAS's; 3x3 stride-1 convs go to cpu_winograd.c. */
 int cpu_conv2d(act_backend *be, const act_conv *c, act_buf x, int N, int H, int W,
                act_buf residual, act_epilogue epi, act_buf y) {
     act_cpu_ctx *ctx = be->ctx;
@@ -188,6 +244,16 @@ int cpu_conv2d(act_backend *be, const act_conv *c, act_buf x, int N, int H, int 
         return act_errf(be->err, sizeof be->err, "cpu conv2d: %dx%d input too small for k=%d "
                         "stride=%d pad=%d", H, W, k, s, p);
     size_t P = (size_t)Ho * Wo, Kd = (size_t)c->cin * k * k, HW = (size_t)H * W;
+    const float *u = act_cpu_wino_find(ctx, c);
+    if (u) {
+        size_t T = act_cpu_wino_tiles(H, W), Gw = ACT_CPU_CONV_GROUP;
+        if (Gw > ctx->ws_col_elems / (16 * (size_t)c->cin * T)) Gw = ctx->ws_col_elems / (16 * (size_t)c->cin * T);
+        if (Gw > ctx->ws_out_elems / (16 * (size_t)c->cout * T)) Gw = ctx->ws_out_elems / (16 * (size_t)c->cout * T);
+        if (Gw >= 1 && ctx->ws_rows_elems >= act_cpu_wino_rows(W))
+            return act_cpu_wino_conv(ctx, c, u, f32(x), N, H, W, residual.p ? f32(residual) : NULL,
+                                     epi, f32(y), Gw);
+        /* a map larger than the model's (workspaces sized for another input): im2col below */
+    }
     int direct = k == 1 && s == 1 && p == 0;
     size_t G = ACT_CPU_CONV_GROUP;
     if (G > ctx->ws_col_elems / (Kd * P)) G = ctx->ws_col_elems / (Kd * P);
@@ -198,34 +264,24 @@ int cpu_conv2d(act_backend *be, const act_conv *c, act_buf x, int N, int H, int 
                         "model)", c->w->name, H, W, Kd * P, (size_t)c->cout * P,
                         ctx->ws_col_elems, ctx->ws_out_elems);
     if (G < 1) G = 1;
-    const float *bias = c->b ? c->b->data : NULL;
     for (int n0 = 0; n0 < N; n0 += (int)G) {
         int g = N - n0 < (int)G ? N - n0 : (int)G;
-        size_t NP = (size_t)g * P;
-        const float *xin = f32(x) + (size_t)n0 * c->cin * HW;
-        const float *col = xin;
+        conv_job q = {c, f32(x) + (size_t)n0 * c->cin * HW, H, W, Ho, Wo, P, (size_t)g * P, HW,
+                      ctx->ws_col, f32(y) + (size_t)n0 * c->cout * P, NULL,
+                      residual.p ? f32(residual) + (size_t)n0 * c->cout * P : NULL,
+                      c->b ? c->b->data : NULL, epi};
+        const float *col = q.xin;
         if (direct && g > 1) {
-            for (int j = 0; j < g; j++)
-                for (int ci = 0; ci < c->cin; ci++)
-                    memcpy(ctx->ws_col + (size_t)ci * NP + (size_t)j * P,
-                           xin + ((size_t)j * c->cin + ci) * HW, sizeof(float) * P);
+            act_cpu_pool_run(ctx->pool, copy_task, &q, g * c->cin);
             col = ctx->ws_col;
         } else if (!direct) {
-            for (int j = 0; j < g; j++)
-                im2col(xin + (size_t)j * c->cin * HW, c->cin, H, W, k, s, p, Ho, Wo,
-                       ctx->ws_col + (size_t)j * P, NP);
+            act_cpu_pool_run(ctx->pool, im2col_task, &q, g * c->cin);
             col = ctx->ws_col;
         }
-        float *out0 = f32(y) + (size_t)n0 * c->cout * P;
-        float *gout = g == 1 ? out0 : ctx->ws_out;
-        act_cpu_sgemm(0, c->cout, (int)NP, (int)Kd, c->w->data, (int)Kd, col, (int)NP, gout, (int)NP);
-        for (int j = 0; j < g; j++) {
-            float *out = out0 + (size_t)j * c->cout * P;
-            const float *res = residual.p ? f32(residual) + ((size_t)n0 + j) * c->cout * P : NULL;
-            for (int co = 0; co < c->cout; co++)
-                conv_epilogue(out + (size_t)co * P, gout + (size_t)co * NP + (size_t)j * P, P,
-                              bias ? bias[co] : 0.0f, res ? res + (size_t)co * P : NULL, epi);
-        }
+        q.gout = g == 1 ? q.out0 : ctx->ws_out;
+        act_cpu_sgemm(0, c->cout, (int)q.NP, (int)Kd, c->w->data, (int)Kd, col, (int)q.NP, q.gout,
+                      (int)q.NP);
+        act_cpu_pool_run(ctx->pool, epilogue_task, &q, g * c->cout);
     }
     return 0;
 }

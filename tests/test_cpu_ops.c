@@ -6,6 +6,7 @@
  * values (the seed is printed; ACT_TEST_SEED replays it) at several shapes, including the
  * awkward ones (stride 2 with odd maps, 1x1 convs on both code paths, masked keys, crop
  * offsets that round half to even). Tolerance: ||got - want|| / ||want|| <= 1e-5. */
+#define _POSIX_C_SOURCE 200809L   /* setenv */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "backend.h"
+#include "cpu_ops.h"   /* the Winograd counter and the thread pool (internal) */
 #include "rng.h"
 #include "test_common.h"
 
@@ -130,8 +132,12 @@ static void test_preprocess(act_backend *be, int B, int hi, int wi, int rh, int 
     free(want);
 }
 
-static void test_conv(act_backend *be, int N, int cin, int cout, int H, int W, int k, int s, int p,
-                      int use_res, act_epilogue epi) {
+static int load_ws(act_backend *be, const act_conv *extra);
+
+/* wino: 1 = the conv is part of the loaded model, so a 3x3 stride-1 conv must run by Winograd
+ * (checked with the backend's counter); 0 = a conv outside the model (im2col) */
+static void test_conv_via(act_backend *be, int wino, int N, int cin, int cout, int H, int W, int k,
+                          int s, int p, int use_res, act_epilogue epi) {
     int Ho = (H + 2 * p - k) / s + 1, Wo = (W + 2 * p - k) / s + 1;
     size_t nx = (size_t)N * cin * H * W, ny = (size_t)N * cout * Ho * Wo;
     float *x = rand_arr(nx, -1, 1), *w = rand_arr((size_t)cout * cin * k * k, -0.5f, 0.5f);
@@ -158,12 +164,77 @@ static void test_conv(act_backend *be, int N, int cin, int cout, int H, int W, i
                     want[o] = epi_d(acc, epi);
                 }
     act_buf rb = res ? fbuf(res) : act_nobuf();
-    char what[96];
-    snprintf(what, sizeof what, "conv2d N%d %d->%d %dx%d k%d s%d p%d res%d epi%d", N, cin, cout, H, W,
-             k, s, p, use_res, epi);
+    char what[128];
+    act_cpu_ctx *ctx = be->ctx;
+    snprintf(what, sizeof what, "conv2d%s N%d %d->%d %dx%d k%d s%d p%d res%d epi%d threads %d",
+             wino ? " winograd" : "", N, cin, cout, H, W, k, s, p, use_res, epi,
+             act_cpu_pool_threads(ctx->pool));
+    if (wino) check_rc(what, load_ws(be, &c), be);
+    unsigned long before = ctx->wino_convs;
+    for (size_t i = 0; i < ny; i++) y[i] = NAN;   /* an output left unwritten fails */
     check_rc(what, be->conv2d(be, &c, fbuf(x), N, H, W, rb, epi, fbuf(y)), be);
     check_close(what, y, want, ny);
+    g_checks++;
+    if ((ctx->wino_convs != before) != wino) {
+        g_fail++;
+        fprintf(stderr, "FAIL %s: ran %s\n", what, wino ? "im2col, not Winograd" : "Winograd");
+    }
+    if (wino) check_rc(what, load_ws(be, NULL), be);
     free(x), free(w), free(b), free(res), free(y), free(want);
+}
+
+static void test_conv(act_backend *be, int N, int cin, int cout, int H, int W, int k, int s, int p,
+                      int use_res, act_epilogue epi) {
+    test_conv_via(be, 0, N, cin, cout, H, W, k, s, p, use_res, epi);
+}
+
+/* 3x3 stride-1 pad-1 convs of the model go through Winograd F(2x2,3x3): odd and even maps (edge
+ * tiles half outside), one row or column, groups of 3 + 2 images, every epilogue */
+static void test_winograd(act_backend *be) {
+    test_conv_via(be, 1, 2, 8, 12, 11, 13, 3, 1, 1, 1, ACT_EPI_RELU);
+    test_conv_via(be, 1, 1, 16, 16, 16, 16, 3, 1, 1, 0, ACT_EPI_RELU);
+    test_conv_via(be, 1, 5, 4, 6, 9, 8, 3, 1, 1, 1, ACT_EPI_RELU);
+    test_conv_via(be, 1, 3, 5, 7, 7, 7, 3, 1, 1, 0, ACT_EPI_NONE);
+    test_conv_via(be, 1, 1, 4, 4, 5, 1, 3, 1, 1, 0, ACT_EPI_GELU);
+    test_conv_via(be, 1, 2, 3, 5, 1, 6, 3, 1, 1, 1, ACT_EPI_NONE);
+    test_conv_via(be, 1, 4, 7, 9, 2, 2, 3, 1, 1, 1, ACT_EPI_RELU);
+    test_conv_via(be, 1, 1, 2, 3, 1, 1, 3, 1, 1, 0, ACT_EPI_NONE);
+    /* not Winograd even inside the model: stride 2 */
+    test_conv_via(be, 0, 1, 8, 16, 11, 13, 3, 2, 1, 0, ACT_EPI_NONE);
+}
+
+static int visits[1000];
+static void count_task(void *arg, int t, int lo, int hi) {
+    int n = *(int *)arg;
+    for (int i = lo; i < hi; i++) __atomic_add_fetch(&visits[i], t < n ? 1 : 1000, __ATOMIC_RELAXED);
+}
+
+/* every item once, on a thread index below the pool's size, for item counts around it */
+static void test_pool(void) {
+    static const int items[] = {0, 1, 2, 3, 5, 64, 1000};
+    for (int threads = 1; threads <= 4; threads++) {
+        act_cpu_pool *p = act_cpu_pool_create(threads);
+        int n = act_cpu_pool_threads(p);
+        g_checks++;
+        if (n != threads) {
+            g_fail++;
+            fprintf(stderr, "FAIL pool of %d has %d threads\n", threads, n);
+        }
+        for (size_t k = 0; k < sizeof items / sizeof items[0]; k++)
+            for (int rep = 0; rep < 3; rep++) {
+                memset(visits, 0, sizeof visits);
+                act_cpu_pool_run(p, count_task, &n, items[k]);
+                int bad = 0;
+                for (int i = 0; i < 1000; i++) bad += visits[i] != (i < items[k]);
+                g_checks++;
+                if (bad) {
+                    g_fail++;
+                    fprintf(stderr, "FAIL pool of %d, %d items: %d items visited wrongly\n", n,
+                            items[k], bad);
+                }
+            }
+        act_cpu_pool_destroy(p);
+    }
 }
 
 static void test_groupnorm(act_backend *be, int N, int C, int HW, int G, int use_res, act_epilogue epi) {
@@ -454,9 +525,11 @@ static void test_latent(act_backend *be, int B, int L, int sample) {
     free(ml), free(mu), free(lv), free(kl), free(z), free(wmu), free(wlv), free(wkl), free(wz);
 }
 
-/* The CPU backend sizes its im2col workspace from the model at load_weights; give it a model
- * whose trunk holds the largest conv these tests run. */
-static int load_ws(act_backend *be) {
+/* The CPU backend sizes its workspaces and makes its Winograd filters from the model at
+ * load_weights; give it a model whose trunk holds the largest conv these tests run (64
+ * channels, maps up to 16x16 after the stem), and `extra` as layer1's first conv. The dummy
+ * tensors have no data, so only `extra` gets Winograd filters. */
+static int load_ws(act_backend *be, const act_conv *extra) {
     static act_model m;
     static act_tensor dummy;
     memset(&m, 0, sizeof m);
@@ -471,6 +544,7 @@ static int load_ws(act_backend *be) {
             t->blocks[l][i].conv1 = c;
             t->blocks[l][i].conv2 = c;
         }
+    if (extra) t->blocks[0][0].conv1 = *extra;
     m.cfg.feat_h = m.cfg.feat_w = 16;
     return be->load_weights(be, &m);
 }
@@ -483,7 +557,7 @@ int main(void) {
         fprintf(stderr, "FAIL cpu backend: %s\n", err);
         return 1;
     }
-    if (load_ws(be)) {
+    if (load_ws(be, NULL)) {
         fprintf(stderr, "FAIL load_weights: %s\n", be->err);
         return 1;
     }
@@ -509,6 +583,22 @@ int main(void) {
     test_conv(be, 5, 4, 6, 9, 8, 3, 1, 1, 1, ACT_EPI_RELU);     /* GEMM groups of 3 + 2 images */
     test_conv(be, 4, 8, 3, 5, 5, 1, 1, 0, 1, ACT_EPI_NONE);     /* 1x1 groups: 3 copied + 1 direct */
     test_conv(be, 1, 4, 4, 5, 1, 3, 1, 1, 0, ACT_EPI_GELU);     /* one column; generic epilogue */
+
+    test_winograd(be);
+    /* the backend's own loops on 3 threads (the pool splits channels unevenly over them) */
+    setenv("ACT_CPU_THREADS", "3", 1);
+    act_backend *be3;
+    if (act_backend_cpu_create(ACT_FP32, &be3, err, sizeof err) || load_ws(be3, NULL)) {
+        fprintf(stderr, "FAIL cpu backend with 3 threads: %s\n", err);
+        return 1;
+    }
+    unsetenv("ACT_CPU_THREADS");
+    test_winograd(be3);
+    test_conv(be3, 5, 4, 6, 9, 8, 3, 1, 1, 1, ACT_EPI_RELU);
+    test_conv(be3, 2, 3, 8, 23, 19, 7, 2, 3, 0, ACT_EPI_RELU);
+    test_conv(be3, 4, 8, 3, 5, 5, 1, 1, 0, 1, ACT_EPI_NONE);
+    be3->destroy(be3);
+    test_pool();
 
     test_groupnorm(be, 2, 32, 49, 2, 0, ACT_EPI_RELU);
     test_groupnorm(be, 3, 64, 30, 4, 1, ACT_EPI_RELU);
