@@ -73,47 +73,61 @@ static void bilinear_index(int dst, int in, float scale, int *i0, int *i1, float
     *l1 = l;
 }
 
+typedef struct pre_job {
+    const uint8_t *src;
+    float *dst;
+    int hi, wi, oh, ow, top, left, norm;
+    float sh, sw;
+} pre_job;
+
+/* items: rows of output images (image n = i / oh, row y = i % oh), all three channels */
+static void preprocess_task(void *arg, int t, int lo, int hi_) {
+    static const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
+    const pre_job *q = arg;
+    int hi = q->hi, wi = q->wi, oh = q->oh, ow = q->ow;
+    (void)t;
+    for (int i = lo; i < hi_; i++) {
+        int n = i / oh, y = i % oh;
+        const uint8_t *img = q->src + (size_t)n * hi * wi * 3;
+        float *o = q->dst + (size_t)n * 3 * oh * ow;
+        int y0, y1;
+        float ly;
+        bilinear_index(y + q->top, hi, q->sh, &y0, &y1, &ly);
+        for (int x = 0; x < ow; x++) {
+            int x0, x1;
+            float lx;
+            bilinear_index(x + q->left, wi, q->sw, &x0, &x1, &lx);
+            for (int c = 0; c < 3; c++) {
+                float p00 = img[((size_t)y0 * wi + x0) * 3 + c] / 255.0f;
+                float p01 = img[((size_t)y0 * wi + x1) * 3 + c] / 255.0f;
+                float p10 = img[((size_t)y1 * wi + x0) * 3 + c] / 255.0f;
+                float p11 = img[((size_t)y1 * wi + x1) * 3 + c] / 255.0f;
+                float t0 = p00 * (1.0f - lx) + p01 * lx;
+                float t1 = p10 * (1.0f - lx) + p11 * lx;
+                float v = t0 * (1.0f - ly) + t1 * ly;
+                if (q->norm) v = (v - mean[c]) / stdv[c];
+                o[((size_t)c * oh + y) * ow + x] = v;
+            }
+        }
+    }
+}
+
 /* uint8 HWC -> /255 -> bilinear resize to (input_h, input_w) -> center crop (torchvision
  * CenterCrop: top = int(round((H - ch) / 2.0)), round half to even, which rintf does in the
- * default rounding mode) -> ImageNet (x - mean) / std. Only the cropped window is computed. */
+ * default rounding mode) -> ImageNet (x - mean) / std. Only the cropped window is computed;
+ * output rows are spread over the backend's threads. */
 int cpu_preprocess(act_backend *be, act_buf frames, int B, int hi, int wi, const act_config *cfg,
                    act_buf out) {
-    static const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
     int rh = cfg->input_h, rw = cfg->input_w;
     int oh = cfg->crop_h > 0 ? cfg->crop_h : rh, ow = cfg->crop_w > 0 ? cfg->crop_w : rw;
     if (hi < 1 || wi < 1 || rh < 1 || rw < 1 || oh > rh || ow > rw)
         return act_errf(be->err, sizeof be->err,
                         "cpu preprocess: frame %dx%d, resize %dx%d, crop %dx%d is not a valid "
                         "pipeline", hi, wi, rh, rw, oh, ow);
-    int top = (int)rintf((float)(rh - oh) / 2.0f), left = (int)rintf((float)(rw - ow) / 2.0f);
-    float sh = (float)hi / (float)rh, sw = (float)wi / (float)rw;
-    const uint8_t *src = (const uint8_t *)frames.p;
-    float *dst = f32(out);
-    for (int n = 0; n < B; n++) {
-        const uint8_t *img = src + (size_t)n * hi * wi * 3;
-        float *o = dst + (size_t)n * 3 * oh * ow;
-        for (int y = 0; y < oh; y++) {
-            int y0, y1;
-            float ly;
-            bilinear_index(y + top, hi, sh, &y0, &y1, &ly);
-            for (int x = 0; x < ow; x++) {
-                int x0, x1;
-                float lx;
-                bilinear_index(x + left, wi, sw, &x0, &x1, &lx);
-                for (int c = 0; c < 3; c++) {
-                    float p00 = img[((size_t)y0 * wi + x0) * 3 + c] / 255.0f;
-                    float p01 = img[((size_t)y0 * wi + x1) * 3 + c] / 255.0f;
-                    float p10 = img[((size_t)y1 * wi + x0) * 3 + c] / 255.0f;
-                    float p11 = img[((size_t)y1 * wi + x1) * 3 + c] / 255.0f;
-                    float t0 = p00 * (1.0f - lx) + p01 * lx;
-                    float t1 = p10 * (1.0f - lx) + p11 * lx;
-                    float v = t0 * (1.0f - ly) + t1 * ly;
-                    if (cfg->imagenet_norm) v = (v - mean[c]) / stdv[c];
-                    o[((size_t)c * oh + y) * ow + x] = v;
-                }
-            }
-        }
-    }
+    pre_job q = {(const uint8_t *)frames.p, f32(out), hi, wi, oh, ow,
+                 (int)rintf((float)(rh - oh) / 2.0f), (int)rintf((float)(rw - ow) / 2.0f),
+                 cfg->imagenet_norm, (float)hi / (float)rh, (float)wi / (float)rw};
+    act_cpu_pool_run(((act_cpu_ctx *)be->ctx)->pool, preprocess_task, &q, B * oh);
     return 0;
 }
 
@@ -328,11 +342,15 @@ int cpu_groupnorm(act_backend *be, act_buf x, int N, int C, int HW, int groups,
  * whole output row at a time so the inner loops stay branch-free. */
 static inline float max_nan(float m, float v) { return (v > m || v != v) ? v : m; }
 
-int cpu_maxpool(act_backend *be, act_buf x, int N, int C, int H, int W, act_buf y) {
-    int Ho = (H + 2 - 3) / 2 + 1, Wo = (W + 2 - 3) / 2 + 1;
-    for (size_t nc = 0; nc < (size_t)N * C; nc++) {
-        const float *xi = f32(x) + nc * H * W;
-        float *yo = f32(y) + nc * Ho * Wo;
+typedef struct pool_job { const float *x; float *y; int H, W, Ho, Wo; } pool_job;
+
+static void maxpool_task(void *arg, int t, int lo, int hi) {   /* items: (image, channel) planes */
+    const pool_job *q = arg;
+    int H = q->H, W = q->W, Ho = q->Ho, Wo = q->Wo;
+    (void)t;
+    for (size_t nc = (size_t)lo; nc < (size_t)hi; nc++) {
+        const float *xi = q->x + nc * H * W;
+        float *yo = q->y + nc * Ho * Wo;
         for (int oh = 0; oh < Ho; oh++) {
             float *yr = yo + (size_t)oh * Wo;
             for (int ow = 0; ow < Wo; ow++) yr[ow] = -INFINITY;
@@ -351,6 +369,11 @@ int cpu_maxpool(act_backend *be, act_buf x, int N, int C, int H, int W, act_buf 
             }
         }
     }
+}
+
+int cpu_maxpool(act_backend *be, act_buf x, int N, int C, int H, int W, act_buf y) {
+    pool_job q = {f32(x), f32(y), H, W, (H + 2 - 3) / 2 + 1, (W + 2 - 3) / 2 + 1};
+    act_cpu_pool_run(((act_cpu_ctx *)be->ctx)->pool, maxpool_task, &q, N * C);
     return 0;
 }
 
