@@ -1,9 +1,11 @@
 /* cpu_ops.h - internals shared by the CPU backend's files (not a public header).
  * defines: act_cpu_ctx, act_cpu_sgemm, the cpu_* op functions that backend_cpu.c puts in the
- * op table, act_cpu_conv_workspace.
+ * op table, act_cpu_conv_workspace, the Winograd convs (cpu_winograd.c), the helper-thread pool
+ * (cpu_pool.c).
  *
  * The CPU backend is plain C11, fp32 only, feature maps NCHW. Buffers are host memory, so an
- * act_buf's p is used directly and weights are read in place from the model's blob. All scratch
+ * act_buf's p is used directly and weights are read in place from the model's blob (the Winograd
+ * filters of the 3x3 stride-1 convs are the one copy made, at load_weights). All scratch
  * (the im2col and GEMM workspaces) is sized from the model at load_weights, so no op allocates. */
 #ifndef ACT_CPU_OPS_H
 #define ACT_CPU_OPS_H
@@ -77,7 +79,19 @@ const float *act_cpu_wino_find(const act_cpu_ctx *ctx, const act_conv *c);   /* 
 int act_cpu_wino_conv(act_cpu_ctx *ctx, const act_conv *c, const float *u, const float *x, int N,
                       int H, int W, const float *residual, act_epilogue epi, float *y, size_t G);
 
+/* Memory-bound loops the CPU backend writes itself: also built for AVX2 and AVX-512, picked at
+ * load by the CPU (GCC/Clang function multiversioning), as OpenBLAS picks its kernels. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(ACT_NO_CLONES)
+#define ACT_CPU_VEC_CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
+#else
+#define ACT_CPU_VEC_CLONES
+#endif
+
 /* ---- vision (cpu_vision.c) ---- */
+/* o = epi(g + b + r) over n values of one output channel (o may be g, r NULL): a conv's bias,
+ * residual and activation in PyTorch's order */
+void act_cpu_conv_epilogue(float *o, const float *g, size_t n, float b, const float *r,
+                           act_epilogue epi);
 int cpu_preprocess(act_backend *be, act_buf frames, int B, int hi, int wi, const act_config *cfg,
                    act_buf out);
 int cpu_conv2d(act_backend *be, const act_conv *c, act_buf x, int N, int H, int W,

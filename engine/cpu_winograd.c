@@ -21,14 +21,6 @@
 #include "forward.h"
 #include "util.h"
 
-/* The transforms are memory-bound loops of adds: built for AVX2 and AVX-512 too, picked at load
- * by the CPU (GCC/Clang function multiversioning), as OpenBLAS picks its kernels. */
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(ACT_NO_CLONES)
-#define VEC_CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
-#else
-#define VEC_CLONES
-#endif
-
 int act_cpu_wino_enabled(void) {
     const char *e = getenv("ACT_CPU_WINOGRAD");
     return !(e && e[0] == '0' && e[1] == '\0');
@@ -121,7 +113,7 @@ const float *act_cpu_wino_find(const act_cpu_ctx *ctx, const act_conv *c) {
  * horizontal half over column pairs, so both loops vectorize. rows: 4 * PW floats. */
 /* B^T d down the columns of four input rows (GCC honours restrict on parameters only, so the
  * vectorizable loops are functions of their own) */
-VEC_CLONES static void vertical(const float *restrict a0, const float *restrict a1, const float *restrict a2,
+ACT_CPU_VEC_CLONES static void vertical(const float *restrict a0, const float *restrict a1, const float *restrict a2,
                      const float *restrict a3, float *restrict t0, float *restrict t1,
                      float *restrict t2, float *restrict t3, int W) {
     for (int c = 0; c < W; c++) {
@@ -133,7 +125,7 @@ VEC_CLONES static void vertical(const float *restrict a0, const float *restrict 
 }
 
 /* (B^T d) B along one padded row: tile tx reads columns 2tx .. 2tx+3 */
-VEC_CLONES static void horizontal(const float *restrict q, float *restrict o0, float *restrict o1,
+ACT_CPU_VEC_CLONES static void horizontal(const float *restrict q, float *restrict o0, float *restrict o1,
                        float *restrict o2, float *restrict o3, int TW) {
     for (int tx = 0; tx < TW; tx++) {
         float q0 = q[2 * tx], q1 = q[2 * tx + 1], q2 = q[2 * tx + 2], q3 = q[2 * tx + 3];
@@ -166,31 +158,8 @@ static void input_transform(const float *x, int H, int W, float *v, size_t xi_st
     }
 }
 
-/* the im2col path's epilogue over one output row: conv + bias, + residual, then the activation;
- * one loop per case so each vectorizes */
-VEC_CLONES static void finish_row(float *y, const float *t, int W, float bias,
-                       const float *r, act_epilogue epi) {
-    if (epi == ACT_EPI_RELU && r) {
-        for (int x = 0; x < W; x++) {
-            float v = (t[x] + bias) + r[x];
-            y[x] = v < 0.0f ? 0.0f : v;
-        }
-    } else if (epi == ACT_EPI_RELU) {
-        for (int x = 0; x < W; x++) {
-            float v = t[x] + bias;
-            y[x] = v < 0.0f ? 0.0f : v;
-        }
-    } else if (epi == ACT_EPI_NONE && r) {
-        for (int x = 0; x < W; x++) y[x] = (t[x] + bias) + r[x];
-    } else if (epi == ACT_EPI_NONE) {
-        for (int x = 0; x < W; x++) y[x] = t[x] + bias;
-    } else {
-        for (int x = 0; x < W; x++) y[x] = act_cpu_epi((t[x] + bias) + (r ? r[x] : 0.0f), epi);
-    }
-}
-
 /* A^T m over the positions' rows: s0 = m0 + m1 + m2, s1 = m1 - m2 - m3 */
-VEC_CLONES static void column_sums(const float *restrict pa, const float *restrict pb, const float *restrict pc,
+ACT_CPU_VEC_CLONES static void column_sums(const float *restrict pa, const float *restrict pb, const float *restrict pc,
                         const float *restrict pd, float *restrict s0, float *restrict s1, int TW) {
     for (int tx = 0; tx < TW; tx++) {
         s0[tx] = pa[tx] + pb[tx] + pc[tx];
@@ -199,7 +168,7 @@ VEC_CLONES static void column_sums(const float *restrict pa, const float *restri
 }
 
 /* (A^T m) A: the tile's two outputs of one row, interleaved into the output row */
-VEC_CLONES static void row_sums(const float *restrict c0, const float *restrict c1, const float *restrict c2,
+ACT_CPU_VEC_CLONES static void row_sums(const float *restrict c0, const float *restrict c1, const float *restrict c2,
                      const float *restrict c3, float *restrict er, int TW) {
     for (int tx = 0; tx < TW; tx++) {
         er[2 * tx] = c0[tx] + c1[tx] + c2[tx];
@@ -209,7 +178,8 @@ VEC_CLONES static void row_sums(const float *restrict c0, const float *restrict 
 
 /* y (H x W) from M[xi][co][j0 + t]: A^T m A with A^T = [1 1 1 0; 0 1 -1 -1] per tile, a row of
  * tiles at a time: the column sums over the 4x4 positions into s (8 rows of TW), the row sums
- * into two interleaved output rows of 2 TW (scratch e), then finish_row. scratch: 12 TW floats. */
+ * into two interleaved output rows of 2 TW (scratch e), then act_cpu_conv_epilogue.
+ * scratch: 12 TW floats. */
 static void output_transform(const float *mm, size_t xi_stride, int H, int W, float bias,
                              const float *res, act_epilogue epi, float *y, float *scratch) {
     int TH = (H + 1) / 2, TW = (W + 1) / 2;
@@ -226,8 +196,8 @@ static void output_transform(const float *mm, size_t xi_stride, int H, int W, fl
         }
         int y0 = 2 * ty;
         for (int i = 0; i < 2 && y0 + i < H; i++)
-            finish_row(y + (size_t)(y0 + i) * W, e + (size_t)i * 2 * TW, W, bias,
-                       res ? res + (size_t)(y0 + i) * W : NULL, epi);
+            act_cpu_conv_epilogue(y + (size_t)(y0 + i) * W, e + (size_t)i * 2 * TW, (size_t)W, bias,
+                                  res ? res + (size_t)(y0 + i) * W : NULL, epi);
     }
 }
 
