@@ -16,6 +16,11 @@ Goals (ARCHITECTURE section 9): p50 round trip <= inference + 0.3 ms at batch 1;
 clients, batching on >= 8x the throughput of batching off. Figures go to bench/RESULTS.md.
 
     python3 bench/serve_load.py --model weights/demo.actw --device cuda --json serve.json
+
+Without a GPU, --timing-model 150,2 serves with every step replaced by a busy wait of 150 us + 2 us
+per sample (the CPU backend's ACT_CPU_TIMING_MODEL; replies carry zeros): the server's overhead
+and batching at GPU-like step times, with the CPU otherwise idle as on a GPU host. Those figures
+are about act-serve, not about any GPU.
 """
 
 from __future__ import annotations
@@ -124,7 +129,10 @@ def _start_server(args, max_batch, workdir):
            "--max-wait-us", str(args.max_wait_us), "--precision", args.precision]
     if args.device != "auto":
         cmd += ["--device", args.device]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    env = dict(os.environ)
+    if args.timing_model:
+        env["ACT_CPU_TIMING_MODEL"] = args.timing_model
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + 600
     while not pf.exists() or not pf.read_text().endswith("\n"):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -176,8 +184,18 @@ def main(argv=None):
     ap.add_argument("--modes", default="on,off", help="on = --max-batch N, off = --max-batch 1")
     ap.add_argument("--transports", default="tcp",
                     help="tcp (frames in each request) and/or shm (Unix socket, frames in shared memory)")
+    ap.add_argument("--timing-model", metavar="BASE_US[,PER_SAMPLE_US]",
+                    help="act-serve on the CPU backend with each step replaced by a busy wait of that "
+                         "length (ACT_CPU_TIMING_MODEL; outputs are zeros): the server's own overhead "
+                         "and batching at a GPU's step times, on a machine without one")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
+    if args.timing_model:
+        if args.device == "cuda":
+            raise SystemExit("serve_load: --timing-model replaces the CPU backend's steps; drop --device cuda")
+        args.device = "cpu"
+        print(f"serve_load: TIMING MODEL {args.timing_model} us: no step computes anything; the figures "
+              "are act-serve's own costs around modeled steps", file=sys.stderr)
     if not Path(args.model).is_file():
         raise SystemExit(f"serve_load: {args.model} is missing: make it with scripts/demo.sh, or pass --model")
     if not os.access(args.act_serve, os.X_OK):
@@ -222,6 +240,7 @@ def main(argv=None):
         print(f"{k}: {v:.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"model": args.model, "device": args.device, "precision": args.precision,
+                                               "timing_model_us": args.timing_model,
                                                "max_batch": args.max_batch, "max_wait_us": args.max_wait_us,
                                                "rows": rows, "summary": summary}, indent=2))
 

@@ -30,7 +30,7 @@ static void cpu_destroy(act_backend *be) {
         act_aligned_free(ctx->ws_out);
         act_aligned_free(ctx->ws_rows);
         act_cpu_wino_free(ctx);
-        act_cpu_pool_destroy(ctx->pool);
+        act_pool_destroy(ctx->pool);
         free(ctx);
     }
     free(be);
@@ -69,6 +69,7 @@ static act_buf cpu_alloc(act_backend *be, size_t n, act_dtype dt) {
 
 static void *cpu_host_alloc(act_backend *be, size_t bytes) {
     void *p = act_aligned_alloc(bytes);
+    if (p) memset(p, 0, bytes);   /* the timing model's outputs, and no stale bytes anywhere */
     if (!p) act_errf(be->err, sizeof be->err, "cpu host_alloc: out of memory for %zu bytes", bytes);
     return p;
 }
@@ -86,7 +87,7 @@ static int cpu_load_weights(act_backend *be, const act_model *m) {
     if (col > ctx->ws_col_elems || out > ctx->ws_out_elems || rows > ctx->ws_rows_elems) {
         float *wc = act_aligned_alloc(col * sizeof(float)), *wo = act_aligned_alloc(out * sizeof(float));
         /* one row scratch per thread and the zero row (W <= rows floats) */
-        float *wr = act_aligned_alloc(((size_t)act_cpu_pool_threads(ctx->pool) + 1) * (rows ? rows : 1) *
+        float *wr = act_aligned_alloc(((size_t)act_pool_threads(ctx->pool) + 1) * (rows ? rows : 1) *
                                       sizeof(float));
         if (!wc || !wo || !wr) {
             act_aligned_free(wc);
@@ -109,6 +110,36 @@ static int cpu_load_weights(act_backend *be, const act_model *m) {
 }
 
 static int cpu_graph_replay(act_backend *be, int key) { return 0; }
+
+/* ACT_CPU_TIMING_MODEL=BASE_US[,PER_SAMPLE_US] (benchmarks of act-serve only): every step is
+ * "replayed" as a busy wait of BASE + PER x batch microseconds and computes nothing (the outputs
+ * stay zero), the way a host thread spins on a GPU step. act-serve's own costs (receive, queue,
+ * batching, reply) can then be measured on a CPU machine at a GPU's step times. The step key is
+ * batch * 8 + mode (forward.c). */
+static double g_model_base_us = -1.0, g_model_per_us;
+
+static int cpu_timed_replay(act_backend *be, int key) {
+    double until = now_ms() + (g_model_base_us + g_model_per_us * (key / 8)) * 1e-3;
+    while (now_ms() < until) {
+    }
+    return 1;
+}
+
+static int parse_timing_model(const char *v, char *err, size_t errlen) {
+    char *end;
+    double base = strtod(v, &end), per = 0.0;
+    if (end != v && *end == ',') {
+        const char *p = end + 1;
+        per = strtod(p, &end);
+        if (end == p) end = (char *)v;   /* "150," is malformed */
+    }
+    if (end == v || *end || !(base >= 0.0 && base <= 1e6) || !(per >= 0.0 && per <= 1e6))
+        return act_errf(err, errlen, "cpu backend: ACT_CPU_TIMING_MODEL='%s' is not BASE_US[,PER_"
+                        "SAMPLE_US] (e.g. 150,2: each step a 150 us + 2 us per sample busy wait)", v);
+    g_model_base_us = base;
+    g_model_per_us = per;
+    return 0;
+}
 static int cpu_begin_capture(act_backend *be, int key) { return 0; }
 static int cpu_end_capture(act_backend *be, int key) { return 0; }
 static int cpu_sync(act_backend *be) { return 0; }
@@ -184,18 +215,27 @@ int act_backend_cpu_create(act_precision prec, act_backend **out, char *err, siz
         return act_errf(err, errlen, "cpu backend: out of memory");
     }
     ctx->stage_open = -1;
-    ctx->pool = act_cpu_pool_create(act_cpu_threads());   /* NULL runs every loop inline */
+    ctx->pool = act_pool_create(act_cpu_threads());   /* NULL runs every loop inline */
     be->name = "cpu";
     be->ctx = ctx;
     be->precision = prec;
     snprintf(be->device_name, sizeof be->device_name, "cpu (fp32, %s)", act_cpu_blas_init());
+    const char *tm = getenv("ACT_CPU_TIMING_MODEL");
+    if (tm && *tm) {
+        if (parse_timing_model(tm, err, errlen)) {
+            cpu_destroy(be);
+            return -1;
+        }
+        snprintf(be->device_name, sizeof be->device_name, "cpu TIMING MODEL (steps are %g us + "
+                 "%g us/sample busy waits; outputs are zeros)", g_model_base_us, g_model_per_us);
+    }
     be->destroy = cpu_destroy;
     be->alloc = cpu_alloc;
     be->host_alloc = cpu_host_alloc;
     be->host_free = cpu_host_free;
     be->device_bytes = cpu_device_bytes;
     be->load_weights = cpu_load_weights;
-    be->graph_replay = cpu_graph_replay;
+    be->graph_replay = tm && *tm ? cpu_timed_replay : cpu_graph_replay;
     be->begin_capture = cpu_begin_capture;
     be->end_capture = cpu_end_capture;
     be->sync = cpu_sync;

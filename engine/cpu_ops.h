@@ -1,7 +1,6 @@
 /* cpu_ops.h - internals shared by the CPU backend's files (not a public header).
  * defines: act_cpu_ctx, act_cpu_sgemm, the cpu_* op functions that backend_cpu.c puts in the
- * op table, act_cpu_conv_workspace, the Winograd convs (cpu_winograd.c), the helper-thread pool
- * (cpu_pool.c).
+ * op table, act_cpu_conv_workspace, the Winograd convs (cpu_winograd.c).
  *
  * The CPU backend is plain C11, fp32 only, feature maps NCHW. Buffers are host memory, so an
  * act_buf's p is used directly and weights are read in place from the model's blob (the Winograd
@@ -13,19 +12,11 @@
 #include <math.h>
 #include <stddef.h>
 #include "backend.h"
+#include "pool.h"
 
 /* Winograd F(2x2,3x3) filters of a model's 3x3 stride-1 convs (cpu_winograd.c); 3 trunks x 16 */
 #define ACT_CPU_WINO_MAX 64
 typedef struct act_cpu_wino { const act_tensor *w; const float *u; } act_cpu_wino;
-
-/* helper threads for the backend's own loops (cpu_pool.c): fn(arg, thread, lo, hi) runs over
- * [lo, hi) of the items; thread is 0 for the caller, 1.. for helpers (an index for scratch) */
-typedef struct act_cpu_pool act_cpu_pool;
-typedef void (*act_cpu_task)(void *arg, int thread, int lo, int hi);
-act_cpu_pool *act_cpu_pool_create(int threads);   /* NULL: out of memory (callers run inline) */
-int act_cpu_pool_threads(const act_cpu_pool *p);   /* 1 for NULL */
-void act_cpu_pool_run(act_cpu_pool *p, act_cpu_task fn, void *arg, int items);
-void act_cpu_pool_destroy(act_cpu_pool *p);
 
 typedef struct act_cpu_ctx {
     void **allocs;            /* every alloc() block, freed at destroy */
@@ -37,7 +28,7 @@ typedef struct act_cpu_ctx {
     size_t ws_out_elems;
     float *ws_rows;           /* per thread, Winograd row scratch (act_cpu_wino_rows); then a zero row */
     size_t ws_rows_elems;     /* of one thread */
-    act_cpu_pool *pool;
+    act_pool *pool;
     act_cpu_wino wino[ACT_CPU_WINO_MAX];   /* transformed filters, by the conv's weight tensor */
     int n_wino;
     float *wino_data;         /* one block holding every wino[i].u */

@@ -127,7 +127,7 @@ int cpu_preprocess(act_backend *be, act_buf frames, int B, int hi, int wi, const
     pre_job q = {(const uint8_t *)frames.p, f32(out), hi, wi, oh, ow,
                  (int)rintf((float)(rh - oh) / 2.0f), (int)rintf((float)(rw - ow) / 2.0f),
                  cfg->imagenet_norm, (float)hi / (float)rh, (float)wi / (float)rw};
-    act_cpu_pool_run(((act_cpu_ctx *)be->ctx)->pool, preprocess_task, &q, B * oh);
+    act_pool_run(((act_cpu_ctx *)be->ctx)->pool, preprocess_task, &q, B * oh);
     return 0;
 }
 
@@ -248,7 +248,7 @@ static void epilogue_task(void *arg, int t, int lo, int hi) {
  * ([cin*k*k][g*P]), one GEMM into [cout][g*P], and the epilogue writes each image's NCHW
  * block. A group of one image multiplies straight into the output (and a 1x1 stride-1 conv
  * needs no im2col at all). im2col and the epilogue run on the backend's threads
- * (cpu_pool.c), the GEMM on OpenBLAS's; 3x3 stride-1 convs go to cpu_winograd.c. */
+ * (pool.c), the GEMM on OpenBLAS's; 3x3 stride-1 convs go to cpu_winograd.c. */
 int cpu_conv2d(act_backend *be, const act_conv *c, act_buf x, int N, int H, int W,
                act_buf residual, act_epilogue epi, act_buf y) {
     act_cpu_ctx *ctx = be->ctx;
@@ -286,16 +286,16 @@ int cpu_conv2d(act_backend *be, const act_conv *c, act_buf x, int N, int H, int 
                       c->b ? c->b->data : NULL, epi};
         const float *col = q.xin;
         if (direct && g > 1) {
-            act_cpu_pool_run(ctx->pool, copy_task, &q, g * c->cin);
+            act_pool_run(ctx->pool, copy_task, &q, g * c->cin);
             col = ctx->ws_col;
         } else if (!direct) {
-            act_cpu_pool_run(ctx->pool, im2col_task, &q, g * c->cin);
+            act_pool_run(ctx->pool, im2col_task, &q, g * c->cin);
             col = ctx->ws_col;
         }
         q.gout = g == 1 ? q.out0 : ctx->ws_out;
         act_cpu_sgemm(0, c->cout, (int)q.NP, (int)Kd, c->w->data, (int)Kd, col, (int)q.NP, q.gout,
                       (int)q.NP);
-        act_cpu_pool_run(ctx->pool, epilogue_task, &q, g * c->cout);
+        act_pool_run(ctx->pool, epilogue_task, &q, g * c->cout);
     }
     return 0;
 }
@@ -373,7 +373,7 @@ static void maxpool_task(void *arg, int t, int lo, int hi) {   /* items: (image,
 
 int cpu_maxpool(act_backend *be, act_buf x, int N, int C, int H, int W, act_buf y) {
     pool_job q = {f32(x), f32(y), H, W, (H + 2 - 3) / 2 + 1, (W + 2 - 3) / 2 + 1};
-    act_cpu_pool_run(((act_cpu_ctx *)be->ctx)->pool, maxpool_task, &q, N * C);
+    act_pool_run(((act_cpu_ctx *)be->ctx)->pool, maxpool_task, &q, N * C);
     return 0;
 }
 

@@ -241,7 +241,7 @@ int act_cpu_wino_conv(act_cpu_ctx *ctx, const act_conv *c, const float *u, const
                       int H, int W, const float *residual, act_epilogue epi, float *y,
                       size_t G) {
     size_t T = act_cpu_wino_tiles(H, W), HW = (size_t)H * W;
-    int cin = c->cin, cout = c->cout, nt = act_cpu_pool_threads(ctx->pool);
+    int cin = c->cin, cout = c->cout, nt = act_pool_threads(ctx->pool);
     float *zero = ctx->ws_rows + (size_t)nt * ctx->ws_rows_elems;
     memset(zero, 0, sizeof(float) * (size_t)W);
     ctx->wino_convs++;
@@ -252,11 +252,11 @@ int act_cpu_wino_conv(act_cpu_ctx *ctx, const act_conv *c, const float *u, const
                       y + (size_t)n0 * cout * HW, ctx->ws_col, ctx->ws_out,
                       c->b ? c->b->data : NULL, zero, ctx->ws_rows, ctx->ws_rows_elems, T, GT, HW,
                       H, W, cin, cout, epi};
-        act_cpu_pool_run(ctx->pool, input_task, &q, g * cin);
+        act_pool_run(ctx->pool, input_task, &q, g * cin);
         for (int xi = 0; xi < 16; xi++)
             act_cpu_sgemm(0, cout, (int)GT, cin, u + (size_t)xi * cout * cin, cin,
                           q.V + (size_t)xi * vxi, (int)GT, q.M + (size_t)xi * mxi, (int)GT);
-        act_cpu_pool_run(ctx->pool, output_task, &q, g * cout);
+        act_pool_run(ctx->pool, output_task, &q, g * cout);
     }
     return 0;
 }

@@ -28,6 +28,8 @@ typedef struct act_server_opts {
     int metrics_port;          /* -1 = no HTTP side port, 0 = any free port */
     int max_batch;             /* requests per forward pass (<= the session's max_batch) */
     int max_wait_us;           /* how long a batch may wait for more requests */
+    int copy_threads;          /* threads copying a batch's frames into the session's input
+                                * buffers (0 = auto: half the cores, at most 8) */
     int max_clients;           /* open connections; beyond it new ones are closed at once */
     int max_queue;             /* requests waiting or running, all clients together */
     int max_inflight_per_conn; /* requests one connection may have outstanding */

@@ -168,7 +168,7 @@ static void test_conv_via(act_backend *be, int wino, int N, int cin, int cout, i
     act_cpu_ctx *ctx = be->ctx;
     snprintf(what, sizeof what, "conv2d%s N%d %d->%d %dx%d k%d s%d p%d res%d epi%d threads %d",
              wino ? " winograd" : "", N, cin, cout, H, W, k, s, p, use_res, epi,
-             act_cpu_pool_threads(ctx->pool));
+             act_pool_threads(ctx->pool));
     if (wino) check_rc(what, load_ws(be, &c), be);
     unsigned long before = ctx->wino_convs;
     for (size_t i = 0; i < ny; i++) y[i] = NAN;   /* an output left unwritten fails */
@@ -213,8 +213,8 @@ static void count_task(void *arg, int t, int lo, int hi) {
 static void test_pool(void) {
     static const int items[] = {0, 1, 2, 3, 5, 64, 1000};
     for (int threads = 1; threads <= 4; threads++) {
-        act_cpu_pool *p = act_cpu_pool_create(threads);
-        int n = act_cpu_pool_threads(p);
+        act_pool *p = act_pool_create(threads);
+        int n = act_pool_threads(p);
         g_checks++;
         if (n != threads) {
             g_fail++;
@@ -223,7 +223,7 @@ static void test_pool(void) {
         for (size_t k = 0; k < sizeof items / sizeof items[0]; k++)
             for (int rep = 0; rep < 3; rep++) {
                 memset(visits, 0, sizeof visits);
-                act_cpu_pool_run(p, count_task, &n, items[k]);
+                act_pool_run(p, count_task, &n, items[k]);
                 int bad = 0;
                 for (int i = 0; i < 1000; i++) bad += visits[i] != (i < items[k]);
                 g_checks++;
@@ -233,7 +233,7 @@ static void test_pool(void) {
                             items[k], bad);
                 }
             }
-        act_cpu_pool_destroy(p);
+        act_pool_destroy(p);
     }
 }
 

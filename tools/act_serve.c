@@ -76,6 +76,7 @@ static int parse(int argc, char **argv, cli *c)
         { "cuda-device", "ACT_SERVE_CUDA_DEVICE", F_INT, &c->cuda_device, "CUDA device ordinal [0]" },
         { "max-batch", "ACT_SERVE_MAX_BATCH", F_INT, &c->so.max_batch, "requests per forward pass [32]" },
         { "max-wait-us", "ACT_SERVE_MAX_WAIT_US", F_INT, &c->so.max_wait_us, "longest wait for a batch to fill [200]" },
+        { "copy-threads", "ACT_SERVE_COPY_THREADS", F_INT, &c->so.copy_threads, "threads copying a batch's frames into the input buffers, 0 = half the cores, at most 8 [0]" },
         { "max-clients", "ACT_SERVE_MAX_CLIENTS", F_INT, &c->so.max_clients, "open connections [4096]" },
         { "max-queue", "ACT_SERVE_MAX_QUEUE", F_INT, &c->so.max_queue, "requests queued, all clients [256]" },
         { "max-inflight", "ACT_SERVE_MAX_INFLIGHT", F_INT, &c->so.max_inflight_per_conn, "requests queued per connection [32]" },

@@ -75,8 +75,9 @@ def _obs(rng, cams, obs_dim=5):
             {c: rng.integers(0, 256, (IMAGE, IMAGE, 3), dtype=np.uint8) for c in cams})
 
 
+@pytest.mark.parametrize("copy_threads", [1, 3])   # a batch's frames copied inline / by 3 threads
 def test_predictions_equal_act_infer_predict_and_batch_across_connections(server, act_infer, tiny, tmp_path,
-                                                                         episode_factory, rng):
+                                                                         episode_factory, rng, copy_threads):
     model, cfg = tiny
     cams = cfg["camera_names"]
     T, H = 6, cfg["pred_horizon"]
@@ -94,7 +95,7 @@ def test_predictions_equal_act_infer_predict_and_batch_across_connections(server
         images = {c: f[f"observations/images/{c}"][:] for c in cams}
 
     # a long batching window: every request of the three clients should share one forward pass
-    srv = server("--max-batch", 8, "--max-wait-us", 2_000_000)
+    srv = server("--max-batch", 8, "--max-wait-us", 2_000_000, "--copy-threads", copy_threads)
     clients = [ActClient("127.0.0.1", srv.port, timeout=120, compress=(i == 1)) for i in range(3)]
     for c in clients:
         c.info()   # handshake first, so the server knows three clients may send
@@ -308,7 +309,7 @@ def test_every_flag_has_an_environment_twin_and_the_flag_wins(server, act_serve,
                        env=dict(os.environ, ACT_SERVE_PORT="seventy"))
     assert p.returncode == 2 and "ACT_SERVE_PORT" in p.stderr and "seventy" in p.stderr, p.stderr
     p = subprocess.run([str(act_serve), "--help"], capture_output=True, text=True, timeout=60)
-    for flag in ("--model", "--port", "--device", "--precision", "--max-batch", "--max-wait-us", "--max-clients",
+    for flag in ("--model", "--port", "--device", "--precision", "--max-batch", "--max-wait-us", "--copy-threads", "--max-clients",
                  "--metrics-port", "--audit-log"):
         assert flag in p.stderr and "ACT_SERVE_" + flag[2:].upper().replace("-", "_") in p.stderr, flag
 

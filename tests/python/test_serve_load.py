@@ -4,6 +4,7 @@ request, and reports consistent figures (the figures themselves are recorded, ne
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,3 +43,42 @@ def test_serve_load_reports_every_setting(act_serve, ref, tmp_path):
     assert set(res["summary"]) == {"speedup_batching_3_clients", "speedup_3_clients_vs_one_at_a_time",
                                    "overhead_p50_ms_batch1", "overhead_p50_ms_batch1_shm"}
     assert "batching  via clients" in p.stdout and p.stdout.count("\n") >= 9
+
+
+def test_timing_model_steps_are_busy_waits_of_the_modeled_length(act_serve, act_infer, ref, tmp_path):
+    """ACT_CPU_TIMING_MODEL (serve_load --timing-model): each step is a busy wait of BASE + PER x
+    batch us and its outputs are zeros; the device name says so; a malformed value is refused."""
+    sys.path.insert(0, str(REPO / "tests" / "python"))
+    import conftest
+
+    cfg = conftest.small_cfg(image_size=40, vision_backbone={"input_shape": [3, 48, 48]})
+    agent = ref.randomize_(ref.build_agent(cfg), 32)
+    ref.save_checkpoint(agent, str(tmp_path / "ck.pt"), cfg, layout="model_state_dict", stats_in="state_dict",
+                        prefix="", stats_path=str(tmp_path / "st.pkl"), config_path=str(tmp_path / "ck.yaml"),
+                        include_config=False)
+    model = tmp_path / "tiny.actw"
+    subprocess.run([sys.executable, str(REPO / "tools" / "convert_checkpoint.py"), str(tmp_path / "ck.pt"), "-o",
+                    str(model), "--config", str(tmp_path / "ck.yaml"), "--stats", str(tmp_path / "st.pkl")],
+                   check=True, capture_output=True)
+    env = dict(os.environ, ACT_CPU_TIMING_MODEL="3000,1000")
+    out = tmp_path / "b.json"
+    p = subprocess.run([str(act_infer), "bench", "--model", str(model), "--device", "cpu", "--batch", "1,4",
+                        "--iters", "5", "--warmup", "1", "--profile-iters", "0", "--json", str(out)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "TIMING MODEL" in p.stdout + p.stderr
+    res = {r["batch"]: r["latency_ms"] for r in json.loads(out.read_text())["results"]}
+    assert 4.0 <= res[1]["min"] < 30.0, res    # 3 ms + 1 ms x 1
+    assert 7.0 <= res[4]["min"] < 40.0, res    # 3 ms + 1 ms x 4
+    out = tmp_path / "load.json"
+    p = subprocess.run([sys.executable, str(REPO / "bench" / "serve_load.py"), "--model", str(model), "--act-serve",
+                        str(act_serve), "--timing-model", "2000,0", "--clients", "1", "--requests", "3",
+                        "--modes", "on", "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "TIMING MODEL" in p.stderr
+    r = json.loads(out.read_text())["rows"][0]
+    assert r["requests"] == 3 and 2.0 <= r["infer_p50_ms"] < 30.0, r
+    env["ACT_CPU_TIMING_MODEL"] = "150,"
+    p = subprocess.run([str(act_infer), "bench", "--model", str(model), "--device", "cpu", "--iters", "1"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode != 0 and "ACT_CPU_TIMING_MODEL='150,'" in p.stderr, p.stderr

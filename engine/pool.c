@@ -1,17 +1,18 @@
-/* cpu_pool.c - the CPU backend's helper threads for the loops it runs itself.
- * defines: act_cpu_pool_create, act_cpu_pool_run, act_cpu_pool_destroy
+/* pool.c - helper threads for loops the engine runs itself (interface: pool.h).
+ * defines: act_pool_create, act_pool_threads, act_pool_run, act_pool_destroy
  *
- * OpenBLAS threads the GEMMs; everything between them (Winograd transforms, im2col, epilogues)
- * would otherwise run on one core while the others wait. act_cpu_pool_run splits [0, n) into one
- * contiguous range per thread, runs the first range on the caller and returns when all are done.
- * Helpers sleep on a condition variable between calls: they never spin, so they take no core
- * from OpenBLAS's threads during a GEMM. A pool of one thread has no helpers and runs inline. */
+ * Users: the CPU backend (OpenBLAS threads the GEMMs; everything between them - Winograd
+ * transforms, im2col, epilogues - would otherwise run on one core while the others wait) and
+ * act-serve's inference thread (a batch's frames copied into the session's input buffers).
+ * act_pool_run runs the first range on the caller and returns when all are done. Helpers sleep
+ * on a condition variable between calls: they never spin, so they take no core from OpenBLAS's
+ * threads during a GEMM. A pool of one thread has no helpers and runs inline. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdlib.h>
-#include "cpu_ops.h"
+#include "pool.h"
 
-struct act_cpu_pool {
+struct act_pool {
     int n;                        /* threads including the caller */
     pthread_t *tid;
     pthread_mutex_t mu;
@@ -19,7 +20,7 @@ struct act_cpu_pool {
     unsigned long gen;            /* bumped per run: helpers wait for a new one */
     int pending;                  /* helpers still working on this run */
     int quit;
-    act_cpu_task fn;
+    act_pool_task fn;
     void *arg;
     int items;
 };
@@ -29,10 +30,10 @@ static void range(int items, int n, int i, int *lo, int *hi) {
     *hi = (int)((long long)items * (i + 1) / n);
 }
 
-typedef struct { act_cpu_pool *p; int idx; } helper_arg;
+typedef struct { act_pool *p; int idx; } helper_arg;
 
 static void *helper(void *a) {
-    act_cpu_pool *p = ((helper_arg *)a)->p;
+    act_pool *p = ((helper_arg *)a)->p;
     int idx = ((helper_arg *)a)->idx;
     free(a);
     unsigned long seen = 0;
@@ -41,7 +42,7 @@ static void *helper(void *a) {
         while (p->gen == seen && !p->quit) pthread_cond_wait(&p->go, &p->mu);
         if (p->quit) break;
         seen = p->gen;
-        act_cpu_task fn = p->fn;
+        act_pool_task fn = p->fn;
         void *arg = p->arg;
         int lo, hi;
         range(p->items, p->n, idx, &lo, &hi);
@@ -54,8 +55,8 @@ static void *helper(void *a) {
     return NULL;
 }
 
-act_cpu_pool *act_cpu_pool_create(int threads) {
-    act_cpu_pool *p = calloc(1, sizeof *p);
+act_pool *act_pool_create(int threads) {
+    act_pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     if (threads < 1) threads = 1;
     p->n = 1;
@@ -77,9 +78,9 @@ act_cpu_pool *act_cpu_pool_create(int threads) {
     return p;
 }
 
-int act_cpu_pool_threads(const act_cpu_pool *p) { return p ? p->n : 1; }
+int act_pool_threads(const act_pool *p) { return p ? p->n : 1; }
 
-void act_cpu_pool_run(act_cpu_pool *p, act_cpu_task fn, void *arg, int items) {
+void act_pool_run(act_pool *p, act_pool_task fn, void *arg, int items) {
     if (items <= 0) return;
     if (!p || p->n == 1 || items == 1) {
         fn(arg, 0, 0, items);
@@ -101,7 +102,7 @@ void act_cpu_pool_run(act_cpu_pool *p, act_cpu_task fn, void *arg, int items) {
     pthread_mutex_unlock(&p->mu);
 }
 
-void act_cpu_pool_destroy(act_cpu_pool *p) {
+void act_pool_destroy(act_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
     p->quit = 1;
