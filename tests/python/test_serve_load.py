@@ -12,19 +12,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_serve_load_reports_every_setting(act_serve, ref, tmp_path):
-    sys.path.insert(0, str(REPO / "tests" / "python"))
-    import conftest
-
-    cfg = conftest.small_cfg(image_size=40, vision_backbone={"input_shape": [3, 48, 48]})
-    agent = ref.randomize_(ref.build_agent(cfg), 31)
-    ref.save_checkpoint(agent, str(tmp_path / "ck.pt"), cfg, layout="model_state_dict", stats_in="state_dict",
-                        prefix="", stats_path=str(tmp_path / "st.pkl"), config_path=str(tmp_path / "ck.yaml"),
-                        include_config=False)
-    model = tmp_path / "tiny.actw"
-    subprocess.run([sys.executable, str(REPO / "tools" / "convert_checkpoint.py"), str(tmp_path / "ck.pt"), "-o",
-                    str(model), "--config", str(tmp_path / "ck.yaml"), "--stats", str(tmp_path / "st.pkl")],
-                   check=True, capture_output=True)
+def test_serve_load_reports_every_setting(act_serve, make_model, make_cfg, tmp_path):
+    model, _ = make_model(tmp_path, make_cfg(image_size=40, vision_backbone={"input_shape": [3, 48, 48]}), 31)
     out = tmp_path / "load.json"
     p = subprocess.run([sys.executable, str(REPO / "bench" / "serve_load.py"), "--model", str(model), "--act-serve",
                         str(act_serve), "--device", "cpu", "--clients", "1,3", "--requests", "2", "--transports", "tcp,shm",
@@ -45,21 +34,11 @@ def test_serve_load_reports_every_setting(act_serve, ref, tmp_path):
     assert "batching  via clients" in p.stdout and p.stdout.count("\n") >= 9
 
 
-def test_timing_model_steps_are_busy_waits_of_the_modeled_length(act_serve, act_infer, ref, tmp_path):
+def test_timing_model_steps_are_busy_waits_of_the_modeled_length(act_serve, act_infer, make_model, make_cfg,
+                                                                 tmp_path):
     """ACT_CPU_TIMING_MODEL (serve_load --timing-model): each step is a busy wait of BASE + PER x
     batch us and its outputs are zeros; the device name says so; a malformed value is refused."""
-    sys.path.insert(0, str(REPO / "tests" / "python"))
-    import conftest
-
-    cfg = conftest.small_cfg(image_size=40, vision_backbone={"input_shape": [3, 48, 48]})
-    agent = ref.randomize_(ref.build_agent(cfg), 32)
-    ref.save_checkpoint(agent, str(tmp_path / "ck.pt"), cfg, layout="model_state_dict", stats_in="state_dict",
-                        prefix="", stats_path=str(tmp_path / "st.pkl"), config_path=str(tmp_path / "ck.yaml"),
-                        include_config=False)
-    model = tmp_path / "tiny.actw"
-    subprocess.run([sys.executable, str(REPO / "tools" / "convert_checkpoint.py"), str(tmp_path / "ck.pt"), "-o",
-                    str(model), "--config", str(tmp_path / "ck.yaml"), "--stats", str(tmp_path / "st.pkl")],
-                   check=True, capture_output=True)
+    model, _ = make_model(tmp_path, make_cfg(image_size=40, vision_backbone={"input_shape": [3, 48, 48]}), 32)
     env = dict(os.environ, ACT_CPU_TIMING_MODEL="3000,1000")
     out = tmp_path / "b.json"
     p = subprocess.run([str(act_infer), "bench", "--model", str(model), "--device", "cpu", "--batch", "1,4",
