@@ -69,7 +69,7 @@ static act_buf cpu_alloc(act_backend *be, size_t n, act_dtype dt) {
 
 static void *cpu_host_alloc(act_backend *be, size_t bytes) {
     void *p = act_aligned_alloc(bytes);
-    if (p) memset(p, 0, bytes);   /* the timing model's outputs, and no stale bytes anywhere */
+    if (p && ((act_cpu_ctx *)be->ctx)->timing_model) memset(p, 0, bytes);   /* its outputs: zeros */
     if (!p) act_errf(be->err, sizeof be->err, "cpu host_alloc: out of memory for %zu bytes", bytes);
     return p;
 }
@@ -116,16 +116,15 @@ static int cpu_graph_replay(act_backend *be, int key) { return 0; }
  * stay zero), the way a host thread spins on a GPU step. act-serve's own costs (receive, queue,
  * batching, reply) can then be measured on a CPU machine at a GPU's step times. The step key is
  * batch * 8 + mode (forward.c). */
-static double g_model_base_us = -1.0, g_model_per_us;
-
 static int cpu_timed_replay(act_backend *be, int key) {
-    double until = now_ms() + (g_model_base_us + g_model_per_us * (key / 8)) * 1e-3;
+    const act_cpu_ctx *ctx = be->ctx;
+    double until = now_ms() + (ctx->model_base_us + ctx->model_per_us * (key / 8)) * 1e-3;
     while (now_ms() < until) {
     }
     return 1;
 }
 
-static int parse_timing_model(const char *v, char *err, size_t errlen) {
+static int parse_timing_model(act_cpu_ctx *ctx, const char *v, char *err, size_t errlen) {
     char *end;
     double base = strtod(v, &end), per = 0.0;
     if (end != v && *end == ',') {
@@ -136,8 +135,9 @@ static int parse_timing_model(const char *v, char *err, size_t errlen) {
     if (end == v || *end || !(base >= 0.0 && base <= 1e6) || !(per >= 0.0 && per <= 1e6))
         return act_errf(err, errlen, "cpu backend: ACT_CPU_TIMING_MODEL='%s' is not BASE_US[,PER_"
                         "SAMPLE_US] (e.g. 150,2: each step a 150 us + 2 us per sample busy wait)", v);
-    g_model_base_us = base;
-    g_model_per_us = per;
+    ctx->timing_model = 1;
+    ctx->model_base_us = base;
+    ctx->model_per_us = per;
     return 0;
 }
 static int cpu_begin_capture(act_backend *be, int key) { return 0; }
@@ -222,12 +222,12 @@ int act_backend_cpu_create(act_precision prec, act_backend **out, char *err, siz
     snprintf(be->device_name, sizeof be->device_name, "cpu (fp32, %s)", act_cpu_blas_init());
     const char *tm = getenv("ACT_CPU_TIMING_MODEL");
     if (tm && *tm) {
-        if (parse_timing_model(tm, err, errlen)) {
+        if (parse_timing_model(ctx, tm, err, errlen)) {
             cpu_destroy(be);
             return -1;
         }
         snprintf(be->device_name, sizeof be->device_name, "cpu TIMING MODEL (steps are %g us + "
-                 "%g us/sample busy waits; outputs are zeros)", g_model_base_us, g_model_per_us);
+                 "%g us/sample busy waits; outputs are zeros)", ctx->model_base_us, ctx->model_per_us);
     }
     be->destroy = cpu_destroy;
     be->alloc = cpu_alloc;
@@ -235,7 +235,7 @@ int act_backend_cpu_create(act_precision prec, act_backend **out, char *err, siz
     be->host_free = cpu_host_free;
     be->device_bytes = cpu_device_bytes;
     be->load_weights = cpu_load_weights;
-    be->graph_replay = tm && *tm ? cpu_timed_replay : cpu_graph_replay;
+    be->graph_replay = ctx->timing_model ? cpu_timed_replay : cpu_graph_replay;
     be->begin_capture = cpu_begin_capture;
     be->end_capture = cpu_end_capture;
     be->sync = cpu_sync;

@@ -29,6 +29,8 @@ typedef struct act_cpu_ctx {
     float *ws_rows;           /* per thread, Winograd row scratch (act_cpu_wino_rows); then a zero row */
     size_t ws_rows_elems;     /* of one thread */
     act_pool *pool;
+    int timing_model;         /* ACT_CPU_TIMING_MODEL: steps are busy waits (backend_cpu.c) */
+    double model_base_us, model_per_us;
     act_cpu_wino wino[ACT_CPU_WINO_MAX];   /* transformed filters, by the conv's weight tensor */
     int n_wino;
     float *wino_data;         /* one block holding every wino[i].u */

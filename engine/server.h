@@ -29,7 +29,7 @@ typedef struct act_server_opts {
     int max_batch;             /* requests per forward pass (<= the session's max_batch) */
     int max_wait_us;           /* how long a batch may wait for more requests */
     int copy_threads;          /* threads copying a batch's frames into the session's input
-                                * buffers (0 = auto: half the cores, at most 8) */
+                                * buffers (0 = auto: half the cores, at most 8; up to 64) */
     int max_clients;           /* open connections; beyond it new ones are closed at once */
     int max_queue;             /* requests waiting or running, all clients together */
     int max_inflight_per_conn; /* requests one connection may have outstanding */

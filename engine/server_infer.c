@@ -120,9 +120,10 @@ static void copy_frames(void *arg, int t, int lo, int hi)
     }
 }
 
-int act_infer_copy_threads(int requested)
+/* opts.copy_threads, 0 = auto: half the cores, at most 8 */
+static int copy_threads(int requested)
 {
-    if (requested > 0) return requested > 64 ? 64 : requested;
+    if (requested > 0) return requested;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     long n = cores / 2;
     return n < 1 ? 1 : n > 8 ? 8 : (int)n;
@@ -201,7 +202,7 @@ static void *infer_main(void *arg)
     batch_bufs b;
     act_req **rs = malloc((size_t)s->o.max_batch * sizeof *rs);
     int ok = rs && bufs_alloc(&b, s->sess, s->cfg, s->o.max_batch) == 0;
-    act_pool *pool = act_pool_create(act_infer_copy_threads(s->o.copy_threads));   /* NULL: inline */
+    act_pool *pool = act_pool_create(copy_threads(s->o.copy_threads));   /* NULL: inline */
     for (;;) {
         int n = take_batch(s, rs);
         if (!n) break;

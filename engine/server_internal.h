@@ -142,7 +142,6 @@ void act_shm_unref(act_shm *m);                    /* unmaps at the last referen
 
 /* server_infer.c */
 int act_infer_start(act_server *s, char *err, size_t errlen);
-int act_infer_copy_threads(int requested);   /* the copy threads opts.copy_threads asks for */
 void act_infer_stop(act_server *s);
 int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen);
 
