@@ -37,6 +37,8 @@
 #   inputs-ab  act-infer bench, full model, bf16 at batch 1 and 256: frames copied by act_run
 #              from the caller's memory vs written into the session's pinned input buffers
 #              (--staged-inputs, what every other bench row uses)
+#   copy-ab    act-serve, bf16, 32 shared-memory clients: a batch's frames copied by one thread vs
+#              --copy-threads' default (half the cores, at most 8)
 #              (the A/B rows come last and take what time is left: parity and the peer comparison
 #              matter more)
 # The last thing printed is the summary table (check, result, figure); it is also $OUT/summary.txt.
@@ -275,6 +277,21 @@ else
 fi
 # what act_run's own copy of the frames into its pinned buffers costs (151 MB at batch 256)
 ab_pair inputs-ab bf16 "1 256" copied copied staged ""
+# act-serve's batch assembly (590 KB of frames per request copied into the pinned input buffers):
+# one copy thread vs the default (half the cores, at most 8), 32 shared-memory clients
+if [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && enough 40; then
+    fig=""
+    for ct in 1 0; do
+        ACT_SERVE_COPY_THREADS=$ct timeout "$(limit 25)" "$PY" bench/serve_load.py --model "$TD/full.actw" \
+            --act-serve "$BUILD/act-serve" --device cuda --precision bf16 --clients 1,32 --requests 200 \
+            --max-seconds 8 --modes on --transports shm --json "$OUT/copy_ab.json" >>"$OUT/copy_ab.log" 2>&1
+        r=$("$PY" -c "import json,sys; rows={r['clients']: r for r in json.load(open(sys.argv[1]))['rows']}; print('%.0f req/s (1 client %.0f)' % (rows[32]['throughput_rps'], rows[1]['throughput_rps']))" "$OUT/copy_ab.json" 2>/dev/null)
+        fig="$fig copy-threads ${ct/#0/auto}: ${r:-?};"
+    done
+    row copy-ab ok "bf16 shm 32 clients:$fig"
+else
+    row copy-ab SKIP "no serve_load, build, full model or time"
+fi
 # a conv cuDNN would not plan, or an epilogue it would not fuse, runs on a fallback: say which
 fb=$(grep -h "^act-engine: " "$OUT"/*.log 2>/dev/null | sort | uniq -c | sort -rn | head -3 | cut -c1-160 | paste -sd'|')
 [ -n "$fb" ] && row fallbacks note "$fb"
