@@ -406,6 +406,32 @@ static void gpu_clocks(char *buf, size_t len) {
     pclose(f);
 }
 
+/* CPU clocks: the current frequency of core 0 from cpufreq when the kernel exposes it, else the
+ * "cpu MHz" /proc/cpuinfo reports (a VM's nominal clock), with the cores the process may use. */
+static void cpu_clocks(char *buf, size_t len) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    double mhz = 0;
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq", "r");
+    const char *src = "cpufreq";
+    if (f) {
+        long khz = 0;
+        if (fscanf(f, "%ld", &khz) == 1) mhz = khz / 1000.0;
+        fclose(f);
+    }
+    if (mhz <= 0 && (f = fopen("/proc/cpuinfo", "r"))) {
+        char line[256];
+        src = "/proc/cpuinfo";
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "cpu MHz", 7) && strchr(line, ':')) {
+                mhz = atof(strchr(line, ':') + 1);
+                break;
+            }
+        fclose(f);
+    }
+    if (mhz > 0) snprintf(buf, len, "%.0f MHz (%s), %ld cores online", mhz, src, cores);
+    else snprintf(buf, len, "n/a, %ld cores online", cores);
+}
+
 /* ---- output ---- */
 
 static void json_str(FILE *f, const char *s) {
@@ -632,7 +658,7 @@ int act_cmd_bench(int argc, char **argv) {
     r.device_name = act_session_device_name(s);
     host_cpu_name(r.host_cpu, sizeof r.host_cpu);
     if (a.device == ACT_DEVICE_CUDA) gpu_clocks(r.clocks, sizeof r.clocks);
-    else snprintf(r.clocks, sizeof r.clocks, "n/a");
+    else cpu_clocks(r.clocks, sizeof r.clocks);
     time_t now = time(NULL);
     strftime(r.date, sizeof r.date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     struct stat st;
