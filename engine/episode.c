@@ -5,6 +5,7 @@
  * enough for one chunk, so a file chunked per frame or per many frames is decompressed once per
  * chunk, not once per hyperslab read. */
 #include "episode.h"
+#include "episode_inflate.h"
 
 #include <errno.h>
 #include <math.h>
@@ -21,6 +22,8 @@ typedef struct h5_episode {
     hid_t file;
     hid_t img[ACT_MAX_CAMS];
     char img_name[ACT_MAX_CAMS][ACT_NAME_LEN + 32];
+    int deflate_t[ACT_MAX_CAMS];   /* > 0: gzip chunks of this many whole frames (episode_inflate.c) */
+    act_ep_scratch scratch;
 } h5_episode;
 
 static herr_t innermost_cb(unsigned n, const H5E_error2_t *e, void *data) {
@@ -266,6 +269,7 @@ int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
             ep_fail(err, errlen, path, "dataset '%s' cannot be opened", name);
             goto fail;
         }
+        h->deflate_t[c] = act_ep_deflate_frames_per_chunk(h->img[c], cfg->image_h, cfg->image_w);
     }
     *out = ep;
     return 0;
@@ -281,6 +285,11 @@ int act_episode_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *ds
         snprintf(err, errlen, "%s: frame window [%d, %d) of camera %d is out of range (T=%d)",
                  ep->path, t0, t0 + n, cam, ep->T);
         return -1;
+    }
+    if (h->deflate_t[cam] > 0 && act_ep_inflate_threads() > 1) {
+        int r = act_ep_read_deflate(h->img[cam], h->deflate_t[cam], ep->path, h->img_name[cam], t0, n,
+                                    (size_t)ep->image_h * ep->image_w * 3, dst, &h->scratch, err, errlen);
+        if (r <= 0) return r;   /* 1: a chunk that path leaves to HDF5 */
     }
     hsize_t start[4] = {(hsize_t)t0, 0, 0, 0};
     hsize_t count[4] = {(hsize_t)n, (hsize_t)ep->image_h, (hsize_t)ep->image_w, 3};
@@ -305,6 +314,7 @@ void act_episode_close(act_episode *ep) {
             if (h->img[c] >= 0) H5Dclose(h->img[c]);
         if (h->file >= 0) H5Fclose(h->file);
         H5Eclear2(H5E_DEFAULT);
+        act_ep_scratch_free(&h->scratch);
         free(h);
     }
     free(ep->qpos);

@@ -1,0 +1,186 @@
+/* episode_inflate.c - gzip frame chunks inflated on the pool's threads (design: episode_inflate.h).
+ * defines: act_ep_scratch_free, act_ep_inflate_threads, act_ep_deflate_frames_per_chunk,
+ *          act_ep_read_deflate
+ *
+ * A read of frames [t0, t0 + n) covers chunks first..last. Their compressed bytes are read one by
+ * one through HDF5 (the library is not thread-safe; this is I/O only), side by side in one
+ * scratch buffer; then each chunk is inflated by zlib on a pool thread, straight into the caller's
+ * buffer when the chunk lies inside the window, else into scratch and the frames inside the window
+ * copied out. Every size is checked before it is used: a chunk that claims more bytes than a
+ * compressed chunk can take, or inflates to another size than k frames, is an error naming the
+ * timestep, as is zlib's own verdict (bad data, bad checksum). */
+#define _POSIX_C_SOURCE 200809L
+#include "episode_inflate.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pool.h"
+
+void act_ep_scratch_free(act_ep_scratch *s) {
+    free(s->raw);
+    free(s->tmp);
+    memset(s, 0, sizeof *s);
+}
+
+int act_ep_inflate_threads(void) {
+    static int n = 0;
+    if (!n) {
+        const char *e = getenv("ACT_EPISODE_THREADS");
+        long v = e && *e ? strtol(e, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+        n = v < 1 ? 1 : v > 8 && !(e && *e) ? 8 : v > 64 ? 64 : (int)v;
+    }
+    return n;
+}
+
+#if defined(ACT_WITH_HDF5) && defined(ACT_WITH_ZLIB)
+#include <zlib.h>
+
+#define MAX_CHUNK_BYTES ((size_t)32 << 20)
+
+int act_ep_deflate_frames_per_chunk(hid_t ds, int H, int W) {
+    int k = 0;
+    hid_t dcpl = H5Dget_create_plist(ds);
+    if (dcpl < 0) goto out;
+    hsize_t cd[4];
+    if (H5Pget_layout(dcpl) != H5D_CHUNKED || H5Pget_chunk(dcpl, 4, cd) != 4 || cd[1] != (hsize_t)H ||
+        cd[2] != (hsize_t)W || cd[3] != 3 || cd[0] < 1 ||
+        cd[0] * (hsize_t)H * (hsize_t)W * 3 > MAX_CHUNK_BYTES || H5Pget_nfilters(dcpl) != 1)
+        goto out;
+    unsigned flags, cdv[8];
+    size_t ncd = 8;
+    char fname[64];
+    if (H5Pget_filter2(dcpl, 0, &flags, &ncd, cdv, sizeof fname, fname, NULL) == H5Z_FILTER_DEFLATE)
+        k = (int)cd[0];
+out:
+    if (dcpl >= 0) H5Pclose(dcpl);
+    H5Eclear2(H5E_DEFAULT);
+    return k;
+}
+
+typedef struct chunk_job {
+    const uint8_t *src;
+    size_t src_len;
+    uint8_t *dst;             /* the window (whole chunk inside it) or scratch */
+    int t;                    /* the chunk's first timestep */
+    int partial;              /* 1: only part of it is in the window (dst is scratch) */
+    int zrc;                  /* zlib's result */
+    size_t got;               /* bytes it inflated to */
+} chunk_job;
+
+typedef struct inflate_job { chunk_job *c; size_t want; } inflate_job;
+
+static void inflate_task(void *arg, int th, int lo, int hi) {
+    inflate_job *q = arg;
+    (void)th;
+    for (int i = lo; i < hi; i++) {
+        uLongf len = (uLongf)q->want;
+        q->c[i].zrc = uncompress(q->c[i].dst, &len, q->c[i].src, (uLong)q->c[i].src_len);
+        q->c[i].got = (size_t)len;
+    }
+}
+
+static act_pool *g_pool;
+static pthread_mutex_t g_pool_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int grow(uint8_t **p, size_t *cap, size_t want) {
+    if (want <= *cap) return 0;
+    uint8_t *q = realloc(*p, want);
+    if (!q) return -1;
+    *p = q;
+    *cap = want;
+    return 0;
+}
+
+int act_ep_read_deflate(hid_t ds, int k, const char *path, const char *name, int t0, int n,
+                        size_t frame, uint8_t *dst, act_ep_scratch *s, char *err, size_t errlen) {
+    int first = t0 / k, last = (t0 + n - 1) / k, nch = last - first + 1;
+    size_t chunk_bytes = (size_t)k * frame, max_src = chunk_bytes + (chunk_bytes >> 6) + 4096;
+    chunk_job *c = calloc((size_t)nch, sizeof *c);
+    if (!c) {
+        snprintf(err, errlen, "%s: out of memory reading '%s'", path, name);
+        return -1;
+    }
+    int rc = 0, partial = 0;
+    size_t off = 0;
+    for (int i = 0; i < nch && rc == 0; i++) {   /* sizes first: one scratch block for all */
+        hsize_t o[4] = {(hsize_t)(first + i) * (hsize_t)k, 0, 0, 0};
+        hsize_t sz = 0;
+        c[i].t = (first + i) * k;
+        if (H5Dget_chunk_storage_size(ds, o, &sz) < 0 || sz == 0) rc = 1;   /* unallocated: HDF5 fills */
+        else if (sz > max_src) {
+            snprintf(err, errlen, "%s: dataset '%s': the gzip chunk at timestep %d claims %llu bytes, "
+                     "more than %zu frames can compress to (corrupt file)", path, name, c[i].t,
+                     (unsigned long long)sz, (size_t)k);
+            rc = -1;
+        }
+        c[i].src_len = (size_t)sz;
+        off += (size_t)sz;
+        c[i].partial = c[i].t < t0 || c[i].t + k > t0 + n;
+        partial += c[i].partial;
+    }
+    if (rc == 0 && (grow(&s->raw, &s->raw_cap, off) || grow(&s->tmp, &s->tmp_cap, (size_t)partial * chunk_bytes))) {
+        snprintf(err, errlen, "%s: out of memory reading '%s'", path, name);
+        rc = -1;
+    }
+    off = 0;
+    int p = 0;
+    for (int i = 0; i < nch && rc == 0; i++) {
+        hsize_t o[4] = {(hsize_t)c[i].t, 0, 0, 0};
+        uint32_t mask = 0;
+        c[i].src = s->raw + off;
+        if (H5Dread_chunk(ds, H5P_DEFAULT, o, &mask, s->raw + off) < 0) {
+            H5Eclear2(H5E_DEFAULT);
+            snprintf(err, errlen, "%s: dataset '%s': the chunk at timestep %d cannot be read "
+                     "(truncated or corrupt file)", path, name, c[i].t);
+            rc = -1;
+        } else if (mask) {
+            rc = 1;   /* stored with its filter skipped: HDF5's path knows what to do */
+        }
+        off += c[i].src_len;
+        c[i].dst = c[i].partial ? s->tmp + (size_t)p++ * chunk_bytes : dst + (size_t)(c[i].t - t0) * frame;
+    }
+    if (rc == 0) {
+        inflate_job q = {c, chunk_bytes};
+        pthread_mutex_lock(&g_pool_mu);
+        if (!g_pool) g_pool = act_pool_create(act_ep_inflate_threads());
+        act_pool_run(g_pool, inflate_task, &q, nch);
+        pthread_mutex_unlock(&g_pool_mu);
+        for (int i = 0; i < nch && rc == 0; i++) {
+            if (c[i].zrc != Z_OK || c[i].got != chunk_bytes) {
+                snprintf(err, errlen, "%s: dataset '%s': the gzip chunk at timestep %d cannot be read: "
+                         "it is corrupt (zlib: %s)", path, name, c[i].t,
+                         c[i].zrc == Z_OK ? "wrong size" : c[i].zrc == Z_DATA_ERROR ? "bad data or checksum"
+                         : c[i].zrc == Z_BUF_ERROR ? "longer than the chunk" : "out of memory");
+                rc = -1;
+                break;
+            }
+            if (c[i].partial) {   /* copy the frames inside the window */
+                int a = c[i].t < t0 ? t0 : c[i].t, b = c[i].t + k > t0 + n ? t0 + n : c[i].t + k;
+                memcpy(dst + (size_t)(a - t0) * frame, c[i].dst + (size_t)(a - c[i].t) * frame,
+                       (size_t)(b - a) * frame);
+            }
+        }
+    }
+    free(c);
+    return rc;
+}
+
+#elif defined(ACT_WITH_HDF5)
+
+int act_ep_deflate_frames_per_chunk(hid_t ds, int H, int W) {
+    (void)ds, (void)H, (void)W;
+    return 0;   /* built without zlib: HDF5's own path */
+}
+
+int act_ep_read_deflate(hid_t ds, int k, const char *path, const char *name, int t0, int n,
+                        size_t frame, uint8_t *dst, act_ep_scratch *s, char *err, size_t errlen) {
+    (void)ds, (void)k, (void)path, (void)name, (void)t0, (void)n, (void)frame, (void)dst, (void)s;
+    (void)err, (void)errlen;
+    return 1;
+}
+
+#endif
