@@ -68,8 +68,7 @@ static act_buf cpu_alloc(act_backend *be, size_t n, act_dtype dt) {
 }
 
 static void *cpu_host_alloc(act_backend *be, size_t bytes) {
-    void *p = act_aligned_alloc(bytes);
-    if (p && ((act_cpu_ctx *)be->ctx)->timing_model) memset(p, 0, bytes);   /* its outputs: zeros */
+    void *p = act_aligned_alloc(bytes);   /* zeroed: the timing model's outputs are these zeros */
     if (!p) act_errf(be->err, sizeof be->err, "cpu host_alloc: out of memory for %zu bytes", bytes);
     return p;
 }
@@ -86,7 +85,7 @@ static int cpu_load_weights(act_backend *be, const act_model *m) {
     out *= ACT_CPU_CONV_GROUP;
     if (col > ctx->ws_col_elems || out > ctx->ws_out_elems || rows > ctx->ws_rows_elems) {
         float *wc = act_aligned_alloc(col * sizeof(float)), *wo = act_aligned_alloc(out * sizeof(float));
-        /* one row scratch per thread and the zero row (W <= rows floats) */
+        /* one row scratch per thread and the zero row (W <= rows floats; zeroed here, never written) */
         float *wr = act_aligned_alloc(((size_t)act_pool_threads(ctx->pool) + 1) * (rows ? rows : 1) *
                                       sizeof(float));
         if (!wc || !wo || !wr) {

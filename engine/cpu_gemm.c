@@ -10,8 +10,6 @@
  * Built without a BLAS: a cache-blocked triple loop: slow but exact enough (fp32 accumulation in the same
  * order for every element), so a machine without a BLAS still runs and passes the tests. */
 #define _POSIX_C_SOURCE 200809L   /* setenv, strcasecmp */
-#include <stdlib.h>
-#include <unistd.h>
 #include "cpu_ops.h"
 
 #ifdef ACT_WITH_BLAS
@@ -101,9 +99,6 @@ void act_cpu_sgemm(int trans_b, int M, int N, int K, const float *A, int lda, co
 #endif
 
 int act_cpu_threads(void) {
-    const char *e = getenv("ACT_CPU_THREADS");
-    long n = e && *e ? strtol(e, NULL, 10) : blas_threads();
-    if (n < 1) n = sysconf(_SC_NPROCESSORS_ONLN);
-    if (n < 1) n = 1;
-    return n > 64 ? 64 : (int)n;
+    int blas = blas_threads();
+    return act_pool_env_threads("ACT_CPU_THREADS", blas > 0 ? blas : act_pool_cores());
 }

@@ -62,15 +62,14 @@ int act_cpu_conv_workspace(const act_model *m, size_t *col_elems, size_t *out_el
                            size_t *rows_elems, char *err, size_t errlen);
 
 /* ---- Winograd F(2x2,3x3) for 3x3 stride-1 pad-1 convs (cpu_winograd.c) ---- */
-int act_cpu_wino_enabled(void);                     /* ACT_CPU_WINOGRAD=0 turns it off */
-int act_cpu_wino_eligible(const act_conv *c);
+int act_cpu_wino_shape(const act_conv *c);         /* k 3, stride 1, pad 1 */
 size_t act_cpu_wino_tiles(int H, int W);            /* 2x2 output tiles of an H x W map */
 size_t act_cpu_wino_rows(int W);                    /* row scratch per thread for width W */
-int act_cpu_wino_load(act_cpu_ctx *ctx, const act_model *m, char *err, size_t errlen);
+int act_cpu_wino_load(act_cpu_ctx *ctx, const act_model *m, char *err, size_t errlen);  /* ACT_CPU_WINOGRAD=0: none */
 void act_cpu_wino_free(act_cpu_ctx *ctx);
-const float *act_cpu_wino_find(const act_cpu_ctx *ctx, const act_conv *c);   /* NULL: im2col */
-int act_cpu_wino_conv(act_cpu_ctx *ctx, const act_conv *c, const float *u, const float *x, int N,
-                      int H, int W, const float *residual, act_epilogue epi, float *y, size_t G);
+/* 0: done; 1: not a conv of the loaded model, or its map is larger (im2col takes it) */
+int act_cpu_wino_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N, int H, int W,
+                      const float *residual, act_epilogue epi, float *y);
 
 /* Memory-bound loops the CPU backend writes itself: also built for AVX2 and AVX-512, picked at
  * load by the CPU (GCC/Clang function multiversioning), as OpenBLAS picks its kernels. */

@@ -19,7 +19,7 @@ static void conv_ws(const act_conv *c, int H, int W, size_t *col, size_t *out, s
     int Ho = act_conv_out(H, c), Wo = act_conv_out(W, c);
     if (Ho < 1 || Wo < 1) return;
     size_t P = (size_t)Ho * Wo, n = (size_t)c->cin * c->k * c->k * P, o = (size_t)c->cout * P;
-    if (c->k == 3 && c->stride == 1 && c->pad == 1) {   /* Winograd: V and M, 16 per tile */
+    if (act_cpu_wino_shape(c)) {   /* Winograd: V and M, 16 per tile */
         size_t T = act_cpu_wino_tiles(H, W), r = act_cpu_wino_rows(W);
         if (16 * c->cin * T > n) n = 16 * c->cin * T;
         if (16 * c->cout * T > o) o = 16 * c->cout * T;
@@ -258,16 +258,8 @@ int cpu_conv2d(act_backend *be, const act_conv *c, act_buf x, int N, int H, int 
         return act_errf(be->err, sizeof be->err, "cpu conv2d: %dx%d input too small for k=%d "
                         "stride=%d pad=%d", H, W, k, s, p);
     size_t P = (size_t)Ho * Wo, Kd = (size_t)c->cin * k * k, HW = (size_t)H * W;
-    const float *u = act_cpu_wino_find(ctx, c);
-    if (u) {
-        size_t T = act_cpu_wino_tiles(H, W), Gw = ACT_CPU_CONV_GROUP;
-        if (Gw > ctx->ws_col_elems / (16 * (size_t)c->cin * T)) Gw = ctx->ws_col_elems / (16 * (size_t)c->cin * T);
-        if (Gw > ctx->ws_out_elems / (16 * (size_t)c->cout * T)) Gw = ctx->ws_out_elems / (16 * (size_t)c->cout * T);
-        if (Gw >= 1 && ctx->ws_rows_elems >= act_cpu_wino_rows(W))
-            return act_cpu_wino_conv(ctx, c, u, f32(x), N, H, W, residual.p ? f32(residual) : NULL,
-                                     epi, f32(y), Gw);
-        /* a map larger than the model's (workspaces sized for another input): im2col below */
-    }
+    int wino = act_cpu_wino_conv(ctx, c, f32(x), N, H, W, residual.p ? f32(residual) : NULL, epi, f32(y));
+    if (wino <= 0) return wino;   /* 1: not a Winograd conv of this model: im2col below */
     int direct = k == 1 && s == 1 && p == 0;
     size_t G = ACT_CPU_CONV_GROUP;
     if (G > ctx->ws_col_elems / (Kd * P)) G = ctx->ws_col_elems / (Kd * P);

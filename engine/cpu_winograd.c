@@ -1,6 +1,6 @@
 /* cpu_winograd.c - 3x3 stride-1 pad-1 convolutions of the CPU backend by Winograd F(2x2, 3x3).
- * defines: act_cpu_wino_enabled, act_cpu_wino_eligible, act_cpu_wino_tiles, act_cpu_wino_load,
- *          act_cpu_wino_free, act_cpu_wino_find, act_cpu_wino_conv
+ * defines: act_cpu_wino_shape, act_cpu_wino_tiles, act_cpu_wino_rows, act_cpu_wino_load,
+ *          act_cpu_wino_free, act_cpu_wino_conv
  *
  * Lavin & Gray's minimal filtering: each 2x2 output tile is A^T [(G g G^T) . (B^T d B)] A for the
  * 4x4 input patch d around it and the 3x3 filter g. The elementwise product over (cin) is 16
@@ -21,14 +21,16 @@
 #include "forward.h"
 #include "util.h"
 
-int act_cpu_wino_enabled(void) {
+static int wino_enabled(void) {
     const char *e = getenv("ACT_CPU_WINOGRAD");
     return !(e && e[0] == '0' && e[1] == '\0');
 }
 
-int act_cpu_wino_eligible(const act_conv *c) {
-    return c->k == 3 && c->stride == 1 && c->pad == 1 && c->w && c->w->data &&
-           c->w->numel == (int64_t)c->cout * c->cin * 9;
+int act_cpu_wino_shape(const act_conv *c) { return c->k == 3 && c->stride == 1 && c->pad == 1; }
+
+/* a conv of the model whose filters can be transformed */
+static int eligible(const act_conv *c) {
+    return act_cpu_wino_shape(c) && c->w && c->w->data && c->w->numel == (int64_t)c->cout * c->cin * 9;
 }
 
 size_t act_cpu_wino_tiles(int H, int W) { return (size_t)((H + 1) / 2) * (size_t)((W + 1) / 2); }
@@ -55,7 +57,7 @@ static void filter_transform(const float *w, int cout, int cin, float *u) {
 }
 
 static void add_conv(const act_conv *c, const act_conv **list, int *n, size_t *floats) {
-    if (!act_cpu_wino_eligible(c)) return;
+    if (!eligible(c)) return;
     for (int i = 0; i < *n; i++)
         if (list[i]->w == c->w) return;   /* a trunk shared by the cameras appears once */
     if (*n >= ACT_CPU_WINO_MAX) return;    /* more than any ResNet18 set holds: im2col for the rest */
@@ -73,7 +75,7 @@ void act_cpu_wino_free(act_cpu_ctx *ctx) {
 
 int act_cpu_wino_load(act_cpu_ctx *ctx, const act_model *m, char *err, size_t errlen) {
     act_cpu_wino_free(ctx);
-    if (!act_cpu_wino_enabled()) return 0;
+    if (!wino_enabled()) return 0;
     const act_conv *list[ACT_CPU_WINO_MAX];
     int n = 0;
     size_t floats = 0;
@@ -101,16 +103,13 @@ int act_cpu_wino_load(act_cpu_ctx *ctx, const act_model *m, char *err, size_t er
     return 0;
 }
 
-const float *act_cpu_wino_find(const act_cpu_ctx *ctx, const act_conv *c) {
+/* the conv's transformed filters, or NULL (not in the model's table) */
+static const float *find(const act_cpu_ctx *ctx, const act_conv *c) {
     for (int i = 0; i < ctx->n_wino; i++)
-        if (ctx->wino[i].w == c->w && c->k == 3 && c->stride == 1 && c->pad == 1) return ctx->wino[i].u;
+        if (ctx->wino[i].w == c->w && act_cpu_wino_shape(c)) return ctx->wino[i].u;
     return NULL;
 }
 
-/* V[xi][ci][j0 + t] for one input plane x (H x W), t = ty * TW + tx over its tiles; xi_stride
- * is the distance between the 16 V_xi. The vertical half of B^T d B runs over whole zero-padded
- * rows (t_k[1 + col] for input column col; rows above or below the map read `zero`), the
- * horizontal half over column pairs, so both loops vectorize. rows: 4 * PW floats. */
 /* B^T d down the columns of four input rows (GCC honours restrict on parameters only, so the
  * vectorizable loops are functions of their own) */
 ACT_CPU_VEC_CLONES static void vertical(const float *restrict a0, const float *restrict a1, const float *restrict a2,
@@ -136,6 +135,10 @@ ACT_CPU_VEC_CLONES static void horizontal(const float *restrict q, float *restri
     }
 }
 
+/* V[xi][ci][j0 + t] for one input plane x (H x W), t = ty * TW + tx over its tiles; xi_stride
+ * is the distance between the 16 V_xi. The vertical half of B^T d B runs over whole zero-padded
+ * rows (t_k[1 + col] for input column col; rows above or below the map read `zero`), the
+ * horizontal half over column pairs, so both loops vectorize. rows: 4 * PW floats. */
 static void input_transform(const float *x, int H, int W, float *v, size_t xi_stride,
                             float *rows, const float *zero) {
     int TH = (H + 1) / 2, TW = (W + 1) / 2, PW = 2 * TW + 2;
@@ -233,17 +236,21 @@ static void output_task(void *arg, int t, int lo, int hi) {
     }
 }
 
-/* Groups of up to G images: the group's tiles side by side in V and M (so each of the 16
- * GEMMs is as wide as the group), V in ws_col, M in ws_out; the workspaces were sized for it by
- * act_cpu_conv_workspace. The transforms run on the backend's threads (one scratch of
- * ws_rows_elems each, then a zero row), the GEMMs on OpenBLAS's. */
-int act_cpu_wino_conv(act_cpu_ctx *ctx, const act_conv *c, const float *u, const float *x, int N,
-                      int H, int W, const float *residual, act_epilogue epi, float *y,
-                      size_t G) {
-    size_t T = act_cpu_wino_tiles(H, W), HW = (size_t)H * W;
+/* Groups of up to ACT_CPU_CONV_GROUP images (fewer if the workspaces, sized by
+ * act_cpu_conv_workspace for the model's maps, hold fewer): the group's tiles side by side in V
+ * and M (so each of the 16 GEMMs is as wide as the group), V in ws_col, M in ws_out. The
+ * transforms run on the backend's threads (one scratch of ws_rows_elems each, then the zero row,
+ * zeroed at allocation and never written), the GEMMs on OpenBLAS's. */
+int act_cpu_wino_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N, int H, int W,
+                      const float *residual, act_epilogue epi, float *y) {
+    const float *u = find(ctx, c);
+    if (!u) return 1;
+    size_t T = act_cpu_wino_tiles(H, W), HW = (size_t)H * W, G = ACT_CPU_CONV_GROUP;
     int cin = c->cin, cout = c->cout, nt = act_pool_threads(ctx->pool);
-    float *zero = ctx->ws_rows + (size_t)nt * ctx->ws_rows_elems;
-    memset(zero, 0, sizeof(float) * (size_t)W);
+    if (G > ctx->ws_col_elems / (16 * (size_t)cin * T)) G = ctx->ws_col_elems / (16 * (size_t)cin * T);
+    if (G > ctx->ws_out_elems / (16 * (size_t)cout * T)) G = ctx->ws_out_elems / (16 * (size_t)cout * T);
+    if (G < 1 || ctx->ws_rows_elems < act_cpu_wino_rows(W)) return 1;   /* a larger map than the model's */
+    const float *zero = ctx->ws_rows + (size_t)nt * ctx->ws_rows_elems;
     ctx->wino_convs++;
     for (int n0 = 0; n0 < N; n0 += (int)G) {
         int g = N - n0 < (int)G ? N - n0 : (int)G;

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "pool.h"
 
@@ -28,11 +27,7 @@ void act_ep_scratch_free(act_ep_scratch *s) {
 
 int act_ep_inflate_threads(void) {
     static int n = 0;
-    if (!n) {
-        const char *e = getenv("ACT_EPISODE_THREADS");
-        long v = e && *e ? strtol(e, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
-        n = v < 1 ? 1 : v > 8 && !(e && *e) ? 8 : v > 64 ? 64 : (int)v;
-    }
+    if (!n) n = act_pool_env_threads("ACT_EPISODE_THREADS", act_pool_cores() < 8 ? act_pool_cores() : 8);
     return n;
 }
 

@@ -1,5 +1,6 @@
 /* pool.c - helper threads for loops the engine runs itself (interface: pool.h).
- * defines: act_pool_create, act_pool_threads, act_pool_run, act_pool_destroy
+ * defines: act_pool_create, act_pool_threads, act_pool_run, act_pool_destroy, act_pool_cores,
+ *          act_pool_env_threads
  *
  * Users: the CPU backend (OpenBLAS threads the GEMMs; everything between them - Winograd
  * transforms, im2col, epilogues - would otherwise run on one core while the others wait) and
@@ -10,6 +11,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include "pool.h"
 
 struct act_pool {
@@ -114,4 +116,17 @@ void act_pool_destroy(act_pool *p) {
     pthread_cond_destroy(&p->go);
     pthread_cond_destroy(&p->done);
     free(p);
+}
+
+int act_pool_cores(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
+}
+
+int act_pool_env_threads(const char *env, int dflt) {
+    const char *e = getenv(env);
+    char *end;
+    long v = e && *e ? strtol(e, &end, 10) : 0;
+    if (e && *e && !*end && v >= 1 && v <= 64) return (int)v;
+    return dflt < 1 ? 1 : dflt > 64 ? 64 : dflt;
 }

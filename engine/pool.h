@@ -1,6 +1,6 @@
 /* pool.h - helper threads for the engine's own loops (pool.c).
  * defines: act_pool, act_pool_task, act_pool_create, act_pool_threads, act_pool_run,
- *          act_pool_destroy
+ *          act_pool_destroy, act_pool_cores, act_pool_env_threads
  *
  * act_pool_run(p, fn, arg, items) splits [0, items) into one contiguous range per thread, runs
  * fn(arg, thread, lo, hi) for each (thread 0 is the caller, 1.. the helpers: an index for
@@ -15,5 +15,10 @@ act_pool *act_pool_create(int threads);   /* NULL: out of memory (act_pool_run t
 int act_pool_threads(const act_pool *p);  /* threads including the caller; 1 for NULL */
 void act_pool_run(act_pool *p, act_pool_task fn, void *arg, int items);
 void act_pool_destroy(act_pool *p);
+
+/* Thread counts for pools: the online cores (at least 1); the value of environment variable
+ * `env` when it is a number in 1..64, else dflt clamped to 1..64. */
+int act_pool_cores(void);
+int act_pool_env_threads(const char *env, int dflt);
 
 #endif

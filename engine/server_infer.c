@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "pool.h"
 
@@ -123,10 +122,8 @@ static void copy_frames(void *arg, int t, int lo, int hi)
 /* opts.copy_threads, 0 = auto: half the cores, at most 8 */
 static int copy_threads(int requested)
 {
-    if (requested > 0) return requested;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    long n = cores / 2;
-    return n < 1 ? 1 : n > 8 ? 8 : (int)n;
+    int half = act_pool_cores() / 2;
+    return requested > 0 ? requested : half < 1 ? 1 : half > 8 ? 8 : half;
 }
 
 static void run_batch(act_server *s, act_pool *pool, batch_bufs *b, act_req **rs, int n)

@@ -376,20 +376,26 @@ static size_t peak_rss_bytes(void) {
     return getrusage(RUSAGE_SELF, &ru) ? 0 : (size_t)ru.ru_maxrss * 1024;  /* Linux: KiB */
 }
 
-static void host_cpu_name(char *buf, size_t len) {
-    snprintf(buf, len, "unknown");
+/* the value of the first "key : value" line of /proc/cpuinfo; 0 if there is none */
+static int cpuinfo_field(const char *key, char *buf, size_t len) {
     FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
+    if (!f) return 0;
     char line[512];
-    while (fgets(line, sizeof line, f)) {
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) {
         char *colon = strchr(line, ':');
-        if (!strncmp(line, "model name", 10) && colon) {
-            snprintf(buf, len, "%s", colon + 2);
+        if (colon && !strncmp(line, key, strlen(key))) {
+            snprintf(buf, len, "%s", colon + 1 + (colon[1] == ' '));
             buf[strcspn(buf, "\n")] = 0;
-            break;
+            found = 1;
         }
     }
     fclose(f);
+    return found;
+}
+
+static void host_cpu_name(char *buf, size_t len) {
+    if (!cpuinfo_field("model name", buf, len)) snprintf(buf, len, "unknown");
 }
 
 /* GPU clocks are informative only (the engine has no business reading them): asked of
@@ -418,15 +424,10 @@ static void cpu_clocks(char *buf, size_t len) {
         if (fscanf(f, "%ld", &khz) == 1) mhz = khz / 1000.0;
         fclose(f);
     }
-    if (mhz <= 0 && (f = fopen("/proc/cpuinfo", "r"))) {
-        char line[256];
+    char v[64];
+    if (mhz <= 0 && cpuinfo_field("cpu MHz", v, sizeof v)) {
+        mhz = atof(v);
         src = "/proc/cpuinfo";
-        while (fgets(line, sizeof line, f))
-            if (!strncmp(line, "cpu MHz", 7) && strchr(line, ':')) {
-                mhz = atof(strchr(line, ':') + 1);
-                break;
-            }
-        fclose(f);
     }
     if (mhz > 0) snprintf(buf, len, "%.0f MHz (%s), %ld cores online", mhz, src, cores);
     else snprintf(buf, len, "n/a, %ld cores online", cores);
