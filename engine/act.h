@@ -93,6 +93,10 @@ typedef struct act_inputs {
     int batch;
     const float *qpos;                        /* [B][obs_dim] */
     const uint8_t *images[ACT_MAX_CAMS];      /* per camera, in config order: [B][image_h][image_w][3] */
+    /* instead of images[cam]: B pointers, one [image_h][image_w][3] frame each (a batch whose
+     * samples come from different clients). Frames inside memory registered with
+     * act_session_register_host are read where they lie; any others are copied first. */
+    const uint8_t *const *image_items[ACT_MAX_CAMS];
     const float *actions;                     /* optional [B][pred_horizon][action_dim] */
     const uint8_t *action_is_pad;             /* optional [B][pred_horizon], 1 = padded step */
     int sample_latent;                        /* posterior: 0 -> z = mu, 1 -> z = mu + eps*std */
@@ -125,6 +129,15 @@ typedef struct act_input_buffers {
     int max_batch;
 } act_input_buffers;
 void act_session_input_buffers(act_session *s, act_input_buffers *b);
+
+/* Host memory the device may read in place. When every frame of a step (act_inputs.image_items
+ * for every camera) lies inside registered memory, the step reads them there: no host copy (on
+ * CUDA the GPU pulls them over PCIe from the page-locked pages; act-serve registers its
+ * shared-memory clients' frames). -1 with err when the backend or the driver refuses (such
+ * frames are then copied, as any others). Do not free or unmap the memory while it is
+ * registered; unregister (0, or -1 if p was not registered) before. Not inside act_run. */
+int act_session_register_host(act_session *s, const void *p, size_t bytes, char *err, size_t errlen);
+int act_session_unregister_host(act_session *s, const void *p);
 
 /* Per-stage timing of the last act_run (filled when the session profiles, see act_session_profile). */
 typedef enum {

@@ -79,6 +79,18 @@ struct act_backend {
                        size_t host_pitch);
     int (*download)(act_backend *be, float *host, act_buf src, size_t n);      /* converts to fp32 */
 
+    /* ---- frames read where they lie (optional: NULL on a backend that cannot) ----
+     * host_register makes [p, p + bytes) of the caller's host memory readable by the device in
+     * place (CUDA: page-locked and mapped, read-only) and gives its device address in *dev (the
+     * same pointer on the CPU); host_unregister undoes it. Setup-time calls: never inside a step.
+     * gather copies `items` blocks of item_bytes each into dst (U8), densely, item i from the
+     * device address held in ptrs (U8, `items` little-endian uint64s made from host_register
+     * addresses): every camera's frames in one op when each batch element's frames lie in a
+     * different registered block (act-serve's shared-memory clients), with no host copy. */
+    int (*host_register)(act_backend *be, void *p, size_t bytes, void **dev);
+    int (*host_unregister)(act_backend *be, void *p);
+    int (*gather)(act_backend *be, act_buf dst, act_buf ptrs, int items, size_t item_bytes);
+
     /* ---- upload lane (optional: NULL on a backend whose uploads simply run in order) ----
      * At batches of at least pipeline_min_batch (0: never) the forward pass uploads each
      * camera's frames on a second queue while the trunk already runs on the cameras before it.

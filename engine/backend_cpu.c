@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 #include "cpu_ops.h"
+#include "forward.h"
 #include "util.h"
 
 static double now_ms(void) {
@@ -113,11 +114,11 @@ static int cpu_graph_replay(act_backend *be, int key) { return 0; }
 /* ACT_CPU_TIMING_MODEL=BASE_US[,PER_SAMPLE_US] (benchmarks of act-serve only): every step is
  * "replayed" as a busy wait of BASE + PER x batch microseconds and computes nothing (the outputs
  * stay zero), the way a host thread spins on a GPU step. act-serve's own costs (receive, queue,
- * batching, reply) can then be measured on a CPU machine at a GPU's step times. The step key is
- * batch * 8 + mode (forward.c). */
+ * batching, reply) can then be measured on a CPU machine at a GPU's step times. Frames a step
+ * would gather are not read either: as on a GPU that pulls them over PCIe, the host copies nothing. */
 static int cpu_timed_replay(act_backend *be, int key) {
     const act_cpu_ctx *ctx = be->ctx;
-    double until = now_ms() + (ctx->model_base_us + ctx->model_per_us * (key / 8)) * 1e-3;
+    double until = now_ms() + (ctx->model_base_us + ctx->model_per_us * ACT_FWD_KEY_BATCH(key)) * 1e-3;
     while (now_ms() < until) {
     }
     return 1;
@@ -162,6 +163,25 @@ static int cpu_stage_ms(act_backend *be, double *ms) {
 
 static int cpu_upload(act_backend *be, act_buf dst, const void *host, size_t n) {
     memcpy(dst.p, host, n * act_dtype_size(dst.dt));
+    return 0;
+}
+
+/* Host memory is the CPU's own: registering it only hands the same address back. */
+static int cpu_host_register(act_backend *be, void *p, size_t bytes, void **dev) {
+    (void)be;
+    (void)bytes;
+    *dev = p;
+    return 0;
+}
+static int cpu_host_unregister(act_backend *be, void *p) { return 0; }
+
+static int cpu_gather(act_backend *be, act_buf dst, act_buf ptrs, int items, size_t item_bytes) {
+    const uint8_t *pp = ptrs.p;
+    for (int i = 0; i < items; i++) {
+        uint64_t a;
+        memcpy(&a, pp + (size_t)i * sizeof a, sizeof a);
+        memcpy((uint8_t *)dst.p + (size_t)i * item_bytes, (const void *)(uintptr_t)a, item_bytes);
+    }
     return 0;
 }
 
@@ -242,6 +262,9 @@ int act_backend_cpu_create(act_precision prec, act_backend **out, char *err, siz
     be->stage_ms = cpu_stage_ms;
     be->upload = cpu_upload;
     be->upload_rows = cpu_upload_rows;
+    be->host_register = cpu_host_register;
+    be->host_unregister = cpu_host_unregister;
+    be->gather = cpu_gather;
     be->download = cpu_download;
     be->preprocess = cpu_preprocess;
     be->conv2d = cpu_conv2d;

@@ -513,6 +513,35 @@ static int cu_upload(act_backend *be, act_buf dst, const void *host, size_t n) {
     return 0;
 }
 
+/* Pinned in place and mapped for the device, read-only: act-serve maps its clients' shared
+ * memory PROT_READ, and the driver refuses to pin such pages for writing. */
+static int cu_host_register(act_backend *be, void *p, size_t bytes, void **dev) {
+    cuda_ctx *c = CTX(be);
+    CK(cudaSetDevice(c->dev));
+    int ro = 0;
+    cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported, c->dev);
+    unsigned flags = cudaHostRegisterMapped | (ro ? cudaHostRegisterReadOnly : 0);
+    CK(cudaHostRegister(p, bytes, flags));
+    cudaError_t e = cudaHostGetDevicePointer(dev, p, 0);
+    if (e != cudaSuccess) {
+        cudaHostUnregister(p);
+        act_kerr(KE, __FILE__, __LINE__, "cudaHostGetDevicePointer", cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
+}
+
+static int cu_host_unregister(act_backend *be, void *p) {
+    CK(cudaSetDevice(CTX(be)->dev));
+    CK(cudaHostUnregister(p));
+    return 0;
+}
+
+static int cu_gather(act_backend *be, act_buf dst, act_buf ptrs, int items, size_t item_bytes) {
+    TRY(act_k_gather(dst.p, ptrs.p, items, item_bytes, CTX(be)->st, KE));
+    return 0;
+}
+
 static int cu_upload_rows(act_backend *be, act_buf dst, const void *host, size_t n, int rows,
                           size_t host_pitch) {
     if (n == 0 || rows <= 0) return 0;
@@ -1178,6 +1207,9 @@ int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, ch
     be->stage_ms = cu_stage_ms;
     be->upload = cu_upload;
     be->upload_rows = cu_upload_rows;
+    be->host_register = cu_host_register;
+    be->host_unregister = cu_host_unregister;
+    be->gather = cu_gather;
     be->upload_lane = cu_upload_lane;
     be->lane_wait = cu_lane_wait;
     be->download = cu_download;

@@ -18,7 +18,8 @@
  *   decoder pass over 2B sequences: rows [0, B) prior, [B, 2B) posterior.
  *   -> action_head -> denormalize -> download into the host staging buffers.
  * Batch-dependent layouts use the actual B (not max_batch), so every op sees dense tensors.
- * The step is keyed (B, mode) for graph capture; no op allocates or synchronizes.
+ * The step is keyed (B, mode) for graph capture; no op allocates or synchronizes. With
+ * ACT_FWD_GATHER the frames come from stage.frame_ptrs (be->gather) instead of stage.frames.
  * Stage marks: each stage is opened by stage_mark(stage); stage_mark(ACT_STAGE_COUNT) closes the
  * last one. Normalization outputs are F32; the linears that read them take F32 input (the
  * backend converts it for a 16-bit GEMM), and the action head writes F32 for denormalization,
@@ -87,7 +88,7 @@ static int host_alloc(act_fwd *f, void **p, size_t bytes, const char *what, char
 void act_fwd_free(act_fwd *f) {
     if (!f) return;
     act_fwd_stage *s = &f->stage;
-    void *ps[] = {s->qpos, s->actions, s->pad, s->seed8, s->outs, s->lat_out};
+    void *ps[] = {s->qpos, s->actions, s->pad, s->seed8, s->frame_ptrs, s->outs, s->lat_out};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         if (ps[i]) f->be->host_free(f->be, ps[i]);
     if (s->frames[0]) f->be->host_free(f->be, s->frames[0]);   /* the other cameras' are views */
@@ -148,6 +149,7 @@ int act_fwd_create(act_backend *be, const act_model *m, int max_batch, act_fwd *
     ALLOC(f->an, MB * H * A, ACT_DT_F32);
     ALLOC(f->pad, MB * Lp, ACT_DT_U8);
     ALLOC(f->seed8, 8, ACT_DT_U8);
+    if (be->gather) ALLOC(f->frame_ptrs, NI * sizeof(uint64_t), ACT_DT_U8);
     /* position tables: the memory table has 1024 rows, or as many as the memory when longer */
     size_t pm_rows = Lm > 1024 ? Lm : 1024;
     ALLOC(f->pos_post, Lp * E, ACT_DT_F32);
@@ -186,6 +188,7 @@ int act_fwd_create(act_backend *be, const act_model *m, int max_batch, act_fwd *
     HALLOC(s->actions, MB * H * A * sizeof(float));
     HALLOC(s->pad, MB * Lp);
     HALLOC(s->seed8, 8);
+    if (be->gather) HALLOC(s->frame_ptrs, NI * sizeof(uint64_t));
     HALLOC(s->outs, 2 * 2 * MB * H * A * sizeof(float));
     HALLOC(s->lat_out, (2 * MB * L + MB) * sizeof(float));
 
@@ -370,11 +373,15 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
     int Bd = decoded_rows(B, mode), zoff = prior ? B : 0;
 
     /* at large batches camera c+1's frames cross PCIe while the trunk runs on camera c */
+    int gather = mode & ACT_FWD_GATHER;
     int lanes = be->upload_lane && be->pipeline_min_batch > 0 && B >= be->pipeline_min_batch &&
-                !f->serial_uploads;
+                !f->serial_uploads && !gather;
 
     be->stage_mark(be, ACT_STAGE_UPLOAD);
-    if (lanes) {
+    if (gather) {   /* frame i = camera i / B of sample i % B, each read where the caller has it */
+        OP(be->upload(be, f->frame_ptrs, s->frame_ptrs, (size_t)NB * sizeof(uint64_t)));
+        OP(be->gather(be, f->frames, f->frame_ptrs, NB, fsz));
+    } else if (lanes) {
         for (int cam = 0; cam < ncam; cam++)
             OP(be->upload_lane(be, act_at(f->frames, (size_t)cam * B * fsz), s->frames[cam], B * fsz, cam));
     } else {   /* camera c's B frames sit max_batch frames after camera c-1's in staging */
@@ -452,10 +459,11 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
 
 int act_fwd_step(act_fwd *f, int B, int mode, int use_graphs, char *err, size_t errlen) {
     act_backend *be = f->be;
-    if (B < 1 || B > f->max_batch || !(mode & (ACT_FWD_PRIOR | ACT_FWD_POSTERIOR)))
+    if (B < 1 || B > f->max_batch || !(mode & (ACT_FWD_PRIOR | ACT_FWD_POSTERIOR)) ||
+        ((mode & ACT_FWD_GATHER) && !be->gather))
         return act_errf(err, errlen, "forward: batch %d (max %d), mode %d is not a valid step", B,
                         f->max_batch, mode);
-    int key = B * 8 + mode;
+    int key = ACT_FWD_KEY(B, mode);
     int ran = 0;
     if (use_graphs) {
         ran = be->graph_replay(be, key);

@@ -14,8 +14,13 @@
 #include "backend.h"
 
 /* Step modes (bits): PRIOR decodes z = 0, POSTERIOR encodes the recorded actions and decodes
- * z from the posterior, SAMPLE draws z = mu + eps * std instead of z = mu. */
-enum { ACT_FWD_PRIOR = 1, ACT_FWD_POSTERIOR = 2, ACT_FWD_SAMPLE = 4 };
+ * z from the posterior, SAMPLE draws z = mu + eps * std instead of z = mu. GATHER takes the
+ * frames from the device addresses in stage.frame_ptrs (be->gather) instead of stage.frames. */
+enum { ACT_FWD_PRIOR = 1, ACT_FWD_POSTERIOR = 2, ACT_FWD_SAMPLE = 4, ACT_FWD_GATHER = 8 };
+
+/* A step's graph key, and the batch a key stands for (the CPU timing model reads it). */
+#define ACT_FWD_KEY(B, mode) ((B) * 16 + (mode))
+#define ACT_FWD_KEY_BATCH(key) ((key) / 16)
 
 /* Spatial size after a conv along one axis. */
 static inline int act_conv_out(int H, const act_conv *c) { return (H + 2 * c->pad - c->k) / c->stride + 1; }
@@ -39,6 +44,7 @@ typedef struct act_fwd_stage {
     float *actions;                  /* [max_batch][H][A] */
     uint8_t *pad;                    /* [max_batch][H + 2]: 0, 0, then action_is_pad */
     uint8_t *seed8;                  /* 8 bytes, the sampling seed, little endian */
+    uint64_t *frame_ptrs;            /* GATHER: [num_cams][B] device addresses of single frames */
     /* outputs, each group in one block so that one download brings it (its layout follows the
      * step's B): outs holds act_norm [Bd][H][A] then act [Bd][H][A], Bd = B per path run;
      * lat_out holds mu [B][L], logvar [B][L], kl [B]. act_fwd_step points the views below at
@@ -61,7 +67,7 @@ struct act_fwd {
     act_linear kp_out[ACT_MAX_CAMS];   /* SpatialSoftmax -> token linear of each trunk */
     /* backend buffers (U8: frames, pad, seed8; F32: normalization and outputs; the rest ACT) */
     act_buf frames, img, c1, lay[4], gn_tmp, kp_map, kp_xy, tok;
-    act_buf qpos, qn, acts, an, pad, seed8;
+    act_buf qpos, qn, acts, an, pad, seed8, frame_ptrs;
     act_buf pos_post, pos_mem;
     act_buf x, qkv, att, o, ff, q, kv, mem;
     act_buf e_qp, e_act, cls_rows, ml, lat_out, z, lat, d_qp, vis, outs;

@@ -2,12 +2,13 @@
  * defines: act_session_default_opts, act_session_create, act_session_free, act_run,
  *          act_session_profile, act_session_stage_ms, act_session_device_name,
  *          act_session_device_bytes, act_session_memory, act_session_input_buffers,
- *          act_stage_name
+ *          act_session_register_host, act_session_unregister_host, act_stage_name
  *
  * act_run is the only door from the caller's memory into a step: it checks every input (batch
  * range, a frame buffer per camera, finite qpos and actions), copies the inputs into the
- * forward's staging buffers (unless the caller wrote them there already), runs the step and
- * copies the requested outputs back out. */
+ * forward's staging buffers (unless the caller wrote them there already, or gave per-sample
+ * frames in registered memory, which the step reads where they lie), runs the step and copies
+ * the requested outputs back out. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,8 @@ struct act_session {
     int have_stages;
     double stage_ms[ACT_STAGE_COUNT];
     size_t weight_bytes, activation_bytes;   /* device bytes load_weights and act_fwd_create took */
+    struct host_reg { const uint8_t *p; size_t bytes; uint8_t *dev; } *regs;   /* registered host memory */
+    int n_regs, cap_regs;
 };
 
 const char *act_stage_name(act_stage st) {
@@ -90,6 +93,8 @@ int act_session_create(const act_model *m, const act_session_opts *opts, act_ses
 
 void act_session_free(act_session *s) {
     if (!s) return;
+    while (s->n_regs > 0) act_session_unregister_host(s, s->regs[s->n_regs - 1].p);
+    free(s->regs);
     act_fwd_free(s->fwd);
     if (s->be) s->be->destroy(s->be);
     free(s);
@@ -110,6 +115,74 @@ static void stage_in(void *stage, const void *src, size_t bytes) {
     if (stage != src) memmove(stage, src, bytes);
 }
 
+/* The device address of a frame inside registered memory, or NULL. */
+static const uint8_t *registered(const act_session *s, const uint8_t *p, size_t bytes) {
+    for (int i = 0; i < s->n_regs; i++) {
+        const struct host_reg *r = &s->regs[i];
+        if (p >= r->p && (size_t)(p - r->p) <= r->bytes && bytes <= r->bytes - (size_t)(p - r->p))
+            return r->dev + (p - r->p);
+    }
+    return NULL;
+}
+
+/* Frames given per sample (image_items): when every camera's are and all lie in registered
+ * memory, their device addresses go to the staging table and the step gathers them (returns 1);
+ * otherwise those frames are copied into the staging frames (returns 0). */
+static int stage_frames(act_session *s, const act_inputs *in, int B) {
+    const act_config *c = &s->m->cfg;
+    act_fwd_stage *st = &s->fwd->stage;
+    size_t fsz = (size_t)c->image_h * c->image_w * 3;
+    int gather = st->frame_ptrs != NULL;
+    for (int cam = 0; cam < c->num_cams && gather; cam++) {
+        if (in->images[cam]) {
+            gather = 0;
+            break;
+        }
+        for (int b = 0; b < B && gather; b++) {
+            const uint8_t *dev = registered(s, in->image_items[cam][b], fsz);
+            if (dev) st->frame_ptrs[(size_t)cam * B + b] = (uint64_t)(uintptr_t)dev;
+            else gather = 0;
+        }
+    }
+    if (gather) return 1;
+    for (int cam = 0; cam < c->num_cams; cam++)
+        for (int b = 0; !in->images[cam] && b < B; b++)
+            stage_in(st->frames[cam] + (size_t)b * fsz, in->image_items[cam][b], fsz);
+    return 0;
+}
+
+int act_session_register_host(act_session *s, const void *p, size_t bytes, char *err, size_t errlen) {
+    if (!s || !p || !bytes) return act_errf(err, errlen, "act_session_register_host: no memory given");
+    act_backend *be = s->be;
+    if (!be->host_register || !s->fwd->stage.frame_ptrs)
+        return act_errf(err, errlen, "act_session_register_host: the %s backend cannot read host "
+                        "memory in place", be->name);
+    if (registered(s, p, 1))
+        return act_errf(err, errlen, "act_session_register_host: %p is registered already", p);
+    if (s->n_regs == s->cap_regs) {
+        int cap = s->cap_regs ? 2 * s->cap_regs : 16;
+        struct host_reg *r = realloc(s->regs, (size_t)cap * sizeof *r);
+        if (!r) return act_errf(err, errlen, "act_session_register_host: out of memory");
+        s->regs = r;
+        s->cap_regs = cap;
+    }
+    void *dev = NULL;
+    if (be->host_register(be, (void *)p, bytes, &dev))
+        return act_errf(err, errlen, "act_session_register_host: %s", be->err);
+    s->regs[s->n_regs++] = (struct host_reg){p, bytes, dev};
+    return 0;
+}
+
+int act_session_unregister_host(act_session *s, const void *p) {
+    for (int i = 0; s && i < s->n_regs; i++)
+        if (s->regs[i].p == p) {
+            int rc = s->be->host_unregister(s->be, (void *)p);
+            s->regs[i] = s->regs[--s->n_regs];
+            return rc;
+        }
+    return -1;
+}
+
 int act_run(act_session *s, const act_inputs *in, act_outputs *out, char *err, size_t errlen) {
     if (!s || !in || !out) return act_errf(err, errlen, "act_run: session, inputs and outputs are required");
     const act_config *c = &s->m->cfg;
@@ -119,10 +192,16 @@ int act_run(act_session *s, const act_inputs *in, act_outputs *out, char *err, s
         return act_errf(err, errlen, "act_run: batch %d is outside 1..%d (the session's max_batch)",
                         B, s->opts.max_batch);
     if (!in->qpos) return act_errf(err, errlen, "act_run: qpos is NULL");
-    for (int cam = 0; cam < c->num_cams; cam++)
-        if (!in->images[cam])
+    for (int cam = 0; cam < c->num_cams; cam++) {
+        const uint8_t *const *it = in->images[cam] ? NULL : in->image_items[cam];
+        if (!in->images[cam] && !it)
             return act_errf(err, errlen, "act_run: no frames for camera %d '%s'", cam,
                             c->camera_names[cam]);
+        for (int b = 0; it && b < B; b++)
+            if (!it[b])
+                return act_errf(err, errlen, "act_run: image_items[%d] ('%s') has no frame for "
+                                "sample %d", cam, c->camera_names[cam], b);
+    }
     size_t bad;
     if (!all_finite(in->qpos, (size_t)B * c->obs_dim, &bad))
         return act_errf(err, errlen, "act_run: qpos[%zu][%zu] is not finite", bad / c->obs_dim,
@@ -141,9 +220,11 @@ int act_run(act_session *s, const act_inputs *in, act_outputs *out, char *err, s
                         bad / ((size_t)H * A), bad / A % H, bad % A);
 
     size_t fsz = (size_t)c->image_h * c->image_w * 3;
-    for (int cam = 0; cam < c->num_cams; cam++) stage_in(st->frames[cam], in->images[cam], B * fsz);
-    stage_in(st->qpos, in->qpos, sizeof(float) * B * c->obs_dim);
     int mode = (prior ? ACT_FWD_PRIOR : 0) | (post ? ACT_FWD_POSTERIOR : 0);
+    if (stage_frames(s, in, B) > 0) mode |= ACT_FWD_GATHER;
+    for (int cam = 0; cam < c->num_cams; cam++)
+        if (in->images[cam]) stage_in(st->frames[cam], in->images[cam], B * fsz);
+    stage_in(st->qpos, in->qpos, sizeof(float) * B * c->obs_dim);
     if (post) {
         stage_in(st->actions, in->actions, sizeof(float) * B * H * A);
         /* key padding over [cls, qpos, actions]: the first two tokens are never padded */

@@ -6,7 +6,10 @@
  * Resize, crop and normalization happen in one pass: the crop only offsets the output window,
  * so the resized image is never materialized. Reads are 3-byte HWC gathers; at 256x256x3 per
  * camera the kernel is far from any bandwidth limit, so no shared-memory staging. The output is
- * NCHW, or NHWC when nhwc is set (the feature-map layout the backend chose). */
+ * NCHW, or NHWC when nhwc is set (the feature-map layout the backend chose).
+ * gather brings frames that lie in the clients' page-locked host memory (one block per sample)
+ * into one dense device buffer first; preprocess then reads that as it reads an upload. */
+#include <stdint.h>
 #include "preprocess.cuh"
 
 static __device__ __forceinline__ float px(const unsigned char *f, int wi, int y, int x, int c) {
@@ -56,5 +59,33 @@ int act_k_preprocess(const unsigned char *frames, int B, int hi, int wi, int rh,
     preprocess_kernel<<<act_grid(n), 256, 0, st>>>(
         frames, B, hi, wi, rh, rw, top, left, ho, wo, imagenet, nhwc, out, odt);
     KLAUNCH(preprocess_kernel);
+    return 0;
+}
+
+/* One block row per item (blockIdx.y), the x blocks stride over its bytes. A host read crosses
+ * PCIe with microseconds of latency, so many 16-byte loads must be in flight: a grid of up to
+ * 64 blocks per item keeps the link busy at batch 1 as at batch 256. */
+static __global__ void gather_kernel(unsigned char *dst, const unsigned long long *ptrs,
+                                     size_t item_bytes) {
+    const unsigned char *src = (const unsigned char *)(uintptr_t)ptrs[blockIdx.y];
+    unsigned char *out = dst + (size_t)blockIdx.y * item_bytes;
+    size_t stride = (size_t)gridDim.x * blockDim.x, t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if ((((uintptr_t)src | (uintptr_t)out | item_bytes) & 15) == 0) {
+        const uint4 *s4 = (const uint4 *)src;
+        uint4 *o4 = (uint4 *)out;
+        for (size_t i = t; i < item_bytes / 16; i += stride) o4[i] = s4[i];
+    } else {
+        for (size_t i = t; i < item_bytes; i += stride) out[i] = src[i];
+    }
+}
+
+int act_k_gather(unsigned char *dst, const unsigned long long *ptrs, int items, size_t item_bytes,
+                 cudaStream_t st, char *err, size_t errlen) {
+    if (items <= 0 || item_bytes == 0) return 0;
+    if (items > 65535) return act_kerr(err, errlen, __FILE__, __LINE__, "act_k_gather", "more than 65535 items");
+    size_t per = CEIL_DIV(item_bytes / 16 ? item_bytes / 16 : item_bytes, (size_t)256);
+    dim3 grid((unsigned)(per < 64 ? (per ? per : 1) : 64), (unsigned)items);
+    gather_kernel<<<grid, 256, 0, st>>>(dst, ptrs, item_bytes);
+    KLAUNCH(gather_kernel);
     return 0;
 }

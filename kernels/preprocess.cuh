@@ -1,5 +1,5 @@
 /* preprocess.cuh - uint8 HWC camera frames -> the backbone's input image on the device.
- * defines: act_k_preprocess */
+ * defines: act_k_preprocess, act_k_gather */
 #ifndef ACT_KERNELS_PREPROCESS_CUH
 #define ACT_KERNELS_PREPROCESS_CUH
 #include "common.cuh"
@@ -14,6 +14,12 @@ extern "C" {
 int act_k_preprocess(const unsigned char *frames, int B, int hi, int wi, int rh, int rw, int top,
                      int left, int ho, int wo, int imagenet, int nhwc, void *out, int odt,
                      cudaStream_t st, char *err, size_t errlen);
+
+/* dst[i * item_bytes + j] = ptrs[i][j] for i < items, j < item_bytes: frames read where they lie
+ * (page-locked mapped host memory, over PCIe) into one dense device buffer. ptrs: `items`
+ * device addresses in device memory. 16-byte loads where an item's address and size allow. */
+int act_k_gather(unsigned char *dst, const unsigned long long *ptrs, int items, size_t item_bytes,
+                 cudaStream_t st, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

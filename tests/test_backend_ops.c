@@ -220,6 +220,57 @@ static void t_preprocess(const pair *p, const char *name, const act_config *c) {
     free(f);
 }
 
+/* gather (frames read where they lie, each in a host block of its own, registered with the
+ * backend; some at offsets that rule out 16-byte loads), then preprocess: the output shows
+ * every gathered byte, since preprocess reads all of them */
+typedef struct { const act_config *cfg; int items; uint8_t **blk; const size_t *off; } gather_arg;
+static int f_frames_gather(act_backend *be, act_buf *in, act_buf out, const void *a) {
+    const gather_arg *x = a;
+    const act_config *c = x->cfg;
+    size_t fsz = (size_t)c->image_h * c->image_w * 3;
+    uint64_t *tab = malloc((size_t)x->items * sizeof *tab);
+    int rc = 0, n = 0;
+    (void)in;
+    for (; n < x->items && !rc; n++) {
+        void *dev = NULL;
+        rc = be->host_register(be, x->blk[n], fsz + 16, &dev);
+        tab[n] = (uint64_t)(uintptr_t)dev + x->off[n];
+    }
+    if (rc) n--;
+    if (!rc) {
+        act_buf t = put_u8(be, (const uint8_t *)tab, (size_t)x->items * sizeof *tab);
+        act_buf fr = be->alloc(be, (size_t)x->items * fsz, ACT_DT_U8);
+        rc = !fr.p || be->gather(be, fr, t, x->items, fsz) ||
+             be->preprocess(be, fr, x->items, c->image_h, c->image_w, c, out) || be->sync(be);
+    }
+    while (n-- > 0) be->host_unregister(be, x->blk[n]);
+    free(tab);
+    return rc ? -1 : 0;
+}
+static void t_gather(const pair *p, const act_config *c) {
+    int items = p->B * c->num_cams;
+    size_t fsz = (size_t)c->image_h * c->image_w * 3;
+    uint8_t **blk = malloc((size_t)items * sizeof *blk), *frames = malloc((size_t)items * fsz);
+    size_t *off = malloc((size_t)items * sizeof *off);
+    for (int i = 0; i < items; i++) {
+        off[i] = i % 3 == 0 ? 0 : i % 3 == 1 ? 16 : 1;
+        blk[items - 1 - i] = malloc(fsz + 16);   /* blocks in memory in no particular order */
+    }
+    for (int i = 0; i < items; i++) {
+        for (size_t j = 0; j < fsz; j++) frames[(size_t)i * fsz + j] = (uint8_t)(rnd() >> 56);
+        memcpy(blk[i] + off[i], frames + (size_t)i * fsz, fsz);
+    }
+    int ho = c->crop_h ? c->crop_h : c->input_h, wo = c->crop_w ? c->crop_w : c->input_w;
+    gather_arg a = {c, items, blk, off};
+    fmap fout = {3, (size_t)ho * wo};
+    run_case_fm(p, "gather+preprocess", 0, f_frames_gather, &a, NULL, NULL, 0, (size_t)items * 3 * ho * wo,
+                ACT_DT_ACT, fout);
+    for (int i = 0; i < items; i++) free(blk[i]);
+    free(blk);
+    free(off);
+    free(frames);
+}
+
 static act_dtype qdt(const pair *p) {
     return p->prec == ACT_BF16 ? ACT_DT_BF16 : p->prec == ACT_FP16 ? ACT_DT_F16 : ACT_DT_F32;
 }
@@ -527,6 +578,7 @@ static void all_ops(const pair *p, const act_model *m) {
     if (act_trunk_geometry(m, &g, err, sizeof err)) { fprintf(stderr, "FAIL geometry: %s\n", err); exit(1); }
     int B = p->B, nc = c->num_cams, N = B * nc;
     t_preprocess(p, "preprocess", c);
+    t_gather(p, c);
     t_conv(p, "conv 7x7/2 +relu", &tr->conv1, B, g.in_h, g.in_w, ACT_EPI_RELU, 0);
     int h1 = g.pool_h, w1 = g.pool_w;
     t_conv(p, "conv 3x3/1 +res+relu", &tr->blocks[0][0].conv2, B, h1, w1, ACT_EPI_RELU, 1);

@@ -98,14 +98,18 @@ static void free_io(run_io *io, int ncam) {
     free(io->act); free(io->post); free(io->post_s); free(io->mu); free(io->logvar); free(io->kl);
 }
 
-/* two act_run calls: prior + deterministic posterior, then the sampled posterior */
-static int run(act_session *s, const act_config *c, int B, const run_io *in, run_io *out,
-               uint64_t seed, char *err, size_t errlen) {
+/* two act_run calls: prior + deterministic posterior, then the sampled posterior; the frames
+ * from in->images, or per sample from items when it is given */
+static int run_items(act_session *s, const act_config *c, int B, const run_io *in, run_io *out,
+                     uint64_t seed, const uint8_t **items[ACT_MAX_CAMS], char *err, size_t errlen) {
     act_inputs ai;
     memset(&ai, 0, sizeof ai);
     ai.batch = B;
     ai.qpos = in->qpos;
-    for (int cam = 0; cam < c->num_cams; cam++) ai.images[cam] = in->images[cam];
+    for (int cam = 0; cam < c->num_cams; cam++) {
+        if (items) ai.image_items[cam] = items[cam];
+        else ai.images[cam] = in->images[cam];
+    }
     ai.actions = in->actions;
     ai.action_is_pad = in->pad;
     act_outputs ao;
@@ -121,6 +125,11 @@ static int run(act_session *s, const act_config *c, int B, const run_io *in, run
     memset(&ao, 0, sizeof ao);
     ao.post_actions = out->post_s;
     return act_run(s, &ai, &ao, err, errlen);
+}
+
+static int run(act_session *s, const act_config *c, int B, const run_io *in, run_io *out,
+               uint64_t seed, char *err, size_t errlen) {
+    return run_items(s, c, B, in, out, seed, NULL, err, errlen);
 }
 
 static double rel(const float *got, const float *want, size_t n) {
@@ -299,6 +308,90 @@ static int test_batch_switching(const char *path) {
     return rc;
 }
 
+/* Frames read where they lie (act_inputs.image_items in registered memory, act-serve's
+ * shared-memory clients): each sample's frames in a block of its own, as a client's memfd, and
+ * new blocks at every step, so a replayed graph must take the new addresses from the step's
+ * table and never the captured ones. Then the same with one frame outside registered memory
+ * (that step copies every frame instead) and after unregistering. All against the CPU. */
+static int test_gather(const char *path) {
+    char err[1024];
+    act_model *m = load_model(path);
+    if (!m) return -1;
+    const act_config *c = act_model_config(m);
+    TOL = TOL_SMALL;
+    enum { B = 3, RUNS = 5 };
+    size_t fsz = (size_t)c->image_h * c->image_w * 3;
+    run_io in[2], ref[2];
+    uint64_t seeds[2] = {rnd(), rnd()};
+    const int Bs[2] = {B, B};
+    int rc = cpu_reference(m, 2, Bs, 0, seeds, in, ref);
+    const act_precision precs[2] = {ACT_FP32, ACT_BF16};
+    for (int pi = 0; pi < 2 && !rc; pi++) {
+        act_session_opts o = act_session_default_opts();
+        o.device = ACT_DEVICE_CUDA;
+        o.precision = precs[pi];
+        o.max_batch = 4;
+        act_session *s = NULL;
+        if (act_session_create(m, &o, &s, err, sizeof err)) {
+            printf("FAIL gather, cuda session %s: %s\n", PREC_NAME[precs[pi]], err);
+            g_fail++;
+            rc = -1;
+            break;
+        }
+        uint8_t *blocks[RUNS][B];
+        const uint8_t *items[ACT_MAX_CAMS][B], **itp[ACT_MAX_CAMS];
+        for (int cam = 0; cam < c->num_cams; cam++) itp[cam] = items[cam];
+        for (int r = 0; r < RUNS; r++) {
+            int k = r % 2, outside = r == RUNS - 1;   /* the last run: sample 1's camera 0 outside */
+            for (int b = 0; b < B; b++) {
+                blocks[r][b] = xmalloc(c->num_cams * fsz + 64);
+                for (int cam = 0; cam < c->num_cams; cam++) {
+                    uint8_t *dst = blocks[r][b] + cam * fsz + (b == 2 ? 16 : 0);   /* one unaligned-by-16 offset too */
+                    memcpy(dst, in[k].images[cam] + (size_t)b * fsz, fsz);
+                    items[cam][b] = dst;
+                }
+                size_t reg = outside && b == 1 ? fsz - 1 : c->num_cams * fsz + 64;   /* too short: frame 0 sticks out */
+                if (act_session_register_host(s, blocks[r][b], reg, err, sizeof err)) {
+                    printf("FAIL gather register %s run %d: %s\n", PREC_NAME[precs[pi]], r, err);
+                    g_fail++;
+                }
+            }
+            char tag[128];
+            snprintf(tag, sizeof tag, "gathered frames %s B=%d run=%d%s", PREC_NAME[precs[pi]], B, r,
+                     outside ? " (one frame outside: copied)" : "");
+            run_io got;
+            memset(&got, 0, sizeof got);
+            alloc_outputs(&got, c, B);
+            if (run_items(s, c, B, &in[k], &got, seeds[k], itp, err, sizeof err)) {
+                printf("FAIL %s: %s\n", tag, err);
+                g_fail++;
+            } else {
+                compare(tag, precs[pi], c, B, &got, &ref[k]);
+            }
+            free_io(&got, 0);
+        }
+        for (int r = 0; r < RUNS; r++)
+            for (int b = 0; b < B; b++) {
+                g_checks++;
+                if (act_session_unregister_host(s, blocks[r][b]) != 0) {
+                    printf("FAIL gather: unregistering block %d of run %d\n", b, r);
+                    g_fail++;
+                }
+            }
+        g_checks++;
+        if (act_session_unregister_host(s, blocks[0][0]) != -1) {
+            printf("FAIL gather: a second unregister of the same block did not fail\n");
+            g_fail++;
+        }
+        act_session_free(s);
+        for (int r = 0; r < RUNS; r++)
+            for (int b = 0; b < B; b++) free(blocks[r][b]);
+    }
+    free_sets(in, ref, 2, c->num_cams);
+    act_model_free(m);
+    return rc;
+}
+
 int main(void) {
     char why[256];
     if (!act_cuda_available(why, sizeof why)) {
@@ -329,7 +422,7 @@ int main(void) {
             fclose(f);
         }
         if (test_model(path, i == 2)) return 1;
-        if (i == 0 && test_batch_switching(path)) return 1;
+        if (i == 0 && (test_batch_switching(path) || test_gather(path))) return 1;
     }
     printf("\nworst relative error, small models:");
     for (int p = 0; p < 4; p++) printf("  %s %.2e (limit %.2g)", PREC_NAME[p], g_worst[p], TOL_SMALL[p]);

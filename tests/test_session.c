@@ -200,6 +200,66 @@ static void test_input_buffers(act_session *s, const act_config *c, const batch 
     free_outs(&o);
 }
 
+/* Frames given per sample (act_inputs.image_items), each sample's in a block of its own, in
+ * reverse order in memory: read where they lie when registered, copied when not, copied when
+ * only some are (one frame sticks out of its registration), and unregistering goes back to
+ * copying; every way gives the joint run's answer exactly. Then the errors. */
+static void test_image_items(act_session *s, const act_config *c, const batch *b, const outs *full) {
+    char err[ACT_ERR_LEN];
+    int B = b->B;
+    size_t fsz = (size_t)c->image_h * c->image_w * 3, CH = (size_t)c->pred_horizon * c->action_dim;
+    uint8_t *blk[8];
+    const uint8_t *items[ACT_MAX_CAMS][8];
+    act_inputs in = inputs_of(c, b, 0, B);
+    for (int i = 0; i < B; i++) {
+        int at = B - 1 - i;
+        blk[i] = malloc(c->num_cams * fsz);
+        for (int cam = 0; cam < c->num_cams; cam++) {
+            memcpy(blk[i] + cam * fsz, b->frames[cam] + (size_t)at * fsz, fsz);
+            items[cam][at] = blk[i] + cam * fsz;
+        }
+    }
+    for (int cam = 0; cam < c->num_cams; cam++) {
+        in.images[cam] = NULL;
+        in.image_items[cam] = items[cam];
+    }
+    outs o = make_outs(c, B);
+    act_outputs oo = all_of(&o);
+    const char *how[4] = {"copied (nothing registered)", "read in place (all registered)",
+                          "copied (one frame outside its registration)", "copied (unregistered again)"};
+    for (int round = 0; round < 4; round++) {
+        if (round == 1)
+            for (int i = 0; i < B; i++)
+                CHECK(act_session_register_host(s, blk[i], c->num_cams * fsz, err, sizeof err) == 0,
+                      "register block %d: %s", i, err);
+        if (round == 2) {
+            act_session_unregister_host(s, blk[0]);
+            CHECK(act_session_register_host(s, blk[0], c->num_cams * fsz - 1, err, sizeof err) == 0,
+                  "register a short block: %s", err);
+        }
+        if (round == 3)
+            for (int i = 0; i < B; i++)
+                CHECK(act_session_unregister_host(s, blk[i]) == 0, "unregister block %d", i);
+        memset(o.a, 0xff, sizeof(float) * B * CH);
+        run_ok(s, &in, &oo, how[round]);
+        CHECK(!memcmp(o.a, full->a, sizeof(float) * B * CH) && !memcmp(o.pa, full->pa, sizeof(float) * B * CH),
+              "per-sample frames %s: the chunk differs from the joint run (%.3g)", how[round],
+              rel(o.a, full->a, B * CH));
+    }
+    CHECK(act_session_unregister_host(s, blk[0]) == -1, "unregistering memory twice did not fail");
+    CHECK(act_session_register_host(s, blk[0], fsz, err, sizeof err) == 0, "register again: %s", err);
+    CHECK(act_session_register_host(s, blk[0], fsz, err, sizeof err) == -1 && strstr(err, "registered already"),
+          "registering the same memory twice: '%s'", err);
+    CHECK(act_session_register_host(s, NULL, fsz, err, sizeof err) == -1, "registering NULL did not fail");
+    act_session_unregister_host(s, blk[0]);
+    items[1][1] = NULL;
+    expect_error(s, &in, &oo, "has no frame for sample 1", "a NULL frame among image_items");
+    in.image_items[1] = NULL;
+    expect_error(s, &in, &oo, "no frames for camera 1", "neither images nor image_items");
+    free_outs(&o);
+    for (int i = 0; i < B; i++) free(blk[i]);
+}
+
 static void test_model(const char *path) {
     char err[ACT_ERR_LEN];
     act_model *m;
@@ -254,6 +314,7 @@ static void test_model(const char *path) {
     }
 
     test_input_buffers(s, c, &b, &full);
+    test_image_items(s, c, &b, &full);
 
     /* closed forms: kl from mu/logvar, actions = denormalize(actions_norm) */
     for (int i = 0; i < MB; i++) {

@@ -165,6 +165,7 @@ std::set<emu_stream *> g_streams;
 std::set<emu_event *> g_events;
 std::set<emu_graph_exec *> g_execs;
 std::map<uintptr_t, Block> g_dev, g_pinned;      /* by base address */
+std::map<uintptr_t, Block> g_registered;         /* cudaHostRegister'ed host ranges */
 size_t g_dev_bytes;
 unsigned long long g_serial;                     /* of the last allocation */
 cudaError_t g_sticky = cudaSuccess;
@@ -910,6 +911,46 @@ cudaError_t cudaFreeHost(void *p) {
     return ret(g_sticky);
 }
 
+/* Registered host memory: page-locked in place on a GPU, here only remembered, so that copies
+ * from it count as pinned and a second registration of the same pages fails as it does there.
+ * Kernels that read it through cudaHostGetDevicePointer addresses read the host pages. */
+cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned flags) {
+    API_ENTRY();
+    if (capture_forbids("cudaHostRegister")) return cudaErrorStreamCaptureUnsupported;
+    if (!p || !bytes || (flags & ~0x0fu)) return ret(cudaErrorInvalidValue);
+    uintptr_t a = (uintptr_t)p;
+    for (auto &r : g_registered)
+        if (a < r.first + r.second.bytes && r.first < a + bytes) return ret(cudaErrorHostMemoryAlreadyRegistered);
+    g_registered[a] = Block{bytes, ++g_serial};
+    return cudaSuccess;
+}
+
+cudaError_t cudaHostUnregister(void *p) {
+    FREE_ENTRY();
+    if (capture_forbids("cudaHostUnregister")) return cudaErrorStreamCaptureUnsupported;
+    auto it = g_registered.find((uintptr_t)p);
+    if (it == g_registered.end()) return ret(cudaErrorHostMemoryNotRegistered);
+    flush_all();                                  /* as cudaFreeHost: waits for the device */
+    g_registered.erase(it);
+    return ret(g_sticky);
+}
+
+cudaError_t cudaHostGetDevicePointer(void **dev, void *host, unsigned flags) {
+    API_ENTRY();
+    if (!dev || flags) return ret(cudaErrorInvalidValue);
+    if (!find_in(g_registered, host) && !find_in(g_pinned, host)) return ret(cudaErrorInvalidValue);
+    *dev = host;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev) {
+    API_ENTRY();
+    if (!value || dev != 0) return ret(cudaErrorInvalidValue);
+    if (attr != cudaDevAttrHostRegisterReadOnlySupported) return ret(cudaErrorInvalidValue);
+    *value = 1;
+    return cudaSuccess;
+}
+
 }  // extern "C"
 
 namespace {
@@ -947,6 +988,7 @@ const void *copy_host_side(void *dst, const void *src, cudaMemcpyKind kind) {
 
 bool pinned_range(const void *p, size_t bytes) {
     auto *b = find_in(g_pinned, p);
+    if (!b) b = find_in(g_registered, p);
     return b && (uintptr_t)p + bytes <= b->first + b->second.bytes;
 }
 

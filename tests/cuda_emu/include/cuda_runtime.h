@@ -20,6 +20,9 @@ static inline float2 make_float2(float x, float y) {
     return f;
 }
 
+/* four 32-bit words, 16-byte aligned as on a GPU (a kernel's 16-byte loads) */
+typedef struct __attribute__((aligned(16))) uint4 { unsigned x, y, z, w; } uint4;
+
 #define CUDA_EMULATOR 1
 #define CUDART_CB
 
@@ -35,6 +38,8 @@ typedef enum cudaError {
     cudaErrorInvalidResourceHandle = 400,
     cudaErrorIllegalState = 401,
     cudaErrorNotReady = 600,
+    cudaErrorHostMemoryAlreadyRegistered = 712,
+    cudaErrorHostMemoryNotRegistered = 713,
     cudaErrorIllegalAddress = 700,
     cudaErrorLaunchFailure = 719,
     cudaErrorNotPermitted = 800,
@@ -69,6 +74,13 @@ enum cudaStreamCaptureMode {
 #define cudaEventDisableTiming 0x02
 #define cudaEventWaitDefault 0x00
 
+#define cudaHostRegisterDefault 0x00
+#define cudaHostRegisterPortable 0x01
+#define cudaHostRegisterMapped 0x02
+#define cudaHostRegisterReadOnly 0x08
+
+enum cudaDeviceAttr { cudaDevAttrHostRegisterReadOnlySupported = 113 };
+
 typedef struct emu_stream *cudaStream_t;
 typedef struct emu_event *cudaEvent_t;
 typedef struct emu_graph *cudaGraph_t;
@@ -99,6 +111,10 @@ cudaError_t cudaMalloc(void **p, size_t bytes);
 cudaError_t cudaFree(void *p);
 cudaError_t cudaMallocHost(void **p, size_t bytes);
 cudaError_t cudaFreeHost(void *p);
+cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned flags);
+cudaError_t cudaHostUnregister(void *p);
+cudaError_t cudaHostGetDevicePointer(void **dev, void *host, unsigned flags);
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev);
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
                             cudaStream_t st);
