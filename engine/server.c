@@ -364,10 +364,11 @@ void act_server_free(act_server *s)
     }
     for (act_req *r = s->pend_head, *n; r; r = n) {
         n = r->next;
-        act_shm_unref(r->shm);
+        act_shm_unref(s, r->shm);
         free(r->wire);
         free(r);
     }
+    act_infer_retire_shm(s);   /* every mapping is unused now; the session is still the caller's */
     if (s->lfd >= 0) close(s->lfd);
     if (s->ufd >= 0) close(s->ufd);
     if (s->unix_path[0]) unlink(s->unix_path);

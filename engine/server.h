@@ -30,6 +30,8 @@ typedef struct act_server_opts {
     int max_wait_us;           /* how long a batch may wait for more requests */
     int copy_threads;          /* threads copying a batch's frames into the session's input
                                 * buffers (0 = auto: half the cores, at most 8; up to 64) */
+    int copy_shm;              /* 1: copy shared-memory frames too, instead of registering the
+                                * clients' memory with the session and reading them in place */
     int max_clients;           /* open connections; beyond it new ones are closed at once */
     int max_queue;             /* requests waiting or running, all clients together */
     int max_inflight_per_conn; /* requests one connection may have outstanding */

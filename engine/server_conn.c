@@ -64,7 +64,7 @@ void act_conn_close(act_server *s, act_conn *c, int dropped, const char *why)
     c->in = NULL;
     if (c->rx_fd >= 0) close(c->rx_fd);
     c->rx_fd = -1;
-    act_shm_unref(c->shm);   /* requests still running keep their own references */
+    act_shm_unref(s, c->shm);   /* requests still running keep their own references */
     c->shm = NULL;
     c->is_unix = 0;
     c->in_cap = c->in_got = c->hdr_got = 0;
@@ -231,7 +231,7 @@ static act_req *req_get(act_server *s)
 
 void act_req_put(act_server *s, act_req *r)
 {
-    act_shm_unref(r->shm);
+    act_shm_unref(s, r->shm);
     r->shm = NULL;
     if (s->n_pool >= s->o.max_queue) {
         free(r->wire);
@@ -318,7 +318,7 @@ static int on_shm_attach(act_server *s, act_conn *c, const uint8_t *p, uint32_t 
     if (!code) code = act_shm_map(fd, size, &m, msg, sizeof msg);
     if (fd >= 0) close(fd);   /* the mapping, if any, keeps the memory */
     if (code) return conn_error(s, c, 0, code, msg, 0);
-    act_shm_unref(c->shm);
+    act_shm_unref(s, c->shm);
     c->shm = m;
     act_serve_log(s, "%s: attached %llu bytes of shared memory", c->peer, (unsigned long long)size);
     size_t n = 0;

@@ -24,6 +24,7 @@ typedef struct batch_bufs {
     act_input_buffers in;
     float *out, *kl;
     uint8_t *is_pad;
+    const uint8_t **items;   /* frames read in place: [num_cams][batch] pointers */
 } batch_bufs;
 
 static void bufs_free(batch_bufs *b)
@@ -31,6 +32,7 @@ static void bufs_free(batch_bufs *b)
     free(b->out);
     free(b->kl);
     free(b->is_pad);
+    free(b->items);
     memset(b, 0, sizeof *b);
 }
 
@@ -42,7 +44,8 @@ static int bufs_alloc(batch_bufs *b, act_session *sess, const act_config *c, int
     b->out = malloc(na * sizeof(float));
     b->kl = malloc((size_t)nb * sizeof(float));
     b->is_pad = malloc((size_t)nb * c->pred_horizon);
-    int ok = b->out && b->kl && b->is_pad && b->in.max_batch >= nb;
+    b->items = malloc((size_t)nb * c->num_cams * sizeof *b->items);
+    int ok = b->out && b->kl && b->is_pad && b->items && b->in.max_batch >= nb;
     if (!ok) bufs_free(b);
     return ok ? 0 : -1;
 }
@@ -63,15 +66,17 @@ static void deadline_ts(double t, struct timespec *ts)
     }
 }
 
-/* Waits for work and takes one batch off the pending list (under mu). Returns its size, 0 = stop. */
+/* Waits for work and takes one batch off the pending list (under mu). Returns its size, 0 = stop,
+ * -1 = no request, but shared memory to retire. */
 static int take_batch(act_server *s, act_req **out)
 {
     int max = s->o.max_batch, n = 0;
     pthread_mutex_lock(&s->mu);
-    while (!s->pend_head && !s->infer_stop) pthread_cond_wait(&s->cv, &s->mu);
+    while (!s->pend_head && !s->infer_stop && !s->retired) pthread_cond_wait(&s->cv, &s->mu);
     if (!s->pend_head) {
+        int retire = s->retired != NULL && !s->infer_stop;
         pthread_mutex_unlock(&s->mu);
-        return 0;
+        return retire ? -1 : 0;
     }
     double deadline = s->pend_head->t_arrive + 1e-6 * s->o.max_wait_us;
     while (s->n_pending < max && s->n_busy_conns < s->n_ready_conns && !s->infer_stop && act_now() < deadline) {
@@ -119,6 +124,54 @@ static void copy_frames(void *arg, int t, int lo, int hi)
     }
 }
 
+/* Shared memory no request uses any more: unregistered from the session, then unmapped. On the
+ * inference thread (every session call is made here), or once it has stopped. */
+void act_infer_retire_shm(act_server *s)
+{
+    pthread_mutex_lock(&s->mu);
+    act_shm *m = s->retired;
+    s->retired = NULL;
+    pthread_mutex_unlock(&s->mu);
+    while (m) {
+        act_shm *next = m->next;
+        act_session_unregister_host(s->sess, m->base);
+        act_shm_free(m);
+        m = next;
+    }
+}
+
+/* Whether every request of the batch has its frames in shared memory registered with the
+ * session (registering mappings seen for the first time): then the step reads them in place. */
+static int frames_in_place(act_server *s, act_req **rs, int n)
+{
+    const act_config *c = s->cfg;
+    size_t frame = (size_t)c->image_h * c->image_w * 3;
+    if (s->o.copy_shm) return 0;
+    for (int i = 0; i < n; i++) {
+        act_shm *m = rs[i]->shm;
+        if (!m) return 0;
+        for (int k = 0; k < c->num_cams; k++) {   /* a camera may have come inline instead */
+            const uint8_t *f = rs[i]->p.images[k];
+            if (f < m->base || (uint64_t)(f - m->base) + frame > m->size) return 0;
+        }
+        pthread_mutex_lock(&s->mu);
+        int reg = m->reg;
+        pthread_mutex_unlock(&s->mu);
+        if (reg == 0) {
+            char err[ACT_ERR_LEN];
+            reg = act_session_register_host(s->sess, m->base, (size_t)m->size, err, sizeof err) ? -1 : 1;
+            if (reg < 0)
+                act_serve_log(s, "shared memory of %llu bytes cannot be read in place (%s); its frames are copied",
+                              (unsigned long long)m->size, err);
+            pthread_mutex_lock(&s->mu);
+            m->reg = reg;
+            pthread_mutex_unlock(&s->mu);
+        }
+        if (reg != 1) return 0;
+    }
+    return 1;
+}
+
 /* opts.copy_threads, 0 = auto: half the cores, at most 8 */
 static int copy_threads(int requested)
 {
@@ -136,12 +189,35 @@ static void run_batch(act_server *s, act_pool *pool, batch_bufs *b, act_req **rs
     memset(&in, 0, sizeof in);
     memset(&out, 0, sizeof out);
     in.batch = n;
-    if (n == 1) {   /* a batch of one is already laid out as act_run wants it: no copy */
+    const uint8_t **items = b->items;
+    if (frames_in_place(s, rs, n)) {   /* the step reads each frame where its client wrote it */
+        for (int k = 0; k < c->num_cams; k++) {
+            for (int i = 0; i < n; i++) items[(size_t)k * n + i] = rs[i]->p.images[k];
+            in.image_items[k] = items + (size_t)k * n;
+        }
+    }
+    int in_place = in.image_items[0] != NULL;
+    if (n == 1 || in_place) {   /* a batch of one is already laid out as act_run wants it: no copy */
         in.qpos = rs[0]->p.qpos;
-        for (int k = 0; k < c->num_cams; k++) in.images[k] = rs[0]->p.images[k];
+        for (int k = 0; k < c->num_cams && !in_place; k++) in.images[k] = rs[0]->p.images[k];
         in.actions = rs[0]->p.actions;
         in.action_is_pad = rs[0]->p.is_pad;
-    } else {
+    }
+    if (n > 1 && in_place) {   /* the rest, a few hundred bytes per request */
+        const act_input_buffers *ib = &b->in;
+        for (int i = 0; i < n; i++) {
+            memcpy(ib->qpos + (size_t)i * c->obs_dim, rs[i]->p.qpos, (size_t)c->obs_dim * sizeof(float));
+            if (kind) {
+                memcpy(ib->actions + (size_t)i * na, rs[i]->p.actions, na * sizeof(float));
+                memcpy(b->is_pad + (size_t)i * c->pred_horizon, rs[i]->p.is_pad, (size_t)c->pred_horizon);
+            }
+        }
+        in.qpos = ib->qpos;
+        if (kind) {
+            in.actions = ib->actions;
+            in.action_is_pad = b->is_pad;
+        }
+    } else if (n > 1) {
         const act_input_buffers *ib = &b->in;
         copy_job q = {rs, ib, c->num_cams, frame};
         act_pool_run(pool, copy_frames, &q, n * c->num_cams);
@@ -201,8 +277,10 @@ static void *infer_main(void *arg)
     int ok = rs && bufs_alloc(&b, s->sess, s->cfg, s->o.max_batch) == 0;
     act_pool *pool = act_pool_create(copy_threads(s->o.copy_threads));   /* NULL: inline */
     for (;;) {
+        act_infer_retire_shm(s);
         int n = take_batch(s, rs);
         if (!n) break;
+        if (n < 0) continue;
         if (ok) {
             run_batch(s, pool, &b, rs, n);
         } else {
@@ -252,7 +330,8 @@ void act_infer_stop(act_server *s)
  * key's first step eagerly and captures its second, so each size runs twice there - first every
  * size eagerly, then every size captured, because an eager step that grows the conv workspace
  * drops the graphs captured before it. On the CPU nothing is captured per size, so one step at
- * batch 1 suffices. */
+ * batch 1 suffices. With a Unix socket (shared-memory clients) the steps that read frames in
+ * place are keys of their own on CUDA: a second pass warms them. */
 int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
 {
     const act_config *c = s->cfg;
@@ -274,21 +353,46 @@ int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
         }
     int last = dev == ACT_DEVICE_CUDA ? s->o.max_batch : 1, rc = 0;
     int reps = dev == ACT_DEVICE_CUDA ? 2 : 1;
-    for (int r = 0; r < reps * last && !rc && !s->stop_flag; r++) {
-        int n = r % last + 1;
-        act_inputs in;
-        act_outputs out;
-        memset(&in, 0, sizeof in);
-        memset(&out, 0, sizeof out);
-        in.batch = n;
-        in.qpos = b.in.qpos;
-        for (int k = 0; k < c->num_cams; k++) in.images[k] = b.in.images[k];
-        out.actions = b.out;
-        char e[ACT_ERR_LEN];
-        if (act_run(s->sess, &in, &out, e, sizeof e)) {
-            snprintf(err, errlen, "act-serve: warm-up at batch %d failed: %s", n, e);
-            rc = -1;
+    /* on CUDA, frames read in place are steps of their own (graphs included): warm those too,
+     * from a registered copy of the frames (the session's own pinned buffers cannot be) */
+    size_t all = (size_t)s->o.max_batch * frame;
+    uint8_t *shm_like = NULL;
+    char e[ACT_ERR_LEN];
+    if (dev == ACT_DEVICE_CUDA && !s->o.copy_shm && s->unix_path[0] && (shm_like = malloc(all * c->num_cams))) {
+        for (int k = 0; k < c->num_cams; k++) memcpy(shm_like + k * all, b.in.images[k], all);
+        if (act_session_register_host(s->sess, shm_like, all * c->num_cams, e, sizeof e)) {
+            act_serve_log(s, "warm-up: frames in registered memory: %s; shared-memory frames will be copied", e);
+            free(shm_like);
+            shm_like = NULL;
         }
+    }
+    for (int pass = 0; pass < (shm_like ? 2 : 1) && !rc; pass++)
+        for (int r = 0; r < reps * last && !rc && !s->stop_flag; r++) {
+            int n = r % last + 1;
+            act_inputs in;
+            act_outputs out;
+            memset(&in, 0, sizeof in);
+            memset(&out, 0, sizeof out);
+            in.batch = n;
+            in.qpos = b.in.qpos;
+            for (int k = 0; k < c->num_cams; k++) {
+                if (!pass) {
+                    in.images[k] = b.in.images[k];
+                    continue;
+                }
+                for (int i = 0; i < n; i++) b.items[(size_t)k * n + i] = shm_like + k * all + (size_t)i * frame;
+                in.image_items[k] = b.items + (size_t)k * n;
+            }
+            out.actions = b.out;
+            if (act_run(s->sess, &in, &out, e, sizeof e)) {
+                snprintf(err, errlen, "act-serve: warm-up at batch %d%s failed: %s", n,
+                         pass ? " (frames in place)" : "", e);
+                rc = -1;
+            }
+        }
+    if (shm_like) {
+        act_session_unregister_host(s->sess, shm_like);
+        free(shm_like);
     }
     bufs_free(&b);
     return rc;

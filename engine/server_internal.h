@@ -18,11 +18,16 @@
  * (header, chunk, then the decoded inputs at data), recycled through a pool so that the
  * steady state allocates nothing and touches no fresh pages. */
 /* A client's shared memory, mapped read-only (server_shm.c). refs: its connection and every
- * request whose frames may point into it; I/O thread only. */
+ * request whose frames may point into it; I/O thread only. The inference thread registers the
+ * mapping with the session at its first batch, so that steps read the frames in place (reg,
+ * under the server's mu); a registered mapping that loses its last reference goes to the
+ * server's retired list, and the inference thread unregisters it before it is unmapped. */
 typedef struct act_shm {
     const uint8_t *base;
     uint64_t size;
     int refs;
+    int reg;                       /* 0 not yet tried, 1 registered, -1 refused (frames copied) */
+    struct act_shm *next;          /* on the retired list */
 } act_shm;
 
 typedef struct act_req {
@@ -116,6 +121,7 @@ struct act_server {
     pthread_cond_t cv;
     act_req *pend_head, *pend_tail;
     int n_pending;
+    act_shm *retired;              /* registered mappings no longer used: to unregister, unmap */
     act_req *done_head, *done_tail;
     int n_ready_conns, n_busy_conns;   /* handshaken; with a request not yet answered */
     int infer_stop;
@@ -138,11 +144,13 @@ void act_req_put(act_server *s, act_req *r);         /* back to the pool (or fre
 /* server_shm.c (I/O thread only) */
 int act_shm_map(int fd, uint64_t size, act_shm **out, char *msg, size_t msglen);   /* 0 or an act_err_code */
 static inline void act_shm_ref(act_shm *m) { if (m) m->refs++; }
-void act_shm_unref(act_shm *m);                    /* unmaps at the last reference */
+void act_shm_unref(act_server *s, act_shm *m);     /* unmaps (or retires) at the last reference */
+void act_shm_free(act_shm *m);                     /* unmaps it (it must not be registered) */
 
 /* server_infer.c */
 int act_infer_start(act_server *s, char *err, size_t errlen);
 void act_infer_stop(act_server *s);
+void act_infer_retire_shm(act_server *s);   /* the inference thread's, or after it stopped */
 int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen);
 
 /* http.c */

@@ -54,13 +54,28 @@ int act_shm_map(int fd, uint64_t size, act_shm **out, char *msg, size_t msglen)
     m->base = p;
     m->size = size;
     m->refs = 1;
+    m->reg = 0;
+    m->next = NULL;
     *out = m;
     return 0;
 }
 
-void act_shm_unref(act_shm *m)
+void act_shm_free(act_shm *m)
 {
-    if (!m || --m->refs > 0) return;
     munmap((void *)m->base, (size_t)m->size);
     free(m);
+}
+
+void act_shm_unref(act_server *s, act_shm *m)
+{
+    if (!m || --m->refs > 0) return;
+    pthread_mutex_lock(&s->mu);
+    int reg = m->reg == 1;
+    if (reg) {   /* the device may still hold it mapped: the inference thread lets go first */
+        m->next = s->retired;
+        s->retired = m;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!reg) act_shm_free(m);
 }

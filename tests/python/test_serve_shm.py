@@ -180,6 +180,39 @@ def test_batched_with_tcp_clients(srv):
         c.close()
 
 
+def test_batched_shared_memory_read_in_place(srv):
+    """A batch of shared-memory requests only: the step reads every frame in its client's memfd
+    (registered with the session), with no copy into the input buffers, and answers as each
+    request does alone. Clients that leave retire their mappings; later ones are served."""
+    rng = np.random.default_rng(5)
+    for rnd in range(2):
+        obs = [({c: rng.integers(0, 256, (IMAGE, IMAGE, 3), dtype=np.uint8) for c in CAMS},
+                rng.standard_normal(5).astype(np.float32)) for _ in range(4)]
+        alone = [ActClient("127.0.0.1", srv.port, timeout=120).predict(q, im) for im, q in obs]
+        clients = [ActClient(unix_path=srv.sock, timeout=120) for _ in range(4)]
+        for c in clients:
+            c.info()
+            assert c.transport == "unix+shm", c.shm_error
+        got, batches = [None] * 4, [0] * 4
+        barrier = threading.Barrier(4)
+
+        def work(i):
+            barrier.wait()
+            got[i] = clients[i].predict(obs[i][1], obs[i][0])
+            batches[i] = clients[i].last_result["batch"]
+
+        th = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join()
+        for i in range(4):
+            np.testing.assert_allclose(got[i], alone[i], rtol=1e-5, atol=1e-6)
+        assert max(batches) > 1, f"the server never batched: {batches}"
+        for c in clients:
+            c.close()
+
+
 def test_refusals_keep_the_connection(srv):
     pid = srv.proc.pid
     fds0 = _quiet_fds(pid)
