@@ -254,7 +254,9 @@ static void t_gather(const pair *p, const act_config *c) {
     size_t *off = malloc((size_t)items * sizeof *off);
     for (int i = 0; i < items; i++) {
         off[i] = i % 3 == 0 ? 0 : i % 3 == 1 ? 16 : 1;
-        blk[items - 1 - i] = malloc(fsz + 16);   /* blocks in memory in no particular order */
+        /* blocks in memory in no particular order, each on pages of its own (the driver pins
+         * whole pages, so two registrations cannot share one) */
+        if (posix_memalign((void **)&blk[items - 1 - i], 4096, (fsz + 16 + 4095) / 4096 * 4096)) exit(1);
     }
     for (int i = 0; i < items; i++) {
         for (size_t j = 0; j < fsz; j++) frames[(size_t)i * fsz + j] = (uint8_t)(rnd() >> 56);

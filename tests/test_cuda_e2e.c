@@ -308,6 +308,15 @@ static int test_batch_switching(const char *path) {
     return rc;
 }
 
+/* zeroed whole pages: registrations of two blocks must not share one */
+static void *page_alloc(size_t n) {
+    void *p = NULL;
+    size_t sz = (n + 4095) / 4096 * 4096;
+    if (posix_memalign(&p, 4096, sz)) { fprintf(stderr, "out of memory\n"); exit(1); }
+    memset(p, 0, sz);
+    return p;
+}
+
 /* Frames read where they lie (act_inputs.image_items in registered memory, act-serve's
  * shared-memory clients): each sample's frames in a block of its own, as a client's memfd, and
  * new blocks at every step, so a replayed graph must take the new addresses from the step's
@@ -344,7 +353,7 @@ static int test_gather(const char *path) {
         for (int r = 0; r < RUNS; r++) {
             int k = r % 2, outside = r == RUNS - 1;   /* the last run: sample 1's camera 0 outside */
             for (int b = 0; b < B; b++) {
-                blocks[r][b] = xmalloc(c->num_cams * fsz + 64);
+                blocks[r][b] = page_alloc(c->num_cams * fsz + 64);   /* the driver pins whole pages */
                 for (int cam = 0; cam < c->num_cams; cam++) {
                     uint8_t *dst = blocks[r][b] + cam * fsz + (b == 2 ? 16 : 0);   /* one unaligned-by-16 offset too */
                     memcpy(dst, in[k].images[cam] + (size_t)b * fsz, fsz);

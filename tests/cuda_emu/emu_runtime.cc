@@ -918,9 +918,12 @@ cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned flags) {
     API_ENTRY();
     if (capture_forbids("cudaHostRegister")) return cudaErrorStreamCaptureUnsupported;
     if (!p || !bytes || (flags & ~0x0fu)) return ret(cudaErrorInvalidValue);
-    uintptr_t a = (uintptr_t)p;
-    for (auto &r : g_registered)
-        if (a < r.first + r.second.bytes && r.first < a + bytes) return ret(cudaErrorHostMemoryAlreadyRegistered);
+    /* the driver locks whole pages: two ranges that share a page cannot both be registered */
+    uintptr_t a = (uintptr_t)p, pg = 4096, lo = a & ~(pg - 1), hi = (a + bytes + pg - 1) & ~(pg - 1);
+    for (auto &r : g_registered) {
+        uintptr_t rlo = r.first & ~(pg - 1), rhi = (r.first + r.second.bytes + pg - 1) & ~(pg - 1);
+        if (lo < rhi && rlo < hi) return ret(cudaErrorHostMemoryAlreadyRegistered);
+    }
     g_registered[a] = Block{bytes, ++g_serial};
     return cudaSuccess;
 }

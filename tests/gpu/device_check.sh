@@ -37,11 +37,14 @@
 #   inputs-ab  act-infer bench, full model, bf16 at batch 1 and 256: frames copied by act_run
 #              from the caller's memory vs written into the session's pinned input buffers
 #              (--staged-inputs, what every other bench row uses)
-#   copy-ab    act-serve, bf16, 32 shared-memory clients: a batch's frames copied by one thread vs
-#              --copy-threads' default (half the cores, at most 8)
+#   copy-ab    act-serve, bf16, 32 shared-memory clients: a batch's frames copied into the pinned
+#              input buffers by one thread, by --copy-threads' default (half the cores, at most
+#              8), or not at all: read in place from the clients' registered memfds (the default)
 #              (the A/B rows come last and take what time is left: parity and the peer comparison
 #              matter more)
 # The last thing printed is the summary table (check, result, figure); it is also $OUT/summary.txt.
+# ACT_CHECK_ONLY=ops,e2e (a comma list of the rows above) runs deps, build and testdata and then
+# only those rows: a quick second run after a fix, inside the session's device time.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 ROOT=$PWD
@@ -58,6 +61,8 @@ PY=${ACT_PYTHON:-python3}
 SUMMARY=()
 
 left() { echo $((BUDGET - (SECONDS - T0))); }
+# want ROW: ACT_CHECK_ONLY is unset or lists ROW (the rows that are not wanted print nothing)
+want() { [ -z "${ACT_CHECK_ONLY:-}" ] || [[ ",$ACT_CHECK_ONLY," == *",$1,"* ]]; }
 row() { SUMMARY+=("$(printf '%-10s %-5s %s' "$1" "$2" "$3")"); echo "== $1: $2 $3"; }
 # limit WANT: the seconds a step may take, capped by what is left of the budget
 limit() { local l; l=$(left); if ((l < $1)); then echo "$l"; else echo "$1"; fi; }
@@ -137,6 +142,7 @@ export ACT_TEST_DATA=$TD
 # ---------------- parity ----------------
 run_test() {   # name binary seconds
     local name=$1 bin=$2 secs=$3 rc
+    want "$name" || return 0
     if ! ((built)) || ! enough 20; then row "$name" SKIP "no build or no time left"; return; fi
     timeout "$(limit "$secs")" "$bin" >"$OUT/$name.log" 2>&1
     rc=$?
@@ -176,6 +182,7 @@ SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2
 sanitize() {   # name seconds summary-regex cmd...
     local name=$1 secs=$2 re=$3 rc
     shift 3
+    want "$name" || return 0
     if [ -z "$SAN" ] || ! ((built)) || ! enough 20; then row "$name" SKIP "no compute-sanitizer, build or time"; return; fi
     timeout "$(limit "$secs")" "$SAN" "$@" >"$OUT/$name.log" 2>&1
     rc=$?
@@ -194,7 +201,8 @@ ACT_OPS_ONLY=attention,norm,softmax ACT_OPS_PREC=fp32,bf16 ACT_OPS_BATCH=3 \
     "$BUILD/tests/test_backend_ops"
 
 # ---------------- benchmark ----------------
-if [ -f bench/compare_torch.py ] && ((built)) && ((have_full)) && enough 150; then
+if ! want bench; then :
+elif [ -f bench/compare_torch.py ] && ((built)) && ((have_full)) && enough 150; then
     b=$(($(left) - 90))   # the rest: serving under load (40 s), then the A/B rows
     ACT_BUILD_DIR=$BUILD timeout "$b" "$PY" bench/compare_torch.py --device cuda --batch 1,256 \
         --precision fp32,bf16 --budget-s $((b - 15)) --json "$OUT/compare.json" --ckpt "$FULLW/full.pt" \
@@ -219,7 +227,8 @@ else
 fi
 
 # ---------------- serving under load (act-serve on the GPU, loopback clients) ----------------
-if [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && [ -x "$BUILD/act-serve" ] && enough 40; then
+if ! want serve; then :
+elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && [ -x "$BUILD/act-serve" ] && enough 40; then
     timeout "$(limit 60)" "$PY" bench/serve_load.py --model "$TD/full.actw" --act-serve "$BUILD/act-serve" \
         --device cuda --clients 1,8,32 --requests 50 --max-seconds 20 --transports tcp,shm \
         --json "$OUT/serve_load.json" >"$OUT/serve.log" 2>&1
@@ -243,6 +252,7 @@ ab_p50() {   # precision batch [VAR=value...] [copied] -> "p50 ms" of act-infer 
 }
 ab_pair() {   # row precision "batches" label-a "args-a" label-b "args-b": p50 of a and b per batch
     local name=$1 prec=$2 batches=$3 fig="" b x y
+    want "$name" || return 0
     if ! ((built && have_full)) || ! enough 30; then row "$name" SKIP "no build, full model or time"; return; fi
     for b in $batches; do
         x=$(ab_p50 "$prec" "$b" $5) y=$(ab_p50 "$prec" "$b" $7)
@@ -262,7 +272,8 @@ ab_pair pipeline-ab bf16 "64 256" serial ACT_CUDA_PIPELINE_MIN_BATCH=0 lanes ACT
 ab_pair attn-ab bf16 "1 4" three-ops ACT_CUDA_FUSED_ATTN_MAX_ROWS=0 fused ACT_CUDA_FUSED_ATTN_MAX_ROWS=64
 ab_pair attn-ab32 fp32 "1" three-ops ACT_CUDA_FUSED_ATTN_MAX_ROWS=0 fused ACT_CUDA_FUSED_ATTN_MAX_ROWS=64
 # the fused epilogues (cuDNN conv+bias+ReLU, cuBLASLt GEMM+bias(+GELU in bf16)) on and off
-if ((built)) && ((have_full)) && enough 45; then
+if ! want fusion-ab; then :
+elif ((built)) && ((have_full)) && enough 45; then
     fig=""
     for prec in fp32 bf16; do
         on=$(ab_p50 $prec 1) off=$(ab_p50 $prec 1 ACT_CUDA_CONV_UNFUSED=1 ACT_CUDA_GEMM=gemmex)
@@ -277,16 +288,20 @@ else
 fi
 # what act_run's own copy of the frames into its pinned buffers costs (151 MB at batch 256)
 ab_pair inputs-ab bf16 "1 256" copied copied staged ""
-# act-serve's batch assembly (590 KB of frames per request copied into the pinned input buffers):
-# one copy thread vs the default (half the cores, at most 8), 32 shared-memory clients
-if [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && enough 40; then
+# act-serve's batch assembly, 32 shared-memory clients: 590 KB of frames per request copied into
+# the pinned input buffers by one thread or by the default (half the cores, at most 8), vs read
+# in place by the GPU from the clients' registered memfds (the default since session 7)
+if ! want copy-ab; then :
+elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && enough 40; then
     fig=""
-    for ct in 1 0; do
-        ACT_SERVE_COPY_THREADS=$ct timeout "$(limit 25)" "$PY" bench/serve_load.py --model "$TD/full.actw" \
+    for v in "copy,1-thread:ACT_SERVE_COPY_SHM=1 ACT_SERVE_COPY_THREADS=1" \
+             "copy,auto-threads:ACT_SERVE_COPY_SHM=1 ACT_SERVE_COPY_THREADS=0" "in-place:ACT_SERVE_COPY_SHM=0"; do
+        rm -f "$OUT/copy_ab.json"
+        env ${v#*:} timeout "$(limit 25)" "$PY" bench/serve_load.py --model "$TD/full.actw" \
             --act-serve "$BUILD/act-serve" --device cuda --precision bf16 --clients 1,32 --requests 200 \
             --max-seconds 8 --modes on --transports shm --json "$OUT/copy_ab.json" >>"$OUT/copy_ab.log" 2>&1
         r=$("$PY" -c "import json,sys; rows={r['clients']: r for r in json.load(open(sys.argv[1]))['rows']}; print('%.0f req/s (1 client %.0f)' % (rows[32]['throughput_rps'], rows[1]['throughput_rps']))" "$OUT/copy_ab.json" 2>/dev/null)
-        fig="$fig copy-threads ${ct/#0/auto}: ${r:-?};"
+        fig="$fig ${v%%:*} ${r:-?};"
     done
     row copy-ab ok "bf16 shm 32 clients:$fig"
 else
