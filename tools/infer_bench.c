@@ -48,7 +48,7 @@ typedef struct bench_args {
     act_precision precision;
     int batches[MAX_BATCHES], n_batches;
     int iters, warmup, profile_iters;
-    int use_graphs, check_output, staged;
+    int use_graphs, check_output, staged, in_place;
     uint64_t seed;
 } bench_args;
 
@@ -66,12 +66,14 @@ typedef struct input_pool {
     float *qpos;                 /* [n][obs_dim] */
     uint8_t *frames[ACT_MAX_CAMS];
     size_t bytes;
+    const uint8_t **items;       /* --in-place-inputs: [num_cams][max_batch] frame pointers */
 } input_pool;
 
 static const char *const USAGE =
         "usage: act-infer bench [--model M.actw] [--device cuda|cpu] [--precision fp32|tf32|bf16|fp16]\n"
         "                       [--batch 1,8,64,256] [--iters N] [--warmup N] [--profile-iters N]\n"
-        "                       [--no-graph] [--staged-inputs] [--json OUT.json] [--inputs DIR] [--seed S]\n"
+        "                       [--no-graph] [--staged-inputs | --in-place-inputs] [--json OUT.json]\n"
+        "                       [--inputs DIR] [--seed S]\n"
         "                       [--check-output]\n"
         "\n"
         "Times one policy step (uint8 frames + qpos in, action chunk out, preprocessing included)\n"
@@ -90,6 +92,10 @@ static const char *const USAGE =
         "                 (act_session_input_buffers), so act_run has nothing to copy; the torch\n"
         "                 peers of bench/compare_torch.py likewise start from pinned frames. Without\n"
         "                 it act_run copies them from the bench's pool inside the timed step\n"
+        "  --in-place-inputs register the pool with the session (act_session_register_host) and\n"
+        "                 pass one pointer per frame (image_items): the step reads the frames where\n"
+        "                 they lie (CUDA: the GPU pulls them over PCIe), as act-serve does for its\n"
+        "                 shared-memory clients; nothing is copied on the host\n"
         "  --json         also write the results as JSON\n"
         "  --inputs DIR   frames from DIR/qpos.f32 ([N][obs_dim] float32) and DIR/<camera>.u8\n"
         "                 ([N][H][W][3] uint8) instead of generated ones; N >= largest batch\n"
@@ -130,6 +136,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         if (!strcmp(o, "--no-graph")) { a->use_graphs = 0; continue; }
         if (!strcmp(o, "--check-output")) { a->check_output = 1; continue; }
         if (!strcmp(o, "--staged-inputs")) { a->staged = 1; continue; }
+        if (!strcmp(o, "--in-place-inputs")) { a->in_place = 1; continue; }
         if ((r = infer_opt(argc, argv, &i, "--model", &v))) a->model = v;
         else if ((r = infer_opt(argc, argv, &i, "--json", &v))) a->json = v;
         else if ((r = infer_opt(argc, argv, &i, "--inputs", &v))) a->inputs = v;
@@ -157,6 +164,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         if (count && infer_parse_int(v, lo, 10000000, count))
             return bench_usage("%s '%s': expected an integer >= %d", o, v, lo);
     }
+    if (a->staged && a->in_place)
+        return bench_usage("--staged-inputs and --in-place-inputs are two ways to give the frames: pick one");
     return 0;
 }
 
@@ -196,6 +205,7 @@ static const char *find_demo_model(char *buf, size_t len) {
 static void pool_free(input_pool *p) {
     free(p->qpos);
     for (int c = 0; c < ACT_MAX_CAMS; c++) free(p->frames[c]);
+    free(p->items);
     memset(p, 0, sizeof *p);
 }
 
@@ -278,10 +288,19 @@ static void pool_window(const input_pool *p, const act_config *cfg, int batch, i
 static void step_inputs(act_session *s, const input_pool *p, const act_config *cfg, const bench_args *a,
                         int batch, int start, act_inputs *in) {
     pool_window(p, cfg, batch, start, in);
+    size_t fb = (size_t)cfg->image_h * cfg->image_w * 3;
+    if (a->in_place) {
+        for (int c = 0; c < cfg->num_cams; c++) {
+            const uint8_t **it = p->items + (size_t)c * batch;
+            for (int b = 0; b < batch; b++) it[b] = in->images[c] + (size_t)b * fb;
+            in->images[c] = NULL;
+            in->image_items[c] = it;
+        }
+        return;
+    }
     if (!a->staged) return;
     act_input_buffers ib;
     act_session_input_buffers(s, &ib);
-    size_t fb = (size_t)cfg->image_h * cfg->image_w * 3;
     memcpy(ib.qpos, in->qpos, sizeof(float) * batch * cfg->obs_dim);
     in->qpos = ib.qpos;
     for (int c = 0; c < cfg->num_cams; c++) {
@@ -483,7 +502,8 @@ static void print_table(const bench_report *r) {
     printf("steps   %d warmup + %d timed per batch size; profiled pass %d steps\n", r->a->warmup,
            r->a->iters, r->a->profile_iters);
     printf("inputs  %s\n\n", r->a->staged ? "staged in the session's input buffers before each step (untimed)"
-                                        : "copied by act_run from the bench's pool (timed)");
+                             : r->a->in_place ? "read in place from the registered pool (image_items; no host copy)"
+                                              : "copied by act_run from the bench's pool (timed)");
     printf("%6s %9s %9s %9s %9s %9s %11s %11s\n", "batch", "min ms", "p50 ms", "p90 ms", "p99 ms", "mean ms",
            "steps/s", "images/s");
     for (int i = 0; i < r->n_res; i++) {
@@ -536,7 +556,8 @@ static int write_json(const bench_report *r, const char *path, char *err, size_t
     fprintf(f, "  \"host_cpu\": "); json_str(f, r->host_cpu);
     fprintf(f, ",\n  \"clocks\": "); json_str(f, r->clocks);
     fprintf(f, ",\n  \"iters\": %d,\n  \"warmup\": %d,\n  \"profile_iters\": %d,\n  \"staged_inputs\": %s,\n"
-               "  \"inputs\": ", r->a->iters, r->a->warmup, r->a->profile_iters, r->a->staged ? "true" : "false");
+               "  \"inputs_in_place\": %s,\n  \"inputs\": ", r->a->iters, r->a->warmup, r->a->profile_iters,
+            r->a->staged ? "true" : "false", r->a->in_place ? "true" : "false");
     if (r->a->inputs) json_str(f, r->a->inputs); else fprintf(f, "\"generated, seed %llu\"", (unsigned long long)r->a->seed);
     fprintf(f, ",\n  \"memory\": {\"device_bytes\": %zu, \"peak_rss_bytes\": %zu, \"weight_file_bytes\": %zu, "
                "\"weight_bytes\": %lld, \"input_pool_bytes\": %zu,\n             \"device_weights_bytes\": %zu, "
@@ -633,6 +654,13 @@ int act_cmd_bench(int argc, char **argv) {
         snprintf(err, sizeof err, "out of memory for %d input frames per camera", max_batch + ROTATIONS - 1);
         goto fail;
     }
+    if (a.in_place) {
+        pool.items = malloc(sizeof *pool.items * (size_t)cfg->num_cams * max_batch);
+        if (!pool.items) { snprintf(err, sizeof err, "out of memory for frame pointers"); goto fail; }
+        size_t fb = (size_t)cfg->image_h * cfg->image_w * 3;
+        for (int c = 0; c < cfg->num_cams; c++)
+            if (act_session_register_host(s, pool.frames[c], fb * pool.n, err, sizeof err)) goto fail;
+    }
     size_t chunk = (size_t)cfg->pred_horizon * cfg->action_dim;
     out = malloc(sizeof(float) * chunk * max_batch);
     if (!out) { snprintf(err, sizeof err, "out of memory for the output chunk"); goto fail; }
@@ -679,8 +707,8 @@ fail:
     for (int i = 0; i < MAX_BATCHES; i++) free(res[i].samples);
     free(first);
     free(out);
+    if (s) act_session_free(s);   /* first: it unregisters the pool (--in-place-inputs) */
     pool_free(&pool);
-    if (s) act_session_free(s);
     if (m) act_model_free(m);
     return status;
 }

@@ -37,6 +37,8 @@
 #   inputs-ab  act-infer bench, full model, bf16 at batch 1 and 256: frames copied by act_run
 #              from the caller's memory vs written into the session's pinned input buffers
 #              (--staged-inputs, what every other bench row uses)
+#   gather-ab  act-infer bench, full model, bf16 at batch 1, 32 and 256: frames uploaded by DMA from
+#              the pinned input buffers vs read in place by the gather kernel (--in-place-inputs)
 #   copy-ab    act-serve, bf16, 32 shared-memory clients: a batch's frames copied into the pinned
 #              input buffers by one thread, by --copy-threads' default (half the cores, at most
 #              8), or not at all: read in place from the clients' registered memfds (the default)
@@ -240,11 +242,14 @@ else
 fi
 
 # ---------------- A/B rows: the same step with one switch flipped (what time is left) ----------------
-ab_p50() {   # precision batch [VAR=value...] [copied] -> "p50 ms" of act-infer bench (graphs on)
+ab_p50() {   # precision batch [VAR=value...] [copied|inplace] -> "p50 ms" of act-infer bench (graphs on)
     local prec=$1 batch=$2 inputs=--staged-inputs a envs=()
     shift 2
-    # frames already in pinned memory (as the torch peers have them) unless "copied"
-    for a in "$@"; do if [ "$a" = copied ]; then inputs=""; else envs+=("$a"); fi; done
+    # frames already in pinned memory (as the torch peers have them) unless "copied" (act_run
+    # copies them in) or "inplace" (registered memory, read by the GPU where they lie)
+    for a in "$@"; do
+        case $a in copied) inputs="";; inplace) inputs=--in-place-inputs;; *) envs+=("$a");; esac
+    done
     env ${envs[@]+"${envs[@]}"} timeout "$(limit 40)" "$BUILD/act-infer" bench --model "$TD/full.actw" \
         --device cuda --precision "$prec" --batch "$batch" --iters 200 --warmup 20 $inputs \
         --json "$OUT/ab.json" >>"$OUT/ab.log" 2>&1 &&
@@ -288,6 +293,9 @@ else
 fi
 # what act_run's own copy of the frames into its pinned buffers costs (151 MB at batch 256)
 ab_pair inputs-ab bf16 "1 256" copied copied staged ""
+# frames read in place (act-serve's shared-memory clients: a gather kernel pulls each frame over
+# PCIe from registered host memory) vs a DMA upload from the pinned staging buffers
+ab_pair gather-ab bf16 "1 32 256" staged "" in-place inplace
 # act-serve's batch assembly, 32 shared-memory clients: 590 KB of frames per request copied into
 # the pinned input buffers by one thread or by the default (half the cores, at most 8), vs read
 # in place by the GPU from the clients' registered memfds (the default since session 7)

@@ -117,21 +117,28 @@ def test_bench_generated_inputs_and_defaults(act_infer, small_model, tmp_path):
 
 
 def test_bench_staged_inputs_give_the_same_chunk(act_infer, small_model, tmp_path):
-    """--staged-inputs writes each window into the session's own input buffers before the step:
-    the chunk is the one act_run computes from the bench's pool, and the JSON says which mode ran."""
+    """--staged-inputs writes each window into the session's own input buffers before the step,
+    --in-place-inputs registers the pool and passes a pointer per frame: the chunk is the one
+    act_run computes from the bench's pool, and the JSON says which mode ran."""
     outs = {}
-    for mode in ("copy", "staged"):
+    flags = {"copy": [], "staged": ["--staged-inputs"], "in_place": ["--in-place-inputs"]}
+    said = {"staged": "staged in the session's input buffers", "in_place": "read in place from the registered pool"}
+    for mode, extra in flags.items():
         out = tmp_path / f"{mode}.json"
-        extra = ["--staged-inputs"] if mode == "staged" else []
         p = _run([act_infer, "bench", "--model", small_model.model, "--device", "cpu", "--batch", "3,1",
                   "--iters", 2, "--warmup", 1, "--profile-iters", 1, "--check-output", "--json", out] + extra)
         assert p.returncode == 0, p.stderr
-        assert ("staged in the session's input buffers" in p.stdout) == (mode == "staged"), p.stdout
+        for m, text in said.items():
+            assert (text in p.stdout) == (mode == m), p.stdout
         outs[mode] = json.loads(out.read_text())
         assert outs[mode]["staged_inputs"] is (mode == "staged")
-    a, b = (np.asarray(outs[m]["first_output"]["actions"], np.float64) for m in ("copy", "staged"))
-    assert a.shape == b.shape and np.std(a) > 0
-    assert np.linalg.norm(a - b) / np.linalg.norm(a) <= 1e-6
+        assert outs[mode]["inputs_in_place"] is (mode == "in_place")
+    a = np.asarray(outs["copy"]["first_output"]["actions"], np.float64)
+    assert np.std(a) > 0
+    for m in ("staged", "in_place"):
+        b = np.asarray(outs[m]["first_output"]["actions"], np.float64)
+        assert a.shape == b.shape
+        assert np.linalg.norm(a - b) / np.linalg.norm(a) <= 1e-6, m
 
 
 @pytest.mark.parametrize("args, message", [
@@ -142,6 +149,7 @@ def test_bench_staged_inputs_give_the_same_chunk(act_infer, small_model, tmp_pat
     (["--iters", "0"], "--iters '0'"),
     (["--iters"], "--iters needs a value"),
     (["--frobnicate", "1"], "unknown option '--frobnicate'"),
+    (["--staged-inputs", "--in-place-inputs"], "pick one"),
 ])
 def test_bench_usage_errors(act_infer, small_model, args, message):
     p = _run([act_infer, "bench", "--model", small_model.model] + args)
