@@ -124,6 +124,12 @@ static void copy_frames(void *arg, int t, int lo, int hi)
     }
 }
 
+/* Registering locks a mapping's pages in RAM (and faults in a sparse memfd's): a client could
+ * attach up to 4 GiB. So only areas a frame ring plausibly needs are registered, and only up to
+ * a total; the frames of any other are copied, as over TCP. */
+#define SHM_REGISTER_MAX ((size_t)64 << 20)
+#define SHM_REGISTER_TOTAL ((size_t)1 << 30)
+
 /* Shared memory no request uses any more: unregistered from the session, then unmapped. On the
  * inference thread (every session call is made here), or once it has stopped. */
 void act_infer_retire_shm(act_server *s)
@@ -135,6 +141,7 @@ void act_infer_retire_shm(act_server *s)
     while (m) {
         act_shm *next = m->next;
         act_session_unregister_host(s->sess, m->base);
+        s->reg_bytes -= (size_t)m->size;
         act_shm_free(m);
         m = next;
     }
@@ -159,7 +166,13 @@ static int frames_in_place(act_server *s, act_req **rs, int n)
         pthread_mutex_unlock(&s->mu);
         if (reg == 0) {
             char err[ACT_ERR_LEN];
-            reg = act_session_register_host(s->sess, m->base, (size_t)m->size, err, sizeof err) ? -1 : 1;
+            if (m->size > SHM_REGISTER_MAX || s->reg_bytes + m->size > SHM_REGISTER_TOTAL)
+                snprintf(err, sizeof err, "over the %zu MiB per client or %zu MiB in all that are locked in RAM",
+                         SHM_REGISTER_MAX >> 20, SHM_REGISTER_TOTAL >> 20);
+            else if (!act_session_register_host(s->sess, m->base, (size_t)m->size, err, sizeof err))
+                reg = 1;
+            if (reg == 1) s->reg_bytes += (size_t)m->size;
+            else reg = -1;
             if (reg < 0)
                 act_serve_log(s, "shared memory of %llu bytes cannot be read in place (%s); its frames are copied",
                               (unsigned long long)m->size, err);

@@ -122,6 +122,7 @@ struct act_server {
     act_req *pend_head, *pend_tail;
     int n_pending;
     act_shm *retired;              /* registered mappings no longer used: to unregister, unmap */
+    size_t reg_bytes;              /* bytes of shared memory registered (inference thread) */
     act_req *done_head, *done_tail;
     int n_ready_conns, n_busy_conns;   /* handshaken; with a request not yet answered */
     int infer_stop;

@@ -62,14 +62,14 @@ int act_k_preprocess(const unsigned char *frames, int B, int hi, int wi, int rh,
     return 0;
 }
 
-/* One block row per item (blockIdx.y), the x blocks stride over its bytes. A host read crosses
- * PCIe with microseconds of latency, so many 16-byte loads must be in flight: a grid of up to
- * 64 blocks per item keeps the link busy at batch 1 as at batch 256. */
+/* One block column per item (blockIdx.x), the y blocks stride over its bytes. A host read
+ * crosses PCIe with microseconds of latency, so many 16-byte loads must be in flight: up to 64
+ * blocks per item keep the link busy at batch 1 as at batch 256. */
 static __global__ void gather_kernel(unsigned char *dst, const unsigned long long *ptrs,
                                      size_t item_bytes) {
-    const unsigned char *src = (const unsigned char *)(uintptr_t)ptrs[blockIdx.y];
-    unsigned char *out = dst + (size_t)blockIdx.y * item_bytes;
-    size_t stride = (size_t)gridDim.x * blockDim.x, t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned char *src = (const unsigned char *)(uintptr_t)ptrs[blockIdx.x];
+    unsigned char *out = dst + (size_t)blockIdx.x * item_bytes;
+    size_t stride = (size_t)gridDim.y * blockDim.x, t = (size_t)blockIdx.y * blockDim.x + threadIdx.x;
     if ((((uintptr_t)src | (uintptr_t)out | item_bytes) & 15) == 0) {
         const uint4 *s4 = (const uint4 *)src;
         uint4 *o4 = (uint4 *)out;
@@ -82,9 +82,8 @@ static __global__ void gather_kernel(unsigned char *dst, const unsigned long lon
 int act_k_gather(unsigned char *dst, const unsigned long long *ptrs, int items, size_t item_bytes,
                  cudaStream_t st, char *err, size_t errlen) {
     if (items <= 0 || item_bytes == 0) return 0;
-    if (items > 65535) return act_kerr(err, errlen, __FILE__, __LINE__, "act_k_gather", "more than 65535 items");
     size_t per = CEIL_DIV(item_bytes / 16 ? item_bytes / 16 : item_bytes, (size_t)256);
-    dim3 grid((unsigned)(per < 64 ? (per ? per : 1) : 64), (unsigned)items);
+    dim3 grid((unsigned)items, (unsigned)(per < 64 ? per : 64));
     gather_kernel<<<grid, 256, 0, st>>>(dst, ptrs, item_bytes);
     KLAUNCH(gather_kernel);
     return 0;

@@ -213,6 +213,32 @@ def test_batched_shared_memory_read_in_place(srv):
             c.close()
 
 
+def test_large_shared_memory_is_copied_not_locked(act_serve, srv, tmp_path):
+    """Registering a memfd locks its pages in RAM (faulting in a sparse one): an area over 64 MiB
+    is not registered, so its frames are copied as over TCP - same chunk, and the log says why."""
+    s2 = Server(act_serve, srv.model, tmp_path, "--unix", tmp_path / "v.sock", "--verbose", 1).wait_ready()
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(60)
+        s.connect(str(tmp_path / "v.sock"))
+        s.sendall(wire.hello(client_name="big-shm"))
+        assert recv_frame(s)[0] == wire.INFO
+        size = (64 << 20) + 4096
+        fd = _memfd(size, fill=_frames_bytes(srv.imgs))
+        assert _attach(s, fd, size)[0] == wire.SHM_OK
+        os.close(fd)
+        s.sendall(_shm_predict(1, srv.q, [0, FRAME, 2 * FRAME]))
+        np.testing.assert_array_equal(_result(recv_frame(s)), srv.want)
+        s.close()
+        assert "cannot be read in place (over the 64 MiB per client" in s2.log(), s2.log()
+        c = ActClient(unix_path=str(tmp_path / "v.sock"), timeout=60)   # a small area still is
+        np.testing.assert_array_equal(c.predict(srv.q, srv.imgs), srv.want)
+        c.close()
+        assert s2.log().count("cannot be read in place") == 1, s2.log()
+    finally:
+        assert s2.stop() == 0, s2.log()
+
+
 def test_refusals_keep_the_connection(srv):
     pid = srv.proc.pid
     fds0 = _quiet_fds(pid)
