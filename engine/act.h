@@ -78,6 +78,8 @@ typedef struct act_session_opts {
     int max_batch;                 /* largest batch act_run will be given */
     int use_graphs;                /* CUDA: capture each (batch, mode) step as a graph (default 1) */
     int cuda_device;               /* CUDA device ordinal */
+    int copy_threads;              /* threads act_run copies input frames with (up to 64); 0 =
+                                    * ACT_COPY_THREADS, else half the cores, at most 8 */
 } act_session_opts;
 
 act_session_opts act_session_default_opts(void);
@@ -94,8 +96,9 @@ typedef struct act_inputs {
     const float *qpos;                        /* [B][obs_dim] */
     const uint8_t *images[ACT_MAX_CAMS];      /* per camera, in config order: [B][image_h][image_w][3] */
     /* instead of images[cam]: B pointers, one [image_h][image_w][3] frame each (a batch whose
-     * samples come from different clients). Frames inside memory registered with
-     * act_session_register_host are read where they lie; any others are copied first. */
+     * samples come from different clients), none inside act_session_input_buffers. When every
+     * camera's are given so and all lie in memory registered with act_session_register_host,
+     * the step reads them where they lie; otherwise they are copied first. */
     const uint8_t *const *image_items[ACT_MAX_CAMS];
     const float *actions;                     /* optional [B][pred_horizon][action_dim] */
     const uint8_t *action_is_pad;             /* optional [B][pred_horizon], 1 = padded step */
@@ -116,7 +119,7 @@ int act_run(act_session *s, const act_inputs *in, act_outputs *out, char *err, s
 
 /* The session's own input buffers, sized for max_batch: page-locked host memory on CUDA, from
  * which the step uploads by DMA. act_run first copies every input into them - 590 KB per batch
- * element with three 256x256 cameras, 151 MB at batch 256. A caller that writes its frames and
+ * element with three 256x256 cameras, 151 MB at batch 256 (frames on copy_threads threads). A caller that writes its frames and
  * qpos (and recorded actions) straight into these buffers and passes the same pointers in
  * act_inputs saves that copy: act_run sees the pointer is its own and copies nothing, and leaves
  * the buffers as they were. A window inside them (a smaller batch starting at a later row) works

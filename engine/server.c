@@ -228,10 +228,9 @@ int act_server_create(const act_server_opts *opts, act_server **out, char *err, 
 {
     *out = NULL;
     if (opts->max_batch < 1 || opts->max_clients < 1 || opts->max_queue < 1 || opts->max_wait_us < 0 ||
-        opts->max_inflight_per_conn < 1 || opts->max_out_bytes < 4096 || opts->frame_timeout_ms < 0 ||
-        opts->copy_threads < 0 || opts->copy_threads > 64)
+        opts->max_inflight_per_conn < 1 || opts->max_out_bytes < 4096 || opts->frame_timeout_ms < 0)
         return fail(err, errlen, "act-serve: max-batch, max-clients, max-queue and per-connection limits must be >= 1, "
-                                 "max-wait-us and frame-timeout-ms >= 0, max-out-bytes >= 4096, copy-threads 0..64");
+                                 "max-wait-us and frame-timeout-ms >= 0, max-out-bytes >= 4096");
     act_server *s = calloc(1, sizeof *s);
     if (!s) return fail(err, errlen, "act-serve: out of memory");
     s->o = *opts;

@@ -28,8 +28,6 @@ typedef struct act_server_opts {
     int metrics_port;          /* -1 = no HTTP side port, 0 = any free port */
     int max_batch;             /* requests per forward pass (<= the session's max_batch) */
     int max_wait_us;           /* how long a batch may wait for more requests */
-    int copy_threads;          /* threads copying a batch's frames into the session's input
-                                * buffers (0 = auto: half the cores, at most 8; up to 64) */
     int copy_shm;              /* 1: copy shared-memory frames too, instead of registering the
                                 * clients' memory with the session and reading them in place */
     int max_clients;           /* open connections; beyond it new ones are closed at once */

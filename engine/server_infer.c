@@ -7,6 +7,9 @@
  * runs form the next batch with no wait at all. One batch holds one kind of request: prior
  * (z = 0), posterior with z = mu, or a sampled posterior, which runs alone so its seed alone
  * decides its noise. The I/O thread gets the results through the done list and the eventfd.
+ * A batch's frames go to act_run as one pointer per request and camera: it reads them where
+ * they lie when all are in registered shared memory, else copies them on the session's copy
+ * threads (act_session_opts.copy_threads).
  */
 #define _GNU_SOURCE
 #include "server_internal.h"
@@ -16,15 +19,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "pool.h"
-
-/* A batch's inputs go straight into the session's own (pinned on CUDA) input buffers, so act_run
- * copies nothing; these hold the rest: key padding and the outputs. */
+/* A batch's qpos and recorded actions go into the session's own input buffers; these hold the
+ * rest: key padding, the outputs and the frame pointers. */
 typedef struct batch_bufs {
     act_input_buffers in;
     float *out, *kl;
     uint8_t *is_pad;
-    const uint8_t **items;   /* frames read in place: [num_cams][batch] pointers */
+    const uint8_t **items;   /* [num_cams][batch] frame pointers */
 } batch_bufs;
 
 static void bufs_free(batch_bufs *b)
@@ -104,26 +105,6 @@ static int take_batch(act_server *s, act_req **out)
     return n;
 }
 
-/* A batch's frames into the input buffers: item i is camera i % ncam of request i / ncam. At
- * batch 32 that is 19 MB, which one thread copies in milliseconds: several times a GPU's
- * batch-32 step, so the copy is spread over the copy threads. */
-typedef struct copy_job {
-    act_req **rs;
-    const act_input_buffers *ib;
-    int ncam;
-    size_t frame;
-} copy_job;
-
-static void copy_frames(void *arg, int t, int lo, int hi)
-{
-    const copy_job *q = arg;
-    (void)t;
-    for (int i = lo; i < hi; i++) {
-        int r = i / q->ncam, k = i % q->ncam;
-        memcpy(q->ib->images[k] + (size_t)r * q->frame, q->rs[r]->p.images[k], q->frame);
-    }
-}
-
 /* Registering locks a mapping's pages in RAM (and faults in a sparse memfd's): a client could
  * attach up to 4 GiB. So only areas a frame ring plausibly needs are registered, and only up to
  * a total; the frames of any other are copied, as over TCP. */
@@ -147,76 +128,56 @@ void act_infer_retire_shm(act_server *s)
     }
 }
 
-/* Whether every request of the batch has its frames in shared memory registered with the
- * session (registering mappings seen for the first time): then the step reads them in place. */
-static int frames_in_place(act_server *s, act_req **rs, int n)
+/* Registers the shared memory of the batch's requests that the session does not know yet (the
+ * frames of a mapping it refused, or of a camera sent inline, are copied by act_run). */
+static void register_shm(act_server *s, act_req **rs, int n)
 {
-    const act_config *c = s->cfg;
-    size_t frame = (size_t)c->image_h * c->image_w * 3;
-    if (s->o.copy_shm) return 0;
+    if (s->o.copy_shm) return;
     for (int i = 0; i < n; i++) {
         act_shm *m = rs[i]->shm;
-        if (!m) return 0;
-        for (int k = 0; k < c->num_cams; k++) {   /* a camera may have come inline instead */
-            const uint8_t *f = rs[i]->p.images[k];
-            if (f < m->base || (uint64_t)(f - m->base) + frame > m->size) return 0;
-        }
+        if (!m) continue;
         pthread_mutex_lock(&s->mu);
         int reg = m->reg;
         pthread_mutex_unlock(&s->mu);
-        if (reg == 0) {
-            char err[ACT_ERR_LEN];
-            if (m->size > SHM_REGISTER_MAX || s->reg_bytes + m->size > SHM_REGISTER_TOTAL)
-                snprintf(err, sizeof err, "over the %zu MiB per client or %zu MiB in all that are locked in RAM",
-                         SHM_REGISTER_MAX >> 20, SHM_REGISTER_TOTAL >> 20);
-            else if (!act_session_register_host(s->sess, m->base, (size_t)m->size, err, sizeof err))
-                reg = 1;
-            if (reg == 1) s->reg_bytes += (size_t)m->size;
-            else reg = -1;
-            if (reg < 0)
-                act_serve_log(s, "shared memory of %llu bytes cannot be read in place (%s); its frames are copied",
-                              (unsigned long long)m->size, err);
-            pthread_mutex_lock(&s->mu);
-            m->reg = reg;
-            pthread_mutex_unlock(&s->mu);
-        }
-        if (reg != 1) return 0;
+        if (reg) continue;
+        char err[ACT_ERR_LEN];
+        if (m->size > SHM_REGISTER_MAX || s->reg_bytes + m->size > SHM_REGISTER_TOTAL)
+            snprintf(err, sizeof err, "over the %zu MiB per client or %zu MiB in all that are locked in RAM",
+                     SHM_REGISTER_MAX >> 20, SHM_REGISTER_TOTAL >> 20);
+        else if (!act_session_register_host(s->sess, m->base, (size_t)m->size, err, sizeof err))
+            reg = 1;
+        if (reg == 1) s->reg_bytes += (size_t)m->size;
+        else act_serve_log(s, "shared memory of %llu bytes cannot be read in place (%s); its frames are copied",
+                           (unsigned long long)m->size, err);
+        pthread_mutex_lock(&s->mu);
+        m->reg = reg == 1 ? 1 : -1;
+        pthread_mutex_unlock(&s->mu);
     }
-    return 1;
 }
 
-/* opts.copy_threads, 0 = auto: half the cores, at most 8 */
-static int copy_threads(int requested)
-{
-    int half = act_pool_cores() / 2;
-    return requested > 0 ? requested : half < 1 ? 1 : half > 8 ? 8 : half;
-}
-
-static void run_batch(act_server *s, act_pool *pool, batch_bufs *b, act_req **rs, int n)
+static void run_batch(act_server *s, batch_bufs *b, act_req **rs, int n)
 {
     const act_config *c = s->cfg;
-    size_t frame = (size_t)c->image_h * c->image_w * 3, na = (size_t)c->pred_horizon * c->action_dim;
+    size_t na = (size_t)c->pred_horizon * c->action_dim;
     int kind = req_kind(rs[0]);
     act_inputs in;
     act_outputs out;
     memset(&in, 0, sizeof in);
     memset(&out, 0, sizeof out);
     in.batch = n;
-    const uint8_t **items = b->items;
-    if (frames_in_place(s, rs, n)) {   /* the step reads each frame where its client wrote it */
-        for (int k = 0; k < c->num_cams; k++) {
-            for (int i = 0; i < n; i++) items[(size_t)k * n + i] = rs[i]->p.images[k];
-            in.image_items[k] = items + (size_t)k * n;
-        }
+    /* frames by pointer, where each request has them: act_run reads them in place when all lie
+     * in registered shared memory, else copies them into its input buffers on its copy threads */
+    register_shm(s, rs, n);
+    for (int k = 0; k < c->num_cams; k++) {
+        const uint8_t **items = b->items + (size_t)k * n;
+        for (int i = 0; i < n; i++) items[i] = rs[i]->p.images[k];
+        in.image_items[k] = items;
     }
-    int in_place = in.image_items[0] != NULL;
-    if (n == 1 || in_place) {   /* a batch of one is already laid out as act_run wants it: no copy */
+    if (n == 1) {   /* the rest of a batch of one is laid out as act_run wants it */
         in.qpos = rs[0]->p.qpos;
-        for (int k = 0; k < c->num_cams && !in_place; k++) in.images[k] = rs[0]->p.images[k];
         in.actions = rs[0]->p.actions;
         in.action_is_pad = rs[0]->p.is_pad;
-    }
-    if (n > 1 && in_place) {   /* the rest, a few hundred bytes per request */
+    } else {        /* a few hundred bytes per request, into the session's input buffers */
         const act_input_buffers *ib = &b->in;
         for (int i = 0; i < n; i++) {
             memcpy(ib->qpos + (size_t)i * c->obs_dim, rs[i]->p.qpos, (size_t)c->obs_dim * sizeof(float));
@@ -226,23 +187,6 @@ static void run_batch(act_server *s, act_pool *pool, batch_bufs *b, act_req **rs
             }
         }
         in.qpos = ib->qpos;
-        if (kind) {
-            in.actions = ib->actions;
-            in.action_is_pad = b->is_pad;
-        }
-    } else if (n > 1) {
-        const act_input_buffers *ib = &b->in;
-        copy_job q = {rs, ib, c->num_cams, frame};
-        act_pool_run(pool, copy_frames, &q, n * c->num_cams);
-        for (int i = 0; i < n; i++) {
-            memcpy(ib->qpos + (size_t)i * c->obs_dim, rs[i]->p.qpos, (size_t)c->obs_dim * sizeof(float));
-            if (kind) {
-                memcpy(ib->actions + (size_t)i * na, rs[i]->p.actions, na * sizeof(float));
-                memcpy(b->is_pad + (size_t)i * c->pred_horizon, rs[i]->p.is_pad, (size_t)c->pred_horizon);
-            }
-        }
-        in.qpos = ib->qpos;
-        for (int k = 0; k < c->num_cams; k++) in.images[k] = ib->images[k];
         if (kind) {
             in.actions = ib->actions;
             in.action_is_pad = b->is_pad;
@@ -288,14 +232,13 @@ static void *infer_main(void *arg)
     batch_bufs b;
     act_req **rs = malloc((size_t)s->o.max_batch * sizeof *rs);
     int ok = rs && bufs_alloc(&b, s->sess, s->cfg, s->o.max_batch) == 0;
-    act_pool *pool = act_pool_create(copy_threads(s->o.copy_threads));   /* NULL: inline */
     for (;;) {
         act_infer_retire_shm(s);
         int n = take_batch(s, rs);
         if (!n) break;
         if (n < 0) continue;
         if (ok) {
-            run_batch(s, pool, &b, rs, n);
+            run_batch(s, &b, rs, n);
         } else {
             for (int i = 0; i < n; i++) {
                 rs[i]->code = ACT_E_INTERNAL;
@@ -312,7 +255,6 @@ static void *infer_main(void *arg)
         act_server_wake(s);
     }
     if (ok) bufs_free(&b);
-    act_pool_destroy(pool);
     free(rs);
     return NULL;
 }

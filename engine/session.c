@@ -13,9 +13,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include "forward.h"
+#include "pool.h"
 #include "util.h"
 
 #define ACT_MAX_BATCH_LIMIT 65536
+
+/* Frames of 590 KB per sample (151 MB at batch 256) are copied into staging on several threads:
+ * one thread's memcpy would take longer than a GPU's step. One piece per frame. */
+typedef struct copy_piece { uint8_t *dst; const uint8_t *src; size_t bytes; } copy_piece;
+typedef struct copy_job { const copy_piece *pieces; int n; } copy_job;
 
 struct act_session {
     const act_model *m;
@@ -28,7 +34,15 @@ struct act_session {
     size_t weight_bytes, activation_bytes;   /* device bytes load_weights and act_fwd_create took */
     struct host_reg { const uint8_t *p; size_t bytes; uint8_t *dev; } *regs;   /* registered host memory */
     int n_regs, cap_regs;
+    act_pool *copy_pool;   /* copies of caller frames into staging; NULL: on the calling thread */
+    copy_piece *pieces;    /* [num_cams * max_batch]: one copy job's frames */
 };
+
+static void copy_task(void *arg, int t, int lo, int hi) {
+    const copy_job *j = arg;
+    (void)t;
+    for (int i = lo; i < hi; i++) memcpy(j->pieces[i].dst, j->pieces[i].src, j->pieces[i].bytes);
+}
 
 const char *act_stage_name(act_stage st) {
     static const char *names[ACT_STAGE_COUNT] = {"upload", "preprocess", "vision", "transformer",
@@ -53,6 +67,8 @@ int act_session_create(const act_model *m, const act_session_opts *opts, act_ses
     *out = NULL;
     if (!m) return act_errf(err, errlen, "act_session_create: model is NULL");
     act_session_opts o = opts ? *opts : act_session_default_opts();
+    if (o.copy_threads < 0 || o.copy_threads > 64)
+        return act_errf(err, errlen, "act_session_create: copy_threads %d is outside 0..64", o.copy_threads);
     if (o.max_batch < 1 || o.max_batch > ACT_MAX_BATCH_LIMIT)
         return act_errf(err, errlen, "act_session_create: max_batch %d is outside 1..%d",
                         o.max_batch, ACT_MAX_BATCH_LIMIT);
@@ -87,6 +103,15 @@ int act_session_create(const act_model *m, const act_session_opts *opts, act_ses
         return -1;
     }
     s->activation_bytes = s->be->device_bytes(s->be) - before;
+    int half = act_pool_cores() / 2;
+    int threads = o.copy_threads ? o.copy_threads : act_pool_env_threads("ACT_COPY_THREADS", half < 1 ? 1 : half > 8 ? 8 : half);
+    if (threads > 1) s->copy_pool = act_pool_create(threads);   /* NULL: copies run inline */
+    s->pieces = malloc((size_t)m->cfg.num_cams * o.max_batch * sizeof *s->pieces);
+    if (!s->pieces) {
+        act_errf(err, errlen, "act_session_create: out of memory");
+        act_session_free(s);
+        return -1;
+    }
     *out = s;
     return 0;
 }
@@ -95,6 +120,8 @@ void act_session_free(act_session *s) {
     if (!s) return;
     while (s->n_regs > 0) act_session_unregister_host(s, s->regs[s->n_regs - 1].p);
     free(s->regs);
+    act_pool_destroy(s->copy_pool);
+    free(s->pieces);
     act_fwd_free(s->fwd);
     if (s->be) s->be->destroy(s->be);
     free(s);
@@ -125,9 +152,41 @@ static const uint8_t *registered(const act_session *s, const uint8_t *p, size_t 
     return NULL;
 }
 
+/* Whether [p, p + bytes) overlaps the staging frames (act_session_input_buffers). */
+static int in_staging(const act_session *s, const uint8_t *p, size_t bytes) {
+    const act_config *c = &s->m->cfg;
+    const uint8_t *lo = s->fwd->stage.frames[0];
+    const uint8_t *hi = lo + (size_t)c->num_cams * s->opts.max_batch * c->image_h * c->image_w * 3;
+    return p + bytes > lo && p < hi;
+}
+
+/* Frames into the staging frames: contiguous per camera (images) or per sample (image_items).
+ * A window inside the staging buffer itself moves in place (memmove, one thread); the rest is
+ * cut into pieces for the copy threads. */
+static void copy_frames(act_session *s, const act_inputs *in, int B) {
+    const act_config *c = &s->m->cfg;
+    act_fwd_stage *st = &s->fwd->stage;
+    size_t fsz = (size_t)c->image_h * c->image_w * 3;
+    int n = 0;
+    for (int cam = 0; cam < c->num_cams; cam++) {
+        const uint8_t *src = in->images[cam];
+        if (src && in_staging(s, src, (size_t)B * fsz)) {   /* may overlap its destination */
+            stage_in(st->frames[cam], src, (size_t)B * fsz);
+            continue;
+        }
+        for (int b = 0; b < B; b++) {
+            copy_piece p = {st->frames[cam] + (size_t)b * fsz,
+                            src ? src + (size_t)b * fsz : in->image_items[cam][b], fsz};
+            s->pieces[n++] = p;
+        }
+    }
+    copy_job j = {s->pieces, n};
+    act_pool_run(s->copy_pool, copy_task, &j, n);
+}
+
 /* Frames given per sample (image_items): when every camera's are and all lie in registered
  * memory, their device addresses go to the staging table and the step gathers them (returns 1);
- * otherwise those frames are copied into the staging frames (returns 0). */
+ * otherwise every frame is copied into the staging frames (returns 0). */
 static int stage_frames(act_session *s, const act_inputs *in, int B) {
     const act_config *c = &s->m->cfg;
     act_fwd_stage *st = &s->fwd->stage;
@@ -145,9 +204,7 @@ static int stage_frames(act_session *s, const act_inputs *in, int B) {
         }
     }
     if (gather) return 1;
-    for (int cam = 0; cam < c->num_cams; cam++)
-        for (int b = 0; !in->images[cam] && b < B; b++)
-            stage_in(st->frames[cam] + (size_t)b * fsz, in->image_items[cam][b], fsz);
+    copy_frames(s, in, B);
     return 0;
 }
 
@@ -197,10 +254,14 @@ int act_run(act_session *s, const act_inputs *in, act_outputs *out, char *err, s
         if (!in->images[cam] && !it)
             return act_errf(err, errlen, "act_run: no frames for camera %d '%s'", cam,
                             c->camera_names[cam]);
-        for (int b = 0; it && b < B; b++)
+        for (int b = 0; it && b < B; b++) {
             if (!it[b])
                 return act_errf(err, errlen, "act_run: image_items[%d] ('%s') has no frame for "
                                 "sample %d", cam, c->camera_names[cam], b);
+            if (in_staging(s, it[b], 1))   /* its copy could overwrite another item's source */
+                return act_errf(err, errlen, "act_run: image_items[%d][%d] points into the "
+                                "session's input buffers; pass those frames as images[%d]", cam, b, cam);
+        }
     }
     size_t bad;
     if (!all_finite(in->qpos, (size_t)B * c->obs_dim, &bad))
@@ -219,11 +280,8 @@ int act_run(act_session *s, const act_inputs *in, act_outputs *out, char *err, s
         return act_errf(err, errlen, "act_run: actions[%zu][%zu][%zu] is not finite",
                         bad / ((size_t)H * A), bad / A % H, bad % A);
 
-    size_t fsz = (size_t)c->image_h * c->image_w * 3;
     int mode = (prior ? ACT_FWD_PRIOR : 0) | (post ? ACT_FWD_POSTERIOR : 0);
     if (stage_frames(s, in, B) > 0) mode |= ACT_FWD_GATHER;
-    for (int cam = 0; cam < c->num_cams; cam++)
-        if (in->images[cam]) stage_in(st->frames[cam], in->images[cam], B * fsz);
     stage_in(st->qpos, in->qpos, sizeof(float) * B * c->obs_dim);
     if (post) {
         stage_in(st->actions, in->actions, sizeof(float) * B * H * A);

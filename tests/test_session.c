@@ -144,7 +144,12 @@ static void test_options(const act_model *m) {
     o.device = (act_device)7;
     CHECK(act_session_create(m, &o, &s, err, sizeof err) == -1 && strstr(err, "device") && !s,
           "device 7 accepted: '%s'", err);
+    o = act_session_default_opts();
+    o.copy_threads = 65;
+    CHECK(act_session_create(m, &o, &s, err, sizeof err) == -1 && strstr(err, "copy_threads 65") && !s,
+          "copy_threads 65 accepted: '%s'", err);
 }
+
 
 static void run_ok(act_session *s, const act_inputs *in, act_outputs *out, const char *what) {
     char err[ACT_ERR_LEN] = "";
@@ -254,10 +259,37 @@ static void test_image_items(act_session *s, const act_config *c, const batch *b
     act_session_unregister_host(s, blk[0]);
     items[1][1] = NULL;
     expect_error(s, &in, &oo, "has no frame for sample 1", "a NULL frame among image_items");
+    act_input_buffers ib;
+    act_session_input_buffers(s, &ib);
+    items[1][1] = ib.images[0] + fsz;
+    expect_error(s, &in, &oo, "points into the session's input buffers", "an item inside the input buffers");
     in.image_items[1] = NULL;
     expect_error(s, &in, &oo, "no frames for camera 1", "neither images nor image_items");
     free_outs(&o);
     for (int i = 0; i < B; i++) free(blk[i]);
+}
+
+/* Frames copied into staging by 3 copy threads (the default is half the cores: none on a 2-core
+ * machine): contiguous per camera and per sample, the joint run's chunk exactly. */
+static void test_copy_threads(const act_model *m, const batch *b, const outs *full) {
+    char err[ACT_ERR_LEN];
+    const act_config *c = act_model_config(m);
+    act_session_opts o = act_session_default_opts();
+    o.max_batch = b->B;
+    o.copy_threads = 3;
+    act_session *s = NULL;
+    CHECK(act_session_create(m, &o, &s, err, sizeof err) == 0, "session with 3 copy threads: %s", err);
+    if (!s) return;
+    size_t CH = (size_t)c->pred_horizon * c->action_dim;
+    outs o3 = make_outs(c, b->B);
+    act_outputs oo = all_of(&o3);
+    act_inputs in = inputs_of(c, b, 0, b->B);
+    run_ok(s, &in, &oo, "joint batch, 3 copy threads");
+    CHECK(!memcmp(o3.a, full->a, sizeof(float) * b->B * CH) && !memcmp(o3.pa, full->pa, sizeof(float) * b->B * CH),
+          "3 copy threads: the chunk differs from the joint run (%.3g)", rel(o3.a, full->a, b->B * CH));
+    test_image_items(s, c, b, full);
+    free_outs(&o3);
+    act_session_free(s);
 }
 
 static void test_model(const char *path) {
@@ -315,6 +347,7 @@ static void test_model(const char *path) {
 
     test_input_buffers(s, c, &b, &full);
     test_image_items(s, c, &b, &full);
+    test_copy_threads(m, &b, &full);
 
     /* closed forms: kl from mu/logvar, actions = denormalize(actions_norm) */
     for (int i = 0; i < MB; i++) {

@@ -17,6 +17,7 @@ typedef struct flag { const char *name, *env; flag_kind kind; void *ptr; const c
 typedef struct cli {
     const char *model, *device, *precision, *port_file;
     int cuda_device;
+    int copy_threads;           /* the session's (act_session_opts.copy_threads) */
     act_server_opts so;
 } cli;
 
@@ -76,7 +77,7 @@ static int parse(int argc, char **argv, cli *c)
         { "cuda-device", "ACT_SERVE_CUDA_DEVICE", F_INT, &c->cuda_device, "CUDA device ordinal [0]" },
         { "max-batch", "ACT_SERVE_MAX_BATCH", F_INT, &c->so.max_batch, "requests per forward pass [32]" },
         { "max-wait-us", "ACT_SERVE_MAX_WAIT_US", F_INT, &c->so.max_wait_us, "longest wait for a batch to fill [200]" },
-        { "copy-threads", "ACT_SERVE_COPY_THREADS", F_INT, &c->so.copy_threads, "threads copying a batch's frames into the input buffers, 0 = half the cores, at most 8 [0]" },
+        { "copy-threads", "ACT_SERVE_COPY_THREADS", F_INT, &c->copy_threads, "threads copying a batch's frames into the input buffers, 0 = half the cores, at most 8 [0]" },
         { "copy-shm", "ACT_SERVE_COPY_SHM", F_BOOL, &c->so.copy_shm, "copy shared-memory frames like TCP ones, instead of reading them where they lie (GPU: pulled over PCIe, no host copy) (1/0) [0]" },
         { "max-clients", "ACT_SERVE_MAX_CLIENTS", F_INT, &c->so.max_clients, "open connections [4096]" },
         { "max-queue", "ACT_SERVE_MAX_QUEUE", F_INT, &c->so.max_queue, "requests queued, all clients [256]" },
@@ -173,6 +174,7 @@ int main(int argc, char **argv)
     }
     sopts.max_batch = c.so.max_batch;
     sopts.cuda_device = c.cuda_device;
+    sopts.copy_threads = c.copy_threads;
     raise_fd_limit(c.so.max_clients);
 
     struct sigaction sa;
