@@ -358,13 +358,13 @@ void act_server_free(act_server *s)
     act_http_close_all(s);
     for (act_req *r = s->req_pool, *n; r; r = n) {
         n = r->next;
-        free(r->wire);
+        act_wire_free(s, r->wire);
         free(r);
     }
     for (act_req *r = s->pend_head, *n; r; r = n) {
         n = r->next;
         act_shm_unref(s, r->shm);
-        free(r->wire);
+        act_wire_free(s, r->wire);
         free(r);
     }
     act_infer_retire_shm(s);   /* every mapping is unused now; the session is still the caller's */

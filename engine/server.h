@@ -28,8 +28,10 @@ typedef struct act_server_opts {
     int metrics_port;          /* -1 = no HTTP side port, 0 = any free port */
     int max_batch;             /* requests per forward pass (<= the session's max_batch) */
     int max_wait_us;           /* how long a batch may wait for more requests */
-    int copy_shm;              /* 1: copy shared-memory frames too, instead of registering the
-                                * clients' memory with the session and reading them in place */
+    int copy_frames;           /* 1: copy every batch's frames into the session's input buffers,
+                                * instead of registering the memory they arrived in (shared
+                                * memory, receive buffers) with the session and reading them
+                                * there */
     int max_clients;           /* open connections; beyond it new ones are closed at once */
     int max_queue;             /* requests waiting or running, all clients together */
     int max_inflight_per_conn; /* requests one connection may have outstanding */

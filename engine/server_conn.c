@@ -60,7 +60,7 @@ void act_conn_close(act_server *s, act_conn *c, int dropped, const char *why)
         free(o);
     }
     c->out_tail = NULL;
-    free(c->in);
+    act_wire_free(s, c->in);
     c->in = NULL;
     if (c->rx_fd >= 0) close(c->rx_fd);
     c->rx_fd = -1;
@@ -234,7 +234,7 @@ void act_req_put(act_server *s, act_req *r)
     act_shm_unref(s, r->shm);
     r->shm = NULL;
     if (s->n_pool >= s->o.max_queue) {
-        free(r->wire);
+        act_wire_free(s, r->wire);
         free(r);
         return;
     }
@@ -366,11 +366,12 @@ static int on_header(act_server *s, act_conn *c)
                  c->fh.len, max);
         return conn_error(s, c, 0, ACT_E_TOO_LARGE, msg, 1);
     }
-    if (c->fh.len > c->in_cap) {
-        uint8_t *b = realloc(c->in, c->fh.len);
+    if (c->fh.len > c->in_cap) {   /* nothing of the old buffer is kept: the payload is next */
+        uint8_t *b = act_wire_alloc(c->fh.len);
         if (!b) return conn_error(s, c, 0, ACT_E_INTERNAL, "out of memory for a frame", 1);
+        act_wire_free(s, c->in);
         c->in = b;
-        c->in_cap = c->fh.len;
+        c->in_cap = act_wire_of(b)->cap;
     }
     c->have_hdr = 1;
     c->in_got = 0;

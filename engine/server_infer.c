@@ -73,9 +73,10 @@ static int take_batch(act_server *s, act_req **out)
 {
     int max = s->o.max_batch, n = 0;
     pthread_mutex_lock(&s->mu);
-    while (!s->pend_head && !s->infer_stop && !s->retired) pthread_cond_wait(&s->cv, &s->mu);
+    while (!s->pend_head && !s->infer_stop && !s->retired && !s->retired_wire)
+        pthread_cond_wait(&s->cv, &s->mu);
     if (!s->pend_head) {
-        int retire = s->retired != NULL && !s->infer_stop;
+        int retire = (s->retired || s->retired_wire) && !s->infer_stop;
         pthread_mutex_unlock(&s->mu);
         return retire ? -1 : 0;
     }
@@ -105,20 +106,30 @@ static int take_batch(act_server *s, act_req **out)
     return n;
 }
 
-/* Registering locks a mapping's pages in RAM (and faults in a sparse memfd's): a client could
- * attach up to 4 GiB. So only areas a frame ring plausibly needs are registered, and only up to
- * a total; the frames of any other are copied, as over TCP. */
+/* Registering locks pages in RAM (and faults in a sparse memfd's): a client could attach up to
+ * 4 GiB of shared memory. So only areas a frame ring plausibly needs are registered, and only up
+ * to a total (shared memory and receive buffers together); the frames of any other are copied. */
 #define SHM_REGISTER_MAX ((size_t)64 << 20)
 #define SHM_REGISTER_TOTAL ((size_t)1 << 30)
 
-/* Shared memory no request uses any more: unregistered from the session, then unmapped. On the
- * inference thread (every session call is made here), or once it has stopped. */
+/* Shared memory no request uses any more, and receive buffers the I/O thread let go of:
+ * unregistered from the session, then unmapped or freed. On the inference thread (every session
+ * call is made here), or once it has stopped. */
 void act_infer_retire_shm(act_server *s)
 {
     pthread_mutex_lock(&s->mu);
     act_shm *m = s->retired;
+    act_wire *w = s->retired_wire;
     s->retired = NULL;
+    s->retired_wire = NULL;
     pthread_mutex_unlock(&s->mu);
+    while (w) {
+        act_wire *next = w->next;
+        act_session_unregister_host(s->sess, act_wire_data(w));
+        s->reg_bytes -= w->cap;
+        act_wire_release(w);
+        w = next;
+    }
     while (m) {
         act_shm *next = m->next;
         act_session_unregister_host(s->sess, m->base);
@@ -128,29 +139,41 @@ void act_infer_retire_shm(act_server *s)
     }
 }
 
-/* Registers the shared memory of the batch's requests that the session does not know yet (the
- * frames of a mapping it refused, or of a camera sent inline, are copied by act_run). */
-static void register_shm(act_server *s, act_req **rs, int n)
+/* Registers one block with the session unless it is over the limits; returns 1 or -1. */
+static int register_block(act_server *s, const void *p, size_t bytes, const char *what)
 {
-    if (s->o.copy_shm) return;
+    char err[ACT_ERR_LEN];
+    if (bytes > SHM_REGISTER_MAX || s->reg_bytes + bytes > SHM_REGISTER_TOTAL)
+        snprintf(err, sizeof err, "over the %zu MiB per client or %zu MiB in all that are locked in RAM",
+                 SHM_REGISTER_MAX >> 20, SHM_REGISTER_TOTAL >> 20);
+    else if (!act_session_register_host(s->sess, p, bytes, err, sizeof err)) {
+        s->reg_bytes += bytes;
+        return 1;
+    }
+    act_serve_log(s, "%s of %zu bytes cannot be read in place (%s); its frames are copied", what, bytes, err);
+    return -1;
+}
+
+/* Registers what the batch's frames lie in and the session does not know yet: a client's
+ * shared memory, or the receive buffer a request's raw TCP frames arrived in. The frames of a
+ * block the session refused, or of zstd frames (inflated into the request), are copied by
+ * act_run. */
+static void register_frames(act_server *s, act_req **rs, int n)
+{
+    if (s->o.copy_frames) return;
     for (int i = 0; i < n; i++) {
         act_shm *m = rs[i]->shm;
-        if (!m) continue;
+        act_wire *w = act_wire_of(rs[i]->wire);
+        const uint8_t *f = rs[i]->p.images[0];
+        if (w && !(f >= rs[i]->wire && f < rs[i]->wire + w->cap)) w = NULL;   /* not read from it */
         pthread_mutex_lock(&s->mu);
-        int reg = m->reg;
+        int mreg = m ? m->reg : 1, wreg = w ? w->reg : 1;
         pthread_mutex_unlock(&s->mu);
-        if (reg) continue;
-        char err[ACT_ERR_LEN];
-        if (m->size > SHM_REGISTER_MAX || s->reg_bytes + m->size > SHM_REGISTER_TOTAL)
-            snprintf(err, sizeof err, "over the %zu MiB per client or %zu MiB in all that are locked in RAM",
-                     SHM_REGISTER_MAX >> 20, SHM_REGISTER_TOTAL >> 20);
-        else if (!act_session_register_host(s->sess, m->base, (size_t)m->size, err, sizeof err))
-            reg = 1;
-        if (reg == 1) s->reg_bytes += (size_t)m->size;
-        else act_serve_log(s, "shared memory of %llu bytes cannot be read in place (%s); its frames are copied",
-                           (unsigned long long)m->size, err);
+        if (!mreg) mreg = register_block(s, m->base, (size_t)m->size, "shared memory");
+        if (!wreg) wreg = register_block(s, rs[i]->wire, w->cap, "a receive buffer");
         pthread_mutex_lock(&s->mu);
-        m->reg = reg == 1 ? 1 : -1;
+        if (m) m->reg = mreg;
+        if (w) w->reg = wreg;
         pthread_mutex_unlock(&s->mu);
     }
 }
@@ -166,8 +189,8 @@ static void run_batch(act_server *s, batch_bufs *b, act_req **rs, int n)
     memset(&out, 0, sizeof out);
     in.batch = n;
     /* frames by pointer, where each request has them: act_run reads them in place when all lie
-     * in registered shared memory, else copies them into its input buffers on its copy threads */
-    register_shm(s, rs, n);
+     * in registered memory, else copies them into its input buffers on its copy threads */
+    register_frames(s, rs, n);
     for (int k = 0; k < c->num_cams; k++) {
         const uint8_t **items = b->items + (size_t)k * n;
         for (int i = 0; i < n; i++) items[i] = rs[i]->p.images[k];
@@ -285,8 +308,8 @@ void act_infer_stop(act_server *s)
  * key's first step eagerly and captures its second, so each size runs twice there - first every
  * size eagerly, then every size captured, because an eager step that grows the conv workspace
  * drops the graphs captured before it. On the CPU nothing is captured per size, so one step at
- * batch 1 suffices. With a Unix socket (shared-memory clients) the steps that read frames in
- * place are keys of their own on CUDA: a second pass warms them. */
+ * batch 1 suffices. Steps that read frames in place (from clients' shared memory or receive
+ * buffers) are keys of their own on CUDA: a second pass warms them. */
 int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
 {
     const act_config *c = s->cfg;
@@ -311,17 +334,17 @@ int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
     /* on CUDA, frames read in place are steps of their own (graphs included): warm those too,
      * from a registered copy of the frames (the session's own pinned buffers cannot be) */
     size_t all = (size_t)s->o.max_batch * frame;
-    uint8_t *shm_like = NULL;
+    uint8_t *placed = NULL;
     char e[ACT_ERR_LEN];
-    if (dev == ACT_DEVICE_CUDA && !s->o.copy_shm && s->unix_path[0] && (shm_like = malloc(all * c->num_cams))) {
-        for (int k = 0; k < c->num_cams; k++) memcpy(shm_like + k * all, b.in.images[k], all);
-        if (act_session_register_host(s->sess, shm_like, all * c->num_cams, e, sizeof e)) {
-            act_serve_log(s, "warm-up: frames in registered memory: %s; shared-memory frames will be copied", e);
-            free(shm_like);
-            shm_like = NULL;
+    if (dev == ACT_DEVICE_CUDA && !s->o.copy_frames && (placed = malloc(all * c->num_cams))) {
+        for (int k = 0; k < c->num_cams; k++) memcpy(placed + k * all, b.in.images[k], all);
+        if (act_session_register_host(s->sess, placed, all * c->num_cams, e, sizeof e)) {
+            act_serve_log(s, "warm-up: frames in registered memory: %s; frames will be copied", e);
+            free(placed);
+            placed = NULL;
         }
     }
-    for (int pass = 0; pass < (shm_like ? 2 : 1) && !rc; pass++)
+    for (int pass = 0; pass < (placed ? 2 : 1) && !rc; pass++)
         for (int r = 0; r < reps * last && !rc && !s->stop_flag; r++) {
             int n = r % last + 1;
             act_inputs in;
@@ -335,7 +358,7 @@ int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
                     in.images[k] = b.in.images[k];
                     continue;
                 }
-                for (int i = 0; i < n; i++) b.items[(size_t)k * n + i] = shm_like + k * all + (size_t)i * frame;
+                for (int i = 0; i < n; i++) b.items[(size_t)k * n + i] = placed + k * all + (size_t)i * frame;
                 in.image_items[k] = b.items + (size_t)k * n;
             }
             out.actions = b.out;
@@ -345,9 +368,9 @@ int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
                 rc = -1;
             }
         }
-    if (shm_like) {
-        act_session_unregister_host(s->sess, shm_like);
-        free(shm_like);
+    if (placed) {
+        act_session_unregister_host(s->sess, placed);
+        free(placed);
     }
     bufs_free(&b);
     return rc;

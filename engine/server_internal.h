@@ -30,6 +30,13 @@ typedef struct act_shm {
     struct act_shm *next;          /* on the retired list */
 } act_shm;
 
+/* The header of a receive buffer (server_wire.c), in the page before its data. */
+typedef struct act_wire {
+    size_t cap;                    /* data bytes (whole pages) */
+    int reg;                       /* 0 not yet tried, 1 registered, -1 refused (frames copied) */
+    struct act_wire *next;         /* on the retired list */
+} act_wire;
+
 typedef struct act_req {
     struct act_req *next;
     uint32_t slot, gen;            /* the connection that asked */
@@ -122,6 +129,7 @@ struct act_server {
     act_req *pend_head, *pend_tail;
     int n_pending;
     act_shm *retired;              /* registered mappings no longer used: to unregister, unmap */
+    act_wire *retired_wire;        /* registered receive buffers freed by the I/O thread, likewise */
     size_t reg_bytes;              /* bytes of shared memory registered (inference thread) */
     act_req *done_head, *done_tail;
     int n_ready_conns, n_busy_conns;   /* handshaken; with a request not yet answered */
@@ -147,6 +155,13 @@ int act_shm_map(int fd, uint64_t size, act_shm **out, char *msg, size_t msglen);
 static inline void act_shm_ref(act_shm *m) { if (m) m->refs++; }
 void act_shm_unref(act_server *s, act_shm *m);     /* unmaps (or retires) at the last reference */
 void act_shm_free(act_shm *m);                     /* unmaps it (it must not be registered) */
+
+/* server_wire.c: receive buffers (c->in, r->wire) of whole pages, registrable with the session */
+uint8_t *act_wire_alloc(size_t cap);               /* NULL: out of memory */
+void act_wire_free(act_server *s, uint8_t *p);     /* NULL ok; a registered one is retired */
+act_wire *act_wire_of(uint8_t *p);                 /* its header (NULL for NULL) */
+uint8_t *act_wire_data(act_wire *h);
+void act_wire_release(act_wire *h);                /* frees an unregistered (retired) one */
 
 /* server_infer.c */
 int act_infer_start(act_server *s, char *err, size_t errlen);

@@ -78,7 +78,7 @@ static int parse(int argc, char **argv, cli *c)
         { "max-batch", "ACT_SERVE_MAX_BATCH", F_INT, &c->so.max_batch, "requests per forward pass [32]" },
         { "max-wait-us", "ACT_SERVE_MAX_WAIT_US", F_INT, &c->so.max_wait_us, "longest wait for a batch to fill [200]" },
         { "copy-threads", "ACT_SERVE_COPY_THREADS", F_INT, &c->copy_threads, "threads copying a batch's frames into the input buffers, 0 = half the cores, at most 8 [0]" },
-        { "copy-shm", "ACT_SERVE_COPY_SHM", F_BOOL, &c->so.copy_shm, "copy shared-memory frames like TCP ones, instead of reading them where they lie (GPU: pulled over PCIe, no host copy) (1/0) [0]" },
+        { "copy-frames", "ACT_SERVE_COPY_FRAMES", F_BOOL, &c->so.copy_frames, "copy each batch's frames into the input buffers, instead of reading them where they arrived (shared memory, receive buffers; GPU: pulled over PCIe, no host copy) (1/0) [0]" },
         { "max-clients", "ACT_SERVE_MAX_CLIENTS", F_INT, &c->so.max_clients, "open connections [4096]" },
         { "max-queue", "ACT_SERVE_MAX_QUEUE", F_INT, &c->so.max_queue, "requests queued, all clients [256]" },
         { "max-inflight", "ACT_SERVE_MAX_INFLIGHT", F_INT, &c->so.max_inflight_per_conn, "requests queued per connection [32]" },

@@ -39,9 +39,10 @@
 #              (--staged-inputs, what every other bench row uses)
 #   gather-ab  act-infer bench, full model, bf16 at batch 1, 32 and 256: frames uploaded by DMA from
 #              the pinned input buffers vs read in place by the gather kernel (--in-place-inputs)
-#   copy-ab    act-serve, bf16, 32 shared-memory clients: a batch's frames copied into the pinned
-#              input buffers by one thread, by --copy-threads' default (half the cores, at most
-#              8), or not at all: read in place from the clients' registered memfds (the default)
+#   copy-ab    act-serve, bf16, 1 and 32 clients over shared memory and TCP: a batch's frames
+#              copied into the pinned input buffers by one thread, by --copy-threads' default
+#              (half the cores, at most 8), or not at all: read in place from the registered
+#              memfds and receive buffers (the default)
 #              (the A/B rows come last and take what time is left: parity and the peer comparison
 #              matter more)
 # The last thing printed is the summary table (check, result, figure); it is also $OUT/summary.txt.
@@ -296,22 +297,26 @@ ab_pair inputs-ab bf16 "1 256" copied copied staged ""
 # frames read in place (act-serve's shared-memory clients: a gather kernel pulls each frame over
 # PCIe from registered host memory) vs a DMA upload from the pinned staging buffers
 ab_pair gather-ab bf16 "1 32 256" staged "" in-place inplace
-# act-serve's batch assembly, 32 shared-memory clients: 590 KB of frames per request copied into
-# the pinned input buffers by one thread or by the default (half the cores, at most 8), vs read
-# in place by the GPU from the clients' registered memfds (the default since session 7)
+# act-serve's batch assembly, 1 and 32 clients, shared memory and TCP: 590 KB of frames per
+# request copied into the pinned input buffers by one thread or by the default (half the cores,
+# at most 8), vs read in place by the GPU from registered memfds and receive buffers (the default
+# since session 7)
 if ! want copy-ab; then :
 elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && enough 40; then
     fig=""
-    for v in "copy,1-thread:ACT_SERVE_COPY_SHM=1 ACT_SERVE_COPY_THREADS=1" \
-             "copy,auto-threads:ACT_SERVE_COPY_SHM=1 ACT_SERVE_COPY_THREADS=0" "in-place:ACT_SERVE_COPY_SHM=0"; do
+    for v in "copy,1-thread:ACT_SERVE_COPY_FRAMES=1 ACT_SERVE_COPY_THREADS=1" \
+             "copy,auto-threads:ACT_SERVE_COPY_FRAMES=1 ACT_SERVE_COPY_THREADS=0" "in-place:ACT_SERVE_COPY_FRAMES=0"; do
         rm -f "$OUT/copy_ab.json"
-        env ${v#*:} timeout "$(limit 25)" "$PY" bench/serve_load.py --model "$TD/full.actw" \
+        env ${v#*:} timeout "$(limit 30)" "$PY" bench/serve_load.py --model "$TD/full.actw" \
             --act-serve "$BUILD/act-serve" --device cuda --precision bf16 --clients 1,32 --requests 200 \
-            --max-seconds 8 --modes on --transports shm --json "$OUT/copy_ab.json" >>"$OUT/copy_ab.log" 2>&1
-        r=$("$PY" -c "import json,sys; rows={r['clients']: r for r in json.load(open(sys.argv[1]))['rows']}; print('%.0f req/s (1 client %.0f)' % (rows[32]['throughput_rps'], rows[1]['throughput_rps']))" "$OUT/copy_ab.json" 2>/dev/null)
+            --max-seconds 5 --modes on --transports shm,tcp --json "$OUT/copy_ab.json" >>"$OUT/copy_ab.log" 2>&1
+        r=$("$PY" -c "
+import json, sys
+rows = {(r['transport'], r['clients']): r['throughput_rps'] for r in json.load(open(sys.argv[1]))['rows']}
+print(' '.join('%s %.0f/%.0f' % (t, rows[(t, 1)], rows[(t, 32)]) for t in ('shm', 'tcp')))" "$OUT/copy_ab.json" 2>/dev/null)
         fig="$fig ${v%%:*} ${r:-?};"
     done
-    row copy-ab ok "bf16 shm 32 clients:$fig"
+    row copy-ab ok "bf16 req/s 1/32 clients:$fig"
 else
     row copy-ab SKIP "no serve_load, build, full model or time"
 fi

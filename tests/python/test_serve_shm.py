@@ -183,12 +183,14 @@ def test_batched_with_tcp_clients(srv):
 def test_batched_shared_memory_read_in_place(srv):
     """A batch of shared-memory requests only: the step reads every frame in its client's memfd
     (registered with the session), with no copy into the input buffers, and answers as each
-    request does alone. Clients that leave retire their mappings; later ones are served."""
+    request does alone with copied frames. Clients that leave retire their mappings; later ones
+    are served."""
     rng = np.random.default_rng(5)
     for rnd in range(2):
         obs = [({c: rng.integers(0, 256, (IMAGE, IMAGE, 3), dtype=np.uint8) for c in CAMS},
                 rng.standard_normal(5).astype(np.float32)) for _ in range(4)]
-        alone = [ActClient("127.0.0.1", srv.port, timeout=120).predict(q, im) for im, q in obs]
+        # zstd frames are inflated into the request and copied: a reference that reads nothing in place
+        alone = [ActClient("127.0.0.1", srv.port, timeout=120, compress=True).predict(q, im) for im, q in obs]
         clients = [ActClient(unix_path=srv.sock, timeout=120) for _ in range(4)]
         for c in clients:
             c.info()
@@ -211,6 +213,39 @@ def test_batched_shared_memory_read_in_place(srv):
         assert max(batches) > 1, f"the server never batched: {batches}"
         for c in clients:
             c.close()
+
+
+def test_tcp_frames_read_in_place(srv):
+    """Raw TCP frames stay in the receive buffer they arrived in, which the server registers with
+    the session: alone and batched, the chunk is the one of the same frames sent zstd-compressed
+    (inflated into the request, so copied into the input buffers)."""
+    rng = np.random.default_rng(11)
+    obs = [({c: rng.integers(0, 256, (IMAGE, IMAGE, 3), dtype=np.uint8) for c in CAMS},
+            rng.standard_normal(5).astype(np.float32)) for _ in range(4)]
+    ref = [ActClient("127.0.0.1", srv.port, timeout=120, compress=True).predict(q, im) for im, q in obs]
+    alone = [ActClient("127.0.0.1", srv.port, timeout=120).predict(q, im) for im, q in obs]
+    clients = [ActClient("127.0.0.1", srv.port, timeout=120) for _ in range(4)]
+    for c in clients:
+        c.info()
+    got, batches = [None] * 4, [0] * 4
+    barrier = threading.Barrier(4)
+
+    def work(i):
+        barrier.wait()
+        got[i] = clients[i].predict(obs[i][1], obs[i][0])
+        batches[i] = clients[i].last_result["batch"]
+
+    th = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    for i in range(4):
+        np.testing.assert_allclose(alone[i], ref[i], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got[i], ref[i], rtol=1e-5, atol=1e-6)
+    assert max(batches) > 1, f"the server never batched: {batches}"
+    for c in clients:
+        c.close()
 
 
 def test_large_shared_memory_is_copied_not_locked(act_serve, srv, tmp_path):
