@@ -129,6 +129,25 @@ def _result(reply):
     return wire.parse_result(p)["chunk"]
 
 
+def _predict_together(clients, obs):
+    """Client i predicts obs[i] = (images, qpos), all released at once so the server can batch
+    them; returns the chunks and the batch each request ran in."""
+    got, batches = [None] * len(clients), [0] * len(clients)
+    barrier = threading.Barrier(len(clients))
+
+    def work(i):
+        barrier.wait()
+        got[i] = clients[i].predict(obs[i][1], obs[i][0])
+        batches[i] = clients[i].last_result["batch"]
+
+    th = [threading.Thread(target=work, args=(i,)) for i in range(len(clients))]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    return got, batches
+
+
 def test_same_chunk_every_transport(srv):
     shm = ActClient(unix_path=srv.sock, timeout=120)
     inline = ActClient(unix_path=srv.sock, shm=False, timeout=120)
@@ -150,34 +169,33 @@ def test_same_chunk_every_transport(srv):
     inline.close()
 
 
-def test_batched_with_tcp_clients(srv):
-    """Shared-memory and TCP requests in one forward pass answer as they do alone."""
-    rng = np.random.default_rng(3)
-    obs = [({c: rng.integers(0, 256, (IMAGE, IMAGE, 3), dtype=np.uint8) for c in CAMS},
-            rng.standard_normal(5).astype(np.float32)) for _ in range(4)]
-    alone = [ActClient("127.0.0.1", srv.port, timeout=120).predict(q, im) for im, q in obs]
-    clients = [ActClient(unix_path=srv.sock, timeout=120) if i % 2 == 0 else ActClient("127.0.0.1", srv.port, timeout=120)
-               for i in range(4)]
+def _observations(rng, n=4):
+    return [({c: rng.integers(0, 256, (IMAGE, IMAGE, 3), dtype=np.uint8) for c in CAMS},
+             rng.standard_normal(5).astype(np.float32)) for _ in range(n)]
+
+
+def _copied_reference(srv, obs):
+    """Each observation alone through a zstd client: its frames are inflated into the request and
+    copied into the input buffers, so nothing of the reference is read in place."""
+    return [ActClient("127.0.0.1", srv.port, timeout=120, compress=True).predict(q, im) for im, q in obs]
+
+
+def _check_batched(clients, obs, want):
     for c in clients:
         c.info()
-    got, batches = [None] * 4, [0] * 4
-    barrier = threading.Barrier(4)
-
-    def work(i):
-        barrier.wait()
-        got[i] = clients[i].predict(obs[i][1], obs[i][0])
-        batches[i] = clients[i].last_result["batch"]
-
-    th = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in th:
-        t.start()
-    for t in th:
-        t.join()
-    for i in range(4):
-        np.testing.assert_allclose(got[i], alone[i], rtol=1e-5, atol=1e-6)
+    got, batches = _predict_together(clients, obs)
+    for i in range(len(obs)):
+        np.testing.assert_allclose(got[i], want[i], rtol=1e-5, atol=1e-6)
     assert max(batches) > 1, f"the server never batched: {batches}"
     for c in clients:
         c.close()
+
+
+def test_batched_with_tcp_clients(srv):
+    """Shared-memory and TCP requests in one forward pass answer as they do alone."""
+    obs = _observations(np.random.default_rng(3))
+    _check_batched([ActClient(unix_path=srv.sock, timeout=120) if i % 2 == 0 else
+                    ActClient("127.0.0.1", srv.port, timeout=120) for i in range(4)], obs, _copied_reference(srv, obs))
 
 
 def test_batched_shared_memory_read_in_place(srv):
@@ -186,66 +204,24 @@ def test_batched_shared_memory_read_in_place(srv):
     request does alone with copied frames. Clients that leave retire their mappings; later ones
     are served."""
     rng = np.random.default_rng(5)
-    for rnd in range(2):
-        obs = [({c: rng.integers(0, 256, (IMAGE, IMAGE, 3), dtype=np.uint8) for c in CAMS},
-                rng.standard_normal(5).astype(np.float32)) for _ in range(4)]
-        # zstd frames are inflated into the request and copied: a reference that reads nothing in place
-        alone = [ActClient("127.0.0.1", srv.port, timeout=120, compress=True).predict(q, im) for im, q in obs]
+    for _ in range(2):
+        obs = _observations(rng)
         clients = [ActClient(unix_path=srv.sock, timeout=120) for _ in range(4)]
         for c in clients:
             c.info()
             assert c.transport == "unix+shm", c.shm_error
-        got, batches = [None] * 4, [0] * 4
-        barrier = threading.Barrier(4)
-
-        def work(i):
-            barrier.wait()
-            got[i] = clients[i].predict(obs[i][1], obs[i][0])
-            batches[i] = clients[i].last_result["batch"]
-
-        th = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-        for t in th:
-            t.start()
-        for t in th:
-            t.join()
-        for i in range(4):
-            np.testing.assert_allclose(got[i], alone[i], rtol=1e-5, atol=1e-6)
-        assert max(batches) > 1, f"the server never batched: {batches}"
-        for c in clients:
-            c.close()
+        _check_batched(clients, obs, _copied_reference(srv, obs))
 
 
 def test_tcp_frames_read_in_place(srv):
     """Raw TCP frames stay in the receive buffer they arrived in, which the server registers with
-    the session: alone and batched, the chunk is the one of the same frames sent zstd-compressed
-    (inflated into the request, so copied into the input buffers)."""
-    rng = np.random.default_rng(11)
-    obs = [({c: rng.integers(0, 256, (IMAGE, IMAGE, 3), dtype=np.uint8) for c in CAMS},
-            rng.standard_normal(5).astype(np.float32)) for _ in range(4)]
-    ref = [ActClient("127.0.0.1", srv.port, timeout=120, compress=True).predict(q, im) for im, q in obs]
-    alone = [ActClient("127.0.0.1", srv.port, timeout=120).predict(q, im) for im, q in obs]
-    clients = [ActClient("127.0.0.1", srv.port, timeout=120) for _ in range(4)]
-    for c in clients:
-        c.info()
-    got, batches = [None] * 4, [0] * 4
-    barrier = threading.Barrier(4)
-
-    def work(i):
-        barrier.wait()
-        got[i] = clients[i].predict(obs[i][1], obs[i][0])
-        batches[i] = clients[i].last_result["batch"]
-
-    th = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in th:
-        t.start()
-    for t in th:
-        t.join()
-    for i in range(4):
-        np.testing.assert_allclose(alone[i], ref[i], rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(got[i], ref[i], rtol=1e-5, atol=1e-6)
-    assert max(batches) > 1, f"the server never batched: {batches}"
-    for c in clients:
-        c.close()
+    the session: alone and batched, the chunk is the one of the same frames copied."""
+    obs = _observations(np.random.default_rng(11))
+    ref = _copied_reference(srv, obs)
+    for (im, q), want in zip(obs, ref):
+        np.testing.assert_allclose(ActClient("127.0.0.1", srv.port, timeout=120).predict(q, im), want,
+                                   rtol=1e-5, atol=1e-6)
+    _check_batched([ActClient("127.0.0.1", srv.port, timeout=120) for _ in range(4)], obs, ref)
 
 
 def test_large_shared_memory_is_copied_not_locked(act_serve, srv, tmp_path):
