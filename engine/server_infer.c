@@ -8,8 +8,9 @@
  * (z = 0), posterior with z = mu, or a sampled posterior, which runs alone so its seed alone
  * decides its noise. The I/O thread gets the results through the done list and the eventfd.
  * A batch's frames go to act_run as one pointer per request and camera: it reads them where
- * they lie when all are in registered shared memory, else copies them on the session's copy
- * threads (act_session_opts.copy_threads).
+ * they lie when all are in memory registered with the session (clients' shared memory, the
+ * receive buffers of TCP requests; registered here, at their first batch), else copies them on
+ * the session's copy threads (act_session_opts.copy_threads).
  */
 #define _GNU_SOURCE
 #include "server_internal.h"
@@ -68,7 +69,7 @@ static void deadline_ts(double t, struct timespec *ts)
 }
 
 /* Waits for work and takes one batch off the pending list (under mu). Returns its size, 0 = stop,
- * -1 = no request, but shared memory to retire. */
+ * -1 = no request, but registered memory to retire. */
 static int take_batch(act_server *s, act_req **out)
 {
     int max = s->o.max_batch, n = 0;

@@ -249,6 +249,7 @@ int act_run(act_session *s, const act_inputs *in, act_outputs *out, char *err, s
         return act_errf(err, errlen, "act_run: batch %d is outside 1..%d (the session's max_batch)",
                         B, s->opts.max_batch);
     if (!in->qpos) return act_errf(err, errlen, "act_run: qpos is NULL");
+    size_t fsz = (size_t)c->image_h * c->image_w * 3;
     for (int cam = 0; cam < c->num_cams; cam++) {
         const uint8_t *const *it = in->images[cam] ? NULL : in->image_items[cam];
         if (!in->images[cam] && !it)
@@ -258,7 +259,7 @@ int act_run(act_session *s, const act_inputs *in, act_outputs *out, char *err, s
             if (!it[b])
                 return act_errf(err, errlen, "act_run: image_items[%d] ('%s') has no frame for "
                                 "sample %d", cam, c->camera_names[cam], b);
-            if (in_staging(s, it[b], 1))   /* its copy could overwrite another item's source */
+            if (in_staging(s, it[b], fsz))   /* its copy could overwrite another item's source */
                 return act_errf(err, errlen, "act_run: image_items[%d][%d] points into the "
                                 "session's input buffers; pass those frames as images[%d]", cam, b, cam);
         }
