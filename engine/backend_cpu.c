@@ -175,13 +175,22 @@ static int cpu_host_register(act_backend *be, void *p, size_t bytes, void **dev)
 }
 static int cpu_host_unregister(act_backend *be, void *p) { return 0; }
 
-static int cpu_gather(act_backend *be, act_buf dst, act_buf ptrs, int items, size_t item_bytes) {
-    const uint8_t *pp = ptrs.p;
-    for (int i = 0; i < items; i++) {
+typedef struct gather_job { uint8_t *dst; const uint8_t *ptrs; size_t item_bytes; } gather_job;
+
+static void gather_task(void *arg, int t, int lo, int hi) {
+    const gather_job *j = arg;
+    (void)t;
+    for (int i = lo; i < hi; i++) {
         uint64_t a;
-        memcpy(&a, pp + (size_t)i * sizeof a, sizeof a);
-        memcpy((uint8_t *)dst.p + (size_t)i * item_bytes, (const void *)(uintptr_t)a, item_bytes);
+        memcpy(&a, j->ptrs + (size_t)i * sizeof a, sizeof a);
+        memcpy(j->dst + (size_t)i * j->item_bytes, (const void *)(uintptr_t)a, j->item_bytes);
     }
+}
+
+/* one frame per item, on the backend's threads (as the session's copy would have run) */
+static int cpu_gather(act_backend *be, act_buf dst, act_buf ptrs, int items, size_t item_bytes) {
+    gather_job j = {dst.p, ptrs.p, item_bytes};
+    act_pool_run(((act_cpu_ctx *)be->ctx)->pool, gather_task, &j, items);
     return 0;
 }
 
