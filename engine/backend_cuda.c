@@ -64,7 +64,7 @@
 
 #define CONV_WS_LIMIT ((size_t)256 << 20)      /* the most workspace a conv algorithm may use */
 #define CUBLAS_WS_BYTES ((size_t)32 << 20)
-#define MAX_GRAPHS 256
+#define MAX_GRAPHS 1024   /* keys (batch, mode with its gather bit): warm-up at max_batch 256 alone takes 512 */
 #define MAX_MARKS 32
 
 typedef struct { int widx, N, H, W; act_conv_plan *plan; } conv_entry;
@@ -139,16 +139,18 @@ static int grow(void **arr, int *cap, int need, size_t elem) {
     return 0;
 }
 
-/* An op failed: if a capture is open, close it so the stream leaves capture mode. */
+/* An op failed: if a capture is open, close it so the stream leaves capture mode. The runtime
+ * keeps a failed call's error in the thread's last-error slot, where the next launch check would
+ * find it and fail an unrelated op: clear it (a sticky device fault stays, as it should). */
 static int fail(act_backend *be) {
     cuda_ctx *c = CTX(be);
     if (c->capturing) {
         cudaGraph_t g = NULL;
         cudaStreamEndCapture(c->st, &g);
         if (g) cudaGraphDestroy(g);
-        cudaGetLastError();
         c->capturing = 0;
     }
+    cudaGetLastError();
     c->lane_open = 0;
     return -1;
 }
@@ -526,7 +528,7 @@ static int cu_host_register(act_backend *be, void *p, size_t bytes, void **dev) 
     if (e != cudaSuccess) {
         cudaHostUnregister(p);
         act_kerr(KE, __FILE__, __LINE__, "cudaHostGetDevicePointer", cudaGetErrorString(e));
-        return -1;
+        return fail(be);
     }
     return 0;
 }

@@ -472,9 +472,17 @@ int act_fwd_step(act_fwd *f, int B, int mode, int use_graphs, char *err, size_t 
     if (!ran) {
         if (use_graphs && be->begin_capture(be, key))
             return act_errf(err, errlen, "forward: begin capture: %s", be->err);
-        if (step_ops(f, B, mode, err, errlen)) return -1;
-        if (use_graphs && be->end_capture(be, key))
-            return act_errf(err, errlen, "forward: end capture: %s", be->err);
+        /* a failed step still waits for what it enqueued: a gather may be reading the caller's
+         * memory, which the caller frees once act_run has returned */
+        if (step_ops(f, B, mode, err, errlen)) {
+            be->sync(be);
+            return -1;
+        }
+        if (use_graphs && be->end_capture(be, key)) {
+            act_errf(err, errlen, "forward: end capture: %s", be->err);
+            be->sync(be);
+            return -1;
+        }
     }
     if (be->sync(be)) return act_errf(err, errlen, "forward: sync: %s", be->err);
     /* the step's outputs in the staging blocks (their layout follows B and mode) */

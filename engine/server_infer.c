@@ -128,6 +128,7 @@ void act_infer_retire_shm(act_server *s)
         act_wire *next = w->next;
         act_session_unregister_host(s->sess, act_wire_data(w));
         s->reg_bytes -= w->cap;
+        s->reg_full_logged = 0;
         act_wire_release(w);
         w = next;
     }
@@ -135,18 +136,27 @@ void act_infer_retire_shm(act_server *s)
         act_shm *next = m->next;
         act_session_unregister_host(s->sess, m->base);
         s->reg_bytes -= (size_t)m->size;
+        s->reg_full_logged = 0;
         act_shm_free(m);
         m = next;
     }
 }
 
-/* Registers one block with the session unless it is over the limits; returns 1 or -1. */
+/* Registers one block with the session; returns 1, -1 (refused for good: too large, or the
+ * driver said no) or 0 (not now: the total is reached; a later batch tries again, once memory
+ * registered before has been let go of). */
 static int register_block(act_server *s, const void *p, size_t bytes, const char *what)
 {
     char err[ACT_ERR_LEN];
-    if (bytes > SHM_REGISTER_MAX || s->reg_bytes + bytes > SHM_REGISTER_TOTAL)
-        snprintf(err, sizeof err, "over the %zu MiB per client or %zu MiB in all that are locked in RAM",
-                 SHM_REGISTER_MAX >> 20, SHM_REGISTER_TOTAL >> 20);
+    if (bytes <= SHM_REGISTER_MAX && s->reg_bytes + bytes > SHM_REGISTER_TOTAL) {
+        if (!s->reg_full_logged)
+            act_serve_log(s, "%zu MiB of frame memory are locked for reading in place, the most allowed: "
+                          "further frames are copied until some is let go of", SHM_REGISTER_TOTAL >> 20);
+        s->reg_full_logged = 1;
+        return 0;
+    }
+    if (bytes > SHM_REGISTER_MAX)
+        snprintf(err, sizeof err, "over the %zu MiB per block that are locked in RAM", SHM_REGISTER_MAX >> 20);
     else if (!act_session_register_host(s->sess, p, bytes, err, sizeof err)) {
         s->reg_bytes += bytes;
         return 1;
@@ -165,8 +175,9 @@ static void register_frames(act_server *s, act_req **rs, int n)
     for (int i = 0; i < n; i++) {
         act_shm *m = rs[i]->shm;
         act_wire *w = act_wire_of(rs[i]->wire);
-        const uint8_t *f = rs[i]->p.images[0];
-        if (w && !(f >= rs[i]->wire && f < rs[i]->wire + w->cap)) w = NULL;   /* not read from it */
+        const uint8_t *f = rs[i]->p.images[0];   /* only memory the frames are read from */
+        if (m && !(f >= m->base && f < m->base + m->size)) m = NULL;
+        if (w && !(f >= rs[i]->wire && f < rs[i]->wire + w->cap)) w = NULL;
         pthread_mutex_lock(&s->mu);
         int mreg = m ? m->reg : 1, wreg = w ? w->reg : 1;
         pthread_mutex_unlock(&s->mu);

@@ -130,7 +130,8 @@ struct act_server {
     int n_pending;
     act_shm *retired;              /* registered mappings no longer used: to unregister, unmap */
     act_wire *retired_wire;        /* registered receive buffers freed by the I/O thread, likewise */
-    size_t reg_bytes;              /* bytes of shared memory registered (inference thread) */
+    size_t reg_bytes;              /* bytes of frame memory registered (inference thread) */
+    int reg_full_logged;           /* the limit on it was reached and said so (inference thread) */
     act_req *done_head, *done_tail;
     int n_ready_conns, n_busy_conns;   /* handshaken; with a request not yet answered */
     int infer_stop;

@@ -13,24 +13,36 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#define PAGE ((size_t)4096)
+/* the page size (4 KiB on x86, up to 64 KiB on aarch64 hosts), once */
+static size_t page(void)
+{
+    static size_t pg;
+    if (!pg) {
+        long v = sysconf(_SC_PAGESIZE);
+        pg = v > 0 ? (size_t)v : 4096;
+    }
+    return pg;
+}
 
-static act_wire *hdr_of(uint8_t *p) { return (act_wire *)(p - PAGE); }
+static act_wire *hdr_of(uint8_t *p) { return (act_wire *)(p - page()); }
 
 uint8_t *act_wire_alloc(size_t cap)
 {
     void *base = NULL;
-    size_t bytes = (cap + PAGE - 1) / PAGE * PAGE;
-    if (cap > SIZE_MAX - 2 * PAGE || posix_memalign(&base, PAGE, PAGE + bytes)) return NULL;
+    size_t pg = page();
+    if (cap > SIZE_MAX - 2 * pg) return NULL;
+    size_t bytes = (cap + pg - 1) / pg * pg;
+    if (posix_memalign(&base, pg, pg + bytes)) return NULL;
     act_wire *h = base;
     memset(h, 0, sizeof *h);
     h->cap = bytes;
-    return (uint8_t *)base + PAGE;
+    return (uint8_t *)base + pg;
 }
 
 act_wire *act_wire_of(uint8_t *p) { return p ? hdr_of(p) : NULL; }
-uint8_t *act_wire_data(act_wire *h) { return (uint8_t *)h + PAGE; }
+uint8_t *act_wire_data(act_wire *h) { return (uint8_t *)h + page(); }
 
 void act_wire_release(act_wire *h) { free(h); }
 

@@ -7,8 +7,8 @@
  * so the resized image is never materialized. Reads are 3-byte HWC gathers; at 256x256x3 per
  * camera the kernel is far from any bandwidth limit, so no shared-memory staging. The output is
  * NCHW, or NHWC when nhwc is set (the feature-map layout the backend chose).
- * gather brings frames that lie in the clients' page-locked host memory (one block per sample)
- * into one dense device buffer first; preprocess then reads that as it reads an upload. */
+ * gather brings frames that lie in the clients' page-locked host memory (one block column per
+ * frame) into one dense device buffer first; preprocess then reads that as it reads an upload. */
 #include <stdint.h>
 #include "preprocess.cuh"
 
@@ -62,20 +62,41 @@ int act_k_preprocess(const unsigned char *frames, int B, int hi, int wi, int rh,
     return 0;
 }
 
+/* Bytes sh..sh+15 of the 32 bytes a:b (little endian), sh in 0..15. */
+static __device__ __forceinline__ uint4 shifted16(uint4 a, uint4 b, unsigned sh) {
+    unsigned w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    unsigned q = sh >> 2, r = (sh & 3) * 8;
+    uint4 o;
+    o.x = __funnelshift_r(w[q], w[q + 1], r);
+    o.y = __funnelshift_r(w[q + 1], w[q + 2], r);
+    o.z = __funnelshift_r(w[q + 2], w[q + 3], r);
+    o.w = __funnelshift_r(w[q + 3], w[q + 4], r);
+    return o;
+}
+
 /* One block column per item (blockIdx.x), the y blocks stride over its bytes. A host read
  * crosses PCIe with microseconds of latency, so many 16-byte loads must be in flight: up to 64
- * blocks per item keep the link busy at batch 1 as at batch 256. */
-static __global__ void gather_kernel(unsigned char *dst, const unsigned long long *ptrs,
+ * blocks per item keep the link busy at batch 1 as at batch 256. Every read is a 16-byte word:
+ * a frame that does not start on 16 bytes (raw TCP frames sit after a header of any length) is
+ * read as the aligned words around it and shifted into place. Those words reach at most 15
+ * bytes past the frame's end, inside the same 16 bytes and so the same locked page. */
+static __global__ void gather_kernel(unsigned char *__restrict__ dst, const unsigned long long *__restrict__ ptrs,
                                      size_t item_bytes) {
-    const unsigned char *src = (const unsigned char *)(uintptr_t)ptrs[blockIdx.x];
+    uintptr_t src = (uintptr_t)ptrs[blockIdx.x];
     unsigned char *out = dst + (size_t)blockIdx.x * item_bytes;
     size_t stride = (size_t)gridDim.y * blockDim.x, t = (size_t)blockIdx.y * blockDim.x + threadIdx.x;
-    if ((((uintptr_t)src | (uintptr_t)out | item_bytes) & 15) == 0) {
-        const uint4 *s4 = (const uint4 *)src;
+    if ((((uintptr_t)out | item_bytes) & 15) == 0) {
+        unsigned sh = (unsigned)(src & 15);
+        const uint4 *s4 = (const uint4 *)(src - sh);
         uint4 *o4 = (uint4 *)out;
-        for (size_t i = t; i < item_bytes / 16; i += stride) o4[i] = s4[i];
+        if (sh == 0) {
+            for (size_t i = t; i < item_bytes / 16; i += stride) o4[i] = s4[i];
+        } else {
+            for (size_t i = t; i < item_bytes / 16; i += stride) o4[i] = shifted16(s4[i], s4[i + 1], sh);
+        }
     } else {
-        for (size_t i = t; i < item_bytes; i += stride) out[i] = src[i];
+        const unsigned char *s = (const unsigned char *)src;
+        for (size_t i = t; i < item_bytes; i += stride) out[i] = s[i];
     }
 }
 

@@ -221,8 +221,8 @@ static void t_preprocess(const pair *p, const char *name, const act_config *c) {
 }
 
 /* gather (frames read where they lie, each in a host block of its own, registered with the
- * backend; some at offsets that rule out 16-byte loads), then preprocess: the output shows
- * every gathered byte, since preprocess reads all of them */
+ * backend; some at offsets off 16-byte alignment, read as shifted words), then preprocess: the
+ * output shows every gathered byte, since preprocess reads all of them */
 typedef struct { const act_config *cfg; int items; uint8_t **blk; const size_t *off; } gather_arg;
 static int f_frames_gather(act_backend *be, act_buf *in, act_buf out, const void *a) {
     const gather_arg *x = a;
@@ -253,7 +253,8 @@ static void t_gather(const pair *p, const act_config *c) {
     uint8_t **blk = malloc((size_t)items * sizeof *blk), *frames = malloc((size_t)items * fsz);
     size_t *off = malloc((size_t)items * sizeof *off);
     for (int i = 0; i < items; i++) {
-        off[i] = i % 3 == 0 ? 0 : i % 3 == 1 ? 16 : 1;
+        static const size_t offs[4] = {0, 16, 1, 13};   /* aligned, and shifted by 1 and 13 bytes */
+        off[i] = offs[i % 4];
         /* blocks in memory in no particular order, each on pages of its own (the driver pins
          * whole pages, so two registrations cannot share one) */
         if (posix_memalign((void **)&blk[items - 1 - i], 4096, (fsz + 16 + 4095) / 4096 * 4096)) exit(1);

@@ -241,7 +241,7 @@ def test_large_shared_memory_is_copied_not_locked(act_serve, srv, tmp_path):
         s.sendall(_shm_predict(1, srv.q, [0, FRAME, 2 * FRAME]))
         np.testing.assert_array_equal(_result(recv_frame(s)), srv.want)
         s.close()
-        assert "cannot be read in place (over the 64 MiB per client" in s2.log(), s2.log()
+        assert "cannot be read in place (over the 64 MiB per block" in s2.log(), s2.log()
         c = ActClient(unix_path=str(tmp_path / "v.sock"), timeout=60)   # a small area still is
         np.testing.assert_array_equal(c.predict(srv.q, srv.imgs), srv.want)
         c.close()

@@ -75,6 +75,12 @@ template <class T> static inline T __shfl_up_sync(unsigned m, T v, unsigned d, i
 
 /* device math spelled the CUDA way (glibc already declares __expf and __logf as expf/logf) */
 static inline float __fdividef(float a, float b) { return a / b; }
+/* the low 32 bits of (hi:lo) >> (shift & 31) */
+static inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned shift) {
+    shift &= 31;
+    return shift ? (lo >> shift) | (hi << (32 - shift)) : lo;
+}
+#define __restrict__ __restrict
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
 static inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
