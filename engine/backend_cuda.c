@@ -521,7 +521,10 @@ static int cu_host_register(act_backend *be, void *p, size_t bytes, void **dev) 
     cuda_ctx *c = CTX(be);
     CK(cudaSetDevice(c->dev));
     int ro = 0;
-    cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported, c->dev);
+    if (cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported, c->dev) != cudaSuccess) {
+        ro = 0;
+        cudaGetLastError();   /* not left for the next launch check */
+    }
     unsigned flags = cudaHostRegisterMapped | (ro ? cudaHostRegisterReadOnly : 0);
     CK(cudaHostRegister(p, bytes, flags));
     cudaError_t e = cudaHostGetDevicePointer(dev, p, 0);
