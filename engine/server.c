@@ -367,7 +367,7 @@ void act_server_free(act_server *s)
         act_wire_free(s, r->wire);
         free(r);
     }
-    act_infer_retire_shm(s);   /* every mapping is unused now; the session is still the caller's */
+    act_infer_retire(s);   /* every block is unused now; the session is still the caller's */
     if (s->lfd >= 0) close(s->lfd);
     if (s->ufd >= 0) close(s->ufd);
     if (s->unix_path[0]) unlink(s->unix_path);

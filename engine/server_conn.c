@@ -262,8 +262,8 @@ static int on_predict(act_server *s, act_conn *c, uint8_t *p, uint32_t len)
     }
     act_req *r = req_get(s);
     if (!r) return conn_error(s, c, id, ACT_E_INTERNAL, "out of memory for a request", 0);
-    int code = act_proto_parse_predict_shm(cfg, p, len, &r->p, r->data, c->shm ? c->shm->base : NULL,
-                                           c->shm ? c->shm->size : 0, msg, sizeof msg);
+    int code = act_proto_parse_predict_shm(cfg, p, len, &r->p, r->data, c->shm ? c->shm->mem.p : NULL,
+                                           c->shm ? c->shm->mem.bytes : 0, msg, sizeof msg);
     if (code) {
         act_req_put(s, r);
         audit_line(s, c, id, code, NULL);
@@ -371,7 +371,7 @@ static int on_header(act_server *s, act_conn *c)
         if (!b) return conn_error(s, c, 0, ACT_E_INTERNAL, "out of memory for a frame", 1);
         act_wire_free(s, c->in);
         c->in = b;
-        c->in_cap = act_wire_of(b)->cap;
+        c->in_cap = act_wire_of(b)->mem.bytes;
     }
     c->have_hdr = 1;
     c->in_got = 0;

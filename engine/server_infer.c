@@ -74,10 +74,9 @@ static int take_batch(act_server *s, act_req **out)
 {
     int max = s->o.max_batch, n = 0;
     pthread_mutex_lock(&s->mu);
-    while (!s->pend_head && !s->infer_stop && !s->retired && !s->retired_wire)
-        pthread_cond_wait(&s->cv, &s->mu);
+    while (!s->pend_head && !s->infer_stop && !s->retired) pthread_cond_wait(&s->cv, &s->mu);
     if (!s->pend_head) {
-        int retire = (s->retired || s->retired_wire) && !s->infer_stop;
+        int retire = s->retired && !s->infer_stop;
         pthread_mutex_unlock(&s->mu);
         return retire ? -1 : 0;
     }
@@ -110,59 +109,65 @@ static int take_batch(act_server *s, act_req **out)
 /* Registering locks pages in RAM (and faults in a sparse memfd's): a client could attach up to
  * 4 GiB of shared memory. So only areas a frame ring plausibly needs are registered, and only up
  * to a total (shared memory and receive buffers together); the frames of any other are copied. */
-#define SHM_REGISTER_MAX ((size_t)64 << 20)
-#define SHM_REGISTER_TOTAL ((size_t)1 << 30)
+#define REG_BLOCK_MAX ((size_t)64 << 20)
+#define REG_TOTAL_MAX ((size_t)1 << 30)
 
-/* Shared memory no request uses any more, and receive buffers the I/O thread let go of:
- * unregistered from the session, then unmapped or freed. On the inference thread (every session
- * call is made here), or once it has stopped. */
-void act_infer_retire_shm(act_server *s)
+void act_regmem_drop(act_server *s, act_regmem *m)
 {
     pthread_mutex_lock(&s->mu);
-    act_shm *m = s->retired;
-    act_wire *w = s->retired_wire;
-    s->retired = NULL;
-    s->retired_wire = NULL;
-    pthread_mutex_unlock(&s->mu);
-    while (w) {
-        act_wire *next = w->next;
-        act_session_unregister_host(s->sess, act_wire_data(w));
-        s->reg_bytes -= w->cap;
-        s->reg_full_logged = 0;
-        act_wire_release(w);
-        w = next;
+    int reg = m->reg == 1;
+    if (reg) {   /* the device may read it: the inference thread lets go first */
+        m->next = s->retired;
+        s->retired = m;
+        pthread_cond_broadcast(&s->cv);
     }
+    pthread_mutex_unlock(&s->mu);
+    if (!reg) m->release(m);
+}
+
+/* Registered blocks let go of (shared memory no request uses any more, receive buffers the I/O
+ * thread freed): unregistered from the session, then released. On the inference thread (every
+ * session call is made here), or once it has stopped. */
+void act_infer_retire(act_server *s)
+{
+    pthread_mutex_lock(&s->mu);
+    act_regmem *m = s->retired;
+    s->retired = NULL;
+    pthread_mutex_unlock(&s->mu);
     while (m) {
-        act_shm *next = m->next;
-        act_session_unregister_host(s->sess, m->base);
-        s->reg_bytes -= (size_t)m->size;
+        act_regmem *next = m->next;
+        act_session_unregister_host(s->sess, m->p);
+        s->reg_bytes -= m->bytes;
         s->reg_full_logged = 0;
-        act_shm_free(m);
+        m->release(m);
         m = next;
     }
 }
 
-/* Registers one block with the session; returns 1, -1 (refused for good: too large, or the
- * driver said no) or 0 (not now: the total is reached; a later batch tries again, once memory
- * registered before has been let go of). */
-static int register_block(act_server *s, const void *p, size_t bytes, const char *what)
+/* Registers block m with the session if frame f is read from it and it was not tried yet;
+ * it stays untried past the total (a later batch tries again, once memory registered before
+ * has been let go of). m->reg is this thread's to write, so reading it needs no lock. */
+static void register_block(act_server *s, act_regmem *m, const uint8_t *f, const char *what)
 {
+    if (!m || m->reg || f < m->p || f >= m->p + m->bytes) return;
     char err[ACT_ERR_LEN];
-    if (bytes <= SHM_REGISTER_MAX && s->reg_bytes + bytes > SHM_REGISTER_TOTAL) {
+    int reg = -1;
+    if (m->bytes <= REG_BLOCK_MAX && s->reg_bytes + m->bytes > REG_TOTAL_MAX) {
         if (!s->reg_full_logged)
             act_serve_log(s, "%zu MiB of frame memory are locked for reading in place, the most allowed: "
-                          "further frames are copied until some is let go of", SHM_REGISTER_TOTAL >> 20);
+                          "further frames are copied until some is let go of", REG_TOTAL_MAX >> 20);
         s->reg_full_logged = 1;
-        return 0;
+        return;
     }
-    if (bytes > SHM_REGISTER_MAX)
-        snprintf(err, sizeof err, "over the %zu MiB per block that are locked in RAM", SHM_REGISTER_MAX >> 20);
-    else if (!act_session_register_host(s->sess, p, bytes, err, sizeof err)) {
-        s->reg_bytes += bytes;
-        return 1;
-    }
-    act_serve_log(s, "%s of %zu bytes cannot be read in place (%s); its frames are copied", what, bytes, err);
-    return -1;
+    if (m->bytes > REG_BLOCK_MAX)
+        snprintf(err, sizeof err, "over the %zu MiB per block that are locked in RAM", REG_BLOCK_MAX >> 20);
+    else if (!act_session_register_host(s->sess, m->p, m->bytes, err, sizeof err))
+        reg = 1;
+    if (reg == 1) s->reg_bytes += m->bytes;
+    else act_serve_log(s, "%s of %zu bytes cannot be read in place (%s); its frames are copied", what, m->bytes, err);
+    pthread_mutex_lock(&s->mu);
+    m->reg = reg;
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* Registers what the batch's frames lie in and the session does not know yet: a client's
@@ -173,20 +178,9 @@ static void register_frames(act_server *s, act_req **rs, int n)
 {
     if (s->o.copy_frames) return;
     for (int i = 0; i < n; i++) {
-        act_shm *m = rs[i]->shm;
         act_wire *w = act_wire_of(rs[i]->wire);
-        const uint8_t *f = rs[i]->p.images[0];   /* only memory the frames are read from */
-        if (m && !(f >= m->base && f < m->base + m->size)) m = NULL;
-        if (w && !(f >= rs[i]->wire && f < rs[i]->wire + w->cap)) w = NULL;
-        pthread_mutex_lock(&s->mu);
-        int mreg = m ? m->reg : 1, wreg = w ? w->reg : 1;
-        pthread_mutex_unlock(&s->mu);
-        if (!mreg) mreg = register_block(s, m->base, (size_t)m->size, "shared memory");
-        if (!wreg) wreg = register_block(s, rs[i]->wire, w->cap, "a receive buffer");
-        pthread_mutex_lock(&s->mu);
-        if (m) m->reg = mreg;
-        if (w) w->reg = wreg;
-        pthread_mutex_unlock(&s->mu);
+        register_block(s, rs[i]->shm ? &rs[i]->shm->mem : NULL, rs[i]->p.images[0], "shared memory");
+        register_block(s, w ? &w->mem : NULL, rs[i]->p.images[0], "a receive buffer");
     }
 }
 
@@ -268,7 +262,7 @@ static void *infer_main(void *arg)
     act_req **rs = malloc((size_t)s->o.max_batch * sizeof *rs);
     int ok = rs && bufs_alloc(&b, s->sess, s->cfg, s->o.max_batch) == 0;
     for (;;) {
-        act_infer_retire_shm(s);
+        act_infer_retire(s);
         int n = take_batch(s, rs);
         if (!n) break;
         if (n < 0) continue;

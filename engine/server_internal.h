@@ -17,24 +17,30 @@
 /* One PREDICT on its way through the server: one block sized from the contract at attach
  * (header, chunk, then the decoded inputs at data), recycled through a pool so that the
  * steady state allocates nothing and touches no fresh pages. */
-/* A client's shared memory, mapped read-only (server_shm.c). refs: its connection and every
- * request whose frames may point into it; I/O thread only. The inference thread registers the
- * mapping with the session at its first batch, so that steps read the frames in place (reg,
- * under the server's mu); a registered mapping that loses its last reference goes to the
- * server's retired list, and the inference thread unregisters it before it is unmapped. */
-typedef struct act_shm {
-    const uint8_t *base;
-    uint64_t size;
-    int refs;
+/* Memory frames arrive in - a client's shared memory, a receive buffer - which the inference
+ * thread registers with the session at the first batch that reads frames from it, so that steps
+ * read them in place. reg is written by the inference thread only (under mu, since the I/O
+ * thread reads it). Whoever lets go of a block calls act_regmem_drop: an unregistered one is
+ * released at once, a registered one goes to the retired list, and the inference thread
+ * unregisters it before release() unmaps or frees it. */
+typedef struct act_regmem {
+    const uint8_t *p;
+    size_t bytes;
     int reg;                       /* 0 not yet tried, 1 registered, -1 refused (frames copied) */
-    struct act_shm *next;          /* on the retired list */
+    struct act_regmem *next;       /* on the retired list */
+    void (*release)(struct act_regmem *m);
+} act_regmem;
+
+/* A client's shared memory, mapped read-only (server_shm.c): mem.p, mem.bytes. refs: its
+ * connection and every request whose frames may point into it; I/O thread only. */
+typedef struct act_shm {
+    act_regmem mem;                /* first: release() gets the act_shm back */
+    int refs;
 } act_shm;
 
-/* The header of a receive buffer (server_wire.c), in the page before its data. */
+/* The header of a receive buffer (server_wire.c), in the page before its data (mem.p). */
 typedef struct act_wire {
-    size_t cap;                    /* data bytes (whole pages) */
-    int reg;                       /* 0 not yet tried, 1 registered, -1 refused (frames copied) */
-    struct act_wire *next;         /* on the retired list */
+    act_regmem mem;                /* first, at the start of the allocation */
 } act_wire;
 
 typedef struct act_req {
@@ -128,8 +134,7 @@ struct act_server {
     pthread_cond_t cv;
     act_req *pend_head, *pend_tail;
     int n_pending;
-    act_shm *retired;              /* registered mappings no longer used: to unregister, unmap */
-    act_wire *retired_wire;        /* registered receive buffers freed by the I/O thread, likewise */
+    act_regmem *retired;           /* registered blocks let go of: to unregister, then release */
     size_t reg_bytes;              /* bytes of frame memory registered (inference thread) */
     int reg_full_logged;           /* the limit on it was reached and said so (inference thread) */
     act_req *done_head, *done_tail;
@@ -154,20 +159,18 @@ void act_req_put(act_server *s, act_req *r);         /* back to the pool (or fre
 /* server_shm.c (I/O thread only) */
 int act_shm_map(int fd, uint64_t size, act_shm **out, char *msg, size_t msglen);   /* 0 or an act_err_code */
 static inline void act_shm_ref(act_shm *m) { if (m) m->refs++; }
-void act_shm_unref(act_server *s, act_shm *m);     /* unmaps (or retires) at the last reference */
-void act_shm_free(act_shm *m);                     /* unmaps it (it must not be registered) */
+void act_shm_unref(act_server *s, act_shm *m);     /* drops it (act_regmem_drop) at the last reference */
 
 /* server_wire.c: receive buffers (c->in, r->wire) of whole pages, registrable with the session */
 uint8_t *act_wire_alloc(size_t cap);               /* NULL: out of memory */
-void act_wire_free(act_server *s, uint8_t *p);     /* NULL ok; a registered one is retired */
+void act_wire_free(act_server *s, uint8_t *p);     /* NULL ok; act_regmem_drop */
 act_wire *act_wire_of(uint8_t *p);                 /* its header (NULL for NULL) */
-uint8_t *act_wire_data(act_wire *h);
-void act_wire_release(act_wire *h);                /* frees an unregistered (retired) one */
 
 /* server_infer.c */
 int act_infer_start(act_server *s, char *err, size_t errlen);
 void act_infer_stop(act_server *s);
-void act_infer_retire_shm(act_server *s);   /* the inference thread's, or after it stopped */
+void act_regmem_drop(act_server *s, act_regmem *m);   /* releases it, or retires a registered one */
+void act_infer_retire(act_server *s);       /* the inference thread's, or after it stopped */
 int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen);
 
 /* http.c */

@@ -21,6 +21,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static void shm_release(act_regmem *mem)
+{
+    munmap((void *)mem->p, mem->bytes);
+    free((act_shm *)mem);
+}
+
 int act_shm_map(int fd, uint64_t size, act_shm **out, char *msg, size_t msglen)
 {
     struct stat st;
@@ -51,31 +57,16 @@ int act_shm_map(int fd, uint64_t size, act_shm **out, char *msg, size_t msglen)
         free(m);
         return ACT_E_BAD_SHM;
     }
-    m->base = p;
-    m->size = size;
+    memset(m, 0, sizeof *m);
+    m->mem.p = p;
+    m->mem.bytes = (size_t)size;
+    m->mem.release = shm_release;
     m->refs = 1;
-    m->reg = 0;
-    m->next = NULL;
     *out = m;
     return 0;
 }
 
-void act_shm_free(act_shm *m)
-{
-    munmap((void *)m->base, (size_t)m->size);
-    free(m);
-}
-
 void act_shm_unref(act_server *s, act_shm *m)
 {
-    if (!m || --m->refs > 0) return;
-    pthread_mutex_lock(&s->mu);
-    int reg = m->reg == 1;
-    if (reg) {   /* the device may still hold it mapped: the inference thread lets go first */
-        m->next = s->retired;
-        s->retired = m;
-        pthread_cond_broadcast(&s->cv);
-    }
-    pthread_mutex_unlock(&s->mu);
-    if (!reg) act_shm_free(m);
+    if (m && --m->refs == 0) act_regmem_drop(s, &m->mem);
 }
