@@ -20,6 +20,14 @@
  *    thread of the block (or warp) has arrived; a barrier that can never release (threads of
  *    one warp split between __syncwarp and __syncthreads) is reported as a fault. When the
  *    first block met no barrier, the remaining blocks run as plain calls, thread after thread.
+ *  - ACT_EMU_ORDER sets the order threads run in between barriers, and blocks in a grid:
+ *    "forward" (the default: thread 0 first, block (0,0,0) first), "reverse", or "shuffle[:SEED]"
+ *    (a new seeded permutation of the threads at every barrier round, and of the blocks at every
+ *    launch). A kernel that reads shared or global memory another thread writes without a
+ *    barrier between them gets the right answer in only some orders: forward misses a thread
+ *    reading what a lower-numbered thread wrote, reverse misses the other way. Running a test
+ *    suite in all three is this emulator's answer to compute-sanitizer's racecheck (which it
+ *    does not replace: a race inside one warp that lockstep hides on a GPU is not modeled).
  *  - Streams are ordered by events, adversarially: work on one stream runs only when something
  *    needs it. cudaStreamWaitEvent(a, ev) queues a wait on a that, when a reaches it, runs the
  *    recording stream up to and including that record (the newest at the time of the wait) and
@@ -200,6 +208,13 @@ struct Init {
         g_trace = t ? atoi(t) : 0;
         const char *f = getenv("ACT_EMU_FAULT_FILE");
         g_fault_file = f && *f ? f : nullptr;
+        const char *o = getenv("ACT_EMU_ORDER");
+        if (o && *o && emu_set_order(o) != 0) {
+            /* a test run meant to shuffle must not silently run forward */
+            fprintf(stderr, "cuda-emu: ACT_EMU_ORDER=%s: expected forward, reverse or "
+                    "shuffle[:SEED]\n", o);
+            exit(2);
+        }
         atexit(print_counts);
     }
 } g_init;
@@ -454,6 +469,11 @@ Ctx g_sched, g_dead;                /* g_dead: where a finished fiber's last swi
 [[maybe_unused]] void *g_sched_fake;
 int g_cur = -1, g_nthreads = 0;
 bool g_fiber_mode = false, g_block_synced = false;
+/* ACT_EMU_ORDER (see the top): the order threads run in between barriers, and blocks */
+enum { ORDER_FORWARD, ORDER_REVERSE, ORDER_SHUFFLE };
+int g_order = ORDER_FORWARD;
+unsigned long long g_order_rng = 1;              /* xorshift64 state of the shuffle order */
+int g_perm[kMaxThreads];                         /* this round's thread order */
 const emu_thread_fn *g_fn;
 const char *g_kernel = "";
 /* shuffle slots, two sets used alternately: a lane that has read and moved on to the next
@@ -493,53 +513,126 @@ void fiber_main() {
     ctx_switch(&g_dead, &g_sched);                /* never resumed */
 }
 
-/* Runs every ready fiber until it waits or ends, then releases the barriers that every live
- * thread of their scope has reached; false after a fault. */
-bool schedule_block(int n) {
-    for (;;) {
-        for (int t = 0; t < n; t++) {
-            if (g_fib[t].st != F_READY) continue;
-            g_cur = t;
-            set_thread_index(t);
-#ifdef EMU_ASAN
-            __sanitizer_start_switch_fiber(&g_sched_fake, g_fib[t].stack, kStack);
-#endif
-            ctx_switch(&g_sched, &g_fib[t].ctx);
-#ifdef EMU_ASAN
-            __sanitizer_finish_switch_fiber(g_sched_fake, nullptr, nullptr);
-#endif
-            if (g_sticky != cudaSuccess) return false;   /* a fault inside: abandon the block */
+unsigned long long order_next(void) {
+    unsigned long long x = g_order_rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return g_order_rng = x;
+}
+
+/* g_perm[0..n) = the order the threads of a block run in this round */
+void order_threads(int n) {
+    for (int i = 0; i < n; i++) g_perm[i] = g_order == ORDER_REVERSE ? n - 1 - i : i;
+    if (g_order == ORDER_SHUFFLE)
+        for (int i = n - 1; i > 0; i--) {
+            int j = (int)(order_next() % (unsigned long long)(i + 1)), t = g_perm[i];
+            g_perm[i] = g_perm[j];
+            g_perm[j] = t;
         }
-        int released = 0, live = 0;
-        for (int w = 0; w * 32 < n; w++) {
-            int lo = w * 32, hi = lo + 32 < n ? lo + 32 : n, ww = 0, wb = 0, done = 0, shfl = 0;
-            for (int t = lo; t < hi; t++) {
-                ww += g_fib[t].st == F_WAIT_WARP || g_fib[t].st == F_WAIT_SHFL;
-                shfl += g_fib[t].st == F_WAIT_SHFL;
-                wb += g_fib[t].st == F_WAIT_BLOCK;
-                done += g_fib[t].st == F_DONE;
+}
+
+unsigned long long gcd_u64(unsigned long long a, unsigned long long b) {
+    while (b) {
+        unsigned long long t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* switches to fiber t until it waits or ends; false after a fault inside */
+bool run_fiber(int t) {
+    g_cur = t;
+    set_thread_index(t);
+#ifdef EMU_ASAN
+    __sanitizer_start_switch_fiber(&g_sched_fake, g_fib[t].stack, kStack);
+#endif
+    ctx_switch(&g_sched, &g_fib[t].ctx);
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(g_sched_fake, nullptr, nullptr);
+#endif
+    return g_sticky == cudaSuccess;
+}
+
+/* Warp w of an n-thread block once none of its lanes is ready: releases its warp barrier
+ * (__syncwarp or a shuffle) when every live lane waits there. 1 when released, 0 when not,
+ * -1 after a fault; adds its live lanes to *live. */
+int settle_warp(int w, int n, int *live) {
+    int lo = w * 32, hi = lo + 32 < n ? lo + 32 : n, ww = 0, wb = 0, done = 0, shfl = 0;
+    for (int t = lo; t < hi; t++) {
+        ww += g_fib[t].st == F_WAIT_WARP || g_fib[t].st == F_WAIT_SHFL;
+        shfl += g_fib[t].st == F_WAIT_SHFL;
+        wb += g_fib[t].st == F_WAIT_BLOCK;
+        done += g_fib[t].st == F_DONE;
+    }
+    if (ww && wb) {
+        emu_fault("kernel %s, block (%u,%u,%u): warp %d has lanes waiting in __syncwarp or "
+                  "a shuffle and lanes waiting in __syncthreads: divergent barrier",
+                  g_kernel, blockIdx.x, blockIdx.y, blockIdx.z, w);
+        return -1;
+    }
+    if (shfl && done) {
+        emu_fault("kernel %s, block (%u,%u,%u): a full-mask shuffle in warp %d after %d of "
+                  "its lanes exited (their values are undefined)", g_kernel, blockIdx.x,
+                  blockIdx.y, blockIdx.z, w, done);
+        return -1;
+    }
+    *live += hi - lo - done;
+    if (!ww) return 0;
+    for (int t = lo; t < hi; t++)            /* no lane of this warp is elsewhere: complete */
+        if (g_fib[t].st == F_WAIT_WARP || g_fib[t].st == F_WAIT_SHFL) g_fib[t].st = F_READY;
+    return 1;
+}
+
+/* Runs the block's fibers until every one has ended; false after a fault. Between two
+ * __syncthreads:
+ *  - forward: in rounds, every ready thread (0 first) until it waits, then the warp barriers
+ *    every lane has reached are released - the warps move in step;
+ *  - reverse / shuffle: one warp at a time (the last first / a random one), its lanes (the last
+ *    first / in a random order) run and its warp barriers release until all of them wait in
+ *    __syncthreads or ended; then the next warp. A warp that overwrites shared memory another
+ *    warp has yet to read, without a __syncthreads between, is then caught too.
+ * Then the block barrier releases. */
+bool schedule_block(int n) {
+    int nw = (n + 31) / 32, warps[kMaxThreads / 32];
+    for (;;) {
+        order_threads(n);
+        int live = 0;
+        if (g_order == ORDER_FORWARD) {
+            for (int k = 0; k < n; k++)
+                if (g_fib[g_perm[k]].st == F_READY && !run_fiber(g_perm[k])) return false;
+            int released = 0;
+            for (int w = 0; w < nw; w++) {
+                int r = settle_warp(w, n, &live);
+                if (r < 0) return false;
+                released += r;
             }
-            if (ww && wb) {
-                emu_fault("kernel %s, block (%u,%u,%u): warp %d has lanes waiting in __syncwarp or "
-                          "a shuffle and lanes waiting in __syncthreads: divergent barrier",
-                          g_kernel, blockIdx.x, blockIdx.y, blockIdx.z, w);
-                return false;
+            if (released) continue;
+        } else {
+            /* the warps' order: g_perm's order of each warp's first lane to appear */
+            int m = 0;
+            bool seen[kMaxThreads / 32] = {};
+            for (int k = 0; k < n; k++)
+                if (!seen[g_perm[k] / 32]) {
+                    seen[g_perm[k] / 32] = true;
+                    warps[m++] = g_perm[k] / 32;
+                }
+            for (int i = 0; i < nw; i++) {
+                int w = warps[i], r;
+                do {
+                    for (int k = 0; k < n; k++) {   /* this warp's lanes in g_perm's order */
+                        int t = g_perm[k];
+                        if (t / 32 == w && g_fib[t].st == F_READY && !run_fiber(t)) return false;
+                    }
+                    int lv = 0;
+                    r = settle_warp(w, n, &lv);
+                    if (r < 0) return false;
+                    if (!r) live += lv;
+                } while (r);
             }
-            if (shfl && done) {
-                emu_fault("kernel %s, block (%u,%u,%u): a full-mask shuffle in warp %d after %d of "
-                          "its lanes exited (their values are undefined)", g_kernel, blockIdx.x,
-                          blockIdx.y, blockIdx.z, w, done);
-                return false;
-            }
-            if (ww) {                /* no lane of this warp is elsewhere: the barrier is complete */
-                for (int t = lo; t < hi; t++)
-                    if (g_fib[t].st == F_WAIT_WARP || g_fib[t].st == F_WAIT_SHFL) g_fib[t].st = F_READY;
-                released++;
-            }
-            live += hi - lo - done;
         }
         if (!live) return true;
-        if (released) continue;
         /* no warp barrier pending, so every live thread waits in __syncthreads */
         for (int t = 0; t < n; t++)
             if (g_fib[t].st == F_WAIT_BLOCK) g_fib[t].st = F_READY;
@@ -578,27 +671,39 @@ void run_kernel(const char *name, dim3 grid, dim3 block, size_t smem, const emu_
     if (g_smem.size() < smem) g_smem.resize(smem);
     bool plain = false;
     size_t shared_bytes = (size_t)((uintptr_t)__stop_emu_shared - (uintptr_t)__start_emu_shared);
-    for (unsigned bz = 0; bz < grid.z; bz++)
-        for (unsigned by = 0; by < grid.y; by++)
-            for (unsigned bx = 0; bx < grid.x; bx++) {
-                blockIdx.x = bx;
-                blockIdx.y = by;
-                blockIdx.z = bz;
-                if (smem) memset(g_smem.data(), 0xff, smem);   /* shared memory starts as garbage */
-                if (shared_bytes) memset(__start_emu_shared, 0xff, shared_bytes);
-                if (!plain) {
-                    g_block_synced = false;
-                    if (!run_block_fibers(n)) return;
-                    plain = !g_block_synced;
-                    continue;
-                }
-                for (int t = 0; t < n; t++) {
-                    g_cur = t;
-                    set_thread_index(t);
-                    fn();
-                    if (g_sticky != cudaSuccess) return;
-                }
-            }
+    /* block k of the launch runs as block (mul * k + add) mod nblocks: a bijection, as mul is
+     * coprime to nblocks; the identity forward, k -> nblocks - 1 - k reversed */
+    unsigned long long nblocks = (unsigned long long)grid.x * grid.y * grid.z, mul = 1, add = 0;
+    if (g_order == ORDER_REVERSE) {
+        mul = nblocks - 1;
+        add = nblocks - 1;
+    } else if (g_order == ORDER_SHUFFLE && nblocks > 1) {
+        mul = order_next() % nblocks;
+        while (gcd_u64(mul, nblocks) != 1) mul = (mul + 1) % nblocks;
+        add = order_next() % nblocks;
+    }
+    for (unsigned long long k = 0; k < nblocks; k++) {
+        unsigned long long b = (unsigned long long)(((unsigned __int128)mul * k + add) % nblocks);
+        blockIdx.x = (unsigned)(b % grid.x);
+        blockIdx.y = (unsigned)(b / grid.x % grid.y);
+        blockIdx.z = (unsigned)(b / grid.x / grid.y);
+        if (smem) memset(g_smem.data(), 0xff, smem);   /* shared memory starts as garbage */
+        if (shared_bytes) memset(__start_emu_shared, 0xff, shared_bytes);
+        if (!plain) {
+            g_block_synced = false;
+            if (!run_block_fibers(n)) return;
+            plain = !g_block_synced;
+            continue;
+        }
+        if (g_order == ORDER_SHUFFLE) order_threads(n);
+        for (int i = 0; i < n; i++) {
+            int t = g_order == ORDER_FORWARD ? i : g_order == ORDER_REVERSE ? n - 1 - i : g_perm[i];
+            g_cur = t;
+            set_thread_index(t);
+            fn();
+            if (g_sticky != cudaSuccess) return;
+        }
+    }
     g_cur = -1;
 }
 
@@ -608,7 +713,7 @@ bool barrier_outside_fibers(const char *what) {
         g_block_synced = true;
         return false;
     }
-    emu_fault("kernel %s: %s in block (%u,%u,%u) although block (0,0,0) met no barrier: the "
+    emu_fault("kernel %s: %s in block (%u,%u,%u) although the first block run met no barrier: the "
               "emulator cannot run a kernel whose blocks synchronize differently", g_kernel, what,
               blockIdx.x, blockIdx.y, blockIdx.z);
     return true;
@@ -643,6 +748,23 @@ const char *err_name(cudaError_t e) {
 }
 
 }  // namespace
+
+int emu_set_order(const char *spec) {
+    if (!strcmp(spec, "forward")) g_order = ORDER_FORWARD;
+    else if (!strcmp(spec, "reverse")) g_order = ORDER_REVERSE;
+    else if (!strncmp(spec, "shuffle", 7) && (!spec[7] || spec[7] == ':')) {
+        unsigned long long seed = 1;
+        if (spec[7]) {
+            char *end = nullptr;
+            seed = strtoull(spec + 8, &end, 10);
+            if (end == spec + 8 || *end) return -1;
+        }
+        g_order = ORDER_SHUFFLE;
+        g_order_rng = seed * 0x9E3779B97F4A7C15ull + 1;  /* never 0: xorshift would stay there */
+        if (!g_order_rng) g_order_rng = 1;
+    } else return -1;
+    return 0;
+}
 
 /* ---------------- device-side entry points ---------------- */
 

@@ -54,6 +54,44 @@ static __global__ void reverse_kernel(const float *x, float *y) {
     y[base + t] = sm[n - 1 - t];
 }
 
+/* thread t reads what thread t + d (d = -1 or +1) wrote to shared memory; the barrier between
+ * the write and the read only when `sync`: a race otherwise, which only some thread orders show */
+static __global__ void neighbour_kernel(const float *x, float *y, int d, int sync) {
+    __shared__ float s[128];
+    int t = threadIdx.x, n = blockDim.x, base = blockIdx.x * n;
+    s[t] = x[base + t];
+    if (sync) __syncthreads();
+    int u = t + d;
+    y[base + t] = u >= 0 && u < n ? s[u] : 0.0f;
+}
+
+/* two block sums through one shared array, as kernels/common.cuh's block_sum; without `guard`
+ * the second sum's writes are not kept from the first sum's reads: a warp ahead of the others
+ * overwrites a partial sum they have yet to read */
+static __device__ float sum_through(float v, float *red, int guard) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (guard) __syncthreads();
+    if (lane == 0) red[wid] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __global__ void two_sums_kernel(const float *x, float *y, int guard) {
+    __shared__ float red[32];
+    float v = x[threadIdx.x];
+    float a = sum_through(v, red, guard), b = sum_through(10.0f * v, red, guard);
+    y[threadIdx.x] = b - 10.0f * a;                 /* 0 up to rounding */
+}
+
+/* block b reads the value block b - 1 wrote: a race between blocks (no order is promised) */
+static __global__ void chain_kernel(float *y) {
+    if (threadIdx.x) return;
+    int b = blockIdx.x;
+    y[b] = b ? y[b - 1] + 1.0f : 1.0f;
+}
+
 static __global__ void add_kernel(float *y, float v, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] += v;
@@ -266,6 +304,77 @@ static void check_barriers_and_shuffles(void) {
     for (int i = 0; i < 128; i++) bad += sg[i] == sg[i];
     CHECK(bad == 0, "static shared memory not poisoned per block: %d values not NaN", bad);
     cudaFree(x); cudaFree(out); cudaFree(w); cudaFree(wo); cudaFree(r); cudaFree(idx); cudaFree(so);
+}
+
+/* ACT_EMU_ORDER's orders: correct kernels agree in every order; a missing barrier, or blocks
+ * depending on each other, shows in the orders that run the reader before the writer */
+static int wrong_neighbours(const float *x, float *xd, float *yd, int d, int sync) {
+    float y[256];
+    emu_launch(neighbour_kernel, 2, 128)(xd, yd, d, sync);
+    cudaMemcpy(y, yd, sizeof y, cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (int i = 0; i < 256; i++) {
+        int t = i & 127, u = t + d;
+        bad += y[i] != (u >= 0 && u < 128 ? x[i + d] : 0.0f);
+    }
+    return bad;
+}
+
+static int chain_in_order(float *yd) {
+    float y[64];
+    cudaMemsetAsync(yd, 0xff, sizeof y, 0);      /* NaN: no earlier run's chain to read */
+    emu_launch(chain_kernel, 64, 32)(yd);
+    cudaMemcpy(y, yd, sizeof y, cudaMemcpyDeviceToHost);
+    for (int b = 0; b < 64; b++)
+        if (y[b] != b + 1.0f) return 0;
+    return 1;
+}
+
+static int wrong_two_sums(const float *xd, float *yd, int guard) {
+    float y[128];
+    emu_launch(two_sums_kernel, 1, 128)(xd, yd, guard);
+    cudaMemcpy(y, yd, sizeof y, cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (int i = 0; i < 128; i++) bad += !(fabsf(y[i]) < 1e-3f);
+    return bad;
+}
+
+static void check_orders(void) {
+    float x[256];
+    for (int i = 0; i < 256; i++) x[i] = urand(-1, 1);
+    float *xd = dev_upload(x, 256), *yd = dev_upload(NULL, 256), *cd = dev_upload(NULL, 64);
+    CHECK(emu_set_order("sideways") == -1 && emu_set_order("shuffle:") == -1 &&
+          emu_set_order("shuffle:1x") == -1 && emu_set_order("shufflex") == -1,
+          "a bad ACT_EMU_ORDER spec accepted");
+    const char *orders[] = {"forward", "reverse", "shuffle", "shuffle:7"};
+    for (const char *o : orders) {
+        CHECK(emu_set_order(o) == 0, "order %s refused", o);
+        check_barriers_and_shuffles();           /* correct kernels: right in every order */
+        for (int d = -1; d <= 1; d += 2)
+            CHECK(wrong_neighbours(x, xd, yd, d, 1) == 0, "order %s, neighbour %+d with the "
+                  "barrier: wrong", o, d);
+        int lo = wrong_neighbours(x, xd, yd, -1, 0), hi = wrong_neighbours(x, xd, yd, +1, 0);
+        int chain = chain_in_order(cd);
+        int war = wrong_two_sums(xd, yd, 0);
+        CHECK(wrong_two_sums(xd, yd, 1) == 0, "order %s: two guarded block sums wrong", o);
+        if (!strcmp(o, "forward"))               /* the warps move in step: not seen */
+            CHECK(war == 0, "forward: unguarded block sums %d wrong (0 expected)", war);
+        else
+            CHECK(war > 0, "%s: unguarded block sums right: a warp running ahead was not "
+                  "modeled", o);
+        if (!strcmp(o, "forward"))
+            CHECK(lo == 0 && hi > 0 && chain, "forward: reading the lower neighbour without a "
+                  "barrier %d wrong (0 expected), the upper %d (>0 expected), blocks in order %d",
+                  lo, hi, chain);
+        else if (!strcmp(o, "reverse"))
+            CHECK(lo > 0 && hi == 0 && !chain, "reverse: lower neighbour %d wrong (>0 expected), "
+                  "upper %d (0 expected), blocks in order %d (0 expected)", lo, hi, chain);
+        else
+            CHECK(lo > 0 && hi > 0 && !chain, "%s: lower neighbour %d wrong, upper %d (both >0 "
+                  "expected), blocks in order %d (0 expected)", o, lo, hi, chain);
+    }
+    emu_set_order("forward");
+    cudaFree(xd); cudaFree(yd); cudaFree(cd);
 }
 
 static void check_deferred_streams(void) {
@@ -680,6 +789,7 @@ static int child_lane_copy_after_free(void) {
 
 int main(void) {
     check_barriers_and_shuffles();
+    check_orders();
     check_deferred_streams();
     check_capture();
     check_free_rules();

@@ -38,6 +38,9 @@ extern dim3 blockDim, gridDim;
 #define __shared__ static __attribute__((section("emu_shared")))
 
 void __syncthreads(void);
+/* the emulator's thread and block order (ACT_EMU_ORDER; emu_runtime.cc): "forward", "reverse"
+ * or "shuffle[:SEED]"; 0, or -1 for anything else. For the emulator's own tests. */
+int emu_set_order(const char *spec);
 void __syncwarp(unsigned mask = 0xffffffffu);
 /* the warp-exchange primitive under every shuffle: lane publishes v, then reads lane src's */
 unsigned long long emu_shfl_raw(unsigned mask, unsigned long long v, int src_lane);
