@@ -29,7 +29,8 @@ static inline int act_mul_ok(size_t a, size_t b, size_t *out) {
 void *act_array_alloc(size_t n, size_t size);
 
 /* 64-byte aligned, zero-filled block of at least `bytes` (0 allowed); NULL on failure.
- * Free with act_aligned_free. */
+ * Blocks of 1 MiB and more are anonymous mappings, their pages faulted in when first written.
+ * Free with act_aligned_free only. */
 void *act_aligned_alloc(size_t bytes);
 void act_aligned_free(void *p);
 
