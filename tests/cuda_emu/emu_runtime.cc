@@ -26,8 +26,10 @@
  *    launch). A kernel that reads shared or global memory another thread writes without a
  *    barrier between them gets the right answer in only some orders: forward misses a thread
  *    reading what a lower-numbered thread wrote, reverse misses the other way. Running a test
- *    suite in all three is this emulator's answer to compute-sanitizer's racecheck (which it
- *    does not replace: a race inside one warp that lockstep hides on a GPU is not modeled).
+ *    suite in all three is this emulator's answer to compute-sanitizer's racecheck, which it
+ *    does not replace: blocks never run at once here, so memory ordering between them (a
+ *    missing __threadfence) is not modeled. Lanes of a warp do not run in lockstep in any
+ *    order, so code that leans on lockstep instead of __syncwarp is caught, not hidden.
  *  - Streams are ordered by events, adversarially: work on one stream runs only when something
  *    needs it. cudaStreamWaitEvent(a, ev) queues a wait on a that, when a reaches it, runs the
  *    recording stream up to and including that record (the newest at the time of the wait) and
