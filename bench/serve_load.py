@@ -142,6 +142,17 @@ def _start_server(args, max_batch, workdir):
     return proc, int(pf.read_text().split()[0]), str(Path(workdir) / f"serve-{max_batch}.sock")
 
 
+def _peak_rss_mib(pid):
+    """act-serve's peak resident memory so far (Linux VmHWM), or None where /proc lacks it"""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def _run_level(addr, clients, n_req, max_seconds):
     ctx = mp.get_context("fork")
     barrier, out_q = ctx.Barrier(clients + 1), ctx.Queue()
@@ -208,11 +219,17 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as work:
         for mode in args.modes.split(","):
             proc, port, path = _start_server(args, args.max_batch if mode == "on" else 1, work)
+            ready_rss = _peak_rss_mib(proc.pid)
+            if ready_rss is not None:
+                print(f"  batching {mode:3s}: act-serve ready, peak RSS {ready_rss:.1f} MiB", file=sys.stderr)
             try:
                 for c in levels:
                     for t in transports:
                         r = _run_level(path if t == "shm" else port, c, args.requests, args.max_seconds)
                         r["batching"], r["transport"] = mode, t
+                        # the server's peak so far: VmHWM never goes down, so a row shows the most any
+                        # setting up to it needed
+                        r["server_ready_rss_mib"], r["server_peak_rss_mib"] = ready_rss, _peak_rss_mib(proc.pid)
                         rows.append(r)
                         print(f"  batching {mode:3s} {t:3s} clients {c:3d}: {r['throughput_rps']:9.1f} req/s  "
                               f"p50 {r['rtt_p50_ms']:8.3f} ms  p99 {r['rtt_p99_ms']:8.3f} ms", file=sys.stderr)
@@ -220,11 +237,12 @@ def main(argv=None):
                 proc.terminate()
                 proc.wait(timeout=120)
     print(f"{'batching':>8} {'via':>4} {'clients':>7} {'requests':>8} {'p50 ms':>9} {'p99 ms':>9} {'req/s':>9} "
-          f"{'batch':>6} {'infer p50':>9} {'queue p50':>9} {'overhead':>9}")
+          f"{'batch':>6} {'infer p50':>9} {'queue p50':>9} {'overhead':>9} {'RSS MiB':>8}")
     for r in rows:
+        rss = r["server_peak_rss_mib"]
         print(f"{r['batching']:>8} {r['transport']:>4} {r['clients']:7d} {r['requests']:8d} {r['rtt_p50_ms']:9.3f} {r['rtt_p99_ms']:9.3f} "
               f"{r['throughput_rps']:9.1f} {r['mean_batch']:6.2f} {r['infer_p50_ms']:9.3f} {r['queue_p50_ms']:9.3f} "
-              f"{r['overhead_p50_ms']:9.3f}")
+              f"{r['overhead_p50_ms']:9.3f} {'-' if rss is None else f'{rss:.1f}':>8}")
     by = {(r["batching"], r["clients"]): r for r in rows if r["transport"] == transports[0]}
     summary = {}
     top = max(levels)

@@ -29,6 +29,9 @@ def test_serve_load_reports_every_setting(act_serve, make_model, make_cfg, tmp_p
         assert r["throughput_rps"] > 0 and 1 <= r["mean_batch"] <= clients
         if mode == "off":
             assert r["mean_batch"] == 1
+        # the server's peak RSS (Linux VmHWM): at least the model file, and never below the peak
+        # it had when it became ready
+        assert r["server_peak_rss_mib"] >= r["server_ready_rss_mib"] > model.stat().st_size / 2**20
     assert set(res["summary"]) == {"speedup_batching_3_clients", "speedup_3_clients_vs_one_at_a_time",
                                    "overhead_p50_ms_batch1", "overhead_p50_ms_batch1_shm"}
     assert "batching  via clients" in p.stdout and p.stdout.count("\n") >= 9
