@@ -150,6 +150,23 @@ typedef enum {
 const char *act_stage_name(act_stage st);
 void act_session_profile(act_session *s, int enable);  /* CUDA: disables graphs while on */
 int act_session_stage_ms(act_session *s, double ms[ACT_STAGE_COUNT]);
+/* The stages in finer sections, from the same profiled run: the vision stage by ResNet layer
+ * (summed over cameras and trunks), the transformer stage by part. Each section belongs to one
+ * stage (act_section_stage), and a stage's time is the sum of its sections'. */
+typedef enum {
+    ACT_SECTION_UPLOAD = 0, ACT_SECTION_PREPROCESS,
+    ACT_SECTION_STEM,        /* conv1 + max pool */
+    ACT_SECTION_LAYER1, ACT_SECTION_LAYER2, ACT_SECTION_LAYER3, ACT_SECTION_LAYER4,
+    ACT_SECTION_KEYPOINTS,   /* keypoint conv, spatial softmax, linear: one token per image */
+    ACT_SECTION_LATENT,      /* the latent token: CVAE encoder and projection (posterior), bias (prior) */
+    ACT_SECTION_MEMORY,      /* qpos and visual projections, memory assembly */
+    ACT_SECTION_DECODER,     /* every decoder layer */
+    ACT_SECTION_HEAD,        /* action head + denormalization */
+    ACT_SECTION_DOWNLOAD, ACT_SECTION_COUNT
+} act_section;
+const char *act_section_name(act_section sec);
+act_stage act_section_stage(act_section sec);
+int act_session_section_ms(act_session *s, double ms[ACT_SECTION_COUNT]);
 const char *act_session_device_name(const act_session *s);
 size_t act_session_device_bytes(const act_session *s);  /* device memory held by the session */
 /* What that memory holds: the weights in the backend's form (CUDA fp32/tf32: the fp32 blob;

@@ -68,8 +68,11 @@ struct act_backend {
     int (*begin_capture)(act_backend *be, int key);   /* 0: capturing (or no graphs: run eagerly) */
     int (*end_capture)(act_backend *be, int key);     /* instantiates and launches the captured step */
     int (*sync)(act_backend *be);                     /* wait for the step; the only host sync */
-    void (*stage_mark)(act_backend *be, int stage);   /* profiling boundary (act_stage), may be no-op */
-    int (*stage_ms)(act_backend *be, double *ms);     /* elapsed per stage since last marks */
+    /* profiling: a mark opens section `sec` (act_section) and closes the one before; a mark of
+     * ACT_SECTION_COUNT closes the last. May be a no-op. stage_ms hands back (and clears) the
+     * milliseconds per section since it was last called: ms[ACT_SECTION_COUNT]. */
+    void (*stage_mark)(act_backend *be, int sec);
+    int (*stage_ms)(act_backend *be, double *ms);
 
     /* ---- transfers (from/to host buffers made by host_alloc; async on CUDA) ---- */
     int (*upload)(act_backend *be, act_buf dst, const void *host, size_t n);    /* n elems of dst.dt; host has dst.dt elements (U8 or F32) */

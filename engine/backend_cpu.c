@@ -4,7 +4,7 @@
  * The reference backend: plain C11 + a BLAS, fp32 only. "Device" memory is host memory, so
  * transfers are memcpy, there are no graphs (begin_capture runs the step eagerly) and sync is a
  * no-op. The ops themselves live in cpu_vision.c and cpu_transformer.c. Stage timing uses the
- * monotonic clock: stage_mark(s) closes the open stage and opens s (s >= ACT_STAGE_COUNT just
+ * monotonic clock: stage_mark(s) closes the open section and opens s (s >= ACT_SECTION_COUNT just
  * closes), stage_ms hands back and clears the accumulated milliseconds. */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime */
 #include <stdio.h>
@@ -148,13 +148,13 @@ static void cpu_stage_mark(act_backend *be, int stage) {
     act_cpu_ctx *ctx = be->ctx;
     double t = now_ms();
     if (ctx->stage_open >= 0) ctx->stage_acc[ctx->stage_open] += t - ctx->stage_t0;
-    ctx->stage_open = (stage >= 0 && stage < ACT_STAGE_COUNT) ? stage : -1;
+    ctx->stage_open = (stage >= 0 && stage < ACT_SECTION_COUNT) ? stage : -1;
     ctx->stage_t0 = t;
 }
 
 static int cpu_stage_ms(act_backend *be, double *ms) {
     act_cpu_ctx *ctx = be->ctx;
-    for (int i = 0; i < ACT_STAGE_COUNT; i++) {
+    for (int i = 0; i < ACT_SECTION_COUNT; i++) {
         ms[i] = ctx->stage_acc[i];
         ctx->stage_acc[i] = 0.0;
     }

@@ -65,7 +65,7 @@
 #define CONV_WS_LIMIT ((size_t)256 << 20)      /* the most workspace a conv algorithm may use */
 #define CUBLAS_WS_BYTES ((size_t)32 << 20)
 #define MAX_GRAPHS 1024   /* keys (batch, mode with its gather bit): warm-up at max_batch 256 alone takes 512 */
-#define MAX_MARKS 32
+#define MAX_MARKS 64
 
 typedef struct { int widx, N, H, W; act_conv_plan *plan; } conv_entry;
 /* a cuBLASLt plan per linear call shape; plan NULL: that shape runs GEMM + bias kernel */
@@ -472,13 +472,14 @@ static int cu_sync(act_backend *be) {
     return 0;
 }
 
-/* Profiling: each mark records an event tagged with the stage that starts there; a stage's
- * time runs to the next mark. ACT_STAGE_UPLOAD starts a new step's list; a mark of
- * ACT_STAGE_COUNT (or beyond) closes the last stage. Marks inside a capture are dropped. */
+/* Profiling: each mark records an event tagged with the section (act_section) that starts
+ * there; a section's time runs to the next mark. ACT_SECTION_UPLOAD starts a new step's list; a
+ * mark of ACT_SECTION_COUNT (or beyond) closes the last section. Marks inside a capture are
+ * dropped. */
 static void cu_stage_mark(act_backend *be, int stage) {
     cuda_ctx *c = CTX(be);
     if (c->capturing) return;
-    if (stage == ACT_STAGE_UPLOAD || c->n_marks >= MAX_MARKS) c->n_marks = 0;
+    if (stage == ACT_SECTION_UPLOAD || c->n_marks >= MAX_MARKS) c->n_marks = 0;
     if (cudaEventRecord(c->ev[c->n_marks], c->st) != cudaSuccess) {
         cudaGetLastError();
         return;
@@ -489,12 +490,12 @@ static void cu_stage_mark(act_backend *be, int stage) {
 static int cu_stage_ms(act_backend *be, double *ms) {
     cuda_ctx *c = CTX(be);
     BE_ERR;
-    for (int i = 0; i < ACT_STAGE_COUNT; i++) ms[i] = 0.0;
+    for (int i = 0; i < ACT_SECTION_COUNT; i++) ms[i] = 0.0;
     if (c->n_marks == 0) return 0;
     KCHECK(cudaEventSynchronize(c->ev[c->n_marks - 1]));
     for (int i = 0; i + 1 < c->n_marks; i++) {
         int s = c->ev_stage[i];
-        if (s < 0 || s >= ACT_STAGE_COUNT) continue;
+        if (s < 0 || s >= ACT_SECTION_COUNT) continue;
         float t = 0.0f;
         KCHECK(cudaEventElapsedTime(&t, c->ev[i], c->ev[i + 1]));
         ms[s] += t;

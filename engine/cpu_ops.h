@@ -36,7 +36,7 @@ typedef struct act_cpu_ctx {
     float *wino_data;         /* one block holding every wino[i].u */
     size_t wino_bytes;        /* counted in bytes (weights the backend made) */
     unsigned long wino_convs; /* convolutions run by Winograd (for tests and profiles) */
-    double stage_acc[ACT_STAGE_COUNT];
+    double stage_acc[ACT_SECTION_COUNT];
     double stage_t0;
     int stage_open;           /* stage being timed, -1 when none */
 } act_cpu_ctx;

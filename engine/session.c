@@ -2,7 +2,8 @@
  * defines: act_session_default_opts, act_session_create, act_session_free, act_run,
  *          act_session_profile, act_session_stage_ms, act_session_device_name,
  *          act_session_device_bytes, act_session_memory, act_session_input_buffers,
- *          act_session_register_host, act_session_unregister_host, act_stage_name
+ *          act_session_register_host, act_session_unregister_host, act_stage_name,
+ *          act_section_name, act_section_stage, act_session_section_ms
  *
  * act_run is the only door from the caller's memory into a step: it checks every input (batch
  * range, a frame buffer per camera, finite qpos and actions), copies the inputs into the
@@ -30,7 +31,7 @@ struct act_session {
     act_session_opts opts;
     int profile;
     int have_stages;
-    double stage_ms[ACT_STAGE_COUNT];
+    double section_ms[ACT_SECTION_COUNT];
     size_t weight_bytes, activation_bytes;   /* device bytes load_weights and act_fwd_create took */
     struct host_reg { const uint8_t *p; size_t bytes; uint8_t *dev; } *regs;   /* registered host memory */
     int n_regs, cap_regs;
@@ -48,6 +49,27 @@ const char *act_stage_name(act_stage st) {
     static const char *names[ACT_STAGE_COUNT] = {"upload", "preprocess", "vision", "transformer",
                                                  "download"};
     return (st >= 0 && st < ACT_STAGE_COUNT) ? names[st] : "unknown";
+}
+
+static const struct {
+    const char *name;
+    act_stage stage;
+} k_sections[ACT_SECTION_COUNT] = {
+    {"upload", ACT_STAGE_UPLOAD},      {"preprocess", ACT_STAGE_PREPROCESS},
+    {"stem", ACT_STAGE_VISION},        {"layer1", ACT_STAGE_VISION},
+    {"layer2", ACT_STAGE_VISION},      {"layer3", ACT_STAGE_VISION},
+    {"layer4", ACT_STAGE_VISION},      {"keypoints", ACT_STAGE_VISION},
+    {"latent", ACT_STAGE_TRANSFORMER}, {"memory", ACT_STAGE_TRANSFORMER},
+    {"decoder", ACT_STAGE_TRANSFORMER}, {"head", ACT_STAGE_TRANSFORMER},
+    {"download", ACT_STAGE_DOWNLOAD},
+};
+
+const char *act_section_name(act_section sec) {
+    return (sec >= 0 && sec < ACT_SECTION_COUNT) ? k_sections[sec].name : "unknown";
+}
+
+act_stage act_section_stage(act_section sec) {
+    return (sec >= 0 && sec < ACT_SECTION_COUNT) ? k_sections[sec].stage : ACT_STAGE_COUNT;
 }
 
 act_session_opts act_session_default_opts(void) {
@@ -301,7 +323,7 @@ int act_run(act_session *s, const act_inputs *in, act_outputs *out, char *err, s
     int graphs = s->opts.use_graphs && !s->profile;
     if (act_fwd_step(s->fwd, B, mode, graphs, err, errlen)) return -1;
     if (s->profile) {
-        s->be->stage_ms(s->be, s->stage_ms);
+        s->be->stage_ms(s->be, s->section_ms);
         s->have_stages = 1;
     }
 
@@ -321,13 +343,20 @@ void act_session_profile(act_session *s, int enable) {
     if (!s) return;
     s->profile = enable != 0;
     s->fwd->serial_uploads = s->profile;
-    if (s->profile) s->be->stage_ms(s->be, s->stage_ms);   /* drop time from unprofiled steps */
+    if (s->profile) s->be->stage_ms(s->be, s->section_ms);   /* drop time from unprofiled steps */
     s->have_stages = 0;
 }
 
 int act_session_stage_ms(act_session *s, double ms[ACT_STAGE_COUNT]) {
     if (!s || !s->have_stages) return -1;
-    memcpy(ms, s->stage_ms, sizeof s->stage_ms);
+    for (int k = 0; k < ACT_STAGE_COUNT; k++) ms[k] = 0.0;
+    for (int k = 0; k < ACT_SECTION_COUNT; k++) ms[k_sections[k].stage] += s->section_ms[k];
+    return 0;
+}
+
+int act_session_section_ms(act_session *s, double ms[ACT_SECTION_COUNT]) {
+    if (!s || !s->have_stages) return -1;
+    memcpy(ms, s->section_ms, sizeof s->section_ms);
     return 0;
 }
 

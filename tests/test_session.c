@@ -411,6 +411,29 @@ static void test_model(const char *path) {
     }
     CHECK(ms[ACT_STAGE_VISION] > 0 && sum > 0, "vision stage took no time (%.3f ms)", ms[ACT_STAGE_VISION]);
     CHECK(!strcmp(act_stage_name(ACT_STAGE_VISION), "vision"), "stage name");
+    /* the sections: every one of a stage's, summed, is that stage; each section that runs an op
+     * in this posterior step (every one) took time */
+    double sec[ACT_SECTION_COUNT], by_stage[ACT_STAGE_COUNT] = {0};
+    CHECK(act_session_section_ms(s, sec) == 0, "no section times after a profiled run");
+    for (int k = 0; k < ACT_SECTION_COUNT; k++) {
+        act_stage st = act_section_stage((act_section)k);
+        CHECK(st >= 0 && st < ACT_STAGE_COUNT, "section %d has no stage", k);
+        if (st >= 0 && st < ACT_STAGE_COUNT) by_stage[st] += sec[k];
+        CHECK(sec[k] > 0 || k == ACT_SECTION_DOWNLOAD, "section %s took no time (%.6f ms)",
+              act_section_name((act_section)k), sec[k]);
+    }
+    for (int i = 0; i < ACT_STAGE_COUNT; i++)
+        CHECK(fabs(by_stage[i] - ms[i]) <= 1e-9 * (1 + ms[i]), "stage %s %.6f ms, its sections %.6f",
+              act_stage_name((act_stage)i), ms[i], by_stage[i]);
+    static const act_stage want_stage[ACT_SECTION_COUNT] = {
+        ACT_STAGE_UPLOAD, ACT_STAGE_PREPROCESS, ACT_STAGE_VISION, ACT_STAGE_VISION, ACT_STAGE_VISION,
+        ACT_STAGE_VISION, ACT_STAGE_VISION, ACT_STAGE_VISION, ACT_STAGE_TRANSFORMER,
+        ACT_STAGE_TRANSFORMER, ACT_STAGE_TRANSFORMER, ACT_STAGE_TRANSFORMER, ACT_STAGE_DOWNLOAD};
+    for (int k = 0; k < ACT_SECTION_COUNT; k++)
+        CHECK(act_section_stage((act_section)k) == want_stage[k], "section %s in stage %s",
+              act_section_name((act_section)k), act_stage_name(act_section_stage((act_section)k)));
+    CHECK(!strcmp(act_section_name(ACT_SECTION_LAYER3), "layer3") &&
+          !strcmp(act_section_name(ACT_SECTION_COUNT), "unknown"), "section names");
 
     free(den);
     free_outs(&full), free_outs(&one), free_outs(&g), free_outs(&s1), free_outs(&s2);

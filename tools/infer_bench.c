@@ -5,8 +5,10 @@
  *   act_run calls (host clock around the whole call: act_run returns only when the chunk is on
  *   the host, so each sample is the full step a user sees - upload, preprocess, vision,
  *   transformer, download). Then a separate, shorter profiled pass reads the per-stage times
- *   (CUDA events / monotonic clocks inside the engine). Profiling disables CUDA graphs, so the
- *   stage sum is reported beside, never mixed into, the clean latency numbers.
+ *   (CUDA events / monotonic clocks inside the engine) and the same time in finer sections
+ *   (the trunk's stem and four layers, keypoints; latent, memory, decoder, head). Profiling
+ *   disables CUDA graphs, so the stage sum is reported beside, never mixed into, the clean
+ *   latency numbers.
  * - Inputs look like camera frames (gradients, coloured shapes, sensor noise; never zeros) and
  *   are rotated: a pool of max_batch + ROTATIONS - 1 frames per camera, and iteration i reads
  *   the window starting at frame i % ROTATIONS, so consecutive steps never read the same window
@@ -59,6 +61,7 @@ typedef struct batch_result {
     double *samples;                   /* ms, in run order (owned); JSON carries them for merging runs */
     int have_stages;
     double stage_ms[ACT_STAGE_COUNT];
+    double section_ms[ACT_SECTION_COUNT];   /* the stages, finer (act_section) */
 } batch_result;
 
 typedef struct input_pool {
@@ -78,8 +81,9 @@ static const char *const USAGE =
         "\n"
         "Times one policy step (uint8 frames + qpos in, action chunk out, preprocessing included)\n"
         "per batch size: min/p50/p90/p99/mean latency, steps/s and images/s, a per-stage breakdown\n"
-        "from a separate profiled pass, device memory held (weights, activations, workspaces) and\n"
-        "host peak RSS, each against its goal (ARCHITECTURE section 9).\n"
+        "from a separate profiled pass (and the same time by section: the ResNet stem and layers,\n"
+        "keypoints, latent, memory, decoder, head), device memory held (weights, activations,\n"
+        "workspaces) and host peak RSS, each against its goal (ARCHITECTURE section 9).\n"
         "  --model        weight file (default: " DEMO_MODEL ", the built-in demo model)\n"
         "  --device       default: cuda when a CUDA device is usable, else cpu\n"
         "  --batch        comma-separated batch sizes (default: cuda 1,8,64,256; cpu 1)\n"
@@ -364,11 +368,12 @@ static int bench_batch(act_session *s, const act_config *cfg, const input_pool *
         act_session_profile(s, 1);
         int ok = 1;
         for (int i = 0; i < a->profile_iters && ok; i++) {
-            double ms[ACT_STAGE_COUNT];
+            double ms[ACT_STAGE_COUNT], sec[ACT_SECTION_COUNT];
             step_inputs(s, pool, cfg, a, batch, i % windows, &in);
             if (act_run(s, &in, &o, err, errlen)) { act_session_profile(s, 0); return -1; }
-            if (act_session_stage_ms(s, ms)) { ok = 0; break; }
+            if (act_session_stage_ms(s, ms) || act_session_section_ms(s, sec)) { ok = 0; break; }
             for (int k = 0; k < ACT_STAGE_COUNT; k++) r->stage_ms[k] += ms[k] / a->profile_iters;
+            for (int k = 0; k < ACT_SECTION_COUNT; k++) r->section_ms[k] += sec[k] / a->profile_iters;
         }
         act_session_profile(s, 0);
         r->have_stages = ok;
@@ -497,6 +502,30 @@ static size_t rss_counted(const bench_report *r) {
     return r->rss_bytes > own ? r->rss_bytes - own : 0;
 }
 
+/* The vision and transformer stages in their sections (ms, same profiled pass), with each
+ * section's share of the step: where a profile starts looking. */
+static void print_sections(const bench_report *r) {
+    int any = 0;
+    for (int i = 0; i < r->n_res; i++) any |= r->res[i].have_stages;
+    if (!any) return;
+    printf("\nsections (ms, same pass; %% of the step)\n%6s", "batch");
+    for (int k = ACT_SECTION_STEM; k <= ACT_SECTION_HEAD; k++)
+        printf(" %10s", act_section_name((act_section)k));
+    printf("\n");
+    for (int i = 0; i < r->n_res; i++) {
+        const batch_result *b = &r->res[i];
+        if (!b->have_stages) continue;
+        double sum = 0;
+        for (int k = 0; k < ACT_SECTION_COUNT; k++) sum += b->section_ms[k];
+        printf("%6d", b->batch);
+        for (int k = ACT_SECTION_STEM; k <= ACT_SECTION_HEAD; k++) printf(" %10.3f", b->section_ms[k]);
+        printf("\n%6s", "");
+        for (int k = ACT_SECTION_STEM; k <= ACT_SECTION_HEAD; k++)
+            printf(" %9.1f%%", sum > 0 ? 100.0 * b->section_ms[k] / sum : 0.0);
+        printf("\n");
+    }
+}
+
 static void print_table(const bench_report *r) {
     const act_config *cfg = r->cfg;
     printf("act-infer bench  %s\n", r->date);
@@ -532,6 +561,7 @@ static void print_table(const bench_report *r) {
         }
         if (b->have_stages) printf(" %11.3f\n", sum); else printf(" %11s\n", "n/a");
     }
+    print_sections(r);
     printf("\nmemory  device %.1f MiB held; host peak RSS %.1f MiB (weight file %.1f MiB, input pool %.1f MiB)\n",
            r->device_bytes / 1048576.0, r->rss_bytes / 1048576.0, r->weight_file_bytes / 1048576.0,
            r->input_bytes / 1048576.0);
@@ -586,9 +616,12 @@ static int write_json(const bench_report *r, const char *path, char *err, size_t
             fputc('{', f);
             for (int k = 0; k < ACT_STAGE_COUNT; k++)
                 fprintf(f, "%s\"%s\": %.6f", k ? ", " : "", act_stage_name((act_stage)k), b->stage_ms[k]);
+            fputs("}, \"sections_ms\": {", f);
+            for (int k = 0; k < ACT_SECTION_COUNT; k++)
+                fprintf(f, "%s\"%s\": %.6f", k ? ", " : "", act_section_name((act_section)k), b->section_ms[k]);
             fputc('}', f);
         } else {
-            fputs("null", f);
+            fputs("null, \"sections_ms\": null", f);
         }
         fprintf(f, ", \"samples_ms\": [");
         for (int k = 0; k < r->a->iters; k++) fprintf(f, "%s%.6f", k ? ", " : "", b->samples[k]);

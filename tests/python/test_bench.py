@@ -89,6 +89,11 @@ def test_bench_json_has_every_figure_and_the_right_answer(act_infer, small_model
         assert b["steps_per_s"] == pytest.approx(b["batch"] * 1e3 / lat["mean"], rel=1e-3)
         assert b["images_per_s"] == pytest.approx(b["steps_per_s"] * cfg["num_cams"], rel=1e-6)
         st = b["stages_ms"]
+        sec = b["sections_ms"]
+        assert list(sec)[:3] == ["upload", "preprocess", "stem"] and len(sec) == 13, sec
+        assert sum(sec.values()) == pytest.approx(sum(st.values()), rel=1e-4, abs=1e-5)
+        assert sum(sec[k] for k in ("stem", "layer1", "layer2", "layer3", "layer4", "keypoints")) == \
+            pytest.approx(st["vision"], rel=1e-4, abs=1e-5)
         assert st is not None and set(st) == set(STAGES), st
         assert all(math.isfinite(v) and v >= 0 for v in st.values()), st
         assert st["vision"] > 0 and st["transformer"] > 0, st
@@ -116,6 +121,7 @@ def test_bench_generated_inputs_and_defaults(act_infer, small_model, tmp_path):
     assert [b["batch"] for b in outs[0]["results"]] == [1]
     assert outs[0]["inputs"] == "generated, seed 1"
     assert outs[0]["results"][0]["stages_ms"] is None   # --profile-iters 0: no profiled pass
+    assert outs[0]["results"][0]["sections_ms"] is None
     a, b = (np.asarray(o["first_output"]["actions"]) for o in outs)
     assert np.all(np.isfinite(a)) and np.std(a) > 0
     assert not np.allclose(a, b), "two seeds gave the same chunk: the inputs did not change"
