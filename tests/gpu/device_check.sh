@@ -27,6 +27,8 @@
 #   bench      bench/compare_torch.py --device cuda (if present): ours vs PyTorch eager/compile
 #   serve      bench/serve_load.py: act-serve on the GPU, 1/8/32 loopback clients, batching on/off,
 #              frames over TCP and in shared memory over the Unix socket
+#   profile    act-infer bench's section profile (bf16 batch 1 and 256, fp32 batch 1): the four
+#              sections that take the most of the step (full tables in profile_*.log)
 #   layout-ab  act-infer bench, full model, bf16 at batch 1 and 64, feature maps NCHW vs NHWC
 #   pipeline-ab act-infer bench, full model, bf16 at batch 64 and 256: frames uploaded per camera
 #              on a second stream while the trunk runs on the camera before, vs all at once
@@ -240,6 +242,34 @@ elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && [ -x "$BUILD/ac
         "$(grep -E '^(overhead|speedup_32_clients_vs)' "$OUT/serve.log" | tr '\n' ' ' | cut -c1-150)"
 else
     row serve SKIP "no bench/serve_load.py, act-serve, full model or time"
+fi
+
+# ---------------- where a step's time goes: the engine's own section profile ----------------
+# (CUDA events around the ResNet stem and layers, keypoints, latent, memory, decoder, head; the
+# profiled pass runs eagerly, so at batch 1 launch gaps are in it - the graph replay's p50 beside)
+if ! want profile; then :
+elif ((built)) && ((have_full)) && enough 30; then
+    fig=""
+    for pb in "bf16 1" "bf16 256" "fp32 1"; do
+        read -r pp pbs <<<"$pb"
+        timeout "$(limit 30)" "$BUILD/act-infer" bench --model "$TD/full.actw" --device cuda --precision "$pp" \
+            --batch "$pbs" --iters 50 --warmup 10 --profile-iters 10 --staged-inputs --json "$OUT/profile_${pp}_b$pbs.json" \
+            >"$OUT/profile_${pp}_b$pbs.log" 2>&1
+        r=$("$PY" - "$OUT/profile_${pp}_b$pbs.json" <<'EOF' 2>/dev/null
+import json, sys
+r = json.load(open(sys.argv[1]))["results"][0]
+sec = r["sections_ms"] or {}
+tot = sum(sec.values()) or 1.0
+top = sorted(sec.items(), key=lambda kv: -kv[1])[:4]
+print("p50 %.3f, profiled %.3f ms: %s" % (r["latency_ms"]["p50"], tot,
+      " ".join("%s %.0f%%" % (k, 100 * v / tot) for k, v in top)))
+EOF
+)
+        fig="$fig $pp b$pbs ${r:-?};"
+    done
+    row profile ok "$fig"
+else
+    row profile SKIP "no build, full model or time"
 fi
 
 # ---------------- A/B rows: the same step with one switch flipped (what time is left) ----------------
