@@ -23,7 +23,8 @@
  *  - ACT_EMU_ORDER sets the order threads run in between barriers, and blocks in a grid:
  *    "forward" (the default: thread 0 first, block (0,0,0) first), "reverse", or "shuffle[:SEED]"
  *    (a new seeded permutation of the threads at every barrier round, and of the blocks at every
- *    launch). A kernel that reads shared or global memory another thread writes without a
+ *    launch: an affine one, k -> a k + b mod n, not every permutation). Block (0,0,0) still runs
+ *    first in each: it is the block that decides fibers or plain calls (above). A kernel that reads shared or global memory another thread writes without a
  *    barrier between them gets the right answer in only some orders: forward misses a thread
  *    reading what a lower-numbered thread wrote, reverse misses the other way. Running a test
  *    suite in all three is this emulator's answer to compute-sanitizer's racecheck, which it
@@ -673,8 +674,11 @@ void run_kernel(const char *name, dim3 grid, dim3 block, size_t smem, const emu_
     if (g_smem.size() < smem) g_smem.resize(smem);
     bool plain = false;
     size_t shared_bytes = (size_t)((uintptr_t)__stop_emu_shared - (uintptr_t)__start_emu_shared);
-    /* block k of the launch runs as block (mul * k + add) mod nblocks: a bijection, as mul is
-     * coprime to nblocks; the identity forward, k -> nblocks - 1 - k reversed */
+    /* Block (0,0,0) runs first in every order: whether it meets a barrier decides fibers or
+     * plain calls for the rest, as in forward order, so a block that legally returns before a
+     * barrier cannot fault a kernel in one order and not another. The others follow as block
+     * (mul * k + add) mod nblocks for k = 0, 1, ...: a bijection, as mul is coprime to
+     * nblocks; the identity forward, k -> nblocks - 1 - k reversed. */
     unsigned long long nblocks = (unsigned long long)grid.x * grid.y * grid.z, mul = 1, add = 0;
     if (g_order == ORDER_REVERSE) {
         mul = nblocks - 1;
@@ -684,8 +688,12 @@ void run_kernel(const char *name, dim3 grid, dim3 block, size_t smem, const emu_
         while (gcd_u64(mul, nblocks) != 1) mul = (mul + 1) % nblocks;
         add = order_next() % nblocks;
     }
-    for (unsigned long long k = 0; k < nblocks; k++) {
-        unsigned long long b = (unsigned long long)(((unsigned __int128)mul * k + add) % nblocks);
+    for (unsigned long long k = 0; k <= nblocks; k++) {
+        unsigned long long b = 0;                    /* k == 0: block (0,0,0), the probe */
+        if (k > 0) {
+            b = (unsigned long long)(((unsigned __int128)mul * (k - 1) + add) % nblocks);
+            if (b == 0) continue;                    /* it ran first */
+        }
         blockIdx.x = (unsigned)(b % grid.x);
         blockIdx.y = (unsigned)(b / grid.x % grid.y);
         blockIdx.z = (unsigned)(b / grid.x / grid.y);
@@ -694,7 +702,7 @@ void run_kernel(const char *name, dim3 grid, dim3 block, size_t smem, const emu_
         if (!plain) {
             g_block_synced = false;
             if (!run_block_fibers(n)) return;
-            plain = !g_block_synced;
+            if (k == 0) plain = !g_block_synced;     /* the probe alone decides */
             continue;
         }
         if (g_order == ORDER_SHUFFLE) order_threads(n);
@@ -756,10 +764,14 @@ int emu_set_order(const char *spec) {
     else if (!strcmp(spec, "reverse")) g_order = ORDER_REVERSE;
     else if (!strncmp(spec, "shuffle", 7) && (!spec[7] || spec[7] == ':')) {
         unsigned long long seed = 1;
-        if (spec[7]) {
-            char *end = nullptr;
-            seed = strtoull(spec + 8, &end, 10);
-            if (end == spec + 8 || *end) return -1;
+        if (spec[7]) {                               /* digits only, and they must fit */
+            const char *d = spec + 8;
+            if (!*d) return -1;
+            for (const char *q = d; *q; q++)
+                if (*q < '0' || *q > '9') return -1;
+            errno = 0;
+            seed = strtoull(d, nullptr, 10);
+            if (errno == ERANGE) return -1;
         }
         g_order = ORDER_SHUFFLE;
         g_order_rng = seed * 0x9E3779B97F4A7C15ull + 1;  /* never 0: xorshift would stay there */

@@ -85,6 +85,22 @@ static __global__ void two_sums_kernel(const float *x, float *y, int guard) {
     y[threadIdx.x] = b - 10.0f * a;                 /* 0 up to rounding */
 }
 
+/* the order blocks run in: block b writes how many ran before it (blocks run one at a time
+ * here; on a GPU this would be a race) */
+static __global__ void block_sequence_kernel(int *seq, int *ran) {
+    if (threadIdx.x) return;
+    seq[ran[0]++] = (int)blockIdx.x;
+}
+
+/* the last block returns before the barrier the others meet: legal CUDA */
+static __global__ void last_block_exits_kernel(float *y) {
+    __shared__ float s[64];
+    if (blockIdx.x == gridDim.x - 1) return;
+    s[threadIdx.x] = (float)threadIdx.x;
+    __syncthreads();
+    y[blockIdx.x * 64 + threadIdx.x] = s[63 - threadIdx.x];
+}
+
 /* block b reads the value block b - 1 wrote: a race between blocks (no order is promised) */
 static __global__ void chain_kernel(float *y) {
     if (threadIdx.x) return;
@@ -308,16 +324,30 @@ static void check_barriers_and_shuffles(void) {
 
 /* ACT_EMU_ORDER's orders: correct kernels agree in every order; a missing barrier, or blocks
  * depending on each other, shows in the orders that run the reader before the writer */
-static int wrong_neighbours(const float *x, float *xd, float *yd, int d, int sync) {
+/* wrong values in block 0 (it runs first, as fibers) and in block 1 (without a barrier in the
+ * kernel: plain calls, thread after thread in the order's permutation) */
+static void wrong_neighbours(const float *x, float *xd, float *yd, int d, int sync, int bad[2]) {
     float y[256];
     emu_launch(neighbour_kernel, 2, 128)(xd, yd, d, sync);
     cudaMemcpy(y, yd, sizeof y, cudaMemcpyDeviceToHost);
-    int bad = 0;
+    bad[0] = bad[1] = 0;
     for (int i = 0; i < 256; i++) {
         int t = i & 127, u = t + d;
-        bad += y[i] != (u >= 0 && u < 128 ? x[i + d] : 0.0f);
+        bad[i / 128] += y[i] != (u >= 0 && u < 128 ? x[i + d] : 0.0f);
     }
-    return bad;
+}
+
+/* seq[0..64): the blocks of a 64-block launch in the order they ran; 1 if it is a permutation */
+static int block_sequence(int *seqd, int *rand_d, int seq[64]) {
+    cudaMemsetAsync(rand_d, 0, sizeof(int), 0);
+    emu_launch(block_sequence_kernel, 64, 32)(seqd, rand_d);
+    cudaMemcpy(seq, seqd, 64 * sizeof(int), cudaMemcpyDeviceToHost);
+    int seen[64] = {0};
+    for (int i = 0; i < 64; i++) {
+        if (seq[i] < 0 || seq[i] >= 64 || seen[seq[i]]) return 0;
+        seen[seq[i]] = 1;
+    }
+    return 1;
 }
 
 static int chain_in_order(float *yd) {
@@ -343,17 +373,53 @@ static void check_orders(void) {
     float x[256];
     for (int i = 0; i < 256; i++) x[i] = urand(-1, 1);
     float *xd = dev_upload(x, 256), *yd = dev_upload(NULL, 256), *cd = dev_upload(NULL, 64);
-    CHECK(emu_set_order("sideways") == -1 && emu_set_order("shuffle:") == -1 &&
-          emu_set_order("shuffle:1x") == -1 && emu_set_order("shufflex") == -1,
-          "a bad ACT_EMU_ORDER spec accepted");
+    int *seqd = NULL, *ran = NULL, seq[64];
+    cudaMalloc((void **)&seqd, 64 * sizeof(int));
+    cudaMalloc((void **)&ran, sizeof(int));
+    const char *bad_specs[] = {"sideways", "shuffle:", "shuffle:1x", "shufflex", "shuffle:-1",
+                               "shuffle: 5", "shuffle:+5", "shuffle:99999999999999999999999", ""};
+    for (const char *b : bad_specs) CHECK(emu_set_order(b) == -1, "ACT_EMU_ORDER \"%s\" accepted", b);
+    CHECK(emu_set_order("shuffle:0") == 0 && emu_set_order("shuffle:18446744073709551615") == 0,
+          "a good shuffle seed refused");
     const char *orders[] = {"forward", "reverse", "shuffle", "shuffle:7"};
     for (const char *o : orders) {
         CHECK(emu_set_order(o) == 0, "order %s refused", o);
         check_barriers_and_shuffles();           /* correct kernels: right in every order */
-        for (int d = -1; d <= 1; d += 2)
-            CHECK(wrong_neighbours(x, xd, yd, d, 1) == 0, "order %s, neighbour %+d with the "
-                  "barrier: wrong", o, d);
-        int lo = wrong_neighbours(x, xd, yd, -1, 0), hi = wrong_neighbours(x, xd, yd, +1, 0);
+        int nb[2];
+        for (int d = -1; d <= 1; d += 2) {
+            wrong_neighbours(x, xd, yd, d, 1, nb);
+            CHECK(nb[0] == 0 && nb[1] == 0, "order %s, neighbour %+d with the barrier: wrong", o, d);
+        }
+        /* a block that returns before the barrier, whichever runs first: no fault */
+        float *ld = dev_upload(NULL, 256), lh[256];
+        emu_launch(last_block_exits_kernel, 4, 64)(ld);
+        CHECK(cudaMemcpy(lh, ld, sizeof lh, cudaMemcpyDeviceToHost) == cudaSuccess &&
+              lh[64 + 5] == 58.0f, "order %s: a legal early return of the last block failed", o);
+        cudaFree(ld);
+        /* without the barrier: both the probe block (fibers) and the plain block show it */
+        int lo[2], hi[2];
+        wrong_neighbours(x, xd, yd, -1, 0, lo);
+        wrong_neighbours(x, xd, yd, +1, 0, hi);
+        for (int blk = 0; blk < 2; blk++) {
+            const char *how = blk ? "plain calls" : "fibers";
+            if (!strcmp(o, "forward"))
+                CHECK(lo[blk] == 0 && hi[blk] > 0, "forward, %s: lower neighbour %d wrong (0 "
+                      "expected), upper %d (>0 expected)", how, lo[blk], hi[blk]);
+            else if (!strcmp(o, "reverse"))
+                CHECK(lo[blk] > 0 && hi[blk] == 0, "reverse, %s: lower neighbour %d wrong (>0 "
+                      "expected), upper %d (0 expected)", how, lo[blk], hi[blk]);
+            else
+                CHECK(lo[blk] > 0 && hi[blk] > 0, "%s, %s: lower neighbour %d wrong, upper %d "
+                      "(both >0 expected)", o, how, lo[blk], hi[blk]);
+        }
+        /* the blocks' order: forward 0..63; reverse 0 (the probe), then 63..1; shuffle neither */
+        int perm = block_sequence(seqd, ran, seq), fwd = 1, rev = seq[0] == 0;
+        for (int i = 0; i < 64; i++) fwd &= seq[i] == i;
+        for (int i = 1; i < 64; i++) rev &= seq[i] == 64 - i;
+        CHECK(perm && seq[0] == 0, "order %s: blocks did not each run once, (0,0,0) first", o);
+        if (!strcmp(o, "forward")) CHECK(fwd, "forward: blocks out of order");
+        else if (!strcmp(o, "reverse")) CHECK(rev, "reverse: blocks not 0, 63, 62, ..., 1");
+        else CHECK(!fwd && !rev, "%s: the blocks ran forward or reversed", o);
         int chain = chain_in_order(cd);
         int war = wrong_two_sums(xd, yd, 0);
         CHECK(wrong_two_sums(xd, yd, 1) == 0, "order %s: two guarded block sums wrong", o);
@@ -362,19 +428,11 @@ static void check_orders(void) {
         else
             CHECK(war > 0, "%s: unguarded block sums right: a warp running ahead was not "
                   "modeled", o);
-        if (!strcmp(o, "forward"))
-            CHECK(lo == 0 && hi > 0 && chain, "forward: reading the lower neighbour without a "
-                  "barrier %d wrong (0 expected), the upper %d (>0 expected), blocks in order %d",
-                  lo, hi, chain);
-        else if (!strcmp(o, "reverse"))
-            CHECK(lo > 0 && hi == 0 && !chain, "reverse: lower neighbour %d wrong (>0 expected), "
-                  "upper %d (0 expected), blocks in order %d (0 expected)", lo, hi, chain);
-        else
-            CHECK(lo > 0 && hi > 0 && !chain, "%s: lower neighbour %d wrong, upper %d (both >0 "
-                  "expected), blocks in order %d (0 expected)", o, lo, hi, chain);
+        CHECK(chain == !strcmp(o, "forward"), "order %s: block b reading block b-1's value %s", o,
+              chain ? "saw it written" : "read it unwritten");
     }
     emu_set_order("forward");
-    cudaFree(xd); cudaFree(yd); cudaFree(cd);
+    cudaFree(xd); cudaFree(yd); cudaFree(cd); cudaFree(seqd); cudaFree(ran);
 }
 
 static void check_deferred_streams(void) {
@@ -798,6 +856,13 @@ int main(void) {
     check_capture_joins();
     in_child("threads of one warp split between __syncwarp and __syncthreads", child_divergent);
     in_child("a full-mask shuffle after half the warp returned", child_exited_shuffle);
+    for (const char *o : {"reverse", "shuffle:3"}) {     /* a warp at a time: the same faults */
+        emu_set_order(o);
+        in_child("a divergent barrier, a warp at a time", child_divergent, {"divergent barrier"});
+        in_child("a shuffle after exited lanes, a warp at a time", child_exited_shuffle,
+                 {"after 16 of its lanes exited"});
+    }
+    emu_set_order("forward");
     in_child("a host pointer given to a kernel", child_host_pointer);
     in_child("a pinned host pointer given to a kernel", child_pinned_kernel_arg);
     in_child("a kernel graph replayed after its buffer was freed", child_replay_after_free,
