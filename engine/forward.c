@@ -20,8 +20,8 @@
  * Batch-dependent layouts use the actual B (not max_batch), so every op sees dense tensors.
  * The step is keyed (B, mode) for graph capture; no op allocates or synchronizes. With
  * ACT_FWD_GATHER the frames come from stage.frame_ptrs (be->gather) instead of stage.frames.
- * Profiling marks: each section (act_section, finer than the stages) is opened by
- * stage_mark(section); stage_mark(ACT_SECTION_COUNT) closes the last one.
+ * Profiling marks (only while the session profiles): each section (act_section, finer than
+ * the stages) is opened by stage_mark(section); stage_mark(ACT_SECTION_COUNT) closes the last.
  * Normalization outputs are F32; the linears that read them take F32 input (the
  * backend converts it for a 16-bit GEMM), and the action head writes F32 for denormalization,
  * so no op only copies between dtypes. */
@@ -227,18 +227,24 @@ static int conv_norm(act_fwd *f, const act_conv *cv, act_buf x, int N, int H, in
 }
 
 /* ResNet18 conv1..layer4 + keypoints + SpatialSoftmax + Linear + ReLU over N images. */
+/* a profiling mark (act_section), recorded only while the session profiles: an eager step
+ * without profiling (the first of a key, or graphs off) records no events */
+static void mark(act_fwd *f, int sec) {
+    if (f->profile) f->be->stage_mark(f->be, sec);
+}
+
 static int trunk(act_fwd *f, int t, act_buf img, int N, act_buf tok, char *err, size_t errlen) {
     act_backend *be = f->be;
     const act_trunk *tr = &f->m->trunks[t];
     const act_trunk_geom *g = &f->g;
-    be->stage_mark(be, ACT_SECTION_STEM);
+    mark(f, ACT_SECTION_STEM);
     if (conv_norm(f, &tr->conv1, img, N, g->in_h, g->in_w, act_nobuf(), ACT_EPI_RELU, f->c1, err,
                   errlen))
         return -1;
     OP(be->maxpool(be, f->c1, N, tr->conv1.cout, g->c1_h, g->c1_w, f->lay[0]));
     int cur = 0, H = g->pool_h, W = g->pool_w;
     for (int l = 0; l < 4; l++) {
-        be->stage_mark(be, ACT_SECTION_LAYER1 + l);
+        mark(f, ACT_SECTION_LAYER1 + l);
         for (int i = 0; i < 2; i++) {
             const act_block *b = &tr->blocks[l][i];
             int t1 = (cur + 1) % 4, t2 = (cur + 2) % 4, yb = (cur + 3) % 4;
@@ -261,7 +267,7 @@ static int trunk(act_fwd *f, int t, act_buf img, int N, act_buf tok, char *err, 
             W = Wo;
         }
     }
-    be->stage_mark(be, ACT_SECTION_KEYPOINTS);
+    mark(f, ACT_SECTION_KEYPOINTS);
     int K = f->kp_conv[t].cout;
     OP(be->conv2d(be, &f->kp_conv[t], f->lay[cur], N, H, W, act_nobuf(), ACT_EPI_NONE, f->kp_map));
     OP(be->spatial_softmax(be, f->kp_map, N, K, H * W, tr->pos_grid, f->kp_xy));
@@ -382,7 +388,7 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
     int lanes = be->upload_lane && be->pipeline_min_batch > 0 && B >= be->pipeline_min_batch &&
                 !f->serial_uploads && !gather;
 
-    be->stage_mark(be, ACT_SECTION_UPLOAD);
+    mark(f, ACT_SECTION_UPLOAD);
     if (gather) {   /* frame i = camera i / B of sample i % B, each read where the caller has it */
         OP(be->upload(be, f->frame_ptrs, s->frame_ptrs, (size_t)NB * sizeof(uint64_t)));
         OP(be->gather(be, f->frames, f->frame_ptrs, NB, fsz));
@@ -399,7 +405,7 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
         if (mode & ACT_FWD_SAMPLE) OP(be->upload(be, f->seed8, s->seed8, 8));
     }
 
-    be->stage_mark(be, ACT_SECTION_PREPROCESS);
+    mark(f, ACT_SECTION_PREPROCESS);
     if (!lanes) OP(be->preprocess(be, f->frames, NB, c->image_h, c->image_w, c, f->img));
     OP(be->normalize(be, f->qpos, B, c->obs_dim, m->qpos_lo, m->qpos_hi, c->norm_type, c->norm_eps,
                      0, f->qn));
@@ -424,7 +430,7 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
         }
     }
 
-    be->stage_mark(be, ACT_SECTION_LATENT);
+    mark(f, ACT_SECTION_LATENT);
     /* the prior's latent token is latent_out_proj(z = 0): its bias, broadcast (no GEMM of zeros) */
     if (prior) OP(be->broadcast_rows(be, m->latent_out.b, B, 1, E, f->lat));
     if (post) {
@@ -433,14 +439,14 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
         OP(be->linear(be, &m->latent_out, act_at(f->z, (size_t)zoff * L), B, ACT_EPI_NONE,
                       act_at(f->lat, (size_t)zoff * E)));
     }
-    be->stage_mark(be, ACT_SECTION_MEMORY);
+    mark(f, ACT_SECTION_MEMORY);
     OP(be->linear(be, &m->dec_qpos, f->qn, B, ACT_EPI_NONE, f->d_qp));
     OP(be->linear(be, &m->visual_proj, f->tok, NB, ACT_EPI_NONE, f->vis));
     for (int half = 0; half < Bd / B; half++)
         OP(be->memory_assemble(be, act_at(f->lat, (size_t)half * B * E), f->d_qp, f->vis, B, ncam,
                                E, f->pos_mem, m->mem_type, act_at(f->mem, (size_t)half * B * Lm * E)));
     /* layer 0 starts after its self-attention, with its cross-attention query ready */
-    be->stage_mark(be, ACT_SECTION_DECODER);
+    mark(f, ACT_SECTION_DECODER);
     OP(be->gather_rows(be, f->x, f->dec0_x, Bd, (size_t)H * E, 0));
     OP(be->gather_rows(be, f->q, f->dec0_q, Bd, (size_t)H * E, 0));
     for (int i = 0; i < c->dec_layers; i++) {
@@ -452,15 +458,15 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
     }
     /* the normalized chunk and the denormalized one side by side: one download */
     act_buf out_norm = f->outs, out = act_at(f->outs, (size_t)Bd * H * A);
-    be->stage_mark(be, ACT_SECTION_HEAD);
+    mark(f, ACT_SECTION_HEAD);
     OP(be->linear(be, &m->action_head, f->x, Bd * H, ACT_EPI_NONE, out_norm));
     OP(be->normalize(be, out_norm, Bd * H, A, m->action_lo, m->action_hi, c->norm_type,
                      c->norm_eps, 1, out));
 
-    be->stage_mark(be, ACT_SECTION_DOWNLOAD);
+    mark(f, ACT_SECTION_DOWNLOAD);
     OP(be->download(be, s->outs, f->outs, (size_t)2 * Bd * H * A));
     if (post) OP(be->download(be, s->lat_out, f->lat_out, (size_t)2 * B * L + B));
-    be->stage_mark(be, ACT_SECTION_COUNT);
+    mark(f, ACT_SECTION_COUNT);
     return 0;
 }
 

@@ -343,6 +343,7 @@ void act_session_profile(act_session *s, int enable) {
     if (!s) return;
     s->profile = enable != 0;
     s->fwd->serial_uploads = s->profile;
+    s->fwd->profile = s->profile;
     if (s->profile) s->be->stage_ms(s->be, s->section_ms);   /* drop time from unprofiled steps */
     s->have_stages = 0;
 }
