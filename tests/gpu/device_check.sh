@@ -249,12 +249,12 @@ fi
 # profiled pass runs eagerly, so at batch 1 launch gaps are in it - the graph replay's p50 beside)
 if ! want profile; then :
 elif ((built)) && ((have_full)) && enough 30; then
-    fig=""
+    fig="" pbad=0
     for pb in "bf16 1" "bf16 256" "fp32 1"; do
         read -r pp pbs <<<"$pb"
         timeout "$(limit 30)" "$BUILD/act-infer" bench --model "$TD/full.actw" --device cuda --precision "$pp" \
             --batch "$pbs" --iters 50 --warmup 10 --profile-iters 10 --staged-inputs --json "$OUT/profile_${pp}_b$pbs.json" \
-            >"$OUT/profile_${pp}_b$pbs.log" 2>&1
+            >"$OUT/profile_${pp}_b$pbs.log" 2>&1 || pbad=1
         r=$("$PY" - "$OUT/profile_${pp}_b$pbs.json" <<'EOF' 2>/dev/null
 import json, sys
 r = json.load(open(sys.argv[1]))["results"][0]
@@ -267,7 +267,7 @@ EOF
 )
         fig="$fig $pp b$pbs ${r:-?};"
     done
-    row profile ok "$fig"
+    row profile "$( ((pbad)) && echo FAIL || echo ok)" "$fig"
 else
     row profile SKIP "no build, full model or time"
 fi
