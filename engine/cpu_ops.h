@@ -36,6 +36,7 @@ typedef struct act_cpu_ctx {
     float *wino_data;         /* one block holding every wino[i].u */
     size_t wino_bytes;        /* counted in bytes (weights the backend made) */
     unsigned long wino_convs; /* convolutions run by Winograd (for tests and profiles) */
+    unsigned long stem_convs; /* convolutions run by cpu_stem.c (the same) */
     double stage_acc[ACT_SECTION_COUNT];
     double stage_t0;
     int stage_open;           /* stage being timed, -1 when none */
@@ -70,6 +71,14 @@ void act_cpu_wino_free(act_cpu_ctx *ctx);
 /* 0: done; 1: not a conv of the loaded model, or its map is larger (im2col takes it) */
 int act_cpu_wino_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N, int H, int W,
                       const float *residual, act_epilogue epi, float *y);
+
+/* ---- the trunk's first conv computed directly (cpu_stem.c) ---- */
+/* 1: a conv act_cpu_stem_conv takes (<= 4 input channels, output channels a multiple of 16,
+ * stride 1 or 2, no residual, ReLU or nothing after; ACT_CPU_STEM=0: none) */
+int act_cpu_stem_shape(const act_conv *c, int has_residual, act_epilogue epi);
+/* 0: done; 1: the workspaces are too small for it (im2col takes it) */
+int act_cpu_stem_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N, int H, int W,
+                      act_epilogue epi, float *y);
 
 /* Memory-bound loops the CPU backend writes itself: also built for AVX2 and AVX-512, picked at
  * load by the CPU (GCC/Clang function multiversioning), as OpenBLAS picks its kernels. */

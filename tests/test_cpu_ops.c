@@ -170,7 +170,7 @@ static void test_conv_via(act_backend *be, int wino, int N, int cin, int cout, i
              wino ? " winograd" : "", N, cin, cout, H, W, k, s, p, use_res, epi,
              act_pool_threads(ctx->pool));
     if (wino) check_rc(what, load_ws(be, &c), be);
-    unsigned long before = ctx->wino_convs;
+    unsigned long before = ctx->wino_convs, stem_before = ctx->stem_convs;
     for (size_t i = 0; i < ny; i++) y[i] = NAN;   /* an output left unwritten fails */
     check_rc(what, be->conv2d(be, &c, fbuf(x), N, H, W, rb, epi, fbuf(y)), be);
     check_close(what, y, want, ny);
@@ -178,6 +178,17 @@ static void test_conv_via(act_backend *be, int wino, int N, int cin, int cout, i
     if ((ctx->wino_convs != before) != wino) {
         g_fail++;
         fprintf(stderr, "FAIL %s: ran %s\n", what, wino ? "im2col, not Winograd" : "Winograd");
+    }
+    /* few input channels, output channels in 16s, stride 1-2, no residual, ReLU or nothing:
+     * computed directly (cpu_stem.c) unless ACT_CPU_STEM=0 */
+    const char *se = getenv("ACT_CPU_STEM");
+    int stem = !wino && cin <= 4 && cout % 16 == 0 && (s == 1 || s == 2) && !use_res &&
+               (epi == ACT_EPI_NONE || epi == ACT_EPI_RELU) && !(se && !strcmp(se, "0"));
+    g_checks++;
+    if ((ctx->stem_convs != stem_before) != stem) {
+        g_fail++;
+        fprintf(stderr, "FAIL %s: %s\n", what, stem ? "not run by the direct stem conv"
+                                                     : "run by the direct stem conv");
     }
     if (wino) check_rc(what, load_ws(be, NULL), be);
     free(x), free(w), free(b), free(res), free(y), free(want);
@@ -583,6 +594,18 @@ int main(void) {
     test_conv(be, 5, 4, 6, 9, 8, 3, 1, 1, 1, ACT_EPI_RELU);     /* GEMM groups of 3 + 2 images */
     test_conv(be, 4, 8, 3, 5, 5, 1, 1, 0, 1, ACT_EPI_NONE);     /* 1x1 groups: 3 copied + 1 direct */
     test_conv(be, 1, 4, 4, 5, 1, 3, 1, 1, 0, ACT_EPI_GELU);     /* one column; generic epilogue */
+    /* the stem computed directly (cpu_stem.c): ResNet's conv1 with a tail block of 10 of 16
+     * pixels, a map smaller than the kernel, 4 input channels at stride 1, no activation, and
+     * shapes it leaves to im2col (a residual, GELU, 5 input channels, stride 3) */
+    test_conv(be, 2, 3, 32, 23, 19, 7, 2, 3, 0, ACT_EPI_RELU);
+    test_conv(be, 3, 3, 16, 40, 37, 7, 2, 3, 0, ACT_EPI_RELU);
+    test_conv(be, 1, 3, 16, 3, 2, 7, 2, 3, 0, ACT_EPI_NONE);
+    test_conv(be, 2, 4, 16, 9, 21, 5, 1, 2, 0, ACT_EPI_NONE);
+    test_conv(be, 1, 1, 48, 17, 33, 3, 2, 0, 0, ACT_EPI_RELU);
+    test_conv(be, 1, 3, 16, 11, 13, 7, 2, 3, 1, ACT_EPI_RELU);
+    test_conv(be, 1, 3, 16, 11, 13, 7, 2, 3, 0, ACT_EPI_GELU);
+    test_conv(be, 1, 5, 16, 11, 13, 3, 2, 1, 0, ACT_EPI_RELU);
+    test_conv(be, 1, 3, 16, 11, 13, 3, 3, 1, 0, ACT_EPI_RELU);
 
     test_winograd(be);
     /* the backend's own loops on 3 threads (the pool splits channels unevenly over them) */

@@ -1,0 +1,136 @@
+/* cpu_stem.c - the trunk's first convolution (ResNet's 7x7 stride-2 on 3 channels) computed
+ * directly, without im2col.
+ * defines: act_cpu_stem_shape, act_cpu_stem_conv
+ *
+ * im2col + GEMM is a poor fit for a conv on 3 input channels: the column matrix is 147 rows of
+ * 12544 values per image (49x the input, written and read again), the GEMM's K is only 147, and
+ * the bias/ReLU epilogue is a third pass. Here the padded input is written once, its columns
+ * split by parity (stride 2), so that for every tap 16 neighbouring outputs read 16 consecutive
+ * inputs; each task owns one output row of one image and keeps 16 channels x 16 pixels of
+ * accumulators (one AVX-512 register per channel) through all cin*k*k taps, starting from the
+ * bias, then applies the ReLU as it stores. The sums run over the taps in (c, ky, kx) order, as
+ * im2col's GEMM does; only the rounding of fp32 addition differs (relative ~1e-7).
+ * Taken for convs with at most 4 input channels, a multiple of 16 output channels, stride 1 or
+ * 2, no residual and a ReLU or no activation; ACT_CPU_STEM=0 sends them to im2col (A/B). */
+#include <stdlib.h>
+#include <string.h>
+#include "cpu_ops.h"
+#include "forward.h"
+#include "util.h"
+
+#define PX 16   /* output pixels per block (one AVX-512 vector of fp32) */
+#define CB 16   /* output channels per block */
+
+static int stem_enabled(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("ACT_CPU_STEM");
+        on = !(e && e[0] == '0' && e[1] == '\0');
+    }
+    return on;
+}
+
+int act_cpu_stem_shape(const act_conv *c, int has_residual, act_epilogue epi) {
+    return stem_enabled() && c->w && c->cin >= 1 && c->cin <= 4 && c->cout % CB == 0 &&
+           (c->stride == 1 || c->stride == 2) && !has_residual &&
+           (epi == ACT_EPI_NONE || epi == ACT_EPI_RELU);
+}
+
+typedef struct {
+    const float *x;      /* [g][cin][H][W] */
+    float *planes;       /* [g][cin][s][Hp][Wq]: padded input, column j of plane q = column j*s+q */
+    const float *wt;     /* [cin*k*k][cout]: the filter, tap-major */
+    const float *bias;   /* [cout] or NULL */
+    float *y;            /* [g][cout][Ho][Wo] */
+    int cin, cout, k, s, p, H, W, Hp, Wq, Ho, Wo, relu;
+} stem_job;
+
+static float *plane_row(const stem_job *q, int n, int c, int par, int row) {
+    return q->planes + ((((size_t)n * q->cin + c) * q->s + par) * q->Hp + row) * q->Wq;
+}
+
+/* items: (image, channel, padded row) */
+static void pad_task(void *arg, int t, int lo, int hi) {
+    (void)t;
+    const stem_job *q = arg;
+    for (int it = lo; it < hi; it++) {
+        int row = it % q->Hp, c = it / q->Hp % q->cin, n = it / q->Hp / q->cin;
+        int iy = row - q->p;
+        const float *src = iy >= 0 && iy < q->H ? q->x + (((size_t)n * q->cin + c) * q->H + iy) * q->W
+                                                : NULL;
+        for (int par = 0; par < q->s; par++) {
+            float *d = plane_row(q, n, c, par, row);
+            for (int j = 0; j < q->Wq; j++) {
+                int ix = j * q->s + par - q->p;
+                d[j] = src && ix >= 0 && ix < q->W ? src[ix] : 0.0f;
+            }
+        }
+    }
+}
+
+/* 16 floats: one AVX-512 register in that clone, split by the compiler in the others */
+typedef float v16f __attribute__((vector_size(PX * sizeof(float))));
+
+/* one block: CB channels from co0, PX pixels from ox0 of output row oy of image n */
+ACT_CPU_VEC_CLONES static void stem_block(const stem_job *q, int n, int oy, int co0, int ox0) {
+    v16f acc[CB];
+    for (int j = 0; j < CB; j++) {
+        float b = q->bias ? q->bias[co0 + j] : 0.0f;
+        acc[j] = (v16f){0} + b;
+    }
+    const float *w = q->wt + co0;
+    for (int c = 0; c < q->cin; c++)
+        for (int ky = 0; ky < q->k; ky++)
+            for (int kx = 0; kx < q->k; kx++, w += q->cout) {
+                const float *in = plane_row(q, n, c, kx % q->s, oy * q->s + ky) + ox0 + kx / q->s;
+                v16f x;
+                memcpy(&x, in, sizeof x);             /* an unaligned vector load */
+                for (int j = 0; j < CB; j++) acc[j] += w[j] * x;
+            }
+    int npx = q->Wo - ox0 < PX ? q->Wo - ox0 : PX;
+    for (int j = 0; j < CB; j++) {
+        float *o = q->y + (((size_t)n * q->cout + co0 + j) * q->Ho + oy) * q->Wo + ox0;
+        for (int i = 0; i < npx; i++) {
+            float v = acc[j][i];
+            o[i] = q->relu && v < 0.0f ? 0.0f : v;   /* NaN passes, as torch.relu */
+        }
+    }
+}
+
+/* items: (image, output row) */
+static void row_task(void *arg, int t, int lo, int hi) {
+    (void)t;
+    const stem_job *q = arg;
+    for (int it = lo; it < hi; it++) {
+        int oy = it % q->Ho, n = it / q->Ho;
+        for (int co0 = 0; co0 < q->cout; co0 += CB)
+            for (int ox0 = 0; ox0 < q->Wo; ox0 += PX) stem_block(q, n, oy, co0, ox0);
+    }
+}
+
+int act_cpu_stem_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N, int H, int W,
+                      act_epilogue epi, float *y) {
+    int k = c->k, s = c->stride, p = c->pad;
+    int Ho = act_conv_out(H, c), Wo = act_conv_out(W, c);
+    int Hp = (Ho - 1) * s + k;   /* padded rows read (the pad below may be partly unread) */
+    /* columns per parity plane: every block reads PX from ox0 plus up to (k-1)/s */
+    int blocks = (Wo + PX - 1) / PX, Wq = blocks * PX + (k - 1) / s;
+    size_t taps = (size_t)c->cin * k * k, per_image = (size_t)c->cin * s * Hp * Wq;
+    if (Ho < 1 || Wo < 1 || taps * c->cout > ctx->ws_out_elems || per_image > ctx->ws_col_elems)
+        return 1;   /* im2col takes it */
+    /* the filter [cout][cin][k][k] turned tap-major into the output workspace */
+    float *wt = ctx->ws_out;
+    for (int co = 0; co < c->cout; co++)
+        for (size_t tp = 0; tp < taps; tp++) wt[tp * c->cout + co] = c->w->data[(size_t)co * taps + tp];
+    size_t G = ctx->ws_col_elems / per_image;
+    for (int n0 = 0; n0 < N; n0 += (int)G) {
+        int g = N - n0 < (int)G ? N - n0 : (int)G;
+        stem_job q = {x + (size_t)n0 * c->cin * H * W, ctx->ws_col, wt, c->b ? c->b->data : NULL,
+                      y + (size_t)n0 * c->cout * Ho * Wo, c->cin, c->cout, k, s, p, H, W, Hp, Wq,
+                      Ho, Wo, epi == ACT_EPI_RELU};
+        act_pool_run(ctx->pool, pad_task, &q, g * c->cin * Hp);
+        act_pool_run(ctx->pool, row_task, &q, g * Ho);
+    }
+    ctx->stem_convs++;
+    return 0;
+}
