@@ -69,10 +69,10 @@ struct act_backend {
     int (*end_capture)(act_backend *be, int key);     /* instantiates and launches the captured step */
     int (*sync)(act_backend *be);                     /* wait for the step; the only host sync */
     /* profiling: a mark opens section `sec` (act_section) and closes the one before; a mark of
-     * ACT_SECTION_COUNT closes the last. May be a no-op. stage_ms hands back (and clears) the
+     * ACT_SECTION_COUNT closes the last. May be a no-op. section_ms hands back (and clears) the
      * milliseconds per section since it was last called: ms[ACT_SECTION_COUNT]. */
-    void (*stage_mark)(act_backend *be, int sec);
-    int (*stage_ms)(act_backend *be, double *ms);
+    void (*section_mark)(act_backend *be, int sec);
+    int (*section_ms)(act_backend *be, double *ms);
 
     /* ---- transfers (from/to host buffers made by host_alloc; async on CUDA) ---- */
     int (*upload)(act_backend *be, act_buf dst, const void *host, size_t n);    /* n elems of dst.dt; host has dst.dt elements (U8 or F32) */

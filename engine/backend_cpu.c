@@ -4,8 +4,8 @@
  * The reference backend: plain C11 + a BLAS, fp32 only. "Device" memory is host memory, so
  * transfers are memcpy, there are no graphs (begin_capture runs the step eagerly) and sync is a
  * no-op. The ops themselves live in cpu_vision.c and cpu_transformer.c. Stage timing uses the
- * monotonic clock: stage_mark(s) closes the open section and opens s (s >= ACT_SECTION_COUNT just
- * closes), stage_ms hands back and clears the accumulated milliseconds. */
+ * monotonic clock: section_mark(s) closes the open section and opens s (s >= ACT_SECTION_COUNT
+ * just closes), section_ms hands back and clears the accumulated milliseconds. */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime */
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,19 +144,19 @@ static int cpu_begin_capture(act_backend *be, int key) { return 0; }
 static int cpu_end_capture(act_backend *be, int key) { return 0; }
 static int cpu_sync(act_backend *be) { return 0; }
 
-static void cpu_stage_mark(act_backend *be, int stage) {
+static void cpu_section_mark(act_backend *be, int stage) {
     act_cpu_ctx *ctx = be->ctx;
     double t = now_ms();
-    if (ctx->stage_open >= 0) ctx->stage_acc[ctx->stage_open] += t - ctx->stage_t0;
-    ctx->stage_open = (stage >= 0 && stage < ACT_SECTION_COUNT) ? stage : -1;
-    ctx->stage_t0 = t;
+    if (ctx->section_open >= 0) ctx->section_acc[ctx->section_open] += t - ctx->section_t0;
+    ctx->section_open = (stage >= 0 && stage < ACT_SECTION_COUNT) ? stage : -1;
+    ctx->section_t0 = t;
 }
 
-static int cpu_stage_ms(act_backend *be, double *ms) {
+static int cpu_section_ms(act_backend *be, double *ms) {
     act_cpu_ctx *ctx = be->ctx;
     for (int i = 0; i < ACT_SECTION_COUNT; i++) {
-        ms[i] = ctx->stage_acc[i];
-        ctx->stage_acc[i] = 0.0;
+        ms[i] = ctx->section_acc[i];
+        ctx->section_acc[i] = 0.0;
     }
     return 0;
 }
@@ -242,7 +242,7 @@ int act_backend_cpu_create(act_precision prec, act_backend **out, char *err, siz
         free(ctx);
         return act_errf(err, errlen, "cpu backend: out of memory");
     }
-    ctx->stage_open = -1;
+    ctx->section_open = -1;
     ctx->pool = act_pool_create(act_cpu_threads());   /* NULL runs every loop inline */
     be->name = "cpu";
     be->ctx = ctx;
@@ -267,8 +267,8 @@ int act_backend_cpu_create(act_precision prec, act_backend **out, char *err, siz
     be->begin_capture = cpu_begin_capture;
     be->end_capture = cpu_end_capture;
     be->sync = cpu_sync;
-    be->stage_mark = cpu_stage_mark;
-    be->stage_ms = cpu_stage_ms;
+    be->section_mark = cpu_section_mark;
+    be->section_ms = cpu_section_ms;
     be->upload = cpu_upload;
     be->upload_rows = cpu_upload_rows;
     be->host_register = cpu_host_register;

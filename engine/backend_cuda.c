@@ -476,7 +476,7 @@ static int cu_sync(act_backend *be) {
  * there; a section's time runs to the next mark. ACT_SECTION_UPLOAD starts a new step's list; a
  * mark of ACT_SECTION_COUNT (or beyond) closes the last section. Marks inside a capture are
  * dropped. */
-static void cu_stage_mark(act_backend *be, int stage) {
+static void cu_section_mark(act_backend *be, int stage) {
     cuda_ctx *c = CTX(be);
     if (c->capturing) return;
     if (stage == ACT_SECTION_UPLOAD || c->n_marks >= MAX_MARKS) c->n_marks = 0;
@@ -487,7 +487,7 @@ static void cu_stage_mark(act_backend *be, int stage) {
     c->ev_stage[c->n_marks++] = stage;
 }
 
-static int cu_stage_ms(act_backend *be, double *ms) {
+static int cu_section_ms(act_backend *be, double *ms) {
     cuda_ctx *c = CTX(be);
     BE_ERR;
     for (int i = 0; i < ACT_SECTION_COUNT; i++) ms[i] = 0.0;
@@ -1209,8 +1209,8 @@ int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, ch
     be->begin_capture = cu_begin_capture;
     be->end_capture = cu_end_capture;
     be->sync = cu_sync;
-    be->stage_mark = cu_stage_mark;
-    be->stage_ms = cu_stage_ms;
+    be->section_mark = cu_section_mark;
+    be->section_ms = cu_section_ms;
     be->upload = cu_upload;
     be->upload_rows = cu_upload_rows;
     be->host_register = cu_host_register;

@@ -11,6 +11,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>   /* getenv (act_cpu_switch_on) */
 #include "backend.h"
 #include "pool.h"
 
@@ -37,9 +38,9 @@ typedef struct act_cpu_ctx {
     size_t wino_bytes;        /* counted in bytes (weights the backend made) */
     unsigned long wino_convs; /* convolutions run by Winograd (for tests and profiles) */
     unsigned long stem_convs; /* convolutions run by cpu_stem.c (the same) */
-    double stage_acc[ACT_SECTION_COUNT];
-    double stage_t0;
-    int stage_open;           /* stage being timed, -1 when none */
+    double section_acc[ACT_SECTION_COUNT];
+    double section_t0;
+    int section_open;         /* section being timed (act_section), -1 when none */
 } act_cpu_ctx;
 
 /* C[M][N] = A[M][K] * op(B); op(B) = B [K][N] (trans_b 0) or B^T with B [N][K] (trans_b 1).
@@ -62,6 +63,12 @@ int act_cpu_threads(void);
 int act_cpu_conv_workspace(const act_model *m, size_t *col_elems, size_t *out_elems,
                            size_t *rows_elems, char *err, size_t errlen);
 
+/* a CPU path switch for A/B runs: on unless the environment variable `name` is "0" */
+static inline int act_cpu_switch_on(const char *name) {
+    const char *e = getenv(name);
+    return !(e && e[0] == '0' && e[1] == '\0');
+}
+
 /* ---- Winograd F(2x2,3x3) for 3x3 stride-1 pad-1 convs (cpu_winograd.c) ---- */
 int act_cpu_wino_shape(const act_conv *c);         /* k 3, stride 1, pad 1 */
 size_t act_cpu_wino_tiles(int H, int W);            /* 2x2 output tiles of an H x W map */
@@ -73,12 +80,11 @@ int act_cpu_wino_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N
                       const float *residual, act_epilogue epi, float *y);
 
 /* ---- the trunk's first conv computed directly (cpu_stem.c) ---- */
-/* 1: a conv act_cpu_stem_conv takes (<= 4 input channels, output channels a multiple of 16,
- * stride 1 or 2, no residual, ReLU or nothing after; ACT_CPU_STEM=0: none) */
-int act_cpu_stem_shape(const act_conv *c, int has_residual, act_epilogue epi);
-/* 0: done; 1: the workspaces are too small for it (im2col takes it) */
+/* 0: done; 1: not its conv (it takes <= 4 input channels, output channels a multiple of 16,
+ * stride 1 or 2, no residual, ReLU or nothing after; none with ACT_CPU_STEM=0) or the
+ * workspaces are too small: im2col takes it */
 int act_cpu_stem_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N, int H, int W,
-                      act_epilogue epi, float *y);
+                      const float *residual, act_epilogue epi, float *y);
 
 /* Memory-bound loops the CPU backend writes itself: also built for AVX2 and AVX-512, picked at
  * load by the CPU (GCC/Clang function multiversioning), as OpenBLAS picks its kernels. */

@@ -1,6 +1,6 @@
 /* cpu_stem.c - the trunk's first convolution (ResNet's 7x7 stride-2 on 3 channels) computed
  * directly, without im2col.
- * defines: act_cpu_stem_shape, act_cpu_stem_conv
+ * defines: act_cpu_stem_conv
  *
  * im2col + GEMM is a poor fit for a conv on 3 input channels: the column matrix is 147 rows of
  * 12544 values per image (49x the input, written and read again), the GEMM's K is only 147, and
@@ -20,21 +20,6 @@
 
 #define PX 16   /* output pixels per block (one AVX-512 vector of fp32) */
 #define CB 16   /* output channels per block */
-
-static int stem_enabled(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("ACT_CPU_STEM");
-        on = !(e && e[0] == '0' && e[1] == '\0');
-    }
-    return on;
-}
-
-int act_cpu_stem_shape(const act_conv *c, int has_residual, act_epilogue epi) {
-    return stem_enabled() && c->w && c->cin >= 1 && c->cin <= 4 && c->cout % CB == 0 &&
-           (c->stride == 1 || c->stride == 2) && !has_residual &&
-           (epi == ACT_EPI_NONE || epi == ACT_EPI_RELU);
-}
 
 typedef struct {
     const float *x;      /* [g][cin][H][W] */
@@ -109,7 +94,10 @@ static void row_task(void *arg, int t, int lo, int hi) {
 }
 
 int act_cpu_stem_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N, int H, int W,
-                      act_epilogue epi, float *y) {
+                      const float *residual, act_epilogue epi, float *y) {
+    if (!act_cpu_switch_on("ACT_CPU_STEM") || !c->w || c->cin < 1 || c->cin > 4 || c->cout % CB ||
+        (c->stride != 1 && c->stride != 2) || residual || (epi != ACT_EPI_NONE && epi != ACT_EPI_RELU))
+        return 1;   /* not a stem-like conv: im2col takes it */
     int k = c->k, s = c->stride, p = c->pad;
     int Ho = act_conv_out(H, c), Wo = act_conv_out(W, c);
     int Hp = (Ho - 1) * s + k;   /* padded rows read (the pad below may be partly unread) */
@@ -117,7 +105,7 @@ int act_cpu_stem_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N
     int blocks = (Wo + PX - 1) / PX, Wq = blocks * PX + (k - 1) / s;
     size_t taps = (size_t)c->cin * k * k, per_image = (size_t)c->cin * s * Hp * Wq;
     if (Ho < 1 || Wo < 1 || taps * c->cout > ctx->ws_out_elems || per_image > ctx->ws_col_elems)
-        return 1;   /* im2col takes it */
+        return 1;   /* workspaces too small: im2col takes it */
     /* the filter [cout][cin][k][k] turned tap-major into the output workspace */
     float *wt = ctx->ws_out;
     for (int co = 0; co < c->cout; co++)

@@ -259,10 +259,9 @@ int cpu_conv2d(act_backend *be, const act_conv *c, act_buf x, int N, int H, int 
                         "stride=%d pad=%d", H, W, k, s, p);
     size_t P = (size_t)Ho * Wo, Kd = (size_t)c->cin * k * k, HW = (size_t)H * W;
     int wino = act_cpu_wino_conv(ctx, c, f32(x), N, H, W, residual.p ? f32(residual) : NULL, epi, f32(y));
-    if (wino <= 0) return wino;   /* 1: not a Winograd conv of this model: im2col below */
-    if (act_cpu_stem_shape(c, residual.p != NULL, epi) &&
-        act_cpu_stem_conv(ctx, c, f32(x), N, H, W, epi, f32(y)) == 0)
-        return 0;                 /* the stem, directly */
+    if (wino <= 0) return wino;   /* 1: not a Winograd conv of this model */
+    int stem = act_cpu_stem_conv(ctx, c, f32(x), N, H, W, residual.p ? f32(residual) : NULL, epi, f32(y));
+    if (stem <= 0) return stem;   /* 1: not a stem-like conv: im2col below */
     int direct = k == 1 && s == 1 && p == 0;
     size_t G = ACT_CPU_CONV_GROUP;
     if (G > ctx->ws_col_elems / (Kd * P)) G = ctx->ws_col_elems / (Kd * P);

@@ -21,11 +21,6 @@
 #include "forward.h"
 #include "util.h"
 
-static int wino_enabled(void) {
-    const char *e = getenv("ACT_CPU_WINOGRAD");
-    return !(e && e[0] == '0' && e[1] == '\0');
-}
-
 int act_cpu_wino_shape(const act_conv *c) { return c->k == 3 && c->stride == 1 && c->pad == 1; }
 
 /* a conv of the model whose filters can be transformed */
@@ -75,7 +70,7 @@ void act_cpu_wino_free(act_cpu_ctx *ctx) {
 
 int act_cpu_wino_load(act_cpu_ctx *ctx, const act_model *m, char *err, size_t errlen) {
     act_cpu_wino_free(ctx);
-    if (!wino_enabled()) return 0;
+    if (!act_cpu_switch_on("ACT_CPU_WINOGRAD")) return 0;
     const act_conv *list[ACT_CPU_WINO_MAX];
     int n = 0;
     size_t floats = 0;

@@ -21,7 +21,7 @@
  * The step is keyed (B, mode) for graph capture; no op allocates or synchronizes. With
  * ACT_FWD_GATHER the frames come from stage.frame_ptrs (be->gather) instead of stage.frames.
  * Profiling marks (only while the session profiles): each section (act_section, finer than
- * the stages) is opened by stage_mark(section); stage_mark(ACT_SECTION_COUNT) closes the last.
+ * the stages) is opened by section_mark(section); section_mark(ACT_SECTION_COUNT) closes the last.
  * Normalization outputs are F32; the linears that read them take F32 input (the
  * backend converts it for a 16-bit GEMM), and the action head writes F32 for denormalization,
  * so no op only copies between dtypes. */
@@ -230,7 +230,7 @@ static int conv_norm(act_fwd *f, const act_conv *cv, act_buf x, int N, int H, in
 /* a profiling mark (act_section), recorded only while the session profiles: an eager step
  * without profiling (the first of a key, or graphs off) records no events */
 static void mark(act_fwd *f, int sec) {
-    if (f->profile) f->be->stage_mark(f->be, sec);
+    if (f->profile) f->be->section_mark(f->be, sec);
 }
 
 static int trunk(act_fwd *f, int t, act_buf img, int N, act_buf tok, char *err, size_t errlen) {
@@ -386,7 +386,7 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
     /* at large batches camera c+1's frames cross PCIe while the trunk runs on camera c */
     int gather = mode & ACT_FWD_GATHER;
     int lanes = be->upload_lane && be->pipeline_min_batch > 0 && B >= be->pipeline_min_batch &&
-                !f->serial_uploads && !gather;
+                !f->profile && !gather;
 
     mark(f, ACT_SECTION_UPLOAD);
     if (gather) {   /* frame i = camera i / B of sample i % B, each read where the caller has it */

@@ -60,8 +60,8 @@ struct act_fwd {
     act_backend *be;
     const act_model *m;
     int max_batch;
-    int serial_uploads;                /* 1: no upload lane (the profiled pass keeps stages apart) */
-    int profile;                       /* 1: mark the sections (be->stage_mark); off, no marks */
+    int profile;                       /* 1: mark the sections (be->section_mark) and use no upload
+                                        * lane, which would blur them; 0: no marks */
     act_trunk_geom g;
     act_fwd_stage stage;
     act_conv kp_conv[ACT_MAX_CAMS];    /* the keypoint 1x1 conv of each trunk */

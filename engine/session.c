@@ -323,7 +323,7 @@ int act_run(act_session *s, const act_inputs *in, act_outputs *out, char *err, s
     int graphs = s->opts.use_graphs && !s->profile;
     if (act_fwd_step(s->fwd, B, mode, graphs, err, errlen)) return -1;
     if (s->profile) {
-        s->be->stage_ms(s->be, s->section_ms);
+        s->be->section_ms(s->be, s->section_ms);
         s->have_stages = 1;
     }
 
@@ -342,9 +342,8 @@ int act_run(act_session *s, const act_inputs *in, act_outputs *out, char *err, s
 void act_session_profile(act_session *s, int enable) {
     if (!s) return;
     s->profile = enable != 0;
-    s->fwd->serial_uploads = s->profile;
     s->fwd->profile = s->profile;
-    if (s->profile) s->be->stage_ms(s->be, s->section_ms);   /* drop time from unprofiled steps */
+    if (s->profile) s->be->section_ms(s->be, s->section_ms);   /* drop time from unprofiled steps */
     s->have_stages = 0;
 }
 

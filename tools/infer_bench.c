@@ -60,8 +60,7 @@ typedef struct batch_result {
     double steps_per_s;
     double *samples;                   /* ms, in run order (owned); JSON carries them for merging runs */
     int have_stages;
-    double stage_ms[ACT_STAGE_COUNT];
-    double section_ms[ACT_SECTION_COUNT];   /* the stages, finer (act_section) */
+    double section_ms[ACT_SECTION_COUNT];   /* the stages, finer (act_section; stage_ms sums them) */
 } batch_result;
 
 typedef struct input_pool {
@@ -368,11 +367,10 @@ static int bench_batch(act_session *s, const act_config *cfg, const input_pool *
         act_session_profile(s, 1);
         int ok = 1;
         for (int i = 0; i < a->profile_iters && ok; i++) {
-            double ms[ACT_STAGE_COUNT], sec[ACT_SECTION_COUNT];
+            double sec[ACT_SECTION_COUNT];
             step_inputs(s, pool, cfg, a, batch, i % windows, &in);
             if (act_run(s, &in, &o, err, errlen)) { act_session_profile(s, 0); return -1; }
-            if (act_session_stage_ms(s, ms) || act_session_section_ms(s, sec)) { ok = 0; break; }
-            for (int k = 0; k < ACT_STAGE_COUNT; k++) r->stage_ms[k] += ms[k] / a->profile_iters;
+            if (act_session_section_ms(s, sec)) { ok = 0; break; }
             for (int k = 0; k < ACT_SECTION_COUNT; k++) r->section_ms[k] += sec[k] / a->profile_iters;
         }
         act_session_profile(s, 0);
@@ -504,6 +502,14 @@ static size_t rss_counted(const bench_report *r) {
     return r->rss_bytes > own ? r->rss_bytes - own : 0;
 }
 
+/* a stage's time: the sum of its sections' */
+static double stage_ms(const batch_result *b, int stage) {
+    double t = 0;
+    for (int k = 0; k < ACT_SECTION_COUNT; k++)
+        if (act_section_stage((act_section)k) == (act_stage)stage) t += b->section_ms[k];
+    return t;
+}
+
 /* The vision and transformer stages in their sections (ms, same profiled pass), with each
  * section's share of the step: where a profile starts looking. */
 static void print_sections(const bench_report *r) {
@@ -558,8 +564,8 @@ static void print_table(const bench_report *r) {
         printf("%6d", b->batch);
         double sum = 0;
         for (int k = 0; k < ACT_STAGE_COUNT; k++) {
-            if (b->have_stages) printf(" %11.3f", b->stage_ms[k]); else printf(" %11s", "n/a");
-            sum += b->stage_ms[k];
+            if (b->have_stages) printf(" %11.3f", stage_ms(b, k)); else printf(" %11s", "n/a");
+            sum += stage_ms(b, k);
         }
         if (b->have_stages) printf(" %11.3f\n", sum); else printf(" %11s\n", "n/a");
     }
@@ -617,7 +623,7 @@ static int write_json(const bench_report *r, const char *path, char *err, size_t
         if (b->have_stages) {
             fputc('{', f);
             for (int k = 0; k < ACT_STAGE_COUNT; k++)
-                fprintf(f, "%s\"%s\": %.6f", k ? ", " : "", act_stage_name((act_stage)k), b->stage_ms[k]);
+                fprintf(f, "%s\"%s\": %.6f", k ? ", " : "", act_stage_name((act_stage)k), stage_ms(b, k));
             fputs("}, \"sections_ms\": {", f);
             for (int k = 0; k < ACT_SECTION_COUNT; k++)
                 fprintf(f, "%s\"%s\": %.6f", k ? ", " : "", act_section_name((act_section)k), b->section_ms[k]);

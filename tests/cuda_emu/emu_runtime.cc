@@ -705,9 +705,9 @@ void run_kernel(const char *name, dim3 grid, dim3 block, size_t smem, const emu_
             if (k == 0) plain = !g_block_synced;     /* the probe alone decides */
             continue;
         }
-        if (g_order == ORDER_SHUFFLE) order_threads(n);
+        order_threads(n);
         for (int i = 0; i < n; i++) {
-            int t = g_order == ORDER_FORWARD ? i : g_order == ORDER_REVERSE ? n - 1 - i : g_perm[i];
+            int t = g_perm[i];
             g_cur = t;
             set_thread_index(t);
             fn();
