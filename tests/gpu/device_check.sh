@@ -50,6 +50,11 @@
 # The last thing printed is the summary table (check, result, figure); it is also $OUT/summary.txt.
 # ACT_CHECK_ONLY=ops,e2e (a comma list of the rows above) runs deps, build and testdata and then
 # only those rows: a quick second run after a fix, inside the session's device time.
+# A rehearsal without a GPU (every row's logic, on the CUDA emulator; no figure means anything):
+#   ACT_CUDA_EMULATOR=$PWD/build-dev/libact_cuda_emu.so ACT_PYTHON=/usr/bin/python3 ACT_E2E_MAX_BATCH=3 \
+#   ACT_CHECK_SLOW=6 ACT_CHECK_ITERS_DIV=50 ACT_CHECK_BUDGET_S=5400 tests/gpu/device_check.sh
+# ACT_CHECK_SLOW multiplies every step's time limit; ACT_CHECK_ITERS_DIV divides the timed
+# iterations and requests of the bench and serve rows (at least 1 each).
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 ROOT=$PWD
@@ -70,7 +75,11 @@ left() { echo $((BUDGET - (SECONDS - T0))); }
 want() { [ -z "${ACT_CHECK_ONLY:-}" ] || [[ ",$ACT_CHECK_ONLY," == *",$1,"* ]]; }
 row() { SUMMARY+=("$(printf '%-10s %-5s %s' "$1" "$2" "$3")"); echo "== $1: $2 $3"; }
 # limit WANT: the seconds a step may take, capped by what is left of the budget
-limit() { local l; l=$(left); if ((l < $1)); then echo "$l"; else echo "$1"; fi; }
+SLOW=${ACT_CHECK_SLOW:-1}
+DIV=${ACT_CHECK_ITERS_DIV:-1}
+limit() { local l w=$(($1 * SLOW)); l=$(left); if ((l < w)); then echo "$l"; else echo "$w"; fi; }
+# it N: N timed iterations (or requests), divided for a rehearsal
+it() { local n=$(($1 / DIV)); echo $((n < 1 ? 1 : n)); }
 enough() { (($(left) >= $1)); }
 
 echo "device_check: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
@@ -235,7 +244,7 @@ fi
 if ! want serve; then :
 elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && [ -x "$BUILD/act-serve" ] && enough 40; then
     timeout "$(limit 60)" "$PY" bench/serve_load.py --model "$TD/full.actw" --act-serve "$BUILD/act-serve" \
-        --device cuda --clients 1,8,32 --requests 50 --max-seconds 20 --transports tcp,shm \
+        --device cuda --clients 1,8,32 --requests "$(it 50)" --max-seconds 20 --transports tcp,shm \
         --json "$OUT/serve_load.json" >"$OUT/serve.log" 2>&1
     rc=$?
     row serve "$([ $rc = 0 ] && echo ok || echo rc$rc)" \
@@ -253,7 +262,7 @@ elif ((built)) && ((have_full)) && enough 30; then
     for pb in "bf16 1" "bf16 256" "fp32 1"; do
         read -r pp pbs <<<"$pb"
         timeout "$(limit 30)" "$BUILD/act-infer" bench --model "$TD/full.actw" --device cuda --precision "$pp" \
-            --batch "$pbs" --iters 50 --warmup 10 --profile-iters 10 --staged-inputs --json "$OUT/profile_${pp}_b$pbs.json" \
+            --batch "$pbs" --iters "$(it 50)" --warmup "$(it 10)" --profile-iters "$(it 10)" --staged-inputs --json "$OUT/profile_${pp}_b$pbs.json" \
             >"$OUT/profile_${pp}_b$pbs.log" 2>&1 || pbad=1
         r=$("$PY" - "$OUT/profile_${pp}_b$pbs.json" <<'EOF' 2>/dev/null
 import json, sys
@@ -282,7 +291,7 @@ ab_p50() {   # precision batch [VAR=value...] [copied|inplace] -> "p50 ms" of ac
         case $a in copied) inputs="";; inplace) inputs=--in-place-inputs;; *) envs+=("$a");; esac
     done
     env ${envs[@]+"${envs[@]}"} timeout "$(limit 40)" "$BUILD/act-infer" bench --model "$TD/full.actw" \
-        --device cuda --precision "$prec" --batch "$batch" --iters 200 --warmup 20 $inputs \
+        --device cuda --precision "$prec" --batch "$batch" --iters "$(it 200)" --warmup "$(it 20)" $inputs \
         --json "$OUT/ab.json" >>"$OUT/ab.log" 2>&1 &&
         "$PY" -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; print('%.3f' % r['latency_ms']['p50'])" "$OUT/ab.json"
 }
@@ -338,7 +347,7 @@ elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && enough 40; then
              "copy,auto-threads:ACT_SERVE_COPY_FRAMES=1 ACT_SERVE_COPY_THREADS=0" "in-place:ACT_SERVE_COPY_FRAMES=0"; do
         rm -f "$OUT/copy_ab.json"
         env ${v#*:} timeout "$(limit 30)" "$PY" bench/serve_load.py --model "$TD/full.actw" \
-            --act-serve "$BUILD/act-serve" --device cuda --precision bf16 --clients 1,32 --requests 200 \
+            --act-serve "$BUILD/act-serve" --device cuda --precision bf16 --clients 1,32 --requests "$(it 200)" \
             --max-seconds 5 --modes on --transports shm,tcp --json "$OUT/copy_ab.json" >>"$OUT/copy_ab.log" 2>&1
         r=$("$PY" -c "
 import json, sys
