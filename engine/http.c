@@ -1,4 +1,5 @@
-/* http.c - the metrics side port: just enough HTTP/1.0 for /healthz and /metrics.
+/* http.c - the metrics side port: just enough HTTP/1.0 for /healthz and /metrics, served by the
+ * first I/O thread.
  * Each connection sends one GET, gets one response and is closed. Requests are capped at
  * ACT_HTTP_BUF bytes and a 2 s deadline; a full table refuses new connections at once. The
  * response is small (a few KiB), so one non-blocking send delivers it on any sane socket;
@@ -17,7 +18,7 @@
 
 static void http_close(act_server *s, act_http_conn *h)
 {
-    epoll_ctl(s->epfd, EPOLL_CTL_DEL, h->fd, NULL);
+    epoll_ctl(s->io[0].epfd, EPOLL_CTL_DEL, h->fd, NULL);
     close(h->fd);
     h->fd = -1;
     h->got = 0;
@@ -83,7 +84,7 @@ void act_http_accept(act_server *s)
         h->got = 0;
         h->deadline = act_now() + HTTP_DEADLINE_S;
         struct epoll_event ev = { .events = EPOLLIN, .data.u64 = ACT_TAG(TAG_HTTP, slot) };
-        if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev)) http_close(s, h);
+        if (epoll_ctl(s->io[0].epfd, EPOLL_CTL_ADD, fd, &ev)) http_close(s, h);
     }
 }
 

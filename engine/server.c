@@ -1,9 +1,10 @@
-/* server.c - act-serve's lifecycle and I/O loop: listen, dispatch events, drain (design: server.h).
+/* server.c - act-serve's lifecycle and I/O loops: listen, dispatch events, drain (design: server.h).
  *
- * One level-triggered epoll set holds the client listener, the metrics listener, an eventfd
- * (woken by the inference thread when results are ready, by attach, and by stop) and every
- * connection; what a connection does with its bytes is server_conn.c, the HTTP side port http.c.
- * Drain: the listener closes, what is in flight is answered, then the loop ends.
+ * Each I/O thread has a level-triggered epoll set with an eventfd (woken by the inference
+ * thread when its results are ready, by a connection handed to it, by attach and by stop) and
+ * its connections; the first one's also holds the client listeners and the metrics listener.
+ * What a connection does with its bytes is server_conn.c, the HTTP side port http.c.
+ * Drain: the listeners close, what is in flight is answered, then each loop ends.
  */
 #define _GNU_SOURCE
 #include "server_internal.h"
@@ -41,11 +42,24 @@ void act_serve_log(const act_server *s, const char *fmt, ...)
     va_end(ap);
 }
 
-void act_server_wake(act_server *s)
+void act_io_wake(act_io *io)
 {
     uint64_t one = 1;
-    ssize_t r = write(s->wakefd, &one, sizeof one);
+    ssize_t r = write(io->wakefd, &one, sizeof one);
     (void)r;   /* EAGAIN means the counter is already non-zero: the loop will wake anyway */
+}
+
+void act_server_wake(act_server *s)
+{
+    for (int i = 0; i < s->n_io; i++) act_io_wake(&s->io[i]);
+}
+
+/* I/O threads when opts ask for 0: one per four cores, at most 4 (a thread receives ~5-10 GB/s
+ * of frames over loopback TCP, about 10k requests/s) */
+static int auto_io_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN) / 4;
+    return n < 1 ? 1 : n > 4 ? 4 : (int)n;
 }
 
 act_server_opts act_server_default_opts(void)
@@ -135,41 +149,66 @@ static int listen_unix(const char *path, char *err, size_t errlen)
     return fd;
 }
 
-static void close_listener(act_server *s, int *fd)
+static void close_listener(act_io *io, int *fd)
 {
     if (*fd < 0) return;
-    epoll_ctl(s->epfd, EPOLL_CTL_DEL, *fd, NULL);
+    epoll_ctl(io->epfd, EPOLL_CTL_DEL, *fd, NULL);
     close(*fd);
     *fd = -1;
 }
 
-static void begin_drain(act_server *s)
+/* On each I/O thread once stop was asked; the first closes the listeners (in its epoll set). */
+static void begin_drain(act_io *io)
 {
-    if (atomic_exchange(&s->draining, 1)) return;
-    act_serve_log(s, "draining: %d requests in flight, %d connections", s->inflight, s->n_open);
-    close_listener(s, &s->lfd);
-    close_listener(s, &s->ufd);
+    act_server *s = io->s;
+    if (!atomic_exchange(&s->draining, 1))
+        act_serve_log(s, "draining: %d requests in flight", atomic_load(&s->inflight));
+    if (io->idx == 0) {
+        close_listener(io, &s->lfd);
+        close_listener(io, &s->ufd);
+    }
 }
 
-static int drained(act_server *s)
+/* io's requests are all answered and its replies sent, and no connection waits to be taken */
+static int drained(act_io *io)
 {
-    if (s->inflight > 0) return 0;
-    for (int i = 0; i < s->o.max_clients; i++)
-        if (s->conns[i].fd >= 0 && s->conns[i].out_head) return 0;
-    return 1;
+    if (io->inflight > 0) return 0;
+    for (int i = io->lo; i < io->hi; i++)
+        if (io->s->conns[i].fd >= 0 && io->s->conns[i].out_head) return 0;
+    pthread_mutex_lock(&io->s->mu);
+    int handoffs = io->hand_head != NULL;
+    pthread_mutex_unlock(&io->s->mu);
+    return !handoffs;
+}
+
+/* Connections handed to io too late to be served: the acceptor had not yet seen the drain. */
+static void drop_handoffs(act_io *io)
+{
+    pthread_mutex_lock(&io->s->mu);
+    act_handoff *h = io->hand_head;
+    io->hand_head = io->hand_tail = NULL;
+    pthread_mutex_unlock(&io->s->mu);
+    for (act_handoff *next; h; h = next) {
+        next = h->next;
+        close(h->fd);
+        atomic_fetch_sub(&io->n_assigned, 1);
+        free(h);
+    }
 }
 
 static void *io_main(void *arg)
 {
-    act_server *s = arg;
+    act_io *io = arg;
+    act_server *s = io->s;
     struct epoll_event evs[256];
     double drain_deadline = 0;
+    int draining = 0;
     for (;;) {
-        int timeout = s->n_closing || atomic_load(&s->draining) ? 100 : 1000;
-        int n = epoll_wait(s->epfd, evs, 256, timeout);
+        int timeout = io->n_closing || draining ? 100 : 1000;
+        int n = epoll_wait(io->epfd, evs, 256, timeout);
         if (n < 0 && errno != EINTR) {
             act_serve_log(s, "epoll_wait: %s", strerror(errno));
-            s->io_rc = -1;
+            io->rc = -1;
             break;
         }
         int tcp_ready = 0, unix_ready = 0;
@@ -177,14 +216,16 @@ static void *io_main(void *arg)
             uint32_t kind = (uint32_t)(evs[i].data.u64 >> 32), slot = (uint32_t)evs[i].data.u64;
             if (kind == TAG_WAKE) {
                 uint64_t v;
-                ssize_t r = read(s->wakefd, &v, sizeof v);
+                ssize_t r = read(io->wakefd, &v, sizeof v);
                 (void)r;
-                if (atomic_load(&s->attached) && !atomic_load(&s->ready) && s->lfd >= 0 && !s->stop_flag) {
-                    act_ep_set(s, EPOLL_CTL_ADD, s->lfd, EPOLLIN, ACT_TAG(TAG_LISTEN, LISTEN_TCP));
-                    if (s->ufd >= 0) act_ep_set(s, EPOLL_CTL_ADD, s->ufd, EPOLLIN, ACT_TAG(TAG_LISTEN, LISTEN_UNIX));
+                if (io->idx == 0 && atomic_load(&s->attached) && !atomic_load(&s->ready) && s->lfd >= 0 &&
+                    !atomic_load(&s->stop_flag)) {
+                    act_ep_set(io, EPOLL_CTL_ADD, s->lfd, EPOLLIN, ACT_TAG(TAG_LISTEN, LISTEN_TCP));
+                    if (s->ufd >= 0) act_ep_set(io, EPOLL_CTL_ADD, s->ufd, EPOLLIN, ACT_TAG(TAG_LISTEN, LISTEN_UNIX));
                     atomic_store(&s->ready, 1);
                 }
-                if (atomic_load(&s->attached)) act_deliver_done(s);
+                act_conn_take(io);
+                if (atomic_load(&s->attached)) act_deliver_done(io);
             } else if (kind == TAG_LISTEN) {
                 if (slot == LISTEN_UNIX) unix_ready = 1;
                 else tcp_ready = 1;
@@ -196,47 +237,84 @@ static void *io_main(void *arg)
                 act_conn *c = &s->conns[slot];
                 if (c->fd < 0) continue;
                 if (c->read_done && (evs[i].events & (EPOLLERR | EPOLLHUP))) {
-                    act_conn_close(s, c, 0, "client vanished before its replies");
+                    act_conn_close(io, c, 0, "client vanished before its replies");
                     continue;
                 }
                 if (evs[i].events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) {
-                    if (act_conn_flush(s, c)) continue;
+                    if (act_conn_flush(io, c)) continue;
                 }
-                if (evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) act_conn_read(s, c);
+                if (evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) act_conn_read(io, c);
             }
         }
         /* accept after this round's hang-ups are handled: the slots they free go to the new
          * connections instead of a max-clients refusal */
-        if (tcp_ready && s->lfd >= 0) act_conn_accept(s, s->lfd, 0);
-        if (unix_ready && s->ufd >= 0) act_conn_accept(s, s->ufd, 1);
+        if (tcp_ready && s->lfd >= 0) act_conn_accept(io, s->lfd, 0);
+        if (unix_ready && s->ufd >= 0) act_conn_accept(io, s->ufd, 1);
         double now = act_now();
-        act_conn_expire(s, now);
-        act_http_expire(s, now);
-        if (s->stop_flag && !atomic_load(&s->draining)) {
-            begin_drain(s);
+        act_conn_expire(io, now);
+        if (io->idx == 0) act_http_expire(s, now);
+        if (atomic_load(&s->stop_flag) && !draining) {
+            begin_drain(io);
+            draining = 1;
             drain_deadline = now + 1e-3 * s->o.drain_timeout_ms;
         }
-        if (atomic_load(&s->draining) && (drained(s) || now > drain_deadline)) {
-            if (!drained(s)) act_serve_log(s, "drain timeout: %d requests still in flight", s->inflight);
+        if (draining && (drained(io) || now > drain_deadline)) {
+            if (!drained(io))
+                act_serve_log(s, "drain timeout: %d requests still in flight on I/O thread %d", io->inflight, io->idx);
             break;
         }
     }
+    drop_handoffs(io);
     return NULL;
+}
+
+/* The I/O threads' state: the connection slots split into n_io ranges, an epoll set and eventfd
+ * each (threads are started by the caller). */
+static int io_init(act_server *s, int n_io, char *err, size_t errlen)
+{
+    int maxc = s->o.max_clients;
+    if (n_io > ACT_IO_MAX) n_io = ACT_IO_MAX;
+    if (n_io > maxc) n_io = maxc;
+    int per = (maxc + n_io - 1) / n_io;
+    n_io = (maxc + per - 1) / per;   /* every thread has at least one slot (act_io_of) */
+    s->io = calloc((size_t)n_io, sizeof *s->io);
+    if (!s->io) return fail(err, errlen, "act-serve: out of memory");
+    s->n_io = n_io;
+    for (int i = 0; i < n_io; i++) {
+        act_io *io = &s->io[i];
+        io->s = s;
+        io->idx = i;
+        io->epfd = io->wakefd = -1;
+        io->lo = i * per;
+        io->hi = io->lo + per < maxc ? io->lo + per : maxc;
+        io->pool_max = (s->o.max_queue + n_io - 1) / n_io;
+        atomic_init(&io->n_assigned, 0);
+        io->free_slots = malloc((size_t)(io->hi - io->lo) * sizeof *io->free_slots);
+        if (!io->free_slots) return fail(err, errlen, "act-serve: out of memory for %d connection slots", maxc);
+        for (int k = io->lo; k < io->hi; k++) io->free_slots[io->n_free++] = io->hi - 1 - (k - io->lo);
+        io->epfd = epoll_create1(EPOLL_CLOEXEC);
+        io->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (io->epfd < 0 || io->wakefd < 0) return fail(err, errlen, "act-serve: epoll/eventfd: %s", strerror(errno));
+        act_ep_set(io, EPOLL_CTL_ADD, io->wakefd, EPOLLIN, ACT_TAG(TAG_WAKE, 0));
+    }
+    return 0;
 }
 
 int act_server_create(const act_server_opts *opts, act_server **out, char *err, size_t errlen)
 {
     *out = NULL;
     if (opts->max_batch < 1 || opts->max_clients < 1 || opts->max_queue < 1 || opts->max_wait_us < 0 ||
-        opts->max_inflight_per_conn < 1 || opts->max_out_bytes < 4096 || opts->frame_timeout_ms < 0)
+        opts->max_inflight_per_conn < 1 || opts->max_out_bytes < 4096 || opts->frame_timeout_ms < 0 ||
+        opts->io_threads < 0 || opts->io_threads > ACT_IO_MAX)
         return fail(err, errlen, "act-serve: max-batch, max-clients, max-queue and per-connection limits must be >= 1, "
-                                 "max-wait-us and frame-timeout-ms >= 0, max-out-bytes >= 4096");
+                                 "max-wait-us and frame-timeout-ms >= 0, max-out-bytes >= 4096, io-threads 0 (auto) "
+                                 "to %d", ACT_IO_MAX);
     act_server *s = calloc(1, sizeof *s);
     if (!s) return fail(err, errlen, "act-serve: out of memory");
     s->o = *opts;
     snprintf(s->host, sizeof s->host, "%s", opts->host ? opts->host : "127.0.0.1");
     s->o.host = s->host;
-    s->lfd = s->mfd = s->epfd = s->wakefd = s->spare_fd = s->ufd = -1;
+    s->lfd = s->mfd = s->spare_fd = s->ufd = -1;
     for (int i = 0; i < ACT_HTTP_SLOTS; i++) s->http[i].fd = -1;
     act_metrics_init(&s->metrics);
     pthread_mutex_init(&s->mu, NULL);
@@ -246,16 +324,11 @@ int act_server_create(const act_server_opts *opts, act_server **out, char *err, 
     pthread_cond_init(&s->cv, &ca);
     pthread_condattr_destroy(&ca);
     s->conns = calloc((size_t)opts->max_clients, sizeof *s->conns);
-    s->free_slots = malloc((size_t)opts->max_clients * sizeof *s->free_slots);
-    if (!s->conns || !s->free_slots) {
+    if (!s->conns) {
         act_server_free(s);
         return fail(err, errlen, "act-serve: out of memory for %d connection slots", opts->max_clients);
     }
-    for (int i = 0; i < opts->max_clients; i++) {
-        s->conns[i].fd = -1;
-        s->free_slots[i] = opts->max_clients - 1 - i;
-    }
-    s->n_free = opts->max_clients;
+    for (int i = 0; i < opts->max_clients; i++) s->conns[i].fd = -1;
     if (opts->audit_log) {
         snprintf(s->audit_path, sizeof s->audit_path, "%s", opts->audit_log);
         s->o.audit_log = s->audit_path;
@@ -267,11 +340,9 @@ int act_server_create(const act_server_opts *opts, act_server **out, char *err, 
         }
     }
     s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    s->epfd = epoll_create1(EPOLL_CLOEXEC);
-    s->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (s->epfd < 0 || s->wakefd < 0) {
+    if (io_init(s, opts->io_threads ? opts->io_threads : auto_io_threads(), err, errlen)) {
         act_server_free(s);
-        return fail(err, errlen, "act-serve: epoll/eventfd: %s", strerror(errno));
+        return -1;
     }
     if ((s->lfd = listen_on(s->host, opts->port, &s->port, err, errlen)) < 0) {
         act_server_free(s);
@@ -290,17 +361,20 @@ int act_server_create(const act_server_opts *opts, act_server **out, char *err, 
             act_server_free(s);
             return -1;
         }
-        act_ep_set(s, EPOLL_CTL_ADD, s->mfd, EPOLLIN, ACT_TAG(TAG_METRICS, 0));
+        act_ep_set(&s->io[0], EPOLL_CTL_ADD, s->mfd, EPOLLIN, ACT_TAG(TAG_METRICS, 0));
     }
-    act_ep_set(s, EPOLL_CTL_ADD, s->wakefd, EPOLLIN, ACT_TAG(TAG_WAKE, 0));
-    if (pthread_create(&s->io_thread, NULL, io_main, s)) {
-        act_server_free(s);
-        return fail(err, errlen, "act-serve: cannot start the I/O thread");
+    for (int i = 0; i < s->n_io; i++) {
+        if (pthread_create(&s->io[i].thread, NULL, io_main, &s->io[i])) {
+            act_server_free(s);
+            return fail(err, errlen, "act-serve: cannot start I/O thread %d", i);
+        }
+        s->io[i].started = 1;
     }
-    s->io_started = 1;
     *out = s;
     return 0;
 }
+
+int act_server_io_threads(const act_server *s) { return s->n_io; }
 
 int act_server_attach(act_server *s, const act_model *m, act_session *sess, act_device device,
                       char *err, size_t errlen)
@@ -314,7 +388,7 @@ int act_server_attach(act_server *s, const act_model *m, act_session *sess, act_
                    act_proto_predict_bytes(s->cfg);
     if (!s->info_frame) return fail(err, errlen, "act-serve: out of memory");
     if (act_infer_warmup(s, device, err, errlen)) return -1;
-    if (s->stop_flag) return fail(err, errlen, "act-serve: stopped before the model was ready");
+    if (atomic_load(&s->stop_flag)) return fail(err, errlen, "act-serve: stopped before the model was ready");
     act_memory mem;   /* after the warm-up, which has sized the workspaces for every batch */
     act_session_memory(sess, &mem);
     act_metrics_memory(&s->metrics, mem.weights, mem.activations, mem.workspace);
@@ -326,40 +400,54 @@ int act_server_attach(act_server *s, const act_model *m, act_session *sess, act_
 
 void act_server_stop(act_server *s)
 {
-    s->stop_flag = 1;
+    atomic_store(&s->stop_flag, 1);
     act_server_wake(s);
 }
 
-int act_server_stopping(const act_server *s) { return s->stop_flag != 0; }
+int act_server_stopping(const act_server *s) { return atomic_load(&s->stop_flag) != 0; }
 int act_server_port(const act_server *s) { return s->port; }
 int act_server_metrics_port(const act_server *s) { return s->mport; }
 
 int act_server_wait(act_server *s)
 {
-    if (s->io_started) {
-        pthread_join(s->io_thread, NULL);
-        s->io_started = 0;
+    int rc = 0;
+    for (int i = 0; i < s->n_io; i++) {
+        act_io *io = &s->io[i];
+        if (io->started) {
+            pthread_join(io->thread, NULL);
+            io->started = 0;
+        }
+        rc |= io->rc;
     }
     act_infer_stop(s);
-    act_deliver_done(s);   /* anything finished after the loop ended is released, not leaked */
-    return s->io_rc;
+    /* anything finished after the loops ended is released, not leaked */
+    for (int i = 0; i < s->n_io; i++) act_deliver_done(&s->io[i]);
+    return rc;
 }
 
 void act_server_free(act_server *s)
 {
     if (!s) return;
-    if (s->io_started) {
+    int running = 0;
+    for (int i = 0; i < s->n_io; i++) running |= s->io[i].started;
+    if (running) {
         act_server_stop(s);
         act_server_wait(s);
     }
     act_infer_stop(s);
-    for (int i = 0; s->conns && i < s->o.max_clients; i++)
-        if (s->conns[i].fd >= 0) act_conn_close(s, &s->conns[i], 0, NULL);
-    act_http_close_all(s);
-    for (act_req *r = s->req_pool, *n; r; r = n) {
-        n = r->next;
-        act_wire_free(s, r->wire);
-        free(r);
+    for (int i = 0; s->io && i < s->n_io; i++) {
+        act_io *io = &s->io[i];
+        drop_handoffs(io);
+        for (int k = io->lo; k < io->hi; k++)
+            if (s->conns[k].fd >= 0) act_conn_close(io, &s->conns[k], 0, NULL);
+    }
+    if (s->io) act_http_close_all(s);
+    for (int i = 0; s->io && i < s->n_io; i++) {
+        for (act_req *r = s->io[i].req_pool, *n; r; r = n) {
+            n = r->next;
+            act_wire_free(s, r->wire);
+            free(r);
+        }
     }
     for (act_req *r = s->pend_head, *n; r; r = n) {
         n = r->next;
@@ -372,13 +460,16 @@ void act_server_free(act_server *s)
     if (s->ufd >= 0) close(s->ufd);
     if (s->unix_path[0]) unlink(s->unix_path);
     if (s->mfd >= 0) close(s->mfd);
-    if (s->epfd >= 0) close(s->epfd);
-    if (s->wakefd >= 0) close(s->wakefd);
+    for (int i = 0; s->io && i < s->n_io; i++) {
+        if (s->io[i].epfd >= 0) close(s->io[i].epfd);
+        if (s->io[i].wakefd >= 0) close(s->io[i].wakefd);
+        free(s->io[i].free_slots);
+    }
+    free(s->io);
     if (s->spare_fd >= 0) close(s->spare_fd);
     if (s->audit) fclose(s->audit);
     free(s->info_frame);
     free(s->conns);
-    free(s->free_slots);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     act_metrics_destroy(&s->metrics);

@@ -2,13 +2,15 @@
  * defines: act_server_opts, act_server_create, act_server_attach, act_server_stop,
  *          act_server_wait, act_server_free, act_server_port, act_server_metrics_port
  *
- * Two threads. The I/O thread (server.c) owns every socket: it accepts, reads frames with
- * non-blocking I/O on one epoll set, validates them (protocol.c), answers HELLO/PING itself and
- * queues PREDICTs; it also serves /healthz and /metrics (http.c). The inference thread
- * (server_infer.c) owns the session: it takes the requests that are waiting together, from any
- * connections, runs them as one batch through act_run and hands the results back; the I/O
- * thread routes each reply to its connection (by slot and generation, so a reply for a closed
- * connection is dropped, never sent to its successor).
+ * Threads. The I/O threads (server.c; io_threads of them) own the sockets: the first accepts and
+ * hands each connection to the I/O thread with the fewest, which from then on reads its frames
+ * with non-blocking I/O on its own epoll set, validates them (protocol.c), answers HELLO/PING
+ * itself and queues PREDICTs; the first also serves /healthz and /metrics (http.c). Receiving
+ * ~590 KB of frames per request is what one thread cannot do fast enough for many TCP clients.
+ * The inference thread (server_infer.c) owns the session: it takes the requests that are
+ * waiting together, from any connections, runs them as one batch through act_run and hands the
+ * results back; the connection's I/O thread routes each reply (by slot and generation, so a
+ * reply for a closed connection is dropped, never sent to its successor).
  *
  * Lifecycle: create (binds both ports, starts the I/O thread: /healthz answers 503) ->
  * attach (warm-up, then accept clients; /healthz 200) -> stop (async-signal-safe: stop
@@ -32,6 +34,8 @@ typedef struct act_server_opts {
                                 * instead of registering the memory they arrived in (shared
                                 * memory, receive buffers) with the session and reading them
                                 * there */
+    int io_threads;            /* threads receiving and answering clients, 0 = one per 4 cores,
+                                * at most 4 (each takes an equal share of max_clients) */
     int max_clients;           /* open connections; beyond it new ones are closed at once */
     int max_queue;             /* requests waiting or running, all clients together */
     int max_inflight_per_conn; /* requests one connection may have outstanding */
@@ -56,5 +60,6 @@ int act_server_wait(act_server *s);        /* 0 when drained cleanly */
 void act_server_free(act_server *s);
 int act_server_port(const act_server *s);
 int act_server_metrics_port(const act_server *s);
+int act_server_io_threads(const act_server *s);
 
 #endif

@@ -6,7 +6,9 @@
  * content errors answer ERROR and keep it. Replies queue per connection up to max_out_bytes; a
  * client that lets them pile up is dropped, so it never holds memory or the thread hostage. A
  * client that half-closes after whole frames still gets every reply it is owed. All of it runs
- * on the I/O thread only.
+ * on the I/O thread that owns the connection: the first I/O thread accepts, and hands each new
+ * connection to the thread with the fewest (act_conn_take), which reads it, answers it and
+ * closes it from then on.
  */
 #define _GNU_SOURCE
 #include "server_internal.h"
@@ -27,24 +29,27 @@
 #define CLOSING_LINGER_S 2.0       /* how long a refused client gets to read its ERROR */
 #define READ_FRAMES_PER_WAKE 16    /* fairness: one busy client cannot starve the others */
 
-int act_ep_set(act_server *s, int op, int fd, uint32_t events, uint64_t tag)
+int act_ep_set(act_io *io, int op, int fd, uint32_t events, uint64_t tag)
 {
     struct epoll_event ev = { .events = events, .data.u64 = tag };
-    return epoll_ctl(s->epfd, op, fd, &ev);
+    return epoll_ctl(io->epfd, op, fd, &ev);
 }
 
-static act_conn *conn_lookup(act_server *s, uint32_t slot, uint32_t gen)
+static act_conn *conn_lookup(act_io *io, uint32_t slot, uint32_t gen)
 {
-    if (slot >= (uint32_t)s->o.max_clients) return NULL;
-    act_conn *c = &s->conns[slot];
+    if (slot < (uint32_t)io->lo || slot >= (uint32_t)io->hi) return NULL;
+    act_conn *c = &io->s->conns[slot];
     return c->fd >= 0 && c->gen == gen ? c : NULL;
 }
 
-void act_conn_close(act_server *s, act_conn *c, int dropped, const char *why)
+void act_conn_close(act_io *io, act_conn *c, int dropped, const char *why)
 {
+    act_server *s = io->s;
     uint32_t slot = (uint32_t)(c - s->conns);
     if (why) act_serve_log(s, "%s: closing connection: %s", c->peer, why);
-    epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    /* counted before the peer can see the close: /metrics may be served by another I/O thread */
+    act_metrics_conn(&s->metrics, -1, dropped);
+    epoll_ctl(io->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     c->fd = -1;
     c->gen++;
@@ -72,23 +77,23 @@ void act_conn_close(act_server *s, act_conn *c, int dropped, const char *why)
     c->events = 0;
     c->frame_deadline = 0;
     c->out_bytes = 0;
-    if (c->closing) s->n_closing--;
+    if (c->closing) io->n_closing--;
     c->closing = 0;
-    s->free_slots[s->n_free++] = (int)slot;
-    s->n_open--;
-    act_metrics_conn(&s->metrics, -1, dropped);
+    io->free_slots[io->n_free++] = (int)slot;
+    io->n_open--;
+    atomic_fetch_sub(&io->n_assigned, 1);
 }
 
-static void conn_update_events(act_server *s, act_conn *c)
+static void conn_update_events(act_io *io, act_conn *c)
 {
     uint32_t ev = (c->read_done ? 0u : EPOLLIN) | (c->out_head ? EPOLLOUT : 0u);
     if (ev == c->events) return;
     c->events = ev;
-    act_ep_set(s, EPOLL_CTL_MOD, c->fd, ev, ACT_TAG(TAG_CONN, c - s->conns));
+    act_ep_set(io, EPOLL_CTL_MOD, c->fd, ev, ACT_TAG(TAG_CONN, c - io->s->conns));
 }
 
 /* Sends what the socket takes now. Returns -1 when the connection was closed. */
-int act_conn_flush(act_server *s, act_conn *c)
+int act_conn_flush(act_io *io, act_conn *c)
 {
     while (c->out_head) {
         act_out *o = c->out_head;
@@ -96,7 +101,7 @@ int act_conn_flush(act_server *s, act_conn *c)
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK) break;
             if (errno == EINTR) continue;
-            act_conn_close(s, c, 0, strerror(errno));
+            act_conn_close(io, c, 0, strerror(errno));
             return -1;
         }
         o->off += (size_t)n;
@@ -112,29 +117,29 @@ int act_conn_flush(act_server *s, act_conn *c)
         shutdown(c->fd, SHUT_WR);
     }
     if (!c->out_head && c->read_done && c->inflight == 0) {
-        act_conn_close(s, c, 0, NULL);   /* the half-closed peer has every reply it was owed */
+        act_conn_close(io, c, 0, NULL);   /* the half-closed peer has every reply it was owed */
         return -1;
     }
-    conn_update_events(s, c);
+    conn_update_events(io, c);
     return 0;
 }
 
 /* Queues a frame (taking ownership of p). Returns -1 when the connection was closed. */
-static int conn_send(act_server *s, act_conn *c, uint8_t *p, size_t n)
+static int conn_send(act_io *io, act_conn *c, uint8_t *p, size_t n)
 {
     if (!p) {
-        act_conn_close(s, c, 1, "out of memory building a reply");
+        act_conn_close(io, c, 1, "out of memory building a reply");
         return -1;
     }
-    if (c->out_bytes + n > s->o.max_out_bytes) {
+    if (c->out_bytes + n > io->s->o.max_out_bytes) {
         free(p);
-        act_conn_close(s, c, 1, "client does not read its replies (output queue full)");
+        act_conn_close(io, c, 1, "client does not read its replies (output queue full)");
         return -1;
     }
     act_out *o = malloc(sizeof *o);
     if (!o) {
         free(p);
-        act_conn_close(s, c, 1, "out of memory queueing a reply");
+        act_conn_close(io, c, 1, "out of memory queueing a reply");
         return -1;
     }
     o->next = NULL;
@@ -147,7 +152,7 @@ static int conn_send(act_server *s, act_conn *c, uint8_t *p, size_t n)
     c->out_tail = o;
     c->out_bytes += n;
     /* with replies already waiting the socket is full: EPOLLOUT will say when it drains */
-    return backlog ? 0 : act_conn_flush(s, c);
+    return backlog ? 0 : act_conn_flush(io, c);
 }
 
 static void audit_line(act_server *s, act_conn *c, uint64_t id, int code, const act_req *r)
@@ -155,6 +160,7 @@ static void audit_line(act_server *s, act_conn *c, uint64_t id, int code, const 
     if (!s->audit) return;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
+    flockfile(s->audit);   /* one whole line at a time: every I/O thread writes here */
     fprintf(s->audit, "{\"ts\":%lld.%06ld,\"peer\":\"%s\",\"client\":\"%s\",\"id\":%llu,\"status\":\"%s\"",
             (long long)ts.tv_sec, ts.tv_nsec / 1000, c->peer, c->client, (unsigned long long)id,
             code ? act_err_code_name(code) : "ok");
@@ -164,26 +170,29 @@ static void audit_line(act_server *s, act_conn *c, uint64_t id, int code, const 
                 1e3 * (act_now() - r->t_arrive));
     fputs("}\n", s->audit);
     fflush(s->audit);
+    funlockfile(s->audit);
 }
 
 /* Answers ERROR. fatal: the stream is unusable; say why, then close once the reply is out. */
-static int conn_error(act_server *s, act_conn *c, uint64_t id, int code, const char *msg, int fatal)
+static int conn_error(act_io *io, act_conn *c, uint64_t id, int code, const char *msg, int fatal)
 {
+    act_server *s = io->s;
     size_t n;
     act_metrics_error(&s->metrics, code);
     act_serve_log(s, "%s: error %s: %s", c->peer, act_err_code_name(code), msg);
     if (fatal) {
         c->closing = 1;
         c->closing_deadline = act_now() + CLOSING_LINGER_S;
-        s->n_closing++;
+        io->n_closing++;
         act_metrics_conn(&s->metrics, 0, 1);
     }
     uint8_t *f = act_proto_build_error(id, code, msg, &n);
-    return conn_send(s, c, f, n);
+    return conn_send(io, c, f, n);
 }
 
-static int on_hello(act_server *s, act_conn *c, const uint8_t *p, uint32_t len)
+static int on_hello(act_io *io, act_conn *c, const uint8_t *p, uint32_t len)
 {
+    act_server *s = io->s;
     act_hello h;
     char msg[512];
     int code = act_proto_parse_hello(p, len, &h, msg, sizeof msg);
@@ -196,7 +205,7 @@ static int on_hello(act_server *s, act_conn *c, const uint8_t *p, uint32_t len)
         snprintf(msg, sizeof msg, "server is draining; connect to another replica");
     }
     if (!code) code = act_proto_check_contract(s->cfg, &h, msg, sizeof msg);
-    if (code) return conn_error(s, c, 0, code, msg, 1);
+    if (code) return conn_error(io, c, 0, code, msg, 1);
     snprintf(c->client, sizeof c->client, "%s", h.client_name);
     c->handshaken = 1;
     pthread_mutex_lock(&s->mu);
@@ -204,15 +213,16 @@ static int on_hello(act_server *s, act_conn *c, const uint8_t *p, uint32_t len)
     pthread_mutex_unlock(&s->mu);
     uint8_t *f = malloc(s->info_len);
     if (f) memcpy(f, s->info_frame, s->info_len);
-    return conn_send(s, c, f, s->info_len);
+    return conn_send(io, c, f, s->info_len);
 }
 
-static act_req *req_get(act_server *s)
+static act_req *req_get(act_io *io)
 {
-    act_req *r = s->req_pool;
+    act_server *s = io->s;
+    act_req *r = io->req_pool;
     if (r) {
-        s->req_pool = r->next;
-        s->n_pool--;
+        io->req_pool = r->next;
+        io->n_pool--;
     } else {
         size_t chunk = (size_t)s->cfg->pred_horizon * s->cfg->action_dim * sizeof(float);
         if (!(r = malloc(s->req_bytes))) return NULL;
@@ -229,22 +239,23 @@ static act_req *req_get(act_server *s)
     return r;
 }
 
-void act_req_put(act_server *s, act_req *r)
+void act_req_put(act_io *io, act_req *r)
 {
-    act_shm_unref(s, r->shm);
+    act_shm_unref(io->s, r->shm);
     r->shm = NULL;
-    if (s->n_pool >= s->o.max_queue) {
-        act_wire_free(s, r->wire);
+    if (io->n_pool >= io->pool_max) {
+        act_wire_free(io->s, r->wire);
         free(r);
         return;
     }
-    r->next = s->req_pool;
-    s->req_pool = r;
-    s->n_pool++;
+    r->next = io->req_pool;
+    io->req_pool = r;
+    io->n_pool++;
 }
 
-static int on_predict(act_server *s, act_conn *c, uint8_t *p, uint32_t len)
+static int on_predict(act_io *io, act_conn *c, uint8_t *p, uint32_t len)
 {
+    act_server *s = io->s;
     char msg[512];
     uint64_t id = 0;
     const act_config *cfg = s->cfg;
@@ -252,22 +263,29 @@ static int on_predict(act_server *s, act_conn *c, uint8_t *p, uint32_t len)
     for (int i = 0; i < 8 && (uint32_t)i < len; i++) id |= (uint64_t)p[i] << (8 * i);
     if (atomic_load(&s->draining)) {
         audit_line(s, c, id, ACT_E_SHUTTING_DOWN, NULL);
-        return conn_error(s, c, id, ACT_E_SHUTTING_DOWN, "server is draining; retry on another replica", 0);
+        return conn_error(io, c, id, ACT_E_SHUTTING_DOWN, "server is draining; retry on another replica", 0);
     }
-    if (s->inflight >= s->o.max_queue || c->inflight >= s->o.max_inflight_per_conn) {
+    /* the queue's limit holds for all I/O threads together: a slot is taken before it is checked */
+    int queued = atomic_fetch_add(&s->inflight, 1);
+    if (queued >= s->o.max_queue || c->inflight >= s->o.max_inflight_per_conn) {
+        atomic_fetch_sub(&s->inflight, 1);
         snprintf(msg, sizeof msg, "server busy: %d requests queued (limit %d), %d from this connection (limit %d)",
-                 s->inflight, s->o.max_queue, c->inflight, s->o.max_inflight_per_conn);
+                 queued, s->o.max_queue, c->inflight, s->o.max_inflight_per_conn);
         audit_line(s, c, id, ACT_E_OVERLOADED, NULL);
-        return conn_error(s, c, id, ACT_E_OVERLOADED, msg, 0);
+        return conn_error(io, c, id, ACT_E_OVERLOADED, msg, 0);
     }
-    act_req *r = req_get(s);
-    if (!r) return conn_error(s, c, id, ACT_E_INTERNAL, "out of memory for a request", 0);
+    act_req *r = req_get(io);
+    if (!r) {
+        atomic_fetch_sub(&s->inflight, 1);
+        return conn_error(io, c, id, ACT_E_INTERNAL, "out of memory for a request", 0);
+    }
     int code = act_proto_parse_predict_shm(cfg, p, len, &r->p, r->data, c->shm ? c->shm->mem.p : NULL,
                                            c->shm ? c->shm->mem.bytes : 0, msg, sizeof msg);
     if (code) {
-        act_req_put(s, r);
+        atomic_fetch_sub(&s->inflight, 1);
+        act_req_put(io, r);
         audit_line(s, c, id, code, NULL);
-        return conn_error(s, c, id, code, msg, 0);
+        return conn_error(io, c, id, code, msg, 0);
     }
     /* raw frames point into the receive buffer p (c->in): the request takes it, and the
      * connection reads its next frame into the buffer the block brought back from its last use */
@@ -282,7 +300,7 @@ static int on_predict(act_server *s, act_conn *c, uint8_t *p, uint32_t len)
     r->slot = (uint32_t)(c - s->conns);
     r->gen = c->gen;
     r->t_arrive = act_now();
-    s->inflight++;
+    io->inflight++;
     act_metrics_inflight(&s->metrics, 1);
     pthread_mutex_lock(&s->mu);
     if (c->inflight++ == 0) s->n_busy_conns++;
@@ -298,8 +316,9 @@ static int on_predict(act_server *s, act_conn *c, uint8_t *p, uint32_t len)
 /* SHM_ATTACH: map the memfd that came with the frame; it replaces an earlier attachment (whose
  * mapping lives on while requests read from it). Errors keep the connection: the client can go
  * on sending frames inline. */
-static int on_shm_attach(act_server *s, act_conn *c, const uint8_t *p, uint32_t len)
+static int on_shm_attach(act_io *io, act_conn *c, const uint8_t *p, uint32_t len)
 {
+    act_server *s = io->s;
     char msg[256];
     uint64_t size;
     int fd = c->rx_fd;
@@ -317,58 +336,59 @@ static int on_shm_attach(act_server *s, act_conn *c, const uint8_t *p, uint32_t 
     act_shm *m = NULL;
     if (!code) code = act_shm_map(fd, size, &m, msg, sizeof msg);
     if (fd >= 0) close(fd);   /* the mapping, if any, keeps the memory */
-    if (code) return conn_error(s, c, 0, code, msg, 0);
+    if (code) return conn_error(io, c, 0, code, msg, 0);
     act_shm_unref(s, c->shm);
     c->shm = m;
     act_serve_log(s, "%s: attached %llu bytes of shared memory", c->peer, (unsigned long long)size);
     size_t n = 0;
     uint8_t *f = act_proto_build_shm_ok(size, &n);
-    return conn_send(s, c, f, n);
+    return conn_send(io, c, f, n);
 }
 
-static int on_frame(act_server *s, act_conn *c)
+static int on_frame(act_io *io, act_conn *c)
 {
     uint8_t *p = c->in;
     uint32_t len = c->fh.len;
     switch (c->fh.type) {
-    case ACT_MSG_HELLO: return on_hello(s, c, p, len);
-    case ACT_MSG_PREDICT: return on_predict(s, c, p, len);
-    case ACT_MSG_SHM_ATTACH: return on_shm_attach(s, c, p, len);
+    case ACT_MSG_HELLO: return on_hello(io, c, p, len);
+    case ACT_MSG_PREDICT: return on_predict(io, c, p, len);
+    case ACT_MSG_SHM_ATTACH: return on_shm_attach(io, c, p, len);
     case ACT_MSG_PING: {
         size_t n;
         uint64_t nonce = 0;
-        if (len != 8) return conn_error(s, c, 0, ACT_E_MALFORMED, "PING: payload must be 8 bytes", 0);
+        if (len != 8) return conn_error(io, c, 0, ACT_E_MALFORMED, "PING: payload must be 8 bytes", 0);
         for (int i = 0; i < 8; i++) nonce |= (uint64_t)p[i] << (8 * i);
         uint8_t *f = act_proto_build_pong(nonce, &n);
-        return conn_send(s, c, f, n);
+        return conn_send(io, c, f, n);
     }
     default: return 0;   /* unreachable: types are checked with the header */
     }
 }
 
 /* Header complete: decide whether the payload may be read at all. */
-static int on_header(act_server *s, act_conn *c)
+static int on_header(act_io *io, act_conn *c)
 {
+    act_server *s = io->s;
     char msg[256];
     int code = act_proto_parse_hdr(c->hdr, &c->fh, msg, sizeof msg);
-    if (code) return conn_error(s, c, 0, code, msg, 1);
+    if (code) return conn_error(io, c, 0, code, msg, 1);
     int t = c->fh.type;
     if (t != ACT_MSG_HELLO && t != ACT_MSG_PREDICT && t != ACT_MSG_PING && t != ACT_MSG_SHM_ATTACH) {
         snprintf(msg, sizeof msg, "message type %d is not one a client may send (HELLO=1, PREDICT=3, PING=6, SHM_ATTACH=8)", t);
-        return conn_error(s, c, 0, ACT_E_BAD_TYPE, msg, 1);
+        return conn_error(io, c, 0, ACT_E_BAD_TYPE, msg, 1);
     }
     if ((t == ACT_MSG_PREDICT || t == ACT_MSG_SHM_ATTACH) && !c->handshaken)
-        return conn_error(s, c, 0, ACT_E_NO_HELLO, t == ACT_MSG_PREDICT ? "PREDICT before HELLO: send HELLO first"
+        return conn_error(io, c, 0, ACT_E_NO_HELLO, t == ACT_MSG_PREDICT ? "PREDICT before HELLO: send HELLO first"
                                                                          : "SHM_ATTACH before HELLO: send HELLO first", 1);
     uint32_t max = act_proto_max_payload(s->cfg, t, c->handshaken);
     if (c->fh.len > max) {
         snprintf(msg, sizeof msg, "frame payload of %u bytes exceeds the limit of %u for this message type and model",
                  c->fh.len, max);
-        return conn_error(s, c, 0, ACT_E_TOO_LARGE, msg, 1);
+        return conn_error(io, c, 0, ACT_E_TOO_LARGE, msg, 1);
     }
     if (c->fh.len > c->in_cap) {   /* nothing of the old buffer is kept: the payload is next */
         uint8_t *b = act_wire_alloc(c->fh.len);
-        if (!b) return conn_error(s, c, 0, ACT_E_INTERNAL, "out of memory for a frame", 1);
+        if (!b) return conn_error(io, c, 0, ACT_E_INTERNAL, "out of memory for a frame", 1);
         act_wire_free(s, c->in);
         c->in = b;
         c->in_cap = act_wire_of(b)->mem.bytes;
@@ -402,14 +422,15 @@ static ssize_t conn_recv(act_conn *c, void *buf, size_t n)
     return got;
 }
 
-void act_conn_read(act_server *s, act_conn *c)
+void act_conn_read(act_io *io, act_conn *c)
 {
+    act_server *s = io->s;
     if (c->closing) {   /* refused: discard what it still sends until it hangs up */
         uint8_t sink[4096];
         ssize_t n;
         while ((n = recv(c->fd, sink, sizeof sink, MSG_DONTWAIT)) > 0) {}
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-            act_conn_close(s, c, 0, NULL);
+            act_conn_close(io, c, 0, NULL);
         return;
     }
     for (int frames = 0; frames < READ_FRAMES_PER_WAKE;) {
@@ -419,16 +440,16 @@ void act_conn_read(act_server *s, act_conn *c)
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK) return;
             if (errno == EINTR) continue;
-            act_conn_close(s, c, 0, strerror(errno));
+            act_conn_close(io, c, 0, strerror(errno));
             return;
         }
         if (n == 0) {
             if (!in_payload && !c->hdr_got && (c->inflight > 0 || c->out_head)) {
                 c->read_done = 1;   /* half-closed after whole frames: answer them, then close */
-                conn_update_events(s, c);
+                conn_update_events(io, c);
                 return;
             }
-            act_conn_close(s, c, 0, in_payload || c->hdr_got ? "client disconnected mid-frame" : NULL);
+            act_conn_close(io, c, 0, in_payload || c->hdr_got ? "client disconnected mid-frame" : NULL);
             return;
         }
         if (!in_payload) {
@@ -437,7 +458,7 @@ void act_conn_read(act_server *s, act_conn *c)
             c->hdr_got += (size_t)n;
             if (c->hdr_got < ACT_PROTO_HDR) continue;
             c->hdr_got = 0;
-            if (on_header(s, c) || c->closing) return;
+            if (on_header(io, c) || c->closing) return;
             if (c->fh.len) continue;   /* an empty payload is complete with its header */
         } else {
             c->in_got += (size_t)n;
@@ -445,7 +466,7 @@ void act_conn_read(act_server *s, act_conn *c)
         }
         c->have_hdr = 0;
         frames++;
-        if (on_frame(s, c) || c->closing) return;
+        if (on_frame(io, c) || c->closing) return;
         if (c->rx_fd >= 0) {   /* a descriptor sent with some other frame: not ours to keep */
             close(c->rx_fd);
             c->rx_fd = -1;
@@ -454,8 +475,90 @@ void act_conn_read(act_server *s, act_conn *c)
     }
 }
 
-void act_conn_accept(act_server *s, int lfd, int is_unix)
+/* The I/O thread with the fewest connections that has a slot left, which is promised to the
+ * connection being accepted; NULL when every slot is taken. */
+static act_io *pick_io(act_server *s)
 {
+    act_io *best = NULL;
+    int least = 0;
+    for (int i = 0; i < s->n_io; i++) {
+        act_io *io = &s->io[i];
+        int n = atomic_load(&io->n_assigned);
+        if (n < io->hi - io->lo && (!best || n < least)) {
+            best = io;
+            least = n;
+        }
+    }
+    if (best) atomic_fetch_add(&best->n_assigned, 1);
+    return best;
+}
+
+/* Sets up an accepted connection in one of io's free slots (one was promised by pick_io). */
+static void conn_open(act_io *io, int fd, int is_unix, const char *peer)
+{
+    act_server *s = io->s;
+    int slot = io->free_slots[--io->n_free];
+    act_conn *c = &s->conns[slot];
+    c->fd = fd;
+    c->is_unix = is_unix;
+    c->rx_fd = -1;
+    c->shm = NULL;
+    snprintf(c->peer, sizeof c->peer, "%s", peer);
+    c->client[0] = 0;
+    c->frame_deadline = s->o.frame_timeout_ms ? act_now() + 1e-3 * s->o.frame_timeout_ms : 0;
+    io->n_open++;
+    act_metrics_conn(&s->metrics, 1, 0);
+    act_serve_log(s, "%s: connected (I/O thread %d of %d)", c->peer, io->idx + 1, s->n_io);
+    c->events = EPOLLIN;
+    if (act_ep_set(io, EPOLL_CTL_ADD, fd, EPOLLIN, ACT_TAG(TAG_CONN, slot))) act_conn_close(io, c, 0, strerror(errno));
+}
+
+void act_conn_take(act_io *io)
+{
+    act_server *s = io->s;
+    pthread_mutex_lock(&s->mu);
+    act_handoff *h = io->hand_head;
+    io->hand_head = io->hand_tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    while (h) {
+        act_handoff *next = h->next;
+        conn_open(io, h->fd, h->is_unix, h->peer);
+        free(h);
+        h = next;
+    }
+}
+
+/* Gives a connection accepted on the first I/O thread to io: at once if it is that thread, else
+ * through io's hand-off list (io sets it up when woken). */
+static void conn_hand(act_io *from, act_io *io, int fd, int is_unix, const char *peer)
+{
+    act_server *s = from->s;
+    if (io == from) {
+        conn_open(io, fd, is_unix, peer);
+        return;
+    }
+    act_handoff *h = malloc(sizeof *h);
+    if (!h) {
+        act_serve_log(s, "%s: out of memory handing over a connection; closing it", peer);
+        close(fd);
+        atomic_fetch_sub(&io->n_assigned, 1);
+        return;
+    }
+    h->next = NULL;
+    h->fd = fd;
+    h->is_unix = is_unix;
+    snprintf(h->peer, sizeof h->peer, "%s", peer);
+    pthread_mutex_lock(&s->mu);
+    if (io->hand_tail) io->hand_tail->next = h;
+    else io->hand_head = h;
+    io->hand_tail = h;
+    pthread_mutex_unlock(&s->mu);
+    act_io_wake(io);
+}
+
+void act_conn_accept(act_io *from, int lfd, int is_unix)
+{
+    act_server *s = from->s;
     for (;;) {
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
@@ -477,7 +580,8 @@ void act_conn_accept(act_server *s, int lfd, int is_unix)
             return;   /* EAGAIN, or an aborted handshake: nothing more to take now */
         }
         int draining = atomic_load(&s->draining);
-        if (draining || s->n_free == 0) {
+        act_io *io = draining ? NULL : pick_io(s);
+        if (!io) {
             /* say why in one best-effort send: a fresh socket's buffer always takes it */
             char msg[128];
             size_t n;
@@ -494,13 +598,7 @@ void act_conn_accept(act_server *s, int lfd, int is_unix)
         }
         int one = 1;
         if (!is_unix) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        int slot = s->free_slots[--s->n_free];
-        act_conn *c = &s->conns[slot];
-        c->fd = fd;
-        c->is_unix = is_unix;
-        c->rx_fd = -1;
-        c->shm = NULL;
-        char addr[INET6_ADDRSTRLEN] = "?";
+        char peer[64], addr[INET6_ADDRSTRLEN] = "?";
         int port = 0;
         if (ss.ss_family == AF_INET) {
             inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, addr, sizeof addr);
@@ -512,38 +610,35 @@ void act_conn_accept(act_server *s, int lfd, int is_unix)
         struct ucred cr;
         socklen_t crl = sizeof cr;
         if (is_unix && !getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl))
-            snprintf(c->peer, sizeof c->peer, "unix:pid %d", (int)cr.pid);
+            snprintf(peer, sizeof peer, "unix:pid %d", (int)cr.pid);
         else
-            snprintf(c->peer, sizeof c->peer, "%s:%d", addr, port);
-        c->client[0] = 0;
-        c->frame_deadline = s->o.frame_timeout_ms ? act_now() + 1e-3 * s->o.frame_timeout_ms : 0;
-        s->n_open++;
-        act_metrics_conn(&s->metrics, 1, 0);
-        c->events = EPOLLIN;
-        if (act_ep_set(s, EPOLL_CTL_ADD, fd, EPOLLIN, ACT_TAG(TAG_CONN, slot))) act_conn_close(s, c, 0, strerror(errno));
+            snprintf(peer, sizeof peer, "%s:%d", addr, port);
+        conn_hand(from, io, fd, is_unix, peer);
     }
 }
 
-/* Routes finished requests to their connections. */
-void act_deliver_done(act_server *s)
+/* Routes finished requests to io's connections. */
+void act_deliver_done(act_io *io)
 {
+    act_server *s = io->s;
     pthread_mutex_lock(&s->mu);
-    act_req *r = s->done_head;
-    s->done_head = s->done_tail = NULL;
+    act_req *r = io->done_head;
+    io->done_head = io->done_tail = NULL;
     pthread_mutex_unlock(&s->mu);
     const act_config *cfg = s->cfg;
     while (r) {
         act_req *next = r->next;
-        s->inflight--;
+        io->inflight--;
+        atomic_fetch_sub(&s->inflight, 1);
         act_metrics_inflight(&s->metrics, -1);
-        act_conn *c = conn_lookup(s, r->slot, r->gen);
+        act_conn *c = conn_lookup(io, r->slot, r->gen);
         if (c && !c->closing) {
             pthread_mutex_lock(&s->mu);
             if (--c->inflight == 0) s->n_busy_conns--;
             pthread_mutex_unlock(&s->mu);
             audit_line(s, c, r->p.request_id, r->code, r);
             if (r->code) {
-                conn_error(s, c, r->p.request_id, r->code, r->msg, 0);
+                conn_error(io, c, r->p.request_id, r->code, r->msg, 0);
             } else {
                 act_result_hdr h = { r->p.request_id, r->p.actions ? ACT_RESULT_POSTERIOR : 0u, (uint32_t)r->batch,
                                      (uint32_t)lround(1e6 * (r->t_start - r->t_arrive)),
@@ -551,27 +646,27 @@ void act_deliver_done(act_server *s)
                 size_t n;
                 act_metrics_result(&s->metrics, r->t_start - r->t_arrive);
                 uint8_t *f = act_proto_build_result(&h, r->chunk, cfg->pred_horizon, cfg->action_dim, &n);
-                conn_send(s, c, f, n);
+                conn_send(io, c, f, n);
             }
         }
-        act_req_put(s, r);
+        act_req_put(io, r);
         r = next;
     }
 }
 
-void act_conn_expire(act_server *s, double now)
+void act_conn_expire(act_io *io, double now)
 {
-    /* a scan of the table ten times a second at most: deadlines are seconds long */
-    if (now - s->last_scan < 0.1 || (!s->n_closing && !s->o.frame_timeout_ms)) return;
-    s->last_scan = now;
-    for (int i = 0; i < s->o.max_clients; i++) {
-        act_conn *c = &s->conns[i];
+    /* a scan of the slots ten times a second at most: deadlines are seconds long */
+    if (now - io->last_scan < 0.1 || (!io->n_closing && !io->s->o.frame_timeout_ms)) return;
+    io->last_scan = now;
+    for (int i = io->lo; i < io->hi; i++) {
+        act_conn *c = &io->s->conns[i];
         if (c->fd < 0) continue;
         if (c->closing && now > c->closing_deadline) {
-            act_conn_close(s, c, 0, NULL);
+            act_conn_close(io, c, 0, NULL);
         } else if (!c->closing && c->frame_deadline && now > c->frame_deadline) {
-            act_conn_close(s, c, 1, c->handshaken ? "frame not completed within --frame-timeout-ms"
-                                                  : "no HELLO within --frame-timeout-ms");
+            act_conn_close(io, c, 1, c->handshaken ? "frame not completed within --frame-timeout-ms"
+                                                   : "no HELLO within --frame-timeout-ms");
         }
     }
 }

@@ -6,7 +6,8 @@
  * send more, so waiting longer would only add latency). Requests that queue up while a forward
  * runs form the next batch with no wait at all. One batch holds one kind of request: prior
  * (z = 0), posterior with z = mu, or a sampled posterior, which runs alone so its seed alone
- * decides its noise. The I/O thread gets the results through the done list and the eventfd.
+ * decides its noise. Each request goes back to the I/O thread of its connection, through that
+ * thread's done list and eventfd.
  * A batch's frames go to act_run as one pointer per request and camera: it reads them where
  * they lie when all are in memory registered with the session (clients' shared memory, the
  * receive buffers of TCP requests; registered here, at their first batch), else copies them on
@@ -274,14 +275,18 @@ static void *infer_main(void *arg)
                 snprintf(rs[i]->msg, sizeof rs[i]->msg, "inference thread is out of memory for batch buffers");
             }
         }
+        uint32_t woken = 0;   /* I/O threads with results (ACT_IO_MAX <= 32) */
         pthread_mutex_lock(&s->mu);
         for (int i = 0; i < n; i++) {
-            if (s->done_tail) s->done_tail->next = rs[i];
-            else s->done_head = rs[i];
-            s->done_tail = rs[i];
+            act_io *io = act_io_of(s, rs[i]->slot);
+            if (io->done_tail) io->done_tail->next = rs[i];
+            else io->done_head = rs[i];
+            io->done_tail = rs[i];
+            woken |= 1u << io->idx;
         }
         pthread_mutex_unlock(&s->mu);
-        act_server_wake(s);
+        for (int i = 0; i < s->n_io; i++)
+            if (woken & (1u << i)) act_io_wake(&s->io[i]);
     }
     if (ok) bufs_free(&b);
     free(rs);
@@ -351,7 +356,7 @@ int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
         }
     }
     for (int pass = 0; pass < (placed ? 2 : 1) && !rc; pass++)
-        for (int r = 0; r < reps * last && !rc && !s->stop_flag; r++) {
+        for (int r = 0; r < reps * last && !rc && !atomic_load(&s->stop_flag); r++) {
             int n = r % last + 1;
             act_inputs in;
             act_outputs out;

@@ -1,8 +1,10 @@
 /* server_internal.h - the state the act-serve threads share (server.c, server_conn.c,
  * server_infer.c, http.c).
- * Ownership: connections, sockets and the audit file belong to the I/O thread; the session and
- * batch buffers to the inference thread; the pending and done lists, and the connection counts
- * the batcher reads, are guarded by mu. */
+ * Ownership: each I/O thread (an act_io) owns its share of the connection slots, their sockets,
+ * its epoll set and its request pool; the first also owns the listeners and the HTTP side port.
+ * The session and batch buffers belong to the inference thread. The pending list, each I/O
+ * thread's done list and hand-off list, and the connection counts the batcher reads are
+ * guarded by mu. */
 #ifndef ACT_SERVER_INTERNAL_H
 #define ACT_SERVER_INTERNAL_H
 
@@ -89,6 +91,34 @@ typedef struct act_conn {
     int inflight;
 } act_conn;
 
+/* A connection the first I/O thread accepted for another one (server_conn.c). */
+typedef struct act_handoff {
+    struct act_handoff *next;
+    int fd, is_unix;
+    char peer[64];
+} act_handoff;
+
+#define ACT_IO_MAX 16              /* I/O threads at most */
+
+/* One I/O thread: an epoll set, an eventfd to wake it, and the connection slots [lo, hi). */
+typedef struct act_io {
+    struct act_server *s;
+    int idx;                       /* 0: also the listeners and the HTTP side port */
+    int epfd, wakefd;
+    pthread_t thread;
+    int started, rc;
+    int lo, hi;
+    int *free_slots, n_free;
+    atomic_int n_assigned;         /* slots in use or promised by a hand-off (for the acceptor) */
+    int n_open, n_closing;
+    double last_scan;              /* of its slots for expired deadlines */
+    int inflight;                  /* its connections' requests queued or running */
+    act_req *req_pool;             /* recycled request blocks */
+    int n_pool, pool_max;
+    act_req *done_head, *done_tail;        /* finished requests to route (under mu) */
+    act_handoff *hand_head, *hand_tail;    /* accepted connections to take over (under mu) */
+} act_io;
+
 #define ACT_HTTP_SLOTS 32
 #define ACT_HTTP_BUF 4096
 typedef struct act_http_conn { int fd; size_t got; double deadline; char buf[ACT_HTTP_BUF]; } act_http_conn;
@@ -101,14 +131,16 @@ enum { LISTEN_TCP = 0, LISTEN_UNIX = 1 };   /* TAG_LISTEN slots */
 struct act_server {
     act_server_opts o;
     char host[64], audit_path[512];
-    int lfd, mfd, epfd, wakefd, spare_fd;
+    int lfd, mfd, spare_fd;
     int ufd;                       /* the Unix-socket listener (--unix), or -1 */
     char unix_path[108];           /* its path, removed at exit; "" = none */
     int port, mport;
-    volatile sig_atomic_t stop_flag;
+    atomic_int stop_flag;          /* set by a signal handler (lock-free: async-signal-safe), read by every thread */
     atomic_int ready, draining, attached;
-    pthread_t io_thread, infer_thread;
-    int io_started, infer_started, io_rc;
+    pthread_t infer_thread;
+    int infer_started;
+    act_io *io;                    /* n_io I/O threads */
+    int n_io;
 
     const act_model *model;
     act_session *sess;
@@ -120,14 +152,9 @@ struct act_server {
     act_metrics metrics;
     FILE *audit;
 
-    act_conn *conns;               /* max_clients slots */
-    int *free_slots, n_free;
-    int n_open, n_closing;
-    double last_scan;              /* of the connection table for expired deadlines */
-    act_http_conn http[ACT_HTTP_SLOTS];
-    int inflight;                  /* requests queued or running (I/O thread's count) */
-    act_req *req_pool;             /* recycled request blocks (I/O thread only) */
-    int n_pool;
+    act_conn *conns;               /* max_clients slots, split among the I/O threads */
+    act_http_conn http[ACT_HTTP_SLOTS];   /* the first I/O thread's */
+    atomic_int inflight;           /* requests queued or running, all I/O threads together */
     size_t req_bytes;              /* one request block */
 
     pthread_mutex_t mu;
@@ -137,26 +164,33 @@ struct act_server {
     act_regmem *retired;           /* registered blocks let go of: to unregister, then release */
     size_t reg_bytes;              /* bytes of frame memory registered (inference thread) */
     int reg_full_logged;           /* the limit on it was reached and said so (inference thread) */
-    act_req *done_head, *done_tail;
     int n_ready_conns, n_busy_conns;   /* handshaken; with a request not yet answered */
     int infer_stop;
 };
 
 double act_now(void);              /* monotonic seconds */
-void act_server_wake(act_server *s);
+void act_io_wake(act_io *io);
+void act_server_wake(act_server *s);   /* every I/O thread */
 void act_serve_log(const act_server *s, const char *fmt, ...);
+/* the I/O thread that owns connection slot */
+static inline act_io *act_io_of(act_server *s, uint32_t slot)
+{
+    int per = (s->o.max_clients + s->n_io - 1) / s->n_io;
+    return &s->io[slot / (uint32_t)per];
+}
 
-/* server_conn.c (I/O thread only) */
-int act_ep_set(act_server *s, int op, int fd, uint32_t events, uint64_t tag);
-void act_conn_accept(act_server *s, int lfd, int is_unix);
-void act_conn_read(act_server *s, act_conn *c);
-int act_conn_flush(act_server *s, act_conn *c);      /* -1: the connection was closed */
-void act_conn_close(act_server *s, act_conn *c, int dropped, const char *why);
-void act_conn_expire(act_server *s, double now);     /* closes refused clients past their linger */
-void act_deliver_done(act_server *s);                /* routes finished requests to their clients */
-void act_req_put(act_server *s, act_req *r);         /* back to the pool (or freed when it is full) */
+/* server_conn.c (on the I/O thread that owns the connection) */
+int act_ep_set(act_io *io, int op, int fd, uint32_t events, uint64_t tag);
+void act_conn_accept(act_io *io, int lfd, int is_unix);   /* the first I/O thread */
+void act_conn_take(act_io *io);                      /* the connections handed to it */
+void act_conn_read(act_io *io, act_conn *c);
+int act_conn_flush(act_io *io, act_conn *c);         /* -1: the connection was closed */
+void act_conn_close(act_io *io, act_conn *c, int dropped, const char *why);
+void act_conn_expire(act_io *io, double now);        /* closes refused clients past their linger */
+void act_deliver_done(act_io *io);                   /* routes finished requests to their clients */
+void act_req_put(act_io *io, act_req *r);            /* back to the pool (or freed when it is full) */
 
-/* server_shm.c (I/O thread only) */
+/* server_shm.c (the I/O thread of the connection) */
 int act_shm_map(int fd, uint64_t size, act_shm **out, char *msg, size_t msglen);   /* 0 or an act_err_code */
 static inline void act_shm_ref(act_shm *m) { if (m) m->refs++; }
 void act_shm_unref(act_server *s, act_shm *m);     /* drops it (act_regmem_drop) at the last reference */

@@ -12,4 +12,7 @@ status=0
 (cd build && ctest --output-on-failure) || status=1
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure) || status=1
 ACT_BUILD_DIR="$PWD/build" "$PY" -m pytest -q tests/python || status=1
+# act-serve's own tests once more with three I/O threads (a 2-core machine's default is one)
+ACT_SERVE_IO_THREADS=3 ACT_BUILD_DIR="$PWD/build" "$PY" -m pytest -q tests/python/test_serve.py \
+    tests/python/test_serve_faults.py tests/python/test_serve_shm.py || status=1
 exit $status

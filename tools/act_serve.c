@@ -79,6 +79,7 @@ static int parse(int argc, char **argv, cli *c)
         { "max-wait-us", "ACT_SERVE_MAX_WAIT_US", F_INT, &c->so.max_wait_us, "longest wait for a batch to fill [200]" },
         { "copy-threads", "ACT_SERVE_COPY_THREADS", F_INT, &c->copy_threads, "threads copying a batch's frames into the input buffers, 0 = half the cores, at most 8 [0]" },
         { "copy-frames", "ACT_SERVE_COPY_FRAMES", F_BOOL, &c->so.copy_frames, "copy each batch's frames into the input buffers, instead of reading them where they arrived (shared memory, receive buffers; GPU: pulled over PCIe, no host copy) (1/0) [0]" },
+        { "io-threads", "ACT_SERVE_IO_THREADS", F_INT, &c->so.io_threads, "threads receiving frames and answering clients, each with its share of the connections; 0 = one per 4 cores, at most 4 (TCP clients sending many frames want more than one) [0]" },
         { "max-clients", "ACT_SERVE_MAX_CLIENTS", F_INT, &c->so.max_clients, "open connections [4096]" },
         { "max-queue", "ACT_SERVE_MAX_QUEUE", F_INT, &c->so.max_queue, "requests queued, all clients [256]" },
         { "max-inflight", "ACT_SERVE_MAX_INFLIGHT", F_INT, &c->so.max_inflight_per_conn, "requests queued per connection [32]" },
@@ -204,10 +205,10 @@ int main(int argc, char **argv)
     const act_config *cfg = act_model_config(m);
     char mport[48] = "";
     if (c.so.metrics_port >= 0) snprintf(mport, sizeof mport, ", metrics on port %d", act_server_metrics_port(g_server));
-    fprintf(stderr, "act-serve: ready on %s:%d%s%s (%s, model %s, max-batch %d, max-wait-us %d)%s\n",
+    fprintf(stderr, "act-serve: ready on %s:%d%s%s (%s, model %s, max-batch %d, max-wait-us %d, io-threads %d)%s\n",
             c.so.host, act_server_port(g_server), c.so.unix_path ? " and unix:" : "",
             c.so.unix_path ? c.so.unix_path : "", act_session_device_name(sess), cfg->model_hash,
-            c.so.max_batch, c.so.max_wait_us, mport);
+            c.so.max_batch, c.so.max_wait_us, act_server_io_threads(g_server), mport);
     if (c.port_file) {
         FILE *f = fopen(c.port_file, "w");
         if (f) {

@@ -45,6 +45,8 @@
 #              copied into the pinned input buffers by one thread, by --copy-threads' default
 #              (half the cores, at most 8), or not at all: read in place from the registered
 #              memfds and receive buffers (the default)
+#   io-ab      act-serve, bf16, 1 and 32 TCP clients: every frame received by one I/O thread vs
+#              --io-threads' default (one per 4 cores, at most 4)
 #              (the A/B rows come last and take what time is left: parity and the peer comparison
 #              matter more)
 # The last thing printed is the summary table (check, result, figure); it is also $OUT/summary.txt.
@@ -358,6 +360,27 @@ print(' '.join('%s %.0f/%.0f' % (t, rows[(t, 1)], rows[(t, 32)]) for t in ('shm'
     row copy-ab ok "bf16 req/s 1/32 clients:$fig"
 else
     row copy-ab SKIP "no serve_load, build, full model or time"
+fi
+# act-serve's I/O threads: the kernel copies each TCP request's 590 KB of frames on the thread that
+# calls recv; one thread vs the default (one per 4 cores, at most 4)
+if ! want io-ab; then :
+elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && enough 30; then
+    fig=""
+    for v in "1-thread:ACT_SERVE_IO_THREADS=1" "auto-threads:ACT_SERVE_IO_THREADS=0"; do
+        rm -f "$OUT/io_ab.json"
+        env ${v#*:} timeout "$(limit 20)" "$PY" bench/serve_load.py --model "$TD/full.actw" \
+            --act-serve "$BUILD/act-serve" --device cuda --precision bf16 --clients 1,32 --requests "$(it 200)" \
+            --max-seconds 5 --modes on --transports tcp --json "$OUT/io_ab.json" >>"$OUT/io_ab.log" 2>&1
+        r=$("$PY" -c "
+import json, sys
+rows = {r['clients']: r for r in json.load(open(sys.argv[1]))['rows']}
+print('%.0f/%.0f req/s, p50 %.2f/%.2f ms' % (rows[1]['throughput_rps'], rows[32]['throughput_rps'],
+      rows[1]['rtt_p50_ms'], rows[32]['rtt_p50_ms']))" "$OUT/io_ab.json" 2>/dev/null)
+        fig="$fig ${v%%:*} ${r:-?};"
+    done
+    row io-ab ok "bf16 TCP 1/32 clients:$fig"
+else
+    row io-ab SKIP "no serve_load, build, full model or time"
 fi
 # a conv cuDNN would not plan, or an epilogue it would not fuse, runs on a fallback: say which
 fb=$(grep -h "^act-engine: " "$OUT"/*.log 2>/dev/null | sort | uniq -c | sort -rn | head -3 | cut -c1-160 | paste -sd'|')

@@ -75,9 +75,11 @@ def _obs(rng, cams, obs_dim=5):
             {c: rng.integers(0, 256, (IMAGE, IMAGE, 3), dtype=np.uint8) for c in cams})
 
 
-@pytest.mark.parametrize("copy_threads", [1, 3])   # a batch's frames copied inline / by 3 threads
+# a batch's frames copied inline / by 3 threads; the clients read by one I/O thread / one each
+@pytest.mark.parametrize("copy_threads,io_threads", [(1, 1), (3, 3)])
 def test_predictions_equal_act_infer_predict_and_batch_across_connections(server, act_infer, tiny, tmp_path,
-                                                                         episode_factory, rng, copy_threads):
+                                                                         episode_factory, rng, copy_threads,
+                                                                         io_threads):
     model, cfg = tiny
     cams = cfg["camera_names"]
     T, H = 6, cfg["pred_horizon"]
@@ -95,10 +97,16 @@ def test_predictions_equal_act_infer_predict_and_batch_across_connections(server
         images = {c: f[f"observations/images/{c}"][:] for c in cams}
 
     # a long batching window: every request of the three clients should share one forward pass
-    srv = server("--max-batch", 8, "--max-wait-us", 2_000_000, "--copy-threads", copy_threads)
+    srv = server("--max-batch", 8, "--max-wait-us", 2_000_000, "--copy-threads", copy_threads,
+                 "--io-threads", io_threads)
     clients = [ActClient("127.0.0.1", srv.port, timeout=120, compress=(i == 1)) for i in range(3)]
     for c in clients:
         c.info()   # handshake first, so the server knows three clients may send
+    # each new connection goes to the I/O thread with the fewest: with three, one each, whose
+    # requests must still share forward passes and get their own replies back
+    threads = {line.rsplit("(I/O thread ", 1)[1].split(" ")[0]
+               for line in srv.log().splitlines() if ": connected (I/O thread " in line}
+    assert len(threads) == io_threads, srv.log()
     got_prior, got_post, got_kl, batches = replay_episode(clients, qpos, images, actions, H)
     for t in range(T):
         np.testing.assert_allclose(got_prior[t], want_prior[t], **TOL, err_msg=f"prior chunk, timestep {t}")

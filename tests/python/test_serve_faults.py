@@ -345,7 +345,9 @@ def test_max_clients_refuses_the_extra_connection(act_serve, srv):
 def test_backlog_beyond_max_clients_after_a_stall_is_refused_and_counted(act_serve, srv):
     # a server that stalls (here: SIGSTOP) while clients connect and leave finds more queued than
     # --max-clients at once; it refuses the excess with a counted refusal and then serves again
-    proc, port, mport, log = _start(act_serve, srv.model, srv.dir, "--max-clients", 8)
+    # one I/O thread: with more, the others close the hung-up connections while the first still
+    # accepts, and all 40 may find a slot
+    proc, port, mport, log = _start(act_serve, srv.model, srv.dir, "--max-clients", 8, "--io-threads", 1)
     try:
         proc.send_signal(signal.SIGSTOP)
         for _ in range(40):

@@ -397,6 +397,7 @@ def test_client_reattaches_after_restart(act_serve, srv, tmp_path):
 def test_clients_dropped_unclosed_leak_no_descriptor(srv):
     import gc
 
+    gc.collect()   # sockets an earlier test left to the collector must not close mid-count
     before = len(os.listdir("/proc/self/fd"))
     for _ in range(10):
         c = ActClient(unix_path=srv.sock, timeout=60)
