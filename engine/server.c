@@ -54,8 +54,8 @@ void act_server_wake(act_server *s)
     for (int i = 0; i < s->n_io; i++) act_io_wake(&s->io[i]);
 }
 
-/* I/O threads when opts ask for 0: one per four cores, at most 4 (a thread receives ~5-10 GB/s
- * of frames over loopback TCP, about 10k requests/s) */
+/* I/O threads when opts ask for 0: one per four cores, at most 4 (one thread received ~9-10k
+ * TCP requests/s of 590 KB frames on the project's 2-vCPU VM: bench/RESULTS.md, session 9) */
 static int auto_io_threads(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN) / 4;
