@@ -136,7 +136,7 @@ have_full=0
 if ((built)); then
     mkdir -p "$TD" "$FULLW"
     if timeout "$(limit 120)" "$PY" tests/make_testdata.py "$TD" >"$OUT/testdata.log" 2>&1; then
-        row testdata ok "$(ls "$TD"/*.actw | wc -l) small models"
+        row testdata ok "$(ls "$TD"/*.actw | grep -vc /full.actw) small models"
     # without the zstandard module the compressed variant fails: make the others without it
     elif timeout "$(limit 120)" "$PY" - "$TD" >>"$OUT/testdata.log" 2>&1 <<'EOF'
 import sys
@@ -146,7 +146,7 @@ every = m.variants
 m.variants = lambda: [(c, s, [f for f in files if "--compress" not in f[1]]) for c, s, files in every()]
 sys.exit(m.main([None, sys.argv[1]]))
 EOF
-    then row testdata ok "$(ls "$TD"/*.actw | wc -l) small models, no zstd variant (see testdata.log)"
+    then row testdata ok "$(ls "$TD"/*.actw | grep -vc /full.actw) small models, no zstd variant (see testdata.log)"
     else row testdata FAIL "$(tail -1 "$OUT/testdata.log" | cut -c1-150)"; fi
     if ACT_PYTHON=$PY timeout "$(limit 120)" scripts/make_full_model.sh "$FULLW" "$TD/full.actw" \
             >>"$OUT/testdata.log" 2>&1; then

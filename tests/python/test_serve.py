@@ -318,8 +318,13 @@ def test_every_flag_has_an_environment_twin_and_the_flag_wins(server, act_serve,
     assert p.returncode == 2 and "ACT_SERVE_PORT" in p.stderr and "seventy" in p.stderr, p.stderr
     p = subprocess.run([str(act_serve), "--help"], capture_output=True, text=True, timeout=60)
     for flag in ("--model", "--port", "--device", "--precision", "--max-batch", "--max-wait-us", "--copy-threads", "--max-clients",
-                 "--metrics-port", "--audit-log"):
+                 "--io-threads", "--metrics-port", "--audit-log"):
         assert flag in p.stderr and "ACT_SERVE_" + flag[2:].upper().replace("-", "_") in p.stderr, flag
+    # an I/O thread count out of range is refused before anything is loaded, naming the range
+    for bad in ("-1", "17"):
+        p = subprocess.run([str(act_serve), "--model", str(tiny[0]), "--port", "0", "--io-threads", bad],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode != 0 and "io-threads 0 (auto) to 16" in p.stderr, p.stderr
 
 
 def test_sampled_posterior_is_seeded_and_runs_alone(server, tiny, rng):
