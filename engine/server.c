@@ -34,12 +34,20 @@ double act_now(void)
 void act_serve_log(const act_server *s, const char *fmt, ...)
 {
     if (!s->o.verbose) return;
+    char line[1024];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "act-serve: ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    int n = vsnprintf(line, sizeof line - 1, fmt, ap);
     va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n > sizeof line - 2) n = (int)sizeof line - 2;
+    line[n] = '\n';
+    line[n + 1] = 0;
+    /* one stdio call per line: several threads log, and stderr is unbuffered */
+    flockfile(stderr);
+    fputs("act-serve: ", stderr);
+    fputs(line, stderr);
+    funlockfile(stderr);
 }
 
 void act_io_wake(act_io *io)
@@ -166,7 +174,17 @@ static void begin_drain(act_io *io)
     if (io->idx == 0) {
         close_listener(io, &s->lfd);
         close_listener(io, &s->ufd);
+        atomic_store(&s->listeners_closed, 1);   /* no connection is handed over after this */
     }
+}
+
+/* May io's loop end once it is drained? Another I/O thread leaves only after the listeners are
+ * closed (before that the first one may still hand it a connection); the first leaves only
+ * after all the others, so that /healthz answers "draining" for as long as the drain lasts. */
+static int may_leave(act_io *io)
+{
+    if (io->idx == 0) return atomic_load(&io->s->io_running) == 1;
+    return atomic_load(&io->s->listeners_closed);
 }
 
 /* io's requests are all answered and its replies sent, and no connection waits to be taken */
@@ -207,8 +225,12 @@ static void *io_main(void *arg)
         int timeout = io->n_closing || draining ? 100 : 1000;
         int n = epoll_wait(io->epfd, evs, 256, timeout);
         if (n < 0 && errno != EINTR) {
-            act_serve_log(s, "epoll_wait: %s", strerror(errno));
+            /* this thread's connections can no longer be served: the whole server stops, as
+             * it did with a single I/O thread, instead of running on half alive */
+            act_serve_log(s, "epoll_wait on I/O thread %d: %s; stopping", io->idx + 1, strerror(errno));
             io->rc = -1;
+            act_server_stop(s);
+            begin_drain(io);   /* the first thread closes the listeners: the others may leave */
             break;
         }
         int tcp_ready = 0, unix_ready = 0;
@@ -258,13 +280,17 @@ static void *io_main(void *arg)
             draining = 1;
             drain_deadline = now + 1e-3 * s->o.drain_timeout_ms;
         }
-        if (draining && (drained(io) || now > drain_deadline)) {
+        /* may_leave first: once the listeners are closed, every hand-off to io is in its list,
+         * where drained() looks */
+        if (draining && ((may_leave(io) && drained(io)) || now > drain_deadline)) {
             if (!drained(io))
-                act_serve_log(s, "drain timeout: %d requests still in flight on I/O thread %d", io->inflight, io->idx);
+                act_serve_log(s, "drain timeout: %d requests still in flight on I/O thread %d", io->inflight, io->idx + 1);
             break;
         }
     }
     drop_handoffs(io);
+    atomic_fetch_sub(&s->io_running, 1);
+    act_io_wake(&s->io[0]);   /* the first may be waiting for the others to leave */
     return NULL;
 }
 
@@ -280,11 +306,14 @@ static int io_init(act_server *s, int n_io, char *err, size_t errlen)
     s->io = calloc((size_t)n_io, sizeof *s->io);
     if (!s->io) return fail(err, errlen, "act-serve: out of memory");
     s->n_io = n_io;
+    s->io_per = per;
+    for (int i = 0; i < n_io; i++) {   /* first what act_server_free needs of every entry */
+        s->io[i].s = s;
+        s->io[i].idx = i;
+        s->io[i].epfd = s->io[i].wakefd = -1;
+    }
     for (int i = 0; i < n_io; i++) {
         act_io *io = &s->io[i];
-        io->s = s;
-        io->idx = i;
-        io->epfd = io->wakefd = -1;
         io->lo = i * per;
         io->hi = io->lo + per < maxc ? io->lo + per : maxc;
         io->pool_max = (s->o.max_queue + n_io - 1) / n_io;
@@ -363,10 +392,13 @@ int act_server_create(const act_server_opts *opts, act_server **out, char *err, 
         }
         act_ep_set(&s->io[0], EPOLL_CTL_ADD, s->mfd, EPOLLIN, ACT_TAG(TAG_METRICS, 0));
     }
+    atomic_store(&s->io_running, s->n_io);   /* before any thread can leave and count down */
     for (int i = 0; i < s->n_io; i++) {
         if (pthread_create(&s->io[i].thread, NULL, io_main, &s->io[i])) {
+            /* the threads that never ran are not waited for */
+            atomic_fetch_sub(&s->io_running, s->n_io - i);
             act_server_free(s);
-            return fail(err, errlen, "act-serve: cannot start I/O thread %d", i);
+            return fail(err, errlen, "act-serve: cannot start I/O thread %d", i + 1);
         }
         s->io[i].started = 1;
     }

@@ -265,10 +265,13 @@ static int on_predict(act_io *io, act_conn *c, uint8_t *p, uint32_t len)
         audit_line(s, c, id, ACT_E_SHUTTING_DOWN, NULL);
         return conn_error(io, c, id, ACT_E_SHUTTING_DOWN, "server is draining; retry on another replica", 0);
     }
-    /* the queue's limit holds for all I/O threads together: a slot is taken before it is checked */
-    int queued = atomic_fetch_add(&s->inflight, 1);
-    if (queued >= s->o.max_queue || c->inflight >= s->o.max_inflight_per_conn) {
-        atomic_fetch_sub(&s->inflight, 1);
+    /* the queue's limit holds for all I/O threads together: a place is reserved only while
+     * the count is under it (compare-and-swap), so no refused request ever inflates it */
+    int queued = atomic_load(&s->inflight);
+    int busy = c->inflight >= s->o.max_inflight_per_conn;
+    while (!busy && !(busy = queued >= s->o.max_queue) &&
+           !atomic_compare_exchange_weak(&s->inflight, &queued, queued + 1)) {}
+    if (busy) {
         snprintf(msg, sizeof msg, "server busy: %d requests queued (limit %d), %d from this connection (limit %d)",
                  queued, s->o.max_queue, c->inflight, s->o.max_inflight_per_conn);
         audit_line(s, c, id, ACT_E_OVERLOADED, NULL);
@@ -566,15 +569,15 @@ void act_conn_accept(act_io *from, int lfd, int is_unix)
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE) {
                 /* out of descriptors: free the spare, take the connection and refuse it, so the
-                 * listener does not stay readable and spin the loop */
-                close(s->spare_fd);
+                 * listener does not stay readable and spin the loop. Another thread may take
+                 * the freed descriptor first: then try again next round, not in a loop here. */
+                if (s->spare_fd >= 0) close(s->spare_fd);
                 fd = accept(lfd, NULL, NULL);
                 if (fd >= 0) close(fd);
                 s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-                if (fd >= 0) {
-                    act_metrics_refused(&s->metrics, ACT_REFUSED_NO_FDS);
-                    act_serve_log(s, "out of file descriptors: refused a connection");
-                }
+                if (fd < 0) return;
+                act_metrics_refused(&s->metrics, ACT_REFUSED_NO_FDS);
+                act_serve_log(s, "out of file descriptors: refused a connection");
                 continue;
             }
             return;   /* EAGAIN, or an aborted handshake: nothing more to take now */

@@ -140,7 +140,9 @@ struct act_server {
     pthread_t infer_thread;
     int infer_started;
     act_io *io;                    /* n_io I/O threads */
-    int n_io;
+    int n_io, io_per;              /* io_per: connection slots per I/O thread (the last: fewer) */
+    atomic_int io_running;         /* I/O threads not yet left (the first leaves last) */
+    atomic_int listeners_closed;   /* the first I/O thread hands over no more connections */
 
     const act_model *model;
     act_session *sess;
@@ -175,8 +177,7 @@ void act_serve_log(const act_server *s, const char *fmt, ...);
 /* the I/O thread that owns connection slot */
 static inline act_io *act_io_of(act_server *s, uint32_t slot)
 {
-    int per = (s->o.max_clients + s->n_io - 1) / s->n_io;
-    return &s->io[slot / (uint32_t)per];
+    return &s->io[slot / (uint32_t)s->io_per];
 }
 
 /* server_conn.c (on the I/O thread that owns the connection) */

@@ -14,15 +14,12 @@
 #include <string.h>
 #include <unistd.h>
 
-/* the page size (4 KiB on x86, up to 64 KiB on aarch64 hosts), once */
+/* the page size (4 KiB on x86, up to 64 KiB on aarch64 hosts); asked each time, since several
+ * threads call this and sysconf reads it from the auxiliary vector, without a system call */
 static size_t page(void)
 {
-    static size_t pg;
-    if (!pg) {
-        long v = sysconf(_SC_PAGESIZE);
-        pg = v > 0 ? (size_t)v : 4096;
-    }
-    return pg;
+    long v = sysconf(_SC_PAGESIZE);
+    return v > 0 ? (size_t)v : 4096;
 }
 
 static act_wire *hdr_of(uint8_t *p) { return (act_wire *)(p - page()); }

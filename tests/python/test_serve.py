@@ -243,6 +243,34 @@ def test_sigterm_drains_in_flight_requests(server, tiny, rng):
 
 
 
+def test_healthz_says_draining_while_another_io_thread_drains(server, tiny, rng):
+    # the first I/O thread serves /healthz; its own client is idle, the other thread's has
+    # requests in flight (0.3 s steps): during the drain the probe must still be answered
+    _, cfg = tiny
+    srv = server("--io-threads", 2, "--max-batch", 1, env=dict(os.environ, ACT_CPU_TIMING_MODEL="300000"))
+    idle = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+    idle.sendall(wire.hello())
+    recv_frame(idle)
+    busy = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+    busy.sendall(wire.hello())
+    recv_frame(busy)
+    assert "connected (I/O thread 2 of 2)" in srv.log(), srv.log()
+    q, imgs = _obs(rng, cfg["camera_names"])
+    frames = wire.encode_frames(imgs, cfg["camera_names"], (IMAGE, IMAGE))
+    busy.sendall(b"".join(wire.predict(200 + i, q, frames) for i in range(4)))
+    deadline = time.monotonic() + 60
+    while srv.metric("act_serve_requests_total") < 4:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)   # the first thread has nothing in flight: it would have left by now
+    status, body = srv.http("/healthz")
+    assert (status, body) == (503, "draining\n")
+    got = sorted(wire.parse_result(recv_frame(busy)[1])["request_id"] for _ in range(4))
+    assert got == [200, 201, 202, 203]
+    assert srv.proc.wait(timeout=60) == 0, srv.log()
+
+
 def test_client_survives_server_killed_and_restarted(server, tiny, rng):
     _, cfg = tiny
     srv = server()
@@ -325,6 +353,15 @@ def test_every_flag_has_an_environment_twin_and_the_flag_wins(server, act_serve,
         p = subprocess.run([str(act_serve), "--model", str(tiny[0]), "--port", "0", "--io-threads", bad],
                            capture_output=True, text=True, timeout=60)
         assert p.returncode != 0 and "io-threads 0 (auto) to 16" in p.stderr, p.stderr
+    # out of descriptors while making the third I/O thread's epoll set: an error, not a crash
+    import resource
+
+    def few_fds():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (8, 8))
+
+    p = subprocess.run([str(act_serve), "--model", str(tiny[0]), "--port", "0", "--io-threads", "4"],
+                       capture_output=True, text=True, timeout=60, preexec_fn=few_fds)
+    assert p.returncode == 1 and "epoll/eventfd: Too many open files" in p.stderr, (p.returncode, p.stderr)
 
 
 def test_sampled_posterior_is_seeded_and_runs_alone(server, tiny, rng):
