@@ -97,8 +97,9 @@ typedef struct act_inputs {
     const uint8_t *images[ACT_MAX_CAMS];      /* per camera, in config order: [B][image_h][image_w][3] */
     /* instead of images[cam]: B pointers, one [image_h][image_w][3] frame each (a batch whose
      * samples come from different clients), none inside act_session_input_buffers. When every
-     * camera's are given so and all lie in memory registered with act_session_register_host,
-     * the step reads them where they lie; otherwise they are copied first. */
+     * camera's frames (given either way) lie in memory registered with
+     * act_session_register_host, the step reads them where they lie; otherwise they are copied
+     * first. */
     const uint8_t *const *image_items[ACT_MAX_CAMS];
     const float *actions;                     /* optional [B][pred_horizon][action_dim] */
     const uint8_t *action_is_pad;             /* optional [B][pred_horizon], 1 = padded step */
@@ -133,10 +134,10 @@ typedef struct act_input_buffers {
 } act_input_buffers;
 void act_session_input_buffers(act_session *s, act_input_buffers *b);
 
-/* Host memory the device may read in place. When every frame of a step (act_inputs.image_items
- * for every camera) lies inside registered memory, the step reads them there: no host copy (on
- * CUDA the GPU pulls them over PCIe from the page-locked pages; act-serve registers its
- * shared-memory clients' frames). -1 with err when the backend or the driver refuses (such
+/* Host memory the device may read in place. When every frame of a step (act_inputs.images or
+ * image_items, every camera) lies inside registered memory, the step reads them there: no host
+ * copy (on CUDA the GPU pulls them over PCIe from the page-locked pages; act-serve registers its
+ * clients' shared memory and receive buffers, act-infer eval its episode reader's buffers). -1 with err when the backend or the driver refuses (such
  * frames are then copied, as any others). Do not free or unmap the memory while it is
  * registered; unregister (0, or -1 if p was not registered) before. Not inside act_run. */
 int act_session_register_host(act_session *s, const void *p, size_t bytes, char *err, size_t errlen);

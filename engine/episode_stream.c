@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "episode.h"
 
@@ -17,7 +18,9 @@ enum { SLOT_FREE, SLOT_FULL, SLOT_HELD };
 typedef struct slot {
     int state;
     act_ep_batch b;
-    uint8_t *frames[ACT_MAX_CAMS];
+    uint8_t *frames[ACT_MAX_CAMS];   /* per camera, inside block */
+    uint8_t *block;                  /* whole pages: every camera's frames of the batch */
+    size_t block_bytes;
 } slot;
 
 struct act_stream {
@@ -128,7 +131,7 @@ static void *reader_main(void *arg) {
 static void free_slots(act_stream *s) {
     for (int i = 0; i < NSLOTS; i++) {
         slot *sl = &s->slots[i];
-        for (int c = 0; c < ACT_MAX_CAMS; c++) free(sl->frames[c]);
+        free(sl->block);
         free(sl->b.qpos);
         free(sl->b.targets);
         free(sl->b.is_pad);
@@ -148,14 +151,20 @@ int act_stream_open(char *const *paths, int npaths, const act_config *cfg, int b
     s->npaths = npaths;
     s->batch = batch;
     s->cfg = *cfg;
-    size_t frame = (size_t)cfg->image_h * cfg->image_w * 3;
+    size_t frame = (size_t)cfg->image_h * cfg->image_w * 3, cam_bytes = frame * (size_t)batch;
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t page = pg > 0 ? (size_t)pg : 4096;
     int ok = 1;
     for (int i = 0; i < NSLOTS && ok; i++) {
         slot *sl = &s->slots[i];
+        size_t bytes = (cam_bytes * (size_t)cfg->num_cams + page - 1) / page * page;
+        void *p = NULL;
+        ok = posix_memalign(&p, page, bytes) == 0;
+        sl->block = p;
+        sl->block_bytes = ok ? bytes : 0;
         for (int c = 0; c < cfg->num_cams && ok; c++) {
-            sl->frames[c] = malloc(frame * (size_t)batch);
+            sl->frames[c] = sl->block + (size_t)c * cam_bytes;
             sl->b.images[c] = sl->frames[c];
-            ok = sl->frames[c] != NULL;
         }
         sl->b.qpos = malloc(sizeof(float) * (size_t)batch * cfg->obs_dim);
         sl->b.targets = malloc(sizeof(float) * (size_t)batch * cfg->pred_horizon * cfg->action_dim);
@@ -199,6 +208,15 @@ const act_ep_batch *act_stream_next(act_stream *s) {
     }
     pthread_mutex_unlock(&s->mu);
     return b;
+}
+
+int act_stream_frame_blocks(const act_stream *s, const uint8_t **blocks, size_t *bytes, int max) {
+    int n = 0;
+    for (int i = 0; i < NSLOTS && n < max; i++, n++) {
+        blocks[n] = s->slots[i].block;
+        bytes[n] = s->slots[i].block_bytes;
+    }
+    return n;
 }
 
 void act_stream_close(act_stream *s) {

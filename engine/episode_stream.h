@@ -32,6 +32,12 @@ int act_stream_open(char *const *paths, int npaths, const act_config *cfg, int b
 /* The next batch, valid until the next call; NULL when every episode has been delivered.
  * A batch is returned even for a failed episode (failed = 1), so the caller can report it. */
 const act_ep_batch *act_stream_next(act_stream *s);
+/* The frame memory of the read-ahead buffers (two): each holds every camera's frames of its
+ * batch and is whole pages of its own, so a caller can register it with a session
+ * (act_session_register_host) and the step reads the frames where the reader put them. Fills
+ * blocks[i] and bytes[i] for up to max buffers; returns how many. A registered block must be
+ * unregistered before act_stream_close frees it. */
+int act_stream_frame_blocks(const act_stream *s, const uint8_t **blocks, size_t *bytes, int max);
 /* Stops the reader (even mid-episode) and frees everything. */
 void act_stream_close(act_stream *s);
 

@@ -206,18 +206,21 @@ static void copy_frames(act_session *s, const act_inputs *in, int B) {
     act_pool_run(s->copy_pool, copy_task, &j, n);
 }
 
-/* Frames given per sample (image_items): when every camera's are and all lie in registered
- * memory, their device addresses go to the staging table and the step gathers them (returns 1);
- * otherwise every frame is copied into the staging frames (returns 0). */
+/* Frames in registered memory, given per sample (image_items) or per camera (images): when all
+ * of them are, their device addresses go to the staging table and the step gathers them
+ * (returns 1); otherwise every frame is copied into the staging frames (returns 0). */
 static int stage_frames(act_session *s, const act_inputs *in, int B) {
     const act_config *c = &s->m->cfg;
     act_fwd_stage *st = &s->fwd->stage;
     size_t fsz = (size_t)c->image_h * c->image_w * 3;
     int gather = st->frame_ptrs != NULL;
     for (int cam = 0; cam < c->num_cams && gather; cam++) {
-        if (in->images[cam]) {
-            gather = 0;
-            break;
+        if (in->images[cam]) {   /* B frames one after another */
+            const uint8_t *dev = registered(s, in->images[cam], (size_t)B * fsz);
+            for (int b = 0; b < B && dev; b++)
+                st->frame_ptrs[(size_t)cam * B + b] = (uint64_t)(uintptr_t)(dev + (size_t)b * fsz);
+            gather = dev != NULL;
+            continue;
         }
         for (int b = 0; b < B && gather; b++) {
             const uint8_t *dev = registered(s, in->image_items[cam][b], fsz);

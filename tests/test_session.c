@@ -275,6 +275,40 @@ static void test_image_items(act_session *s, const act_config *c, const batch *b
 
 /* Frames copied into staging by 3 copy threads (the default is half the cores: none on a 2-core
  * machine): contiguous per camera and per sample, the joint run's chunk exactly. */
+/* Frames given per camera (act_inputs.images) from one block of registered memory, as
+ * act-infer eval's episode reader keeps them: read in place, then copied when one camera's
+ * frames stick out of the registration; both give the joint run's answer exactly. */
+static void test_images_registered(act_session *s, const act_config *c, const batch *b, const outs *full) {
+    char err[ACT_ERR_LEN];
+    int B = b->B;
+    size_t fsz = (size_t)c->image_h * c->image_w * 3, CH = (size_t)c->pred_horizon * c->action_dim;
+    size_t cam_bytes = (size_t)B * fsz;
+    uint8_t *blk = malloc(c->num_cams * cam_bytes);
+    act_inputs in = inputs_of(c, b, 0, B);
+    for (int cam = 0; cam < c->num_cams; cam++) {
+        memcpy(blk + cam * cam_bytes, b->frames[cam], cam_bytes);
+        in.images[cam] = blk + cam * cam_bytes;
+    }
+    outs o = make_outs(c, B);
+    act_outputs oo = all_of(&o);
+    const char *how[2] = {"read in place (registered)", "copied (the last camera's last frame outside)"};
+    for (int round = 0; round < 2; round++) {
+        size_t reg = c->num_cams * cam_bytes - (round ? 1 : 0);
+        CHECK(act_session_register_host(s, blk, reg, err, sizeof err) == 0, "register the block: %s", err);
+        act_inputs other = inputs_of(c, b, 0, B);
+        for (int cam = 0; cam < c->num_cams; cam++) other.images[cam] = b->frames[(cam + 1) % c->num_cams];
+        run_ok(s, &other, &oo, "a step on other frames");
+        memset(o.a, 0xff, sizeof(float) * B * CH);
+        run_ok(s, &in, &oo, how[round]);
+        CHECK(!memcmp(o.a, full->a, sizeof(float) * B * CH) && !memcmp(o.pa, full->pa, sizeof(float) * B * CH),
+              "per-camera frames %s: the chunk differs from the joint run (%.3g)", how[round],
+              rel(o.a, full->a, B * CH));
+        CHECK(act_session_unregister_host(s, blk) == 0, "unregister the block");
+    }
+    free_outs(&o);
+    free(blk);
+}
+
 static void test_copy_threads(const act_model *m, const batch *b, const outs *full) {
     char err[ACT_ERR_LEN];
     const act_config *c = act_model_config(m);
@@ -351,6 +385,7 @@ static void test_model(const char *path) {
 
     test_input_buffers(s, c, &b, &full);
     test_image_items(s, c, &b, &full);
+    test_images_registered(s, c, &b, &full);
     test_copy_threads(m, &b, &full);
 
     /* closed forms: kl from mu/logvar, actions = denormalize(actions_norm) */

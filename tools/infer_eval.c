@@ -36,6 +36,9 @@ static const char *USAGE =
     "  --shard i/n               evaluate episodes i, i+n, i+2n, ... of the list (0 <= i < n)\n"
     "  --keep-going              a broken episode is reported as failed and the rest still run;\n"
     "                            the exit code is 1 at the end if any failed\n"
+    "  --copy-frames             cuda: copy each batch's frames into the session's input buffers\n"
+    "                            instead of reading them where the episode reader put them (its\n"
+    "                            buffers are registered with the session: no host copy per batch)\n"
     "\n"
     "usage: act-infer eval-merge S0.json S1.json ... --json ALL.json\n"
     "  combines the summaries of `eval --shard i/n` runs (all n of them) into the totals one run\n"
@@ -163,7 +166,7 @@ static int json_dir_writable(const char *path) {
 typedef struct eval_args {
     const char *model, *json, *save, *plots, *shard;
     infer_run_opts ro;
-    int keep_going;
+    int keep_going, copy_frames;
     char **episodes;
     int n_episode_args;
     int shard_i, shard_n;
@@ -176,6 +179,7 @@ static int parse_eval_args(int argc, char **argv, eval_args *a) {
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { fputs(USAGE, stdout); return -2; }
         if (!strcmp(argv[i], "--keep-going")) { a->keep_going = 1; continue; }
+        if (!strcmp(argv[i], "--copy-frames")) { a->copy_frames = 1; continue; }
         if (!strcmp(argv[i], "--episodes")) {
             a->episodes = argv + i + 1;
             while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) { i++; a->n_episode_args++; }
@@ -237,6 +241,28 @@ static void print_overall(const act_eval_summary *s) {
                s->device, s->precision, s->model_hash);
 }
 
+/* On CUDA a batch's frames are read where the episode reader put them: its two buffers are
+ * registered with the session, and the step pulls the frames from there (on the CPU that would
+ * only move the same copy into the step). All or none; returns how many. */
+static int register_reader(infer_ctx *ctx, act_stream *st, const uint8_t **blocks) {
+    size_t bytes[2];
+    char err[ACT_ERR_LEN];
+    int n = act_stream_frame_blocks(st, blocks, bytes, 2);
+    for (int i = 0; i < n; i++) {
+        if (act_session_register_host(ctx->session, blocks[i], bytes[i], err, sizeof err) != 0) {
+            while (i-- > 0) act_session_unregister_host(ctx->session, blocks[i]);
+            fprintf(stderr, "act-infer eval: frames are copied: %s\n", err);
+            return 0;
+        }
+    }
+    return n;
+}
+
+static void unregister_reader(infer_ctx *ctx, const uint8_t **blocks, int *n) {
+    for (int i = 0; i < *n; i++) act_session_unregister_host(ctx->session, blocks[i]);
+    *n = 0;
+}
+
 int act_cmd_eval(int argc, char **argv) {
     eval_args a;
     int rc = parse_eval_args(argc, argv, &a);
@@ -268,6 +294,8 @@ int act_cmd_eval(int argc, char **argv) {
     act_eval_summary sum;
     memset(&sum, 0, sizeof sum);
     act_stream *st = NULL;
+    const uint8_t *reg_blocks[2];
+    int n_reg = 0;   /* reader buffers registered with the session */
     infer_buffers bufs = {0};
     float *tnorm = NULL;
     act_npy *pf = NULL;
@@ -299,6 +327,7 @@ int act_cmd_eval(int argc, char **argv) {
         fprintf(stderr, "act-infer eval: %s\n", err);
         goto done;
     }
+    if (ctx.device == ACT_DEVICE_CUDA && !a.copy_frames) n_reg = register_reader(&ctx, st, reg_blocks);
     int skip = -1, done_eps = 0, any_failed = 0, aborted = 0;
     size_t chunk = (size_t)cfg->pred_horizon * cfg->action_dim;
     const act_ep_batch *b;
@@ -347,6 +376,7 @@ int act_cmd_eval(int argc, char **argv) {
         progress_show(&pg, done_eps, (long long)sum.timesteps, 0);
     }
     sum.elapsed_s = sum.elapsed_max_s = now_s() - t0;
+    unregister_reader(&ctx, reg_blocks, &n_reg);   /* before the stream frees them */
     act_stream_close(st);
     st = NULL;
     if (aborted) {
@@ -364,6 +394,7 @@ int act_cmd_eval(int argc, char **argv) {
     rc = any_failed ? INFER_EXIT_FAIL : INFER_EXIT_OK;
 done:
     act_npy_close(pf, 1, NULL, 0);
+    unregister_reader(&ctx, reg_blocks, &n_reg);
     act_stream_close(st);
     free(tnorm);
     infer_buffers_free(&bufs);

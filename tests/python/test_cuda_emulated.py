@@ -81,21 +81,26 @@ def test_act_infer_eval_on_cuda_matches_cpu(act_infer, model, emu_env, tmp_path)
     for i, T in enumerate((9, 5)):
         make_episodes.make_episode(str(eps / f"episode_{i}.hdf5"), T, h, w, list(cfg["camera_names"]), False, True,
                                    seed=40 + i, obs_dim=cfg["obs_dim"], action_dim=cfg["action_dim"])
-    sums = {}
-    for dev in ("cpu", "cuda"):
-        out = tmp_path / f"{dev}.json"
-        _run([act_infer, "eval", "--model", actw, "--episodes", eps, "--device", dev, "--batch", 4, "--json", out],
-             emu_env)
-        sums[dev] = json.loads(out.read_text())
-    assert sums["cuda"]["device"] == "cuda" and "emulator" in sums["cuda"]["device_name"]
+    sums, logs = {}, {}
+    # on cuda the frames are read where the episode reader put them (its buffers registered with
+    # the session: the graph gathers them), or copied into the input buffers with --copy-frames
+    for run, dev, extra in (("cpu", "cpu", []), ("cuda", "cuda", []), ("cuda-copy", "cuda", ["--copy-frames"])):
+        out = tmp_path / f"{run}.json"
+        p = _run([act_infer, "eval", "--model", actw, "--episodes", eps, "--device", dev, "--batch", 4, "--json", out,
+                  *extra], dict(emu_env, ACT_EMU_TRACE="2"))
+        sums[run], logs[run] = json.loads(out.read_text()), p.stderr
+    assert "gather_kernel" in logs["cuda"] and "frames are copied" not in logs["cuda"], logs["cuda"][-3000:]
+    assert "gather_kernel" not in logs["cuda-copy"]
     cpu_eps = {e["name"]: e for e in sums["cpu"]["episodes"]}
-    assert sorted(cpu_eps) == sorted(e["name"] for e in sums["cuda"]["episodes"])
     metrics = ("action_l1", "action_mse", "val_l1", "val_kl", "val_loss")
-    for e in sums["cuda"]["episodes"] + [dict(sums["cuda"]["overall"], name="overall")]:
-        want = sums["cpu"]["overall"] if e["name"] == "overall" else cpu_eps[e["name"]]
-        for k in metrics:
-            np.testing.assert_allclose(e[k], want[k], **TOL, err_msg=f"{e['name']} {k}")
-        np.testing.assert_allclose(e["per_joint_l1"], want["per_joint_l1"], **TOL, err_msg=e["name"])
+    for run in ("cuda", "cuda-copy"):
+        assert sums[run]["device"] == "cuda" and "emulator" in sums[run]["device_name"]
+        assert sorted(cpu_eps) == sorted(e["name"] for e in sums[run]["episodes"])
+        for e in sums[run]["episodes"] + [dict(sums[run]["overall"], name="overall")]:
+            want = sums["cpu"]["overall"] if e["name"] == "overall" else cpu_eps[e["name"]]
+            for k in metrics:
+                np.testing.assert_allclose(e[k], want[k], **TOL, err_msg=f"{run} {e['name']} {k}")
+            np.testing.assert_allclose(e["per_joint_l1"], want["per_joint_l1"], **TOL, err_msg=f"{run} {e['name']}")
 
 
 def test_act_serve_on_cuda_matches_act_infer_predict_on_cpu(act_serve, act_infer, model, emu_env, tmp_path):
