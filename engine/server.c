@@ -199,7 +199,8 @@ static int drained(act_io *io)
     return !handoffs;
 }
 
-/* Connections handed to io too late to be served: the acceptor had not yet seen the drain. */
+/* Connections handed to io that it will not serve: it leaves past its drain deadline (once the
+ * listeners are closed no more come), or the server is freed without a drain. */
 static void drop_handoffs(act_io *io)
 {
     pthread_mutex_lock(&io->s->mu);
