@@ -205,6 +205,22 @@ static void test_input_buffers(act_session *s, const act_config *c, const batch 
     free_outs(&o);
 }
 
+/* One step on `in` after a step on other frames (nothing of an earlier step may linger in the
+ * buffers): the chunks must equal the joint run's exactly. */
+static void same_as_joint(act_session *s, const act_config *c, const batch *b, const outs *full,
+                          const act_inputs *in, outs *o, const char *what, const char *how) {
+    int B = b->B;
+    size_t CH = (size_t)c->pred_horizon * c->action_dim;
+    act_outputs oo = all_of(o);
+    act_inputs other = inputs_of(c, b, 0, B);
+    for (int cam = 0; cam < c->num_cams; cam++) other.images[cam] = b->frames[(cam + 1) % c->num_cams];
+    run_ok(s, &other, &oo, "a step on other frames");
+    memset(o->a, 0xff, sizeof(float) * B * CH);
+    run_ok(s, in, &oo, how);
+    CHECK(!memcmp(o->a, full->a, sizeof(float) * B * CH) && !memcmp(o->pa, full->pa, sizeof(float) * B * CH),
+          "%s %s: the chunk differs from the joint run (%.3g)", what, how, rel(o->a, full->a, B * CH));
+}
+
 /* Frames given per sample (act_inputs.image_items), each sample's in a block of its own, in
  * reverse order in memory: read where they lie when registered, copied when not, copied when
  * only some are (one frame sticks out of its registration), and unregistering goes back to
@@ -212,7 +228,7 @@ static void test_input_buffers(act_session *s, const act_config *c, const batch 
 static void test_image_items(act_session *s, const act_config *c, const batch *b, const outs *full) {
     char err[ACT_ERR_LEN];
     int B = b->B;
-    size_t fsz = (size_t)c->image_h * c->image_w * 3, CH = (size_t)c->pred_horizon * c->action_dim;
+    size_t fsz = (size_t)c->image_h * c->image_w * 3;
     uint8_t *blk[8];
     const uint8_t *items[ACT_MAX_CAMS][8];
     act_inputs in = inputs_of(c, b, 0, B);
@@ -245,15 +261,7 @@ static void test_image_items(act_session *s, const act_config *c, const batch *b
         if (round == 3)
             for (int i = 0; i < B; i++)
                 CHECK(act_session_unregister_host(s, blk[i]) == 0, "unregister block %d", i);
-        /* a step on other frames first: nothing of the last round may linger in the buffers */
-        act_inputs other = inputs_of(c, b, 0, B);
-        for (int cam = 0; cam < c->num_cams; cam++) other.images[cam] = b->frames[(cam + 1) % c->num_cams];
-        run_ok(s, &other, &oo, "a step on other frames");
-        memset(o.a, 0xff, sizeof(float) * B * CH);
-        run_ok(s, &in, &oo, how[round]);
-        CHECK(!memcmp(o.a, full->a, sizeof(float) * B * CH) && !memcmp(o.pa, full->pa, sizeof(float) * B * CH),
-              "per-sample frames %s: the chunk differs from the joint run (%.3g)", how[round],
-              rel(o.a, full->a, B * CH));
+        same_as_joint(s, c, b, full, &in, &o, "per-sample frames", how[round]);
     }
     CHECK(act_session_unregister_host(s, blk[0]) == -1, "unregistering memory twice did not fail");
     CHECK(act_session_register_host(s, blk[0], fsz, err, sizeof err) == 0, "register again: %s", err);
@@ -281,7 +289,7 @@ static void test_image_items(act_session *s, const act_config *c, const batch *b
 static void test_images_registered(act_session *s, const act_config *c, const batch *b, const outs *full) {
     char err[ACT_ERR_LEN];
     int B = b->B;
-    size_t fsz = (size_t)c->image_h * c->image_w * 3, CH = (size_t)c->pred_horizon * c->action_dim;
+    size_t fsz = (size_t)c->image_h * c->image_w * 3;
     size_t cam_bytes = (size_t)B * fsz;
     uint8_t *blk = malloc(c->num_cams * cam_bytes);
     act_inputs in = inputs_of(c, b, 0, B);
@@ -290,19 +298,11 @@ static void test_images_registered(act_session *s, const act_config *c, const ba
         in.images[cam] = blk + cam * cam_bytes;
     }
     outs o = make_outs(c, B);
-    act_outputs oo = all_of(&o);
     const char *how[2] = {"read in place (registered)", "copied (the last camera's last frame outside)"};
     for (int round = 0; round < 2; round++) {
         size_t reg = c->num_cams * cam_bytes - (round ? 1 : 0);
         CHECK(act_session_register_host(s, blk, reg, err, sizeof err) == 0, "register the block: %s", err);
-        act_inputs other = inputs_of(c, b, 0, B);
-        for (int cam = 0; cam < c->num_cams; cam++) other.images[cam] = b->frames[(cam + 1) % c->num_cams];
-        run_ok(s, &other, &oo, "a step on other frames");
-        memset(o.a, 0xff, sizeof(float) * B * CH);
-        run_ok(s, &in, &oo, how[round]);
-        CHECK(!memcmp(o.a, full->a, sizeof(float) * B * CH) && !memcmp(o.pa, full->pa, sizeof(float) * B * CH),
-              "per-camera frames %s: the chunk differs from the joint run (%.3g)", how[round],
-              rel(o.a, full->a, B * CH));
+        same_as_joint(s, c, b, full, &in, &o, "per-camera frames", how[round]);
         CHECK(act_session_unregister_host(s, blk) == 0, "unregister the block");
     }
     free_outs(&o);
