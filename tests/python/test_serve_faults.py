@@ -8,6 +8,7 @@ that stayed connected throughout must still get correct chunks, and the server m
 from __future__ import annotations
 
 import http.client
+import os
 import signal
 import socket
 import struct
@@ -350,6 +351,13 @@ def test_backlog_beyond_max_clients_after_a_stall_is_refused_and_counted(act_ser
     proc, port, mport, log = _start(act_serve, srv.model, srv.dir, "--max-clients", 8, "--io-threads", 1)
     try:
         proc.send_signal(signal.SIGSTOP)
+        # a group stop reaches each thread when it next runs: on a loaded machine a thread (the
+        # I/O thread itself) can go on accepting for a while, so wait until every one is stopped
+        deadline = time.monotonic() + 30
+        while any(open(f"/proc/{proc.pid}/task/{t}/stat").read().rsplit(")", 1)[1].split()[0] != "T"
+                  for t in os.listdir(f"/proc/{proc.pid}/task")):
+            assert time.monotonic() < deadline, "act-serve did not stop within 30 s of SIGSTOP"
+            time.sleep(0.01)
         for _ in range(40):
             socket.create_connection(("127.0.0.1", port), timeout=30).close()
         proc.send_signal(signal.SIGCONT)
