@@ -101,6 +101,13 @@ void act_metrics_memory(act_metrics *m, size_t weights, size_t activations, size
     pthread_mutex_unlock(&m->mu);
 }
 
+void act_metrics_io_threads(act_metrics *m, int n)
+{
+    pthread_mutex_lock(&m->mu);
+    m->io_threads = n;
+    pthread_mutex_unlock(&m->mu);
+}
+
 int act_metrics_failing(act_metrics *m, char *why, size_t whylen)
 {
     pthread_mutex_lock(&m->mu);
@@ -185,6 +192,8 @@ char *act_metrics_render(act_metrics *m, int ready, int draining, size_t *len)
     sb_printf(&b, "# HELP act_serve_connections open client connections\n"
                   "# TYPE act_serve_connections gauge\nact_serve_connections %lld\n",
               (long long)m->conns_open);
+    sb_printf(&b, "# HELP act_serve_io_threads threads receiving and answering clients (--io-threads)\n"
+                  "# TYPE act_serve_io_threads gauge\nact_serve_io_threads %d\n", m->io_threads);
     sb_printf(&b, "# HELP act_serve_connections_total client connections accepted\n"
                   "# TYPE act_serve_connections_total counter\nact_serve_connections_total %llu\n",
               (unsigned long long)m->conns_total);

@@ -374,6 +374,7 @@ int act_server_create(const act_server_opts *opts, act_server **out, char *err, 
         act_server_free(s);
         return -1;
     }
+    act_metrics_io_threads(&s->metrics, s->n_io);
     if ((s->lfd = listen_on(s->host, opts->port, &s->port, err, errlen)) < 0) {
         act_server_free(s);
         return -1;

@@ -196,6 +196,9 @@ def test_metrics_audit_log_and_healthz(server, tiny, tmp_path, rng):
                  "act_serve_inference_seconds_count", "act_serve_ready 1"):
         assert name in text, text
     assert srv.metric('act_serve_device_memory_bytes{kind="activations"}') > 0, text
+    # --io-threads (its variable, or 0: one per 4 cores, at most 4)
+    io = int(os.environ.get("ACT_SERVE_IO_THREADS") or 0) or max(1, min(4, os.cpu_count() // 4))
+    assert srv.metric("act_serve_io_threads") == io, text
     lines = audit.read_text().splitlines()
     assert len(lines) == 2 and '"status":"ok"' in lines[0] and '"status":"bad_qpos"' in lines[1], lines
 
