@@ -137,7 +137,9 @@ void act_session_input_buffers(act_session *s, act_input_buffers *b);
 /* Host memory the device may read in place. When every frame of a step (act_inputs.images or
  * image_items, every camera) lies inside registered memory, the step reads them there: no host
  * copy (on CUDA the GPU pulls them over PCIe from the page-locked pages; act-serve registers its
- * clients' shared memory and receive buffers, act-infer eval its episode reader's buffers). -1 with err when the backend or the driver refuses (such
+ * clients' shared memory and receive buffers, act-infer eval its episode reader's buffers).
+ * Write every page of private memory before registering it: CUDA pins it read-only, and a
+ * page never written may be pinned as the kernel's shared zero page (Linux before 6.2). -1 with err when the backend or the driver refuses (such
  * frames are then copied, as any others). Do not free or unmap the memory while it is
  * registered; unregister (0, or -1 if p was not registered) before. Not inside act_run. */
 int act_session_register_host(act_session *s, const void *p, size_t bytes, char *err, size_t errlen);

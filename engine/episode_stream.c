@@ -160,6 +160,10 @@ int act_stream_open(char *const *paths, int npaths, const act_config *cfg, int b
         size_t bytes = (cam_bytes * (size_t)cfg->num_cams + page - 1) / page * page;
         void *p = NULL;
         ok = posix_memalign(&p, page, bytes) == 0;
+        /* every page written now: a caller may register the block with a CUDA session, which
+         * pins it read-only, and a read-only pin of a page never written can pin the kernel's
+         * shared zero page (Linux before 6.2), which the reader's writes would then not reach */
+        if (ok) memset(p, 0, bytes);
         sl->block = p;
         sl->block_bytes = ok ? bytes : 0;
         for (int c = 0; c < cfg->num_cams && ok; c++) {

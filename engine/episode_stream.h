@@ -1,5 +1,6 @@
 /* episode_stream.h - batches of timesteps from a list of episodes, read ahead on a thread.
- * defines: act_stream_open, act_stream_next, act_stream_close, act_ep_batch
+ * defines: act_stream_open, act_stream_next, act_stream_frame_blocks, act_stream_close,
+ *          act_ep_batch
  * A reader thread walks the episodes in order and fills two batch buffers in turn (a double
  * buffer) while the caller runs inference on the other, so HDF5 reads and gzip inflation
  * overlap with compute, across episode boundaries too. Memory is two batches, whatever the

@@ -7,8 +7,8 @@
  *
  * act_run is the only door from the caller's memory into a step: it checks every input (batch
  * range, a frame buffer per camera, finite qpos and actions), copies the inputs into the
- * forward's staging buffers (unless the caller wrote them there already, or gave per-sample
- * frames in registered memory, which the step reads where they lie), runs the step and copies
+ * forward's staging buffers (unless the caller wrote them there already, or gave frames in
+ * registered memory, which the step reads where they lie), runs the step and copies
  * the requested outputs back out. */
 #include <math.h>
 #include <stdlib.h>

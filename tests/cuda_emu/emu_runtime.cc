@@ -1072,6 +1072,12 @@ cudaError_t cudaHostUnregister(void *p) {
     auto it = g_registered.find((uintptr_t)p);
     if (it == g_registered.end()) return ret(cudaErrorHostMemoryNotRegistered);
     flush_all();                                  /* as cudaFreeHost: waits for the device */
+    {   /* memory freed (unmapped) while registered: the device could have read another's pages */
+        uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+        uintptr_t lo = it->first & ~(pg - 1), hi = (it->first + it->second.bytes + pg - 1) & ~(pg - 1);
+        if (msync((void *)lo, hi - lo, MS_ASYNC) != 0 && errno == ENOMEM)
+            fprintf(stderr, "cuda-emu: cudaHostUnregister(%p): the memory was unmapped while registered\n", p);
+    }
     g_registered.erase(it);
     return ret(g_sticky);
 }

@@ -78,7 +78,9 @@ def test_act_infer_eval_on_cuda_matches_cpu(act_infer, model, emu_env, tmp_path)
     eps = tmp_path / "episodes"
     eps.mkdir()
     h, w = cfg["vision_backbone"]["image_shape"]
-    for i, T in enumerate((9, 5)):
+    # batch 4: episode 0's batches alternate between the reader's two buffers, so a replayed
+    # graph reads the other buffer than the one it was captured on
+    for i, T in enumerate((13, 5)):
         make_episodes.make_episode(str(eps / f"episode_{i}.hdf5"), T, h, w, list(cfg["camera_names"]), False, True,
                                    seed=40 + i, obs_dim=cfg["obs_dim"], action_dim=cfg["action_dim"])
     sums, logs = {}, {}
@@ -86,11 +88,13 @@ def test_act_infer_eval_on_cuda_matches_cpu(act_infer, model, emu_env, tmp_path)
     # the session: the graph gathers them), or copied into the input buffers with --copy-frames
     for run, dev, extra in (("cpu", "cpu", []), ("cuda", "cuda", []), ("cuda-copy", "cuda", ["--copy-frames"])):
         out = tmp_path / f"{run}.json"
+        # frames blocks of their own mappings (freed = unmapped): unregistering freed memory shows
         p = _run([act_infer, "eval", "--model", actw, "--episodes", eps, "--device", dev, "--batch", 4, "--json", out,
-                  *extra], dict(emu_env, ACT_EMU_TRACE="2"))
+                  *extra], dict(emu_env, ACT_EMU_TRACE="2", MALLOC_MMAP_THRESHOLD_="4096"))
         sums[run], logs[run] = json.loads(out.read_text()), p.stderr
     assert "gather_kernel" in logs["cuda"] and "frames are copied" not in logs["cuda"], logs["cuda"][-3000:]
     assert "gather_kernel" not in logs["cuda-copy"]
+    assert "unmapped while registered" not in logs["cuda"], logs["cuda"][-2000:]
     cpu_eps = {e["name"]: e for e in sums["cpu"]["episodes"]}
     metrics = ("action_l1", "action_mse", "val_l1", "val_kl", "val_loss")
     for run in ("cuda", "cuda-copy"):
