@@ -8,9 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "episode.h"
+#include "util.h"
 
 #define NSLOTS 2
 enum { SLOT_FREE, SLOT_FULL, SLOT_HELD };
@@ -152,14 +152,12 @@ int act_stream_open(char *const *paths, int npaths, const act_config *cfg, int b
     s->batch = batch;
     s->cfg = *cfg;
     size_t frame = (size_t)cfg->image_h * cfg->image_w * 3, cam_bytes = frame * (size_t)batch;
-    long pg = sysconf(_SC_PAGESIZE);
-    size_t page = pg > 0 ? (size_t)pg : 4096;
     int ok = 1;
     for (int i = 0; i < NSLOTS && ok; i++) {
         slot *sl = &s->slots[i];
-        size_t bytes = (cam_bytes * (size_t)cfg->num_cams + page - 1) / page * page;
-        void *p = NULL;
-        ok = posix_memalign(&p, page, bytes) == 0;
+        size_t bytes = 0;
+        void *p = act_page_alloc(cam_bytes * (size_t)cfg->num_cams, &bytes);
+        ok = p != NULL;
         /* every page written now: a caller may register the block with a CUDA session, which
          * pins it read-only, and a read-only pin of a page never written can pin the kernel's
          * shared zero page (Linux before 6.2), which the reader's writes would then not reach */

@@ -80,7 +80,6 @@ void act_conn_close(act_io *io, act_conn *c, int dropped, const char *why)
     if (c->closing) io->n_closing--;
     c->closing = 0;
     io->free_slots[io->n_free++] = (int)slot;
-    io->n_open--;
     atomic_fetch_sub(&io->n_assigned, 1);
 }
 
@@ -509,7 +508,6 @@ static void conn_open(act_io *io, int fd, int is_unix, const char *peer)
     snprintf(c->peer, sizeof c->peer, "%s", peer);
     c->client[0] = 0;
     c->frame_deadline = s->o.frame_timeout_ms ? act_now() + 1e-3 * s->o.frame_timeout_ms : 0;
-    io->n_open++;
     act_metrics_conn(&s->metrics, 1, 0);
     act_serve_log(s, "%s: connected (I/O thread %d of %d)", c->peer, io->idx + 1, s->n_io);
     c->events = EPOLLIN;

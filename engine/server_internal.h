@@ -110,7 +110,7 @@ typedef struct act_io {
     int lo, hi;
     int *free_slots, n_free;
     atomic_int n_assigned;         /* slots in use or promised by a hand-off (for the acceptor) */
-    int n_open, n_closing;
+    int n_closing;
     double last_scan;              /* of its slots for expired deadlines */
     int inflight;                  /* its connections' requests queued or running */
     act_req *req_pool;             /* recycled request blocks */

@@ -12,31 +12,22 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+#include "util.h"
 
-/* the page size (4 KiB on x86, up to 64 KiB on aarch64 hosts); asked each time, since several
- * threads call this and sysconf reads it from the auxiliary vector, without a system call */
-static size_t page(void)
-{
-    long v = sysconf(_SC_PAGESIZE);
-    return v > 0 ? (size_t)v : 4096;
-}
-
-static act_wire *hdr_of(uint8_t *p) { return (act_wire *)(p - page()); }
+static act_wire *hdr_of(uint8_t *p) { return (act_wire *)(p - act_page_size()); }
 
 static void wire_release(act_regmem *mem) { free(mem); }   /* the header starts the allocation */
 
 uint8_t *act_wire_alloc(size_t cap)
 {
-    void *base = NULL;
-    size_t pg = page();
+    size_t pg = act_page_size(), total = 0;
     if (cap > SIZE_MAX - 2 * pg) return NULL;
-    size_t bytes = (cap + pg - 1) / pg * pg;
-    if (posix_memalign(&base, pg, pg + bytes)) return NULL;
+    void *base = act_page_alloc(pg + cap, &total);   /* the header page, then the data's */
+    if (!base) return NULL;
     act_wire *h = base;
     memset(h, 0, sizeof *h);
     h->mem.p = (uint8_t *)base + pg;
-    h->mem.bytes = bytes;
+    h->mem.bytes = total - pg;
     h->mem.release = wire_release;
     return (uint8_t *)base + pg;
 }

@@ -63,8 +63,7 @@ void *act_aligned_alloc(size_t bytes) {
     if (rounded < bytes) return NULL;
     if (rounded == 0) rounded = 64;
     if (rounded >= ACT_MAP_MIN) {
-        long pg = sysconf(_SC_PAGESIZE);
-        size_t page = pg > 0 ? (size_t)pg : 4096, map = rounded + page;
+        size_t page = act_page_size(), map = rounded + page;
         if (map < rounded) return NULL;
         void *base = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (base == MAP_FAILED) return NULL;
@@ -90,3 +89,18 @@ void act_aligned_free(void *p) {
     else free(h->base);
 }
 #endif
+
+size_t act_page_size(void) {
+    long pg = sysconf(_SC_PAGESIZE);
+    return pg > 0 ? (size_t)pg : 4096;
+}
+
+void *act_page_alloc(size_t bytes, size_t *rounded) {
+    size_t page = act_page_size();
+    if (bytes > SIZE_MAX - page) return NULL;
+    size_t n = (bytes + page - 1) / page * page;
+    void *p = NULL;
+    if (posix_memalign(&p, page, n ? n : page)) return NULL;
+    if (rounded) *rounded = n ? n : page;
+    return p;
+}

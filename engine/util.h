@@ -1,5 +1,6 @@
 /* util.h - small helpers every engine file may use.
- * defines: act_errf, act_array_alloc, act_aligned_alloc, act_aligned_free, act_mul_ok
+ * defines: act_errf, act_array_alloc, act_aligned_alloc, act_aligned_free, act_mul_ok,
+ *          act_page_size, act_page_alloc
  * The library never exits: helpers report failure by return value, and act_errf formats the
  * message the caller hands back to the user (and returns -1 so `return act_errf(...)` reads
  * as "fail with this message"). */
@@ -33,5 +34,15 @@ void *act_array_alloc(size_t n, size_t size);
  * Free with act_aligned_free only. */
 void *act_aligned_alloc(size_t bytes);
 void act_aligned_free(void *p);
+
+/* The page size (4 KiB on x86, up to 64 KiB on aarch64 hosts); sysconf reads it from the
+ * auxiliary vector, so any thread may ask at any time. */
+size_t act_page_size(void);
+
+/* A block of whole pages of its own: page-aligned, `bytes` rounded up to pages (*rounded, if not
+ * NULL, gets that size), so that it can be registered with a session
+ * (act_session_register_host: CUDA pins whole pages) without sharing a page with anything else.
+ * Not cleared. Free with free(). NULL on failure. */
+void *act_page_alloc(size_t bytes, size_t *rounded);
 
 #endif

@@ -38,6 +38,7 @@
 #include "frames.h"
 #include "infer_common.h"
 #include "rng.h"
+#include "util.h"
 
 #define MAX_BATCHES 16
 #define ROTATIONS 8
@@ -212,15 +213,6 @@ static void pool_free(input_pool *p) {
     memset(p, 0, sizeof *p);
 }
 
-/* A camera's frames: whole pages of their own, so that --in-place-inputs can register each
- * camera's block with the session (CUDA pins whole pages: two blocks sharing one would clash). */
-static uint8_t *frames_alloc(size_t bytes) {
-    long pg = sysconf(_SC_PAGESIZE);
-    size_t page = pg > 0 ? (size_t)pg : 4096;
-    void *p = NULL;
-    return posix_memalign(&p, page, (bytes + page - 1) / page * page) ? NULL : p;
-}
-
 static int pool_generate(input_pool *p, const act_config *cfg, int n, uint64_t seed) {
     size_t fb = (size_t)cfg->image_h * cfg->image_w * 3;
     memset(p, 0, sizeof *p);
@@ -230,7 +222,9 @@ static int pool_generate(input_pool *p, const act_config *cfg, int n, uint64_t s
     uint64_t s = seed;
     for (int i = 0; i < n * cfg->obs_dim; i++) p->qpos[i] = 3.0f * act_unit(&s) - 1.5f;  /* joint angles, rad */
     for (int c = 0; c < cfg->num_cams; c++) {
-        p->frames[c] = frames_alloc(fb * n);
+        /* whole pages: --in-place-inputs registers each camera's block (CUDA pins whole pages,
+         * so two blocks sharing one would clash) */
+        p->frames[c] = act_page_alloc(fb * n, NULL);
         if (!p->frames[c]) { pool_free(p); return -1; }
         for (int i = 0; i < n; i++)
             act_synthetic_frame(p->frames[c] + fb * i, cfg->image_h, cfg->image_w,
@@ -251,7 +245,7 @@ static void *read_raw(const char *path, size_t unit_bytes, size_t *count, char *
         fclose(f);
         return NULL;
     }
-    void *buf = frames_alloc((size_t)st.st_size);   /* whole pages: registrable */
+    void *buf = act_page_alloc((size_t)st.st_size, NULL);   /* whole pages: registrable */
     if (!buf || fread(buf, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
         snprintf(err, errlen, "%s: %s", path, buf ? "short read" : "out of memory");
         free(buf);
