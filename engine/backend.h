@@ -126,6 +126,15 @@ struct act_backend {
     /* y[M][out] = epi(x[M][in] W^T + b); x is the activation dtype or F32 (normalized inputs;
      * a 16-bit backend converts it first), y the activation dtype or F32 */
     int (*linear)(act_backend *be, const act_linear *l, act_buf x, int M, act_epilogue epi, act_buf y);
+    /* A group of n linears of one shape (in -> out, each with a bias, no activation) that always
+     * read the same input, side by side: y[M][n * out], linear i in columns [i*out, (i+1)*out)
+     * (the cross-attention K/V of every decoder layer, from the one memory). Optional: with
+     * NULL the forward pass runs each linear before its layer.
+     * linear_group_prepare is a setup-time call, made once per group before any linear_group
+     * on it (CUDA: stacks the weights, so the group is one GEMM); linear_group gets the same
+     * array. */
+    int (*linear_group_prepare)(act_backend *be, const act_linear *ls, int n);
+    int (*linear_group)(act_backend *be, const act_linear *ls, int n, act_buf x, int M, act_buf y);
     /* softmax(q k^T / sqrt(dh)) v per head; q rows [B][Lq] with row stride qs (elements), k/v rows
      * [B][Lk] with row stride kvs; head h uses columns [h*dh, (h+1)*dh); out [B][Lq][nh*dh] dense.
      * key_pad: optional U8 [B][Lk], 1 = key masked out. */

@@ -281,6 +281,8 @@ int act_backend_cpu_create(act_precision prec, act_backend **out, char *err, siz
     be->maxpool = cpu_maxpool;
     be->spatial_softmax = cpu_spatial_softmax;
     be->linear = cpu_linear;
+    be->linear_group_prepare = cpu_linear_group_prepare;
+    be->linear_group = cpu_linear_group;
     be->attention = cpu_attention;
     be->add_layernorm = cpu_add_layernorm;
     be->broadcast_rows = cpu_broadcast_rows;

@@ -75,6 +75,17 @@ typedef struct {
     act_lt_plan *plan;
 } lt_entry;
 typedef struct { int key; cudaGraphExec_t exec; } graph_entry;
+/* a prepared linear group (linear_group_prepare): its n linears' weights stacked into one
+ * [n*out][in] matrix in the precision's type and their biases into one fp32 vector, so the
+ * group is one GEMM; w and b stand in for tensors (index -1 - slot keys its GEMM plans) */
+#define MAX_GROUPS 4
+typedef struct {
+    int widx0, row00, n;            /* the group's first linear and its size name it */
+    act_tensor w, b;
+    act_linear l;                   /* the stacked linear: rows [0, n*out) of w */
+    void *wst;
+    float *bst;
+} lin_group;
 typedef struct { float *host; size_t n; int dt; int keep; } widen_job;   /* download of bf16/fp16 */
 
 typedef struct {
@@ -99,6 +110,12 @@ typedef struct {
     int n_convs, cap_convs;
     lt_entry *lts;
     int n_lts, cap_lts;
+    lin_group groups[MAX_GROUPS];
+    int n_groups;
+    int group_on;                   /* linear_group offered: the decoder's cross-attention K/V
+                                     * as one GEMM over stacked weights, which cost
+                                     * dec_layers x 2E x E more (1.5 MiB in bf16, 3 MiB in fp32
+                                     * for the full model); ACT_CUDA_LINEAR_GROUP=0 turns it off */
     int warned_lt;                  /* the GEMM + bias kernel fallback of linears was reported */
     graph_entry graphs[MAX_GRAPHS];
     int n_graphs;
@@ -844,10 +861,10 @@ static int lt_plan_for(act_backend *be, const act_linear *l, int M, int epi, con
     return 0;
 }
 
-static int cu_linear(act_backend *be, const act_linear *l, act_buf x, int M, act_epilogue epi,
-                     act_buf y) {
+/* y = epi(x W^T + bias), W and bias the device copies of l's rows (or a group's stack) */
+static int linear_with(act_backend *be, const act_linear *l, const void *W, const float *bias,
+                       act_buf x, int M, act_epilogue epi, act_buf y) {
     cuda_ctx *c = CTX(be);
-    TRY(weights_ready(be));
     const void *xp = x.p;
     int xdt = x.dt;
     if (xdt != c->wdt) {            /* e.g. F32 normalized qpos into a bf16 GEMM */
@@ -862,8 +879,6 @@ static int cu_linear(act_backend *be, const act_linear *l, act_buf x, int M, act
         xp = c->scratch;
         xdt = c->wdt;
     }
-    const void *W = wlow(be, l->w->offset + (size_t)l->row0 * l->in);
-    const float *bias = l->b ? wf(be, l->b) + l->row0 : NULL;
     if (bias && (epi != ACT_EPI_GELU || c->gelu_tanh) && M > 0) {
         lt_entry *e;
         int lt_epi = epi == ACT_EPI_RELU ? KLT_EPI_RELU : epi == ACT_EPI_GELU ? KLT_EPI_GELU_TANH
@@ -882,6 +897,97 @@ static int cu_linear(act_backend *be, const act_linear *l, act_buf x, int M, act
                      be->precision == ACT_TF32, KE));
     TRY(act_k_bias_res_act(y.p, y.dt, bias, NULL, 0, (size_t)M, l->out, 1, epi, c->st, KE));
     return 0;
+}
+
+static int cu_linear(act_backend *be, const act_linear *l, act_buf x, int M, act_epilogue epi,
+                     act_buf y) {
+    TRY(weights_ready(be));
+    return linear_with(be, l, wlow(be, l->w->offset + (size_t)l->row0 * l->in),
+                       l->b ? wf(be, l->b) + l->row0 : NULL, x, M, epi, y);
+}
+
+static lin_group *find_group(cuda_ctx *c, const act_linear *ls, int n) {
+    for (int i = 0; i < c->n_groups; i++)
+        if (c->groups[i].n == n && c->groups[i].widx0 == ls[0].w->index &&
+            c->groups[i].row00 == ls[0].row0)
+            return &c->groups[i];
+    return NULL;
+}
+
+static void group_free(cuda_ctx *c, lin_group *g) {
+    if (g->wst) cudaFree(g->wst);
+    if (g->bst) cudaFree(g->bst);
+    g->wst = NULL;
+    g->bst = NULL;
+}
+
+/* Setup time: copy the n linears' rows (weights in the precision's copy, biases in fp32) into
+ * one stacked matrix and vector, on the stream, and wait for them. */
+static int cu_linear_group_prepare(act_backend *be, const act_linear *ls, int n) {
+    cuda_ctx *c = CTX(be);
+    BE_ERR;
+    if (weights_ready(be)) return -1;
+    if (n < 1) {
+        snprintf(be->err, sizeof be->err, "cuda linear group: %d linears", n);
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if (!ls[i].w || !ls[i].b || ls[i].in != ls[0].in || ls[i].out != ls[0].out) {
+            snprintf(be->err, sizeof be->err, "cuda linear group: '%s' is not %d -> %d with a "
+                     "bias like the group's first", ls[i].w ? ls[i].w->name : "(null)", ls[0].in,
+                     ls[0].out);
+            return -1;
+        }
+    if (find_group(c, ls, n)) return 0;
+    if (c->n_groups == MAX_GROUPS) {
+        snprintf(be->err, sizeof be->err, "cuda linear group: more than %d groups", MAX_GROUPS);
+        return -1;
+    }
+    lin_group *g = &c->groups[c->n_groups];
+    memset(g, 0, sizeof *g);
+    size_t per = (size_t)ls[0].out * ls[0].in, esz = act_dtype_size((act_dtype)c->wdt);
+    size_t wbytes = (size_t)n * per * esz, bbytes = (size_t)n * ls[0].out * sizeof(float);
+    cudaError_t e = cudaMalloc(&g->wst, wbytes);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&g->bst, bbytes);
+    for (int i = 0; i < n && e == cudaSuccess; i++) {
+        e = cudaMemcpyAsync((char *)g->wst + i * per * esz,
+                            wlow(be, ls[i].w->offset + (size_t)ls[i].row0 * ls[i].in), per * esz,
+                            cudaMemcpyDeviceToDevice, c->st);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(g->bst + (size_t)i * ls[0].out, wf(be, ls[i].b) + ls[i].row0,
+                                (size_t)ls[0].out * sizeof(float), cudaMemcpyDeviceToDevice, c->st);
+    }
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->st);
+    if (e != cudaSuccess) {
+        group_free(c, g);
+        return act_kerr(err, errlen, __FILE__, __LINE__, "linear group stack",
+                        cudaGetErrorString(e));
+    }
+    c->bytes += wbytes + bbytes;
+    g->widx0 = ls[0].w->index;
+    g->row00 = ls[0].row0;
+    g->n = n;
+    snprintf(g->w.name, sizeof g->w.name, "%.40s x%d (stacked)", ls[0].w->name, n);
+    memcpy(g->b.name, g->w.name, sizeof g->b.name);
+    g->w.index = g->b.index = -1 - c->n_groups;
+    g->w.ndim = 2;
+    g->w.dims[0] = (int64_t)n * ls[0].out;
+    g->w.dims[1] = ls[0].in;
+    act_linear l = {&g->w, &g->b, 0, n * ls[0].out, ls[0].in};
+    g->l = l;
+    c->n_groups++;
+    return 0;
+}
+
+static int cu_linear_group(act_backend *be, const act_linear *ls, int n, act_buf x, int M,
+                           act_buf y) {
+    lin_group *g = find_group(CTX(be), ls, n);
+    if (!g) {
+        snprintf(be->err, sizeof be->err, "cuda linear group of %d from '%s': not prepared", n,
+                 ls[0].w->name);
+        return fail(be);
+    }
+    return linear_with(be, &g->l, g->wst, g->bst, x, M, ACT_EPI_NONE, y);
 }
 
 static int cu_attention(act_backend *be, act_buf q, int qs, act_buf k, act_buf v, int kvs, int B,
@@ -1030,6 +1136,7 @@ static void cu_destroy(act_backend *be) {
         for (int i = 0; i < c->n_graphs; i++) cudaGraphExecDestroy(c->graphs[i].exec);
         for (int i = 0; i < c->n_convs; i++) act_k_conv_plan_free(c->convs[i].plan);
         for (int i = 0; i < c->n_lts; i++) act_k_lt_plan_free(c->lts[i].plan);
+        for (int i = 0; i < c->n_groups; i++) group_free(c, &c->groups[i]);
         for (int i = 0; i < c->n_allocs; i++) cudaFree(c->allocs[i]);
         for (int i = 0; i < c->n_jobs; i++) free(c->jobs[i]);
         for (int i = 0; i < MAX_MARKS; i++) if (c->ev[i]) cudaEventDestroy(c->ev[i]);
@@ -1189,7 +1296,15 @@ int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, ch
     if (env_count("ACT_CUDA_PIPELINE_MIN_BATCH", 32, "a batch size (0 = never pipeline)",
                   &be->pipeline_min_batch, err, errlen) ||
         env_count("ACT_CUDA_FUSED_ATTN_MAX_ROWS", 32, "a row count (0 = never fuse)",
-                  &be->fused_attn_max_rows, err, errlen)) {
+                  &be->fused_attn_max_rows, err, errlen) ||
+        env_count("ACT_CUDA_LINEAR_GROUP", 1, "0 or 1", &c->group_on, err,
+                  errlen)) {
+        free(c);
+        free(be);
+        return -1;
+    }
+    if (c->group_on > 1) {
+        snprintf(err, errlen, "cuda backend: ACT_CUDA_LINEAR_GROUP=%d: expected 0 or 1", c->group_on);
         free(c);
         free(be);
         return -1;
@@ -1225,6 +1340,10 @@ int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, ch
     be->maxpool = cu_maxpool;
     be->spatial_softmax = cu_spatial_softmax;
     be->linear = cu_linear;
+    if (c->group_on) {
+        be->linear_group_prepare = cu_linear_group_prepare;
+        be->linear_group = cu_linear_group;
+    }
     be->attention = cu_attention;
     be->add_layernorm = cu_add_layernorm;
     be->attention_out_ln = cu_attention_out_ln;

@@ -112,6 +112,8 @@ int cpu_spatial_softmax(act_backend *be, act_buf x, int N, int K, int HW,
 
 /* ---- transformer and small ops (cpu_transformer.c) ---- */
 int cpu_linear(act_backend *be, const act_linear *l, act_buf x, int M, act_epilogue epi, act_buf y);
+int cpu_linear_group_prepare(act_backend *be, const act_linear *ls, int n);
+int cpu_linear_group(act_backend *be, const act_linear *ls, int n, act_buf x, int M, act_buf y);
 int cpu_attention(act_backend *be, act_buf q, int qs, act_buf k, act_buf v, int kvs, int B, int Lq,
                   int Lk, int nh, int dh, act_buf key_pad, act_buf out);
 int cpu_add_layernorm(act_backend *be, act_buf x, act_buf d, const act_ln *ln, float eps, int rows,

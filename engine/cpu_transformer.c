@@ -1,7 +1,7 @@
 /* cpu_transformer.c - the transformer and small ops of the CPU backend (row-major [rows][cols]).
- * defines: cpu_linear, cpu_attention, cpu_add_layernorm, cpu_broadcast_rows,
- *          cpu_memory_assemble, cpu_posterior_assemble, cpu_sinusoid_table, cpu_normalize,
- *          cpu_latent
+ * defines: cpu_linear, cpu_linear_group_prepare, cpu_linear_group, cpu_attention,
+ *          cpu_add_layernorm, cpu_broadcast_rows, cpu_memory_assemble, cpu_posterior_assemble,
+ *          cpu_sinusoid_table, cpu_normalize, cpu_latent
  *
  * Shapes are tiny next to the vision trunk (16-18 tokens of 256), so everything but the linear
  * layers (sgemm) is a plain loop. Each op follows the PyTorch expression it replaces, operation
@@ -14,19 +14,43 @@
 
 static float *f32(act_buf b) { return (float *)b.p; }
 
-int cpu_linear(act_backend *be, const act_linear *l, act_buf x, int M, act_epilogue epi, act_buf y) {
+/* y rows of ldy elements, the linear's out columns at the start of each */
+static int linear_into(act_backend *be, const act_linear *l, act_buf x, int M, act_epilogue epi,
+                       float *y, int ldy) {
     const act_tensor *w = l->w;
     if (!w || w->ndim != 2 || w->dims[1] != l->in || l->row0 + l->out > w->dims[0])
         return act_errf(be->err, sizeof be->err, "cpu linear: weight '%s' does not hold rows "
                         "[%d, %d) of width %d", w ? w->name : "(null)", l->row0,
                         l->row0 + l->out, l->in);
     act_cpu_sgemm(1, M, l->out, l->in, f32(x), l->in, w->data + (size_t)l->row0 * l->in, l->in,
-                  f32(y), l->out);
+                  y, ldy);
     const float *b = l->b ? l->b->data + l->row0 : NULL;
     for (int i = 0; i < M; i++) {
-        float *r = f32(y) + (size_t)i * l->out;
+        float *r = y + (size_t)i * ldy;
         for (int j = 0; j < l->out; j++) r[j] = act_cpu_epi(r[j] + (b ? b[j] : 0.0f), epi);
     }
+    return 0;
+}
+
+int cpu_linear(act_backend *be, const act_linear *l, act_buf x, int M, act_epilogue epi, act_buf y) {
+    return linear_into(be, l, x, M, epi, f32(y), l->out);
+}
+
+/* The CPU gains nothing from stacking: each linear writes its columns of y (the GEMM's ldc). */
+int cpu_linear_group_prepare(act_backend *be, const act_linear *ls, int n) {
+    for (int i = 0; i < n; i++)
+        if (ls[i].in != ls[0].in || ls[i].out != ls[0].out || !ls[i].b)
+            return act_errf(be->err, sizeof be->err, "cpu linear group: '%s' is not %d -> %d "
+                            "with a bias like the group's first", ls[i].w ? ls[i].w->name : "(null)",
+                            ls[0].in, ls[0].out);
+    return 0;
+}
+
+int cpu_linear_group(act_backend *be, const act_linear *ls, int n, act_buf x, int M, act_buf y) {
+    for (int i = 0; i < n; i++)
+        if (linear_into(be, &ls[i], x, M, ACT_EPI_NONE, f32(y) + (size_t)i * ls[0].out,
+                        n * ls[0].out))
+            return -1;
     return 0;
 }
 

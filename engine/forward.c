@@ -13,6 +13,8 @@
  *   -> ACT head. The decoder's input is query_embed for every sample, so its first layer's
  *   self-attention block and cross-attention query projection do not depend on the inputs: they
  *   are computed once at setup (decoder_prefix) and each step starts from them, broadcast.
+ *   The cross-attention keys and values of every decoder layer read the same memory, so where
+ *   the backend has linear_group they are one op before the first layer (kv_grouped).
  *   The prior (z = 0) and the posterior (z from the CVAE encoder) differ only in
  *   the latent memory token, so when both are asked for they share one vision pass and one
  *   decoder pass over 2B sequences: rows [0, B) prior, [B, 2B) posterior.
@@ -131,6 +133,14 @@ int act_fwd_create(act_backend *be, const act_model *m, int max_batch, act_fwd *
         f->kp_conv[t] = kc;
         f->kp_out[t] = ol;
     }
+    for (int i = 0; i < c->dec_layers; i++) f->kv_group[i] = m->dec[i].cross_attn.kv;
+    if (be->linear_group && c->dec_layers > 1) {
+        if (be->linear_group_prepare(be, f->kv_group, c->dec_layers)) {
+            act_errf(err, errlen, "forward setup: decoder cross-attention K/V: %s", be->err);
+            goto fail;
+        }
+        f->kv_grouped = 1;
+    }
 
     /* vision */
     ALLOC(f->frames, NI * fsz, ACT_DT_U8);
@@ -165,7 +175,7 @@ int act_fwd_create(act_backend *be, const act_model *m, int max_batch, act_fwd *
     ALLOC(f->o, R * E, ACT_DT_ACT);
     ALLOC(f->ff, R * c->ff_dim, ACT_DT_ACT);
     ALLOC(f->q, R * E, ACT_DT_ACT);
-    ALLOC(f->kv, R * 2 * E, ACT_DT_ACT);
+    ALLOC(f->kv, 2 * MB * Lm * 2 * E * (f->kv_grouped ? c->dec_layers : 1), ACT_DT_ACT);
     ALLOC(f->mem, 2 * MB * Lm * E, ACT_DT_ACT);
     /* head */
     ALLOC(f->e_qp, MB * E, ACT_DT_ACT);
@@ -303,15 +313,24 @@ static int self_attn(act_fwd *f, const act_mha *a, const act_ln *ln, int Bs, int
                   a, ln, err, errlen);
 }
 
-/* q_ready: f->q already holds the query projection (decoder layer 0: decoder_prefix) */
-static int cross_attn(act_fwd *f, const act_mha *a, const act_ln *ln, int Bs, int L, int Lm,
-                      int q_ready, char *err, size_t errlen) {
+/* Decoder layer `layer`'s cross-attention. Layer 0's query projection is ready in f->q
+ * (decoder_prefix); with kv_grouped every layer's K/V is ready in f->kv, layer i in columns
+ * [2E*i, 2E*(i+1)) of rows of 2E * dec_layers. */
+static int cross_attn(act_fwd *f, int layer, int Bs, int L, int Lm, char *err, size_t errlen) {
     act_backend *be = f->be;
+    const act_dec_layer *dl = &f->m->dec[layer];
     int E = f->m->cfg.hidden_dim;
-    if (!q_ready) OP(be->linear(be, &a->q, f->x, Bs * L, ACT_EPI_NONE, f->q));
-    OP(be->linear(be, &a->kv, f->mem, Bs * Lm, ACT_EPI_NONE, f->kv));
-    return attend(f, f->q, E, f->kv, act_at(f->kv, E), 2 * E, Bs, L, Lm, act_nobuf(), a, ln, err,
-                  errlen);
+    if (layer > 0) OP(be->linear(be, &dl->cross_attn.q, f->x, Bs * L, ACT_EPI_NONE, f->q));
+    act_buf k = f->kv;
+    int kvs = 2 * E;
+    if (f->kv_grouped) {
+        k = act_at(f->kv, (size_t)2 * E * layer);
+        kvs = 2 * E * f->m->cfg.dec_layers;
+    } else {
+        OP(be->linear(be, &dl->cross_attn.kv, f->mem, Bs * Lm, ACT_EPI_NONE, f->kv));
+    }
+    return attend(f, f->q, E, k, act_at(k, E), kvs, Bs, L, Lm, act_nobuf(), &dl->cross_attn,
+                  &dl->ln2, err, errlen);
 }
 
 static int feed_forward(act_fwd *f, const act_linear *ff1, const act_linear *ff2, const act_ln *ln,
@@ -449,10 +468,12 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
     mark(f, ACT_SECTION_DECODER);
     OP(be->gather_rows(be, f->x, f->dec0_x, Bd, (size_t)H * E, 0));
     OP(be->gather_rows(be, f->q, f->dec0_q, Bd, (size_t)H * E, 0));
+    if (f->kv_grouped)
+        OP(be->linear_group(be, f->kv_group, c->dec_layers, f->mem, Bd * Lm, f->kv));
     for (int i = 0; i < c->dec_layers; i++) {
         const act_dec_layer *dl = &m->dec[i];
         if ((i > 0 && self_attn(f, &dl->self_attn, &dl->ln1, Bd, H, act_nobuf(), err, errlen)) ||
-            cross_attn(f, &dl->cross_attn, &dl->ln2, Bd, H, Lm, i == 0, err, errlen) ||
+            cross_attn(f, i, Bd, H, Lm, err, errlen) ||
             feed_forward(f, &dl->ff1, &dl->ff2, &dl->ln3, Bd * H, err, errlen))
             return -1;
     }

@@ -66,6 +66,9 @@ struct act_fwd {
     act_fwd_stage stage;
     act_conv kp_conv[ACT_MAX_CAMS];    /* the keypoint 1x1 conv of each trunk */
     act_linear kp_out[ACT_MAX_CAMS];   /* SpatialSoftmax -> token linear of each trunk */
+    act_linear kv_group[ACT_MAX_LAYERS]; /* every decoder layer's cross-attention K/V linear */
+    int kv_grouped;                    /* 1: they run as one be->linear_group before the decoder,
+                                        * into kv [rows][dec_layers * 2E]; 0: each in its layer */
     /* backend buffers (U8: frames, pad, seed8; F32: normalization and outputs; the rest ACT) */
     act_buf frames, img, c1, lay[4], gn_tmp, kp_map, kp_xy, tok;
     act_buf qpos, qn, acts, an, pad, seed8, frame_ptrs;

@@ -362,6 +362,28 @@ static void t_linear(const pair *p, const char *name, const act_linear *l, int M
     free(x);
 }
 
+/* the decoder's cross-attention K/V of every layer as one group (where the CUDA backend offers
+ * linear_group; the CPU's loops over its layers' GEMMs, each into its columns) */
+typedef struct { const act_linear *ls; int n, M; } grp_arg;
+static int f_grp(act_backend *be, act_buf *in, act_buf out, const void *a) {
+    const grp_arg *x = a;
+    return be->linear_group_prepare(be, x->ls, x->n) ||
+           be->linear_group(be, x->ls, x->n, in[0], x->M, out);
+}
+static void t_linear_group(const pair *p, const act_model *m, int M) {
+    act_linear ls[ACT_MAX_LAYERS];
+    int n = m->cfg.dec_layers;
+    if (!p->gpu->linear_group || n < 2) return;
+    for (int i = 0; i < n; i++) ls[i] = m->dec[i].cross_attn.kv;
+    size_t nx = (size_t)M * ls[0].in;
+    float *x = rand_arr(nx, -1, 1, qdt(p));
+    grp_arg a = {ls, n, M};
+    input in[1] = {{x, NULL, nx, ACT_DT_ACT}};
+    run_case(p, "linear group (cross K/V)", 1, f_grp, &a, in, 1, (size_t)M * n * ls[0].out,
+             ACT_DT_ACT);
+    free(x);
+}
+
 typedef struct { int qs, kvs, koff, voff, B, Lq, Lk, nh, dh, pad; } att_arg;
 static int f_att(act_backend *be, act_buf *in, act_buf out, const void *a) {
     const att_arg *x = a;
@@ -602,6 +624,7 @@ static void all_ops(const pair *p, const act_model *m) {
              : ACT_EPI_RELU, ACT_DT_ACT);
     t_linear(p, "linear gelu", &d->ff2, B * H, ACT_EPI_GELU, ACT_DT_ACT);
     t_linear(p, "linear f32 input", &m->enc_qpos, B, ACT_EPI_NONE, ACT_DT_F32);
+    t_linear_group(p, m, B * (2 + nc));
     t_attention(p, "attention self", H, H, c->nheads, E, 1, 0);
     t_attention(p, "attention cross", H, 2 + nc, c->nheads, E, 0, 0);
     t_attention(p, "attention masked", 2 + H, 2 + H, c->nheads, E, 1, 1);

@@ -34,6 +34,8 @@
 #              on a second stream while the trunk runs on the camera before, vs all at once
 #   attn-ab    act-infer bench, full model, bf16 at batch 1 and 4 (attn-ab32: fp32, batch 1):
 #              attention + out-projection + residual LayerNorm as one kernel vs three ops
+#   group-ab   act-infer bench, full model, bf16 at batch 1: the decoder's cross-attention K/V
+#              as one GEMM over stacked weights (the default) vs one GEMM per layer
 #   fusion-ab  act-infer bench, full model, batch 1, fp32 and bf16, with the fused epilogues
 #              (cuDNN conv+bias+ReLU, cuBLASLt GEMM+bias, bf16 GEMM+bias+GELU) on and off
 #   inputs-ab  act-infer bench, full model, bf16 at batch 1 and 256: frames copied by act_run
@@ -318,6 +320,8 @@ ab_pair pipeline-ab bf16 "64 256" serial ACT_CUDA_PIPELINE_MIN_BATCH=0 lanes ACT
 # twice the weight bytes per block
 ab_pair attn-ab bf16 "1 4" three-ops ACT_CUDA_FUSED_ATTN_MAX_ROWS=0 fused ACT_CUDA_FUSED_ATTN_MAX_ROWS=64
 ab_pair attn-ab32 fp32 "1" three-ops ACT_CUDA_FUSED_ATTN_MAX_ROWS=0 fused ACT_CUDA_FUSED_ATTN_MAX_ROWS=64
+# every decoder layer's cross-attention K/V in one GEMM (5 nodes fewer at batch 1) vs one per layer
+ab_pair group-ab bf16 "1" per-layer ACT_CUDA_LINEAR_GROUP=0 grouped ACT_CUDA_LINEAR_GROUP=1
 # the fused epilogues (cuDNN conv+bias+ReLU, cuBLASLt GEMM+bias(+GELU in bf16)) on and off
 if ! want fusion-ab; then :
 elif ((built)) && ((have_full)) && enough 45; then
