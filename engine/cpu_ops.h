@@ -86,10 +86,13 @@ int act_cpu_wino_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N
 int act_cpu_stem_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N, int H, int W,
                       const float *residual, act_epilogue epi, float *y);
 
-/* Memory-bound loops the CPU backend writes itself: also built for AVX2 and AVX-512, picked at
- * load by the CPU (GCC/Clang function multiversioning), as OpenBLAS picks its kernels. */
+/* Loops the CPU backend writes itself: also built for x86-64-v3 (AVX2 with FMA) and x86-64-v4
+ * (AVX-512), picked at load by the CPU (GCC/Clang function multiversioning), as OpenBLAS picks
+ * its kernels. A plain "avx2" clone would have no FMA: multiplies and adds apart, twice the
+ * instructions in the direct stem's inner loop. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(ACT_NO_CLONES)
-#define ACT_CPU_VEC_CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
+#define ACT_CPU_VEC_CLONES \
+    __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
 #else
 #define ACT_CPU_VEC_CLONES
 #endif

@@ -7,8 +7,9 @@
  * the bias/ReLU epilogue is a third pass. Here the padded input is written once, its columns
  * split by parity (stride 2), so that for every tap 16 neighbouring outputs read 16 consecutive
  * inputs; each task owns one output row of one image and keeps 16 channels x 16 pixels of
- * accumulators (one AVX-512 register per channel) through all cin*k*k taps, starting from the
- * bias, then applies the ReLU as it stores. The sums run over the taps in (c, ky, kx) order, as
+ * accumulators (one AVX-512 register per channel; 4 channels in two 8-float registers each
+ * without AVX-512) through all cin*k*k taps, starting from the bias, then applies the ReLU as
+ * it stores. The sums run over the taps in (c, ky, kx) order, as
  * im2col's GEMM does; only the rounding of fp32 addition differs (relative ~1e-7).
  * Taken for convs with at most 4 input channels, a multiple of 16 output channels, stride 1 or
  * 2, no residual and a ReLU or no activation; ACT_CPU_STEM=0 sends them to im2col (A/B). */
@@ -18,8 +19,12 @@
 #include "forward.h"
 #include "util.h"
 
-#define PX 16   /* output pixels per block (one AVX-512 vector of fp32) */
-#define CB 16   /* output channels per block */
+#define PX 16   /* output pixels per block (one AVX-512 vector of fp32, two AVX2 ones) */
+#define STEM_KMAX 16   /* the largest kernel taken */
+#define CB 16   /* output channels per block with AVX-512: 16 accumulators of its 32 registers */
+#define CB_NARROW 4   /* without: AVX2's 16 registers hold 4 x 2 accumulators, the input's two
+                       * halves and a broadcast weight (16 channels there spilled: 5x slower
+                       * than im2col on an AVX2 EPYC) */
 
 typedef struct {
     const float *x;      /* [g][cin][H][W] */
@@ -28,6 +33,8 @@ typedef struct {
     const float *bias;   /* [cout] or NULL */
     float *y;            /* [g][cout][Ho][Wo] */
     int cin, cout, k, s, p, H, W, Hp, Wq, Ho, Wo, relu;
+    int cb;              /* output channels per block: CB or CB_NARROW */
+    size_t tap_off[STEM_KMAX];   /* tap kx reads from its row in plane 0 + tap_off[kx] */
 } stem_job;
 
 static float *plane_row(const stem_job *q, int n, int c, int par, int row) {
@@ -55,6 +62,20 @@ static void pad_task(void *arg, int t, int lo, int hi) {
 
 /* 16 floats: one AVX-512 register in that clone, split by the compiler in the others */
 typedef float v16f __attribute__((vector_size(PX * sizeof(float))));
+typedef float v8f __attribute__((vector_size(8 * sizeof(float))));
+
+/* channels [co0, co0+cb) of the block's pixels, ReLU applied as they are stored */
+static void store_block(const stem_job *q, int n, int oy, int co0, int ox0, const v16f *acc,
+                        int cb) {
+    int npx = q->Wo - ox0 < PX ? q->Wo - ox0 : PX;
+    for (int j = 0; j < cb; j++) {
+        float *o = q->y + (((size_t)n * q->cout + co0 + j) * q->Ho + oy) * q->Wo + ox0;
+        for (int i = 0; i < npx; i++) {
+            float v = acc[j][i];
+            o[i] = q->relu && v < 0.0f ? 0.0f : v;   /* NaN passes, as torch.relu */
+        }
+    }
+}
 
 /* one block: CB channels from co0, PX pixels from ox0 of output row oy of image n */
 ACT_CPU_VEC_CLONES static void stem_block(const stem_job *q, int n, int oy, int co0, int ox0) {
@@ -67,19 +88,42 @@ ACT_CPU_VEC_CLONES static void stem_block(const stem_job *q, int n, int oy, int 
     for (int c = 0; c < q->cin; c++)
         for (int ky = 0; ky < q->k; ky++)
             for (int kx = 0; kx < q->k; kx++, w += q->cout) {
-                const float *in = plane_row(q, n, c, kx % q->s, oy * q->s + ky) + ox0 + kx / q->s;
+                const float *in = plane_row(q, n, c, 0, oy * q->s + ky) + ox0 + q->tap_off[kx];
                 v16f x;
                 memcpy(&x, in, sizeof x);             /* an unaligned vector load */
                 for (int j = 0; j < CB; j++) acc[j] += w[j] * x;
             }
-    int npx = q->Wo - ox0 < PX ? q->Wo - ox0 : PX;
-    for (int j = 0; j < CB; j++) {
-        float *o = q->y + (((size_t)n * q->cout + co0 + j) * q->Ho + oy) * q->Wo + ox0;
-        for (int i = 0; i < npx; i++) {
-            float v = acc[j][i];
-            o[i] = q->relu && v < 0.0f ? 0.0f : v;   /* NaN passes, as torch.relu */
-        }
+    store_block(q, n, oy, co0, ox0, acc, CB);
+}
+
+/* the same for CB_NARROW channels, each 16-pixel row as two 8-float vectors: GCC lowers a
+ * 16-float vector on AVX2 through the stack (no FMA, spills), but an 8-float one is a register */
+ACT_CPU_VEC_CLONES static void stem_block_narrow(const stem_job *q, int n, int oy, int co0,
+                                                 int ox0) {
+    v8f lo[CB_NARROW], hi[CB_NARROW];
+    for (int j = 0; j < CB_NARROW; j++) {
+        float b = q->bias ? q->bias[co0 + j] : 0.0f;
+        lo[j] = hi[j] = (v8f){0} + b;
     }
+    const float *w = q->wt + co0;
+    for (int c = 0; c < q->cin; c++)
+        for (int ky = 0; ky < q->k; ky++)
+            for (int kx = 0; kx < q->k; kx++, w += q->cout) {
+                const float *in = plane_row(q, n, c, 0, oy * q->s + ky) + ox0 + q->tap_off[kx];
+                v8f x0, x1;
+                memcpy(&x0, in, sizeof x0);
+                memcpy(&x1, in + 8, sizeof x1);
+                for (int j = 0; j < CB_NARROW; j++) {
+                    lo[j] += w[j] * x0;
+                    hi[j] += w[j] * x1;
+                }
+            }
+    v16f acc[CB_NARROW];
+    for (int j = 0; j < CB_NARROW; j++) {
+        memcpy(&acc[j], &lo[j], sizeof lo[j]);
+        memcpy((float *)&acc[j] + 8, &hi[j], sizeof hi[j]);
+    }
+    store_block(q, n, oy, co0, ox0, acc, CB_NARROW);
 }
 
 /* items: (image, output row) */
@@ -88,17 +132,24 @@ static void row_task(void *arg, int t, int lo, int hi) {
     const stem_job *q = arg;
     for (int it = lo; it < hi; it++) {
         int oy = it % q->Ho, n = it / q->Ho;
-        for (int co0 = 0; co0 < q->cout; co0 += CB)
-            for (int ox0 = 0; ox0 < q->Wo; ox0 += PX) stem_block(q, n, oy, co0, ox0);
+        for (int co0 = 0; co0 < q->cout; co0 += q->cb)
+            for (int ox0 = 0; ox0 < q->Wo; ox0 += PX) {
+                if (q->cb == CB) stem_block(q, n, oy, co0, ox0);
+                else stem_block_narrow(q, n, oy, co0, ox0);
+            }
     }
 }
 
 int act_cpu_stem_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N, int H, int W,
                       const float *residual, act_epilogue epi, float *y) {
-    if (!act_cpu_switch_on("ACT_CPU_STEM") || !c->w || c->cin < 1 || c->cin > 4 || c->cout % CB ||
+    if (!act_cpu_switch_on("ACT_CPU_STEM") || !c->w || c->cin < 1 || c->cin > 4 || c->cout % CB || c->k > STEM_KMAX ||
         (c->stride != 1 && c->stride != 2) || residual || (epi != ACT_EPI_NONE && epi != ACT_EPI_RELU))
         return 1;   /* not a stem-like conv: im2col takes it */
     int k = c->k, s = c->stride, p = c->pad;
+    /* ACT_CPU_STEM_BLOCK=16|4 picks the block for tests, which run both on any machine */
+    const char *blk = getenv("ACT_CPU_STEM_BLOCK");
+    int cb = blk && *blk ? (atoi(blk) == CB ? CB : CB_NARROW)
+                         : __builtin_cpu_supports("avx512f") ? CB : CB_NARROW;
     int Ho = act_conv_out(H, c), Wo = act_conv_out(W, c);
     int Hp = (Ho - 1) * s + k;   /* padded rows read (the pad below may be partly unread) */
     /* columns per parity plane: every block reads PX from ox0 plus up to (k-1)/s */
@@ -115,7 +166,8 @@ int act_cpu_stem_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N
         int g = N - n0 < (int)G ? N - n0 : (int)G;
         stem_job q = {x + (size_t)n0 * c->cin * H * W, ctx->ws_col, wt, c->b ? c->b->data : NULL,
                       y + (size_t)n0 * c->cout * Ho * Wo, c->cin, c->cout, k, s, p, H, W, Hp, Wq,
-                      Ho, Wo, epi == ACT_EPI_RELU};
+                      Ho, Wo, epi == ACT_EPI_RELU, cb, {0}};
+        for (int kx = 0; kx < k; kx++) q.tap_off[kx] = (size_t)(kx % s) * Hp * Wq + kx / s;
         act_pool_run(ctx->pool, pad_task, &q, g * c->cin * Hp);
         act_pool_run(ctx->pool, row_task, &q, g * Ho);
     }

@@ -351,6 +351,39 @@ static void test_linear(act_backend *be, int M, int rows, int row0, int out, int
     free(w), free(b), free(x), free(y), free(want);
 }
 
+/* n linears as one group (the decoder's cross-attention K/V): rows [row0, row0+out) of n packed
+ * weights, outputs side by side in rows of n*out, against the double-precision sums */
+static void test_linear_group(act_backend *be, int n, int M, int rows, int row0, int out, int in) {
+    float *w[4], *b[4];
+    act_tensor tw[4], tb[4];
+    act_linear ls[4];
+    for (int g = 0; g < n; g++) {
+        w[g] = rand_arr((size_t)rows * in, -0.3f, 0.3f);
+        b[g] = rand_arr(rows, -0.5f, 0.5f);
+        tw[g] = tensor("w", w[g], rows, in, 0, 0);
+        tb[g] = tensor("b", b[g], rows, 0, 0, 0);
+        act_linear l = {&tw[g], &tb[g], row0, out, in};
+        ls[g] = l;
+    }
+    float *x = rand_arr((size_t)M * in, -1, 1), *y = rand_arr((size_t)M * n * out, -9, 9);
+    double *want = malloc(sizeof(double) * M * n * out);
+    for (int i = 0; i < M; i++)
+        for (int g = 0; g < n; g++)
+            for (int j = 0; j < out; j++) {
+                double acc = b[g][row0 + j];
+                for (int k = 0; k < in; k++)
+                    acc += (double)x[(size_t)i * in + k] * w[g][(size_t)(row0 + j) * in + k];
+                want[((size_t)i * n + g) * out + j] = acc;
+            }
+    char what[96];
+    snprintf(what, sizeof what, "linear group of %d, M%d rows[%d,%d) in%d", n, M, row0, row0 + out, in);
+    check_rc(what, be->linear_group_prepare(be, ls, n) ||
+                   be->linear_group(be, ls, n, fbuf(x), M, fbuf(y)), be);
+    check_close(what, y, want, (size_t)M * n * out);
+    for (int g = 0; g < n; g++) free(w[g]), free(b[g]);
+    free(x), free(y), free(want);
+}
+
 /* q, k, v as column blocks of one packed buffer (stride 3E), as the forward pass lays them out */
 static void test_attention(act_backend *be, int B, int Lq, int Lk, int nh, int dh, int masked) {
     int E = nh * dh, qs = 3 * E;
@@ -606,6 +639,13 @@ int main(void) {
     test_conv(be, 1, 3, 16, 11, 13, 7, 2, 3, 0, ACT_EPI_GELU);
     test_conv(be, 1, 5, 16, 11, 13, 3, 2, 1, 0, ACT_EPI_RELU);
     test_conv(be, 1, 3, 16, 11, 13, 3, 3, 1, 0, ACT_EPI_RELU);
+    /* both channel blocks of the stem (16 with AVX-512, 4 without) on whatever machine this is */
+    for (int blk = 0; blk < 2; blk++) {
+        setenv("ACT_CPU_STEM_BLOCK", blk ? "4" : "16", 1);
+        test_conv(be, 2, 3, 32, 23, 19, 7, 2, 3, 0, ACT_EPI_RELU);
+        test_conv(be, 2, 4, 16, 9, 21, 5, 1, 2, 0, ACT_EPI_NONE);
+    }
+    unsetenv("ACT_CPU_STEM_BLOCK");
 
     test_winograd(be);
     /* the backend's own loops on 3 threads (the pool splits channels unevenly over them) */
@@ -638,6 +678,8 @@ int main(void) {
     test_linear(be, 5, 12, 0, 12, 16, ACT_EPI_NONE);
     test_linear(be, 7, 24, 8, 16, 16, ACT_EPI_GELU);   /* a row view of a packed in_proj */
     test_linear(be, 3, 33, 1, 31, 17, ACT_EPI_RELU);
+    test_linear_group(be, 3, 5, 24, 8, 16, 16);
+    test_linear_group(be, 4, 2, 9, 0, 9, 7);
 
     test_attention(be, 2, 16, 16, 4, 8, 0);
     test_attention(be, 3, 18, 18, 2, 16, 1);   /* encoder with key padding */
