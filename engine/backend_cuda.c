@@ -80,7 +80,8 @@ typedef struct { int key; cudaGraphExec_t exec; } graph_entry;
  * group is one GEMM; w and b stand in for tensors (index -1 - slot keys its GEMM plans) */
 #define MAX_GROUPS 4
 typedef struct {
-    int widx0, row00, n;            /* the group's first linear and its size name it */
+    int n;                          /* the group's linears (weight index, first row) name it */
+    int widx[ACT_MAX_LAYERS], row0[ACT_MAX_LAYERS];
     act_tensor w, b;
     act_linear l;                   /* the stacked linear: rows [0, n*out) of w */
     void *wst;
@@ -372,6 +373,8 @@ static int compact_f32(act_backend *be, const act_model *m) {
     return 0;
 }
 
+static int cu_linear_group_prepare(act_backend *be, const act_linear *ls, int n);
+
 static int cu_load_weights(act_backend *be, const act_model *m) {
     cuda_ctx *c = CTX(be);
     BE_ERR;
@@ -395,6 +398,11 @@ static int cu_load_weights(act_backend *be, const act_model *m) {
     if (c->nhwc && filters_to_krsc(be, m)) return -1;
     if (c->wdt != ACT_DT_F32 && compact_f32(be, m)) return -1;
     KCHECK(cudaStreamSynchronize(c->st));
+    if (c->group_on && m->cfg.dec_layers > 1) {   /* the forward pass's kv_group, stacked now */
+        act_linear kv[ACT_MAX_LAYERS];
+        for (int i = 0; i < m->cfg.dec_layers; i++) kv[i] = m->dec[i].cross_attn.kv;
+        if (cu_linear_group_prepare(be, kv, m->cfg.dec_layers)) return -1;
+    }
     return 0;
 }
 
@@ -907,10 +915,13 @@ static int cu_linear(act_backend *be, const act_linear *l, act_buf x, int M, act
 }
 
 static lin_group *find_group(cuda_ctx *c, const act_linear *ls, int n) {
-    for (int i = 0; i < c->n_groups; i++)
-        if (c->groups[i].n == n && c->groups[i].widx0 == ls[0].w->index &&
-            c->groups[i].row00 == ls[0].row0)
-            return &c->groups[i];
+    for (int i = 0; i < c->n_groups; i++) {
+        lin_group *g = &c->groups[i];
+        int same = g->n == n;
+        for (int j = 0; j < n && same; j++)
+            same = g->widx[j] == ls[j].w->index && g->row0[j] == ls[j].row0;
+        if (same) return g;
+    }
     return NULL;
 }
 
@@ -922,13 +933,16 @@ static void group_free(cuda_ctx *c, lin_group *g) {
 }
 
 /* Setup time: copy the n linears' rows (weights in the precision's copy, biases in fp32) into
- * one stacked matrix and vector, on the stream, and wait for them. */
+ * one stacked matrix and vector, on the stream, and wait for them. load_weights stacks the
+ * decoder's cross-attention K/V this way, so their bytes count as weights; the forward pass's
+ * call then finds them. */
 static int cu_linear_group_prepare(act_backend *be, const act_linear *ls, int n) {
     cuda_ctx *c = CTX(be);
     BE_ERR;
     if (weights_ready(be)) return -1;
-    if (n < 1) {
-        snprintf(be->err, sizeof be->err, "cuda linear group: %d linears", n);
+    if (n < 1 || n > ACT_MAX_LAYERS) {
+        snprintf(be->err, sizeof be->err, "cuda linear group: %d linears (1 to %d)", n,
+                 ACT_MAX_LAYERS);
         return -1;
     }
     for (int i = 0; i < n; i++)
@@ -947,7 +961,8 @@ static int cu_linear_group_prepare(act_backend *be, const act_linear *ls, int n)
     memset(g, 0, sizeof *g);
     size_t per = (size_t)ls[0].out * ls[0].in, esz = act_dtype_size((act_dtype)c->wdt);
     size_t wbytes = (size_t)n * per * esz, bbytes = (size_t)n * ls[0].out * sizeof(float);
-    cudaError_t e = cudaMalloc(&g->wst, wbytes);
+    cudaError_t e = cudaSetDevice(c->dev);
+    if (e == cudaSuccess) e = cudaMalloc(&g->wst, wbytes);
     if (e == cudaSuccess) e = cudaMalloc((void **)&g->bst, bbytes);
     for (int i = 0; i < n && e == cudaSuccess; i++) {
         e = cudaMemcpyAsync((char *)g->wst + i * per * esz,
@@ -960,12 +975,15 @@ static int cu_linear_group_prepare(act_backend *be, const act_linear *ls, int n)
     if (e == cudaSuccess) e = cudaStreamSynchronize(c->st);
     if (e != cudaSuccess) {
         group_free(c, g);
+        cudaGetLastError();
         return act_kerr(err, errlen, __FILE__, __LINE__, "linear group stack",
                         cudaGetErrorString(e));
     }
     c->bytes += wbytes + bbytes;
-    g->widx0 = ls[0].w->index;
-    g->row00 = ls[0].row0;
+    for (int i = 0; i < n; i++) {
+        g->widx[i] = ls[i].w->index;
+        g->row0[i] = ls[i].row0;
+    }
     g->n = n;
     snprintf(g->w.name, sizeof g->w.name, "%.40s x%d (stacked)", ls[0].w->name, n);
     memcpy(g->b.name, g->w.name, sizeof g->b.name);

@@ -36,10 +36,14 @@ static void blas_init_once(void) {
     int old = 0;
     for (size_t i = 0; i < sizeof pre_avx2 / sizeof pre_avx2[0]; i++)
         old |= !strcasecmp(core, pre_avx2[i]);
+#if defined(__x86_64__)
     __builtin_cpu_init();
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                  __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+#else
+    int avx2 = 0, avx512 = 0;   /* the x86 core names above never match elsewhere */
+#endif
     if (old && avx2 && !getenv("OPENBLAS_CORETYPE") && gotoblas_dynamic_init && gotoblas_dynamic_quit) {
         setenv("OPENBLAS_CORETYPE", avx512 ? "SkylakeX" : "Haswell", 1);
         gotoblas_dynamic_quit();

@@ -149,7 +149,7 @@ int act_cpu_stem_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N
     /* ACT_CPU_STEM_BLOCK=16|4 picks the block for tests, which run both on any machine */
     const char *blk = getenv("ACT_CPU_STEM_BLOCK");
     int cb = blk && *blk ? (atoi(blk) == CB ? CB : CB_NARROW)
-                         : __builtin_cpu_supports("avx512f") ? CB : CB_NARROW;
+                         : act_cpu_wide_clone() ? CB : CB_NARROW;
     int Ho = act_conv_out(H, c), Wo = act_conv_out(W, c);
     int Hp = (Ho - 1) * s + k;   /* padded rows read (the pad below may be partly unread) */
     /* columns per parity plane: every block reads PX from ox0 plus up to (k-1)/s */

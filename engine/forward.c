@@ -134,7 +134,7 @@ int act_fwd_create(act_backend *be, const act_model *m, int max_batch, act_fwd *
         f->kp_out[t] = ol;
     }
     for (int i = 0; i < c->dec_layers; i++) f->kv_group[i] = m->dec[i].cross_attn.kv;
-    if (be->linear_group && c->dec_layers > 1) {
+    if (be->linear_group && be->linear_group_prepare && c->dec_layers > 1) {
         if (be->linear_group_prepare(be, f->kv_group, c->dec_layers)) {
             act_errf(err, errlen, "forward setup: decoder cross-attention K/V: %s", be->err);
             goto fail;
