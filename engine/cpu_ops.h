@@ -91,19 +91,29 @@ int act_cpu_stem_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N
  * its kernels. A plain "avx2" clone would have no FMA: multiplies and adds apart, twice the
  * instructions in the direct stem's inner loop. */
 /* act_cpu_wide_clone() says whether the AVX-512 clone is the one that runs (code sized for 32
- * vector registers then pays; in the others it spills). */
+ * vector registers then pays; in the others it spills); act_cpu_clone_name() names the clone
+ * that runs, for the device line of reports. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && \
     !defined(ACT_NO_CLONES)
 #define ACT_CPU_VEC_CLONES \
     __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
 static inline int act_cpu_wide_clone(void) { return __builtin_cpu_supports("x86-64-v4"); }
+static inline const char *act_cpu_clone_name(void) {
+    return __builtin_cpu_supports("x86-64-v4") ? "AVX-512"
+           : __builtin_cpu_supports("x86-64-v3") ? "AVX2+FMA" : "baseline x86-64";
+}
 #elif defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(ACT_NO_CLONES)
 /* compilers without ISA-level clones: AVX2 without FMA, AVX-512 */
 #define ACT_CPU_VEC_CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
 static inline int act_cpu_wide_clone(void) { return __builtin_cpu_supports("avx512f"); }
+static inline const char *act_cpu_clone_name(void) {
+    return __builtin_cpu_supports("avx512f") ? "AVX-512"
+           : __builtin_cpu_supports("avx2") ? "AVX2" : "baseline x86-64";
+}
 #else
 #define ACT_CPU_VEC_CLONES
 static inline int act_cpu_wide_clone(void) { return 0; }
+static inline const char *act_cpu_clone_name(void) { return "compiler's default ISA"; }
 #endif
 
 /* ---- vision (cpu_vision.c) ---- */
