@@ -78,11 +78,16 @@ typedef struct pre_job {
     float *dst;
     int hi, wi, oh, ow, top, left, norm;
     float sh, sw;
+    float u[256];          /* v / 255 for every byte value v */
+    float un[3][256];      /* the same, then normalized as channel c is: the no-resize path */
 } pre_job;
 
-/* items: rows of output images (image n = i / oh, row y = i % oh), all three channels */
+static const float pre_mean[3] = {0.485f, 0.456f, 0.406f}, pre_std[3] = {0.229f, 0.224f, 0.225f};
+
+/* items: rows of output images (image n = i / oh, row y = i % oh), all three channels. Bytes
+ * become floats through the job's tables, which hold what the divisions would give. */
 static void preprocess_task(void *arg, int t, int lo, int hi_) {
-    static const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
+    const float *mean = pre_mean, *stdv = pre_std;
     const pre_job *q = arg;
     int hi = q->hi, wi = q->wi, oh = q->oh, ow = q->ow;
     (void)t;
@@ -90,6 +95,15 @@ static void preprocess_task(void *arg, int t, int lo, int hi_) {
         int n = i / oh, y = i % oh;
         const uint8_t *img = q->src + (size_t)n * hi * wi * 3;
         float *o = q->dst + (size_t)n * 3 * oh * ow;
+        if (q->sh == 1.0f && q->sw == 1.0f) {   /* no resize: the bilinear weights are 1 and 0 */
+            const uint8_t *row = img + ((size_t)(y + q->top) * wi + q->left) * 3;
+            for (int c = 0; c < 3; c++) {
+                float *oc = o + ((size_t)c * oh + y) * ow;
+                const float *un = q->un[c];
+                for (int x = 0; x < ow; x++) oc[x] = un[row[(size_t)x * 3 + c]];
+            }
+            continue;
+        }
         int y0, y1;
         float ly;
         bilinear_index(y + q->top, hi, q->sh, &y0, &y1, &ly);
@@ -98,10 +112,10 @@ static void preprocess_task(void *arg, int t, int lo, int hi_) {
             float lx;
             bilinear_index(x + q->left, wi, q->sw, &x0, &x1, &lx);
             for (int c = 0; c < 3; c++) {
-                float p00 = img[((size_t)y0 * wi + x0) * 3 + c] / 255.0f;
-                float p01 = img[((size_t)y0 * wi + x1) * 3 + c] / 255.0f;
-                float p10 = img[((size_t)y1 * wi + x0) * 3 + c] / 255.0f;
-                float p11 = img[((size_t)y1 * wi + x1) * 3 + c] / 255.0f;
+                float p00 = q->u[img[((size_t)y0 * wi + x0) * 3 + c]];
+                float p01 = q->u[img[((size_t)y0 * wi + x1) * 3 + c]];
+                float p10 = q->u[img[((size_t)y1 * wi + x0) * 3 + c]];
+                float p11 = q->u[img[((size_t)y1 * wi + x1) * 3 + c]];
                 float t0 = p00 * (1.0f - lx) + p01 * lx;
                 float t1 = p10 * (1.0f - lx) + p11 * lx;
                 float v = t0 * (1.0f - ly) + t1 * ly;
@@ -126,7 +140,12 @@ int cpu_preprocess(act_backend *be, act_buf frames, int B, int hi, int wi, const
                         "pipeline", hi, wi, rh, rw, oh, ow);
     pre_job q = {(const uint8_t *)frames.p, f32(out), hi, wi, oh, ow,
                  (int)rintf((float)(rh - oh) / 2.0f), (int)rintf((float)(rw - ow) / 2.0f),
-                 cfg->imagenet_norm, (float)hi / (float)rh, (float)wi / (float)rw};
+                 cfg->imagenet_norm, (float)hi / (float)rh, (float)wi / (float)rw, {0}, {{0}}};
+    for (int v = 0; v < 256; v++) {
+        q.u[v] = v / 255.0f;
+        for (int c = 0; c < 3; c++)
+            q.un[c][v] = q.norm ? (q.u[v] - pre_mean[c]) / pre_std[c] : q.u[v];
+    }
     act_pool_run(((act_cpu_ctx *)be->ctx)->pool, preprocess_task, &q, B * oh);
     return 0;
 }

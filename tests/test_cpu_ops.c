@@ -616,6 +616,7 @@ int main(void) {
     test_preprocess(be, 1, 20, 18, 31, 29, 0, 0, 1);      /* upscale + ImageNet */
     test_preprocess(be, 2, 40, 40, 29, 31, 24, 24, 1);    /* crop offsets 2.5 -> 2, 3.5 -> 4 */
     test_preprocess(be, 1, 16, 16, 16, 16, 11, 13, 0);    /* identity resize, odd crop */
+    test_preprocess(be, 2, 12, 20, 12, 20, 0, 0, 1);      /* identity resize + ImageNet */
 
     test_conv(be, 2, 3, 8, 23, 19, 7, 2, 3, 0, ACT_EPI_RELU);   /* ResNet conv1 */
     test_conv(be, 2, 8, 12, 11, 13, 3, 1, 1, 1, ACT_EPI_RELU);  /* block conv2 + residual */
