@@ -73,6 +73,26 @@ def test_act_infer_bench_names_the_emulator_and_reports_every_field(act_infer, m
     assert isinstance(mem["device_goal_met"], bool) and isinstance(mem["rss_goal_met"], bool), mem
 
 
+def _graph_gemms(act_infer, actw, env):
+    """cuBLASLt nodes in the captured bf16 batch-1 step (the emulator's ACT_EMU_TRACE listing)"""
+    p = _run([act_infer, "bench", "--model", actw, "--device", "cuda", "--precision", "bf16", "--batch", 1,
+              "--iters", 2, "--warmup", 1, "--profile-iters", 0], dict(env, ACT_EMU_TRACE="1"))
+    counts = [line for line in p.stderr.splitlines() + p.stdout.splitlines() if "graph instantiated" in line]
+    assert counts, p.stderr[-2000:]
+    return int(counts[-1].split("cublasLtMatmul=")[1].split()[0])
+
+
+def test_decoder_kv_of_every_layer_is_one_gemm(act_infer, model, emu_env):
+    """ACT_CUDA_LINEAR_GROUP (default on): the decoder's cross-attention K/V of all layers is one
+    GEMM in the step's graph, dec_layers - 1 fewer than one per layer (parity is the e2e tests')"""
+    actw, cfg, _ = model
+    layers = int(cfg["head"]["dec_layers"])
+    assert layers >= 2, cfg["head"]
+    per_layer = _graph_gemms(act_infer, actw, dict(emu_env, ACT_CUDA_LINEAR_GROUP="0"))
+    grouped = _graph_gemms(act_infer, actw, emu_env)
+    assert per_layer - grouped == layers - 1, (per_layer, grouped, layers)
+
+
 def test_act_infer_eval_on_cuda_matches_cpu(act_infer, model, emu_env, tmp_path):
     actw, cfg, d = model
     eps = tmp_path / "episodes"
