@@ -11,8 +11,8 @@
  * without AVX-512) through all cin*k*k taps, starting from the bias, then applies the ReLU as
  * it stores. The sums run over the taps in (c, ky, kx) order, as
  * im2col's GEMM does; only the rounding of fp32 addition differs (relative ~1e-7).
- * Taken for convs with at most 4 input channels, a multiple of 16 output channels, stride 1 or
- * 2, no residual and a ReLU or no activation; ACT_CPU_STEM=0 sends them to im2col (A/B). */
+ * Taken for convs with at most 4 input channels, a multiple of 16 output channels, kernels up
+ * to 16, stride 1 or 2, no residual and a ReLU or no activation; ACT_CPU_STEM=0 sends them to im2col (A/B). */
 #include <stdlib.h>
 #include <string.h>
 #include "cpu_ops.h"
@@ -142,8 +142,9 @@ static void row_task(void *arg, int t, int lo, int hi) {
 
 int act_cpu_stem_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N, int H, int W,
                       const float *residual, act_epilogue epi, float *y) {
-    if (!act_cpu_switch_on("ACT_CPU_STEM") || !c->w || c->cin < 1 || c->cin > 4 || c->cout % CB || c->k > STEM_KMAX ||
-        (c->stride != 1 && c->stride != 2) || residual || (epi != ACT_EPI_NONE && epi != ACT_EPI_RELU))
+    if (!act_cpu_switch_on("ACT_CPU_STEM") || !c->w || c->cin < 1 || c->cin > 4 || c->cout % CB ||
+        c->k > STEM_KMAX || (c->stride != 1 && c->stride != 2) || residual ||
+        (epi != ACT_EPI_NONE && epi != ACT_EPI_RELU))
         return 1;   /* not a stem-like conv: im2col takes it */
     int k = c->k, s = c->stride, p = c->pad;
     /* ACT_CPU_STEM_BLOCK=16|4 picks the block for tests, which run both on any machine */
