@@ -15,9 +15,10 @@
 #include "backend.h"
 #include "pool.h"
 
-/* Winograd F(2x2,3x3) filters of a model's 3x3 stride-1 convs (cpu_winograd.c); 3 trunks x 16 */
+/* Winograd filters of a model's 3x3 stride-1 convs (cpu_winograd.c); 3 trunks x 16; m: the
+ * output tile, F(m x m, 3x3) with m 2 or 4 */
 #define ACT_CPU_WINO_MAX 64
-typedef struct act_cpu_wino { const act_tensor *w; const float *u; } act_cpu_wino;
+typedef struct act_cpu_wino { const act_tensor *w; const float *u; int m; } act_cpu_wino;
 
 typedef struct act_cpu_ctx {
     void **allocs;            /* every alloc() block, freed at destroy */
@@ -37,6 +38,7 @@ typedef struct act_cpu_ctx {
     float *wino_data;         /* one block holding every wino[i].u */
     size_t wino_bytes;        /* counted in bytes (weights the backend made) */
     unsigned long wino_convs; /* convolutions run by Winograd (for tests and profiles) */
+    unsigned long wino4_convs; /* of those, by F(4x4,3x3) */
     unsigned long stem_convs; /* convolutions run by cpu_stem.c (the same) */
     double section_acc[ACT_SECTION_COUNT];
     double section_t0;
@@ -69,10 +71,14 @@ static inline int act_cpu_switch_on(const char *name) {
     return !(e && e[0] == '0' && e[1] == '\0');
 }
 
-/* ---- Winograd F(2x2,3x3) for 3x3 stride-1 pad-1 convs (cpu_winograd.c) ---- */
+/* ---- Winograd F(2x2,3x3) and F(4x4,3x3) for 3x3 stride-1 pad-1 convs (cpu_winograd.c) ---- */
 int act_cpu_wino_shape(const act_conv *c);         /* k 3, stride 1, pad 1 */
-size_t act_cpu_wino_tiles(int H, int W);            /* 2x2 output tiles of an H x W map */
-size_t act_cpu_wino_rows(int W);                    /* row scratch per thread for width W */
+/* the output tile m of a Winograd-shaped conv: 4 up to 128 x 128 channels, else 2;
+ * ACT_CPU_WINO_TILE=2|4 forces one (A/B runs, tests) */
+int act_cpu_wino_tile(const act_conv *c);
+/* (m+2)^2 positions x the m x m tiles of an H x W map: V's floats per input channel */
+size_t act_cpu_wino_span(const act_conv *c, int H, int W);
+size_t act_cpu_wino_rows(int W);                    /* row scratch per thread for width W (either tile) */
 int act_cpu_wino_load(act_cpu_ctx *ctx, const act_model *m, char *err, size_t errlen);  /* ACT_CPU_WINOGRAD=0: none */
 void act_cpu_wino_free(act_cpu_ctx *ctx);
 /* 0: done; 1: not a conv of the loaded model, or its map is larger (im2col takes it) */

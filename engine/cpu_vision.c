@@ -19,10 +19,10 @@ static void conv_ws(const act_conv *c, int H, int W, size_t *col, size_t *out, s
     int Ho = act_conv_out(H, c), Wo = act_conv_out(W, c);
     if (Ho < 1 || Wo < 1) return;
     size_t P = (size_t)Ho * Wo, n = (size_t)c->cin * c->k * c->k * P, o = (size_t)c->cout * P;
-    if (act_cpu_wino_shape(c)) {   /* Winograd: V and M, 16 per tile */
-        size_t T = act_cpu_wino_tiles(H, W), r = act_cpu_wino_rows(W);
-        if (16 * c->cin * T > n) n = 16 * c->cin * T;
-        if (16 * c->cout * T > o) o = 16 * c->cout * T;
+    if (act_cpu_wino_shape(c)) {   /* Winograd: V and M, (m+2)^2 per tile */
+        size_t span = act_cpu_wino_span(c, H, W), r = act_cpu_wino_rows(W);
+        if (span * c->cin > n) n = span * c->cin;
+        if (span * c->cout > o) o = span * c->cout;
         if (r > *rows) *rows = r;
     }
     if (n > *col) *col = n;

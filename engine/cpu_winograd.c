@@ -1,20 +1,23 @@
-/* cpu_winograd.c - 3x3 stride-1 pad-1 convolutions of the CPU backend by Winograd F(2x2, 3x3).
- * defines: act_cpu_wino_shape, act_cpu_wino_tiles, act_cpu_wino_rows, act_cpu_wino_load,
- *          act_cpu_wino_free, act_cpu_wino_conv
+/* cpu_winograd.c - 3x3 stride-1 pad-1 convolutions of the CPU backend by Winograd F(2x2,3x3)
+ * and F(4x4,3x3).
+ * defines: act_cpu_wino_shape, act_cpu_wino_tile, act_cpu_wino_span, act_cpu_wino_rows,
+ *          act_cpu_wino_load, act_cpu_wino_free, act_cpu_wino_conv
  *
- * Lavin & Gray's minimal filtering: each 2x2 output tile is A^T [(G g G^T) . (B^T d B)] A for the
- * 4x4 input patch d around it and the 3x3 filter g. The elementwise product over (cin) is 16
- * independent matrix products, one per position xi of the 4x4 transformed tile:
+ * Lavin & Gray's minimal filtering: each m x m output tile is A^T [(G g G^T) . (B^T d B)] A for
+ * the (m+2) x (m+2) input patch d around it and the 3x3 filter g. The elementwise product over
+ * (cin) is (m+2)^2 independent matrix products, one per position xi of the transformed tile:
  *     M_xi[cout][tiles] = U_xi[cout][cin] x V_xi[cin][tiles]
- * That is 16 multiply-adds per 4 outputs against 36 directly: 2.25x fewer for ResNet18's 3x3
- * stride-1 convs, which are ~83% of the trunk's arithmetic. The rest of the cost moves into the
- * transforms (a few adds per value, memory-bound), which replace im2col's 9x copy of the input
- * and the epilogue pass: the output transform applies bias, residual and activation as it writes.
+ * F(2x2): 16 multiply-adds per 4 outputs against 36 directly (2.25x fewer); F(4x4): 36 per 16
+ * (4x fewer). The rest of the cost moves into the transforms (a few adds per value,
+ * memory-bound), which replace im2col's 9x copy of the input and the epilogue pass: the output
+ * transform applies bias, residual and activation as it writes.
  *
- * U = G g G^T is made once per conv at load_weights (16/9 of the filter's floats); a conv the
- * table does not hold (ops built outside a model, or ACT_CPU_WINOGRAD=0) goes through im2col.
- * Rounding: the transforms' coefficients are 0, +-1 and +-1/2 (exact in binary), so the results
- * differ from im2col's only in the order of fp32 additions (relative ~1e-7 per conv). */
+ * U = G g G^T is made once per conv at load_weights ((m+2)^2/9 of the filter's floats); a conv
+ * the table does not hold (ops built outside a model, or ACT_CPU_WINOGRAD=0) goes through
+ * im2col. Which tile a conv gets: act_cpu_wino_tile (ACT_CPU_WINO_TILE=2|4 forces one).
+ * Rounding: F(2x2)'s coefficients are 0, +-1 and +-1/2 (exact in binary), so its results differ
+ * from im2col's only in the order of fp32 additions (relative ~1e-7 per conv); F(4x4)'s
+ * (1/6, 1/24, 4, 5, 8) are not all exact and its sums are longer: ~1e-6 per conv. */
 #include <stdlib.h>
 #include <string.h>
 #include "cpu_ops.h"
@@ -23,30 +26,65 @@
 
 int act_cpu_wino_shape(const act_conv *c) { return c->k == 3 && c->stride == 1 && c->pad == 1; }
 
+/* F(4x4) up to 128 x 128 channels (ResNet18's layer1-2). Measured on one thread (full model,
+ * batch 1, bench/NOTES.md): layer1 -33%, layer2 -27%, but layer3 (256 channels, 16x16 maps)
+ * +15% and layer4 +10%: their GEMMs are narrow (few tiles), so packing the 2.25x larger
+ * transformed filters every step costs more than the multiplies saved. */
+#define WINO4_MAX_FILTER (128 * 128)
+
+int act_cpu_wino_tile(const act_conv *c) {
+    const char *e = getenv("ACT_CPU_WINO_TILE");
+    if (e && !strcmp(e, "2")) return 2;
+    if (e && !strcmp(e, "4")) return 4;
+    return (long)c->cout * c->cin <= WINO4_MAX_FILTER ? 4 : 2;
+}
+
+static size_t tiles(int H, int W, int m) { return (size_t)((H + m - 1) / m) * (size_t)((W + m - 1) / m); }
+
+size_t act_cpu_wino_span(const act_conv *c, int H, int W) {
+    int m = act_cpu_wino_tile(c);
+    return (size_t)(m + 2) * (m + 2) * tiles(H, W, m);
+}
+
+/* per thread, the larger of both tiles' row scratch for width W: F(2x2)'s input transform holds
+ * 4 padded rows (PW = 2 TW + 2) and its output transform 12 TW; F(4x4)'s 6 rows of 4 TW + 2 and
+ * 40 TW */
+size_t act_cpu_wino_rows(int W) {
+    size_t t2 = (size_t)(W + 1) / 2, t4 = (size_t)(W + 3) / 4;
+    size_t f2 = 4 * (2 * t2 + 2) > 12 * t2 ? 4 * (2 * t2 + 2) : 12 * t2;
+    size_t f4 = 6 * (4 * t4 + 2) > 40 * t4 ? 6 * (4 * t4 + 2) : 40 * t4;
+    return f2 > f4 ? f2 : f4;
+}
+
 /* a conv of the model whose filters can be transformed */
 static int eligible(const act_conv *c) {
     return act_cpu_wino_shape(c) && c->w && c->w->data && c->w->numel == (int64_t)c->cout * c->cin * 9;
 }
 
-size_t act_cpu_wino_tiles(int H, int W) { return (size_t)((H + 1) / 2) * (size_t)((W + 1) / 2); }
-
-/* the input transform's 4 padded rows (4 PW) or the output transform's 12 TW, PW = 2 TW + 2 */
-size_t act_cpu_wino_rows(int W) { return 6 * (size_t)(2 * ((W + 1) / 2) + 2); }
-
-/* U[xi][co][ci] for one filter; G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1], in double. */
-static void filter_transform(const float *w, int cout, int cin, float *u) {
-    static const double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+/* U[xi][co][ci] for one filter, xi over the (m+2) x (m+2) positions, in double:
+ * F(2x2): G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1];
+ * F(4x4): G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1] */
+static void filter_transform(const float *w, int cout, int cin, int m, float *u) {
+    static const double G2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+    static const double G4[6][3] = {{0.25, 0, 0},
+                                    {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                    {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                    {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                    {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                                    {0, 0, 1}};
+    const double(*G)[3] = m == 4 ? G4 : G2;
+    int a = m + 2;
     size_t plane = (size_t)cout * cin;
     for (int co = 0; co < cout; co++)
         for (int ci = 0; ci < cin; ci++) {
             const float *g = w + ((size_t)co * cin + ci) * 9;
-            double t[4][3];   /* G g */
-            for (int i = 0; i < 4; i++)
+            double t[6][3];   /* G g */
+            for (int i = 0; i < a; i++)
                 for (int j = 0; j < 3; j++)
                     t[i][j] = G[i][0] * g[j] + G[i][1] * g[3 + j] + G[i][2] * g[6 + j];
-            for (int i = 0; i < 4; i++)
-                for (int j = 0; j < 4; j++)
-                    u[(size_t)(i * 4 + j) * plane + (size_t)co * cin + ci] =
+            for (int i = 0; i < a; i++)
+                for (int j = 0; j < a; j++)
+                    u[(size_t)(i * a + j) * plane + (size_t)co * cin + ci] =
                         (float)(t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2]);
         }
 }
@@ -57,7 +95,8 @@ static void add_conv(const act_conv *c, const act_conv **list, int *n, size_t *f
         if (list[i]->w == c->w) return;   /* a trunk shared by the cameras appears once */
     if (*n >= ACT_CPU_WINO_MAX) return;    /* more than any ResNet18 set holds: im2col for the rest */
     list[(*n)++] = c;
-    *floats += (size_t)16 * c->cout * c->cin;
+    int a = act_cpu_wino_tile(c) + 2;
+    *floats += (size_t)a * a * c->cout * c->cin;
 }
 
 void act_cpu_wino_free(act_cpu_ctx *ctx) {
@@ -87,10 +126,12 @@ int act_cpu_wino_load(act_cpu_ctx *ctx, const act_model *m, char *err, size_t er
                         "filters (ACT_CPU_WINOGRAD=0 runs without them)", floats);
     float *u = ctx->wino_data;
     for (int i = 0; i < n; i++) {
-        filter_transform(list[i]->w->data, list[i]->cout, list[i]->cin, u);
+        int tm = act_cpu_wino_tile(list[i]);
+        filter_transform(list[i]->w->data, list[i]->cout, list[i]->cin, tm, u);
         ctx->wino[i].w = list[i]->w;
         ctx->wino[i].u = u;
-        u += (size_t)16 * list[i]->cout * list[i]->cin;
+        ctx->wino[i].m = tm;
+        u += (size_t)(tm + 2) * (tm + 2) * list[i]->cout * list[i]->cin;
     }
     ctx->n_wino = n;
     ctx->wino_bytes = bytes;
@@ -99,11 +140,13 @@ int act_cpu_wino_load(act_cpu_ctx *ctx, const act_model *m, char *err, size_t er
 }
 
 /* the conv's transformed filters, or NULL (not in the model's table) */
-static const float *find(const act_cpu_ctx *ctx, const act_conv *c) {
+static const act_cpu_wino *find(const act_cpu_ctx *ctx, const act_conv *c) {
     for (int i = 0; i < ctx->n_wino; i++)
-        if (ctx->wino[i].w == c->w && act_cpu_wino_shape(c)) return ctx->wino[i].u;
+        if (ctx->wino[i].w == c->w && act_cpu_wino_shape(c)) return &ctx->wino[i];
     return NULL;
 }
+
+/* ---- F(2x2,3x3): B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], A^T = [1 1 1 0; 0 1 -1 -1] ---- */
 
 /* B^T d down the columns of four input rows (GCC honours restrict on parameters only, so the
  * vectorizable loops are functions of their own) */
@@ -130,32 +173,6 @@ ACT_CPU_VEC_CLONES static void horizontal(const float *restrict q, float *restri
     }
 }
 
-/* V[xi][ci][j0 + t] for one input plane x (H x W), t = ty * TW + tx over its tiles; xi_stride
- * is the distance between the 16 V_xi. The vertical half of B^T d B runs over whole zero-padded
- * rows (t_k[1 + col] for input column col; rows above or below the map read `zero`), the
- * horizontal half over column pairs, so both loops vectorize. rows: 4 * PW floats. */
-static void input_transform(const float *x, int H, int W, float *v, size_t xi_stride,
-                            float *rows, const float *zero) {
-    int TH = (H + 1) / 2, TW = (W + 1) / 2, PW = 2 * TW + 2;
-    float *ts[4] = {rows, rows + PW, rows + 2 * PW, rows + 3 * PW};
-    for (int k = 0; k < 4; k++) {   /* the padding columns stay zero */
-        ts[k][0] = 0.0f;
-        for (int c = W + 1; c < PW; c++) ts[k][c] = 0.0f;
-    }
-    for (int ty = 0; ty < TH; ty++) {
-        const float *r[4];
-        for (int k = 0; k < 4; k++) {
-            int y = 2 * ty - 1 + k;
-            r[k] = (y >= 0 && y < H) ? x + (size_t)y * W : zero;
-        }
-        vertical(r[0], r[1], r[2], r[3], ts[0] + 1, ts[1] + 1, ts[2] + 1, ts[3] + 1, W);
-        float *o = v + (size_t)ty * TW;
-        for (int k = 0; k < 4; k++)
-            horizontal(ts[k], o + (size_t)(4 * k) * xi_stride, o + (size_t)(4 * k + 1) * xi_stride,
-                       o + (size_t)(4 * k + 2) * xi_stride, o + (size_t)(4 * k + 3) * xi_stride, TW);
-    }
-}
-
 /* A^T m over the positions' rows: s0 = m0 + m1 + m2, s1 = m1 - m2 - m3 */
 ACT_CPU_VEC_CLONES static void column_sums(const float *restrict pa, const float *restrict pb, const float *restrict pc,
                         const float *restrict pd, float *restrict s0, float *restrict s1, int TW) {
@@ -174,27 +191,143 @@ ACT_CPU_VEC_CLONES static void row_sums(const float *restrict c0, const float *r
     }
 }
 
-/* y (H x W) from M[xi][co][j0 + t]: A^T m A with A^T = [1 1 1 0; 0 1 -1 -1] per tile, a row of
- * tiles at a time: the column sums over the 4x4 positions into s (8 rows of TW), the row sums
- * into two interleaved output rows of 2 TW (scratch e), then act_cpu_conv_epilogue.
- * scratch: 12 TW floats. */
-static void output_transform(const float *mm, size_t xi_stride, int H, int W, float bias,
-                             const float *res, act_epilogue epi, float *y, float *scratch) {
-    int TH = (H + 1) / 2, TW = (W + 1) / 2;
-    float *s = scratch, *e = scratch + 8 * (size_t)TW;
+/* ---- F(4x4,3x3): the rows of B^T (6 x 6) and A^T (4 x 6) ----
+ *   B^T: [4 0 -5 0 1 0]  [0 -4 -4 1 1 0]  [0 4 -4 -1 1 0]  [0 -2 -1 2 1 0]  [0 2 -1 -2 1 0]
+ *        [0 4 0 -5 0 1]
+ *   A^T: [1 1 1 1 1 0]  [0 1 -1 2 -2 0]  [0 1 1 4 4 0]  [0 1 -1 8 -8 1] */
+
+/* B^T d down the columns of six input rows */
+ACT_CPU_VEC_CLONES static void vertical6(const float *restrict a0, const float *restrict a1,
+                                         const float *restrict a2, const float *restrict a3,
+                                         const float *restrict a4, const float *restrict a5,
+                                         float *restrict t, int PW, int W) {
+    float *restrict t0 = t, *restrict t1 = t + PW, *restrict t2 = t + 2 * PW;
+    float *restrict t3 = t + 3 * PW, *restrict t4 = t + 4 * PW, *restrict t5 = t + 5 * PW;
+    for (int c = 0; c < W; c++) {
+        float p = a4[c] - 4.0f * a2[c], q = a3[c] - 4.0f * a1[c];   /* rows 1, 2 */
+        float r = a4[c] - a2[c], s = 2.0f * (a3[c] - a1[c]);         /* rows 3, 4 */
+        t0[c] = 4.0f * a0[c] - 5.0f * a2[c] + a4[c];
+        t1[c] = p + q;
+        t2[c] = p - q;
+        t3[c] = r + s;
+        t4[c] = r - s;
+        t5[c] = 4.0f * a1[c] - 5.0f * a3[c] + a5[c];
+    }
+}
+
+/* (B^T d) B along one padded row: tile tx reads columns 4tx .. 4tx+5; o[k * ostride + tx] */
+ACT_CPU_VEC_CLONES static void horizontal6(const float *restrict q, float *restrict o, size_t ostride,
+                                           int TW) {
+    float *restrict o0 = o, *restrict o1 = o + ostride, *restrict o2 = o + 2 * ostride;
+    float *restrict o3 = o + 3 * ostride, *restrict o4 = o + 4 * ostride, *restrict o5 = o + 5 * ostride;
+    for (int tx = 0; tx < TW; tx++) {
+        const float *d = q + 4 * tx;
+        float p = d[4] - 4.0f * d[2], r = d[3] - 4.0f * d[1];
+        float u = d[4] - d[2], v = 2.0f * (d[3] - d[1]);
+        o0[tx] = 4.0f * d[0] - 5.0f * d[2] + d[4];
+        o1[tx] = p + r;
+        o2[tx] = p - r;
+        o3[tx] = u + v;
+        o4[tx] = u - v;
+        o5[tx] = 4.0f * d[1] - 5.0f * d[3] + d[5];
+    }
+}
+
+/* A^T m over six positions' rows (m[k * mstride + tx]) into four rows of s (s[r * TW + tx]... with
+ * row stride sstride) */
+ACT_CPU_VEC_CLONES static void column_sums6(const float *restrict m, size_t mstride,
+                                            float *restrict s, size_t sstride, int TW) {
+    const float *restrict m0 = m, *restrict m1 = m + mstride, *restrict m2 = m + 2 * mstride;
+    const float *restrict m3 = m + 3 * mstride, *restrict m4 = m + 4 * mstride, *restrict m5 = m + 5 * mstride;
+    float *restrict s0 = s, *restrict s1 = s + sstride, *restrict s2 = s + 2 * sstride;
+    float *restrict s3 = s + 3 * sstride;
+    for (int tx = 0; tx < TW; tx++) {
+        float a = m1[tx] + m2[tx], b = m1[tx] - m2[tx], c = m3[tx] + m4[tx], d = m3[tx] - m4[tx];
+        s0[tx] = m0[tx] + a + c;
+        s1[tx] = b + 2.0f * d;
+        s2[tx] = a + 4.0f * c;
+        s3[tx] = b + 8.0f * d + m5[tx];
+    }
+}
+
+/* (A^T m) A: a tile's four outputs of one row from its six column sums (c[j * TW + tx]),
+ * written side by side into the output row */
+ACT_CPU_VEC_CLONES static void row_sums6(const float *restrict c, float *restrict er, int TW) {
+    const float *restrict c0 = c, *restrict c1 = c + TW, *restrict c2 = c + 2 * TW;
+    const float *restrict c3 = c + 3 * TW, *restrict c4 = c + 4 * TW, *restrict c5 = c + 5 * TW;
+    for (int tx = 0; tx < TW; tx++) {
+        float a = c1[tx] + c2[tx], b = c1[tx] - c2[tx], p = c3[tx] + c4[tx], d = c3[tx] - c4[tx];
+        er[4 * tx] = c0[tx] + a + p;
+        er[4 * tx + 1] = b + 2.0f * d;
+        er[4 * tx + 2] = a + 4.0f * p;
+        er[4 * tx + 3] = b + 8.0f * d + c5[tx];
+    }
+}
+
+/* V[xi][ci][j0 + t] for one input plane x (H x W), t = ty * TW + tx over its m x m tiles;
+ * xi_stride is the distance between the (m+2)^2 V_xi. The vertical half of B^T d B runs over
+ * whole zero-padded rows (t_k[1 + col] for input column col; rows above or below the map read
+ * `zero`), the horizontal half over each tile's columns, so both loops vectorize.
+ * rows: (m+2) rows of PW = m TW + 2 floats. */
+static void input_transform(const float *x, int H, int W, int m, float *v, size_t xi_stride,
+                            float *rows, const float *zero) {
+    int a = m + 2, TH = (H + m - 1) / m, TW = (W + m - 1) / m, PW = m * TW + 2;
+    for (int k = 0; k < a; k++) {   /* the padding columns stay zero */
+        float *t = rows + (size_t)k * PW;
+        t[0] = 0.0f;
+        for (int c = W + 1; c < PW; c++) t[c] = 0.0f;
+    }
     for (int ty = 0; ty < TH; ty++) {
-        const float *m = mm + (size_t)ty * TW;
-        for (int j = 0; j < 4; j++)
-            column_sums(m + (size_t)j * xi_stride, m + (size_t)(4 + j) * xi_stride,
-                        m + (size_t)(8 + j) * xi_stride, m + (size_t)(12 + j) * xi_stride,
-                        s + (size_t)j * TW, s + (size_t)(4 + j) * TW, TW);
-        for (int i = 0; i < 2; i++) {
-            const float *c0 = s + (size_t)(4 * i) * TW;
-            row_sums(c0, c0 + TW, c0 + 2 * TW, c0 + 3 * TW, e + (size_t)i * 2 * TW, TW);
+        const float *r[6];
+        for (int k = 0; k < a; k++) {
+            int y = m * ty - 1 + k;
+            r[k] = (y >= 0 && y < H) ? x + (size_t)y * W : zero;
         }
-        int y0 = 2 * ty;
-        for (int i = 0; i < 2 && y0 + i < H; i++)
-            act_cpu_conv_epilogue(y + (size_t)(y0 + i) * W, e + (size_t)i * 2 * TW, (size_t)W, bias,
+        float *o = v + (size_t)ty * TW;
+        if (m == 4) {
+            vertical6(r[0], r[1], r[2], r[3], r[4], r[5], rows + 1, PW, W);
+            for (int k = 0; k < 6; k++)
+                horizontal6(rows + (size_t)k * PW, o + (size_t)(6 * k) * xi_stride, xi_stride, TW);
+        } else {
+            float *ts[4] = {rows, rows + PW, rows + 2 * PW, rows + 3 * PW};
+            vertical(r[0], r[1], r[2], r[3], ts[0] + 1, ts[1] + 1, ts[2] + 1, ts[3] + 1, W);
+            for (int k = 0; k < 4; k++)
+                horizontal(ts[k], o + (size_t)(4 * k) * xi_stride, o + (size_t)(4 * k + 1) * xi_stride,
+                           o + (size_t)(4 * k + 2) * xi_stride, o + (size_t)(4 * k + 3) * xi_stride, TW);
+        }
+    }
+}
+
+/* y (H x W) from M[xi][co][j0 + t]: A^T m A per tile, a row of tiles at a time: the column sums
+ * over the positions into s (m rows per position column: 2 x 4 or 4 x 6 rows of TW), the row sums
+ * into m output rows of m TW (scratch e), then act_cpu_conv_epilogue.
+ * scratch: 12 TW floats (F(2x2)) or 40 TW (F(4x4)). */
+static void output_transform(const float *mm, size_t xi_stride, int H, int W, int m, float bias,
+                             const float *res, act_epilogue epi, float *y, float *scratch) {
+    int TH = (H + m - 1) / m, TW = (W + m - 1) / m;
+    float *s = scratch, *e = scratch + (size_t)m * (m + 2) * TW;
+    for (int ty = 0; ty < TH; ty++) {
+        const float *mt = mm + (size_t)ty * TW;
+        if (m == 4) {
+            /* s[(r * 6 + j) * TW + tx]: output row r of the tile, position column j */
+            for (int j = 0; j < 6; j++)
+                column_sums6(mt + (size_t)j * xi_stride, 6 * xi_stride, s + (size_t)j * TW,
+                             (size_t)6 * TW, TW);
+            for (int r = 0; r < 4; r++)
+                row_sums6(s + (size_t)r * 6 * TW, e + (size_t)r * 4 * TW, TW);
+        } else {
+            for (int j = 0; j < 4; j++)
+                column_sums(mt + (size_t)j * xi_stride, mt + (size_t)(4 + j) * xi_stride,
+                            mt + (size_t)(8 + j) * xi_stride, mt + (size_t)(12 + j) * xi_stride,
+                            s + (size_t)j * TW, s + (size_t)(4 + j) * TW, TW);
+            for (int i = 0; i < 2; i++) {
+                const float *c0 = s + (size_t)(4 * i) * TW;
+                row_sums(c0, c0 + TW, c0 + 2 * TW, c0 + 3 * TW, e + (size_t)i * 2 * TW, TW);
+            }
+        }
+        int y0 = m * ty;
+        for (int i = 0; i < m && y0 + i < H; i++)
+            act_cpu_conv_epilogue(y + (size_t)(y0 + i) * W, e + (size_t)i * m * TW, (size_t)W, bias,
                                   res ? res + (size_t)(y0 + i) * W : NULL, epi);
     }
 }
@@ -206,7 +339,7 @@ typedef struct wino_job {
     const float *bias, *zero;
     float *rows;              /* thread t's scratch: rows + t * rows_stride */
     size_t rows_stride, T, GT, HW;
-    int H, W, cin, cout;
+    int H, W, m, cin, cout;
     act_epilogue epi;
 } wino_job;
 
@@ -214,7 +347,7 @@ static void input_task(void *arg, int t, int lo, int hi) {
     const wino_job *q = arg;
     for (int i = lo; i < hi; i++) {
         int j = i / q->cin, ci = i % q->cin;
-        input_transform(q->x + ((size_t)j * q->cin + ci) * q->HW, q->H, q->W,
+        input_transform(q->x + ((size_t)j * q->cin + ci) * q->HW, q->H, q->W, q->m,
                         q->V + (size_t)ci * q->GT + (size_t)j * q->T, (size_t)q->cin * q->GT,
                         q->rows + (size_t)t * q->rows_stride, q->zero);
     }
@@ -226,36 +359,39 @@ static void output_task(void *arg, int t, int lo, int hi) {
         int j = i / q->cout, co = i % q->cout;
         size_t o = ((size_t)j * q->cout + co) * q->HW;
         output_transform(q->M + (size_t)co * q->GT + (size_t)j * q->T, (size_t)q->cout * q->GT,
-                         q->H, q->W, q->bias ? q->bias[co] : 0.0f, q->res ? q->res + o : NULL,
+                         q->H, q->W, q->m, q->bias ? q->bias[co] : 0.0f, q->res ? q->res + o : NULL,
                          q->epi, q->y + o, q->rows + (size_t)t * q->rows_stride);
     }
 }
 
 /* Groups of up to ACT_CPU_CONV_GROUP images (fewer if the workspaces, sized by
  * act_cpu_conv_workspace for the model's maps, hold fewer): the group's tiles side by side in V
- * and M (so each of the 16 GEMMs is as wide as the group), V in ws_col, M in ws_out. The
+ * and M (so each of the (m+2)^2 GEMMs is as wide as the group), V in ws_col, M in ws_out. The
  * transforms run on the backend's threads (one scratch of ws_rows_elems each, then the zero row,
  * zeroed at allocation and never written), the GEMMs on OpenBLAS's. */
 int act_cpu_wino_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N, int H, int W,
                       const float *residual, act_epilogue epi, float *y) {
-    const float *u = find(ctx, c);
-    if (!u) return 1;
-    size_t T = act_cpu_wino_tiles(H, W), HW = (size_t)H * W, G = ACT_CPU_CONV_GROUP;
+    const act_cpu_wino *e = find(ctx, c);
+    if (!e) return 1;
+    const float *u = e->u;
+    int m = e->m, P = (m + 2) * (m + 2);
+    size_t T = tiles(H, W, m), HW = (size_t)H * W, G = ACT_CPU_CONV_GROUP;
     int cin = c->cin, cout = c->cout, nt = act_pool_threads(ctx->pool);
-    if (G > ctx->ws_col_elems / (16 * (size_t)cin * T)) G = ctx->ws_col_elems / (16 * (size_t)cin * T);
-    if (G > ctx->ws_out_elems / (16 * (size_t)cout * T)) G = ctx->ws_out_elems / (16 * (size_t)cout * T);
+    if (G > ctx->ws_col_elems / (P * (size_t)cin * T)) G = ctx->ws_col_elems / (P * (size_t)cin * T);
+    if (G > ctx->ws_out_elems / (P * (size_t)cout * T)) G = ctx->ws_out_elems / (P * (size_t)cout * T);
     if (G < 1 || ctx->ws_rows_elems < act_cpu_wino_rows(W)) return 1;   /* a larger map than the model's */
     const float *zero = ctx->ws_rows + (size_t)nt * ctx->ws_rows_elems;
     ctx->wino_convs++;
+    if (m == 4) ctx->wino4_convs++;
     for (int n0 = 0; n0 < N; n0 += (int)G) {
         int g = N - n0 < (int)G ? N - n0 : (int)G;
         size_t GT = (size_t)g * T, vxi = (size_t)cin * GT, mxi = (size_t)cout * GT;
         wino_job q = {x + (size_t)n0 * cin * HW, residual ? residual + (size_t)n0 * cout * HW : NULL,
                       y + (size_t)n0 * cout * HW, ctx->ws_col, ctx->ws_out,
                       c->b ? c->b->data : NULL, zero, ctx->ws_rows, ctx->ws_rows_elems, T, GT, HW,
-                      H, W, cin, cout, epi};
+                      H, W, m, cin, cout, epi};
         act_pool_run(ctx->pool, input_task, &q, g * cin);
-        for (int xi = 0; xi < 16; xi++)
+        for (int xi = 0; xi < P; xi++)
             act_cpu_sgemm(0, cout, (int)GT, cin, u + (size_t)xi * cout * cin, cin,
                           q.V + (size_t)xi * vxi, (int)GT, q.M + (size_t)xi * mxi, (int)GT);
         act_pool_run(ctx->pool, output_task, &q, g * cout);

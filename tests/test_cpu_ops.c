@@ -134,6 +134,9 @@ static void test_preprocess(act_backend *be, int B, int hi, int wi, int rh, int 
 
 static int load_ws(act_backend *be, const act_conv *extra);
 
+/* the Winograd output tile test_conv_via expects (2 or 4), 0 for either */
+static int g_wino_tile;
+
 /* wino: 1 = the conv is part of the loaded model, so a 3x3 stride-1 conv must run by Winograd
  * (checked with the backend's counter); 0 = a conv outside the model (im2col) */
 static void test_conv_via(act_backend *be, int wino, int N, int cin, int cout, int H, int W, int k,
@@ -170,7 +173,7 @@ static void test_conv_via(act_backend *be, int wino, int N, int cin, int cout, i
              wino ? " winograd" : "", N, cin, cout, H, W, k, s, p, use_res, epi,
              act_pool_threads(ctx->pool));
     if (wino) check_rc(what, load_ws(be, &c), be);
-    unsigned long before = ctx->wino_convs, stem_before = ctx->stem_convs;
+    unsigned long before = ctx->wino_convs, stem_before = ctx->stem_convs, wino4_before = ctx->wino4_convs;
     for (size_t i = 0; i < ny; i++) y[i] = NAN;   /* an output left unwritten fails */
     check_rc(what, be->conv2d(be, &c, fbuf(x), N, H, W, rb, epi, fbuf(y)), be);
     check_close(what, y, want, ny);
@@ -178,6 +181,15 @@ static void test_conv_via(act_backend *be, int wino, int N, int cin, int cout, i
     if ((ctx->wino_convs != before) != wino) {
         g_fail++;
         fprintf(stderr, "FAIL %s: ran %s\n", what, wino ? "im2col, not Winograd" : "Winograd");
+    }
+    if (wino && g_wino_tile) {
+        int tile = ctx->wino4_convs != wino4_before ? 4 : 2;
+        g_checks++;
+        if (tile != g_wino_tile) {
+            g_fail++;
+            fprintf(stderr, "FAIL %s: ran F(%dx%d,3x3), not F(%dx%d,3x3)\n", what, tile, tile,
+                    g_wino_tile, g_wino_tile);
+        }
     }
     /* few input channels, output channels in 16s, stride 1-2, no residual, ReLU or nothing:
      * computed directly (cpu_stem.c) unless ACT_CPU_STEM=0 */
@@ -199,19 +211,32 @@ static void test_conv(act_backend *be, int N, int cin, int cout, int H, int W, i
     test_conv_via(be, 0, N, cin, cout, H, W, k, s, p, use_res, epi);
 }
 
-/* 3x3 stride-1 pad-1 convs of the model go through Winograd F(2x2,3x3): odd and even maps (edge
- * tiles half outside), one row or column, groups of 3 + 2 images, every epilogue */
+/* 3x3 stride-1 pad-1 convs of the model go through Winograd, F(2x2,3x3) and F(4x4,3x3) each:
+ * maps of every size modulo 4 (edge tiles partly outside), one row or column, groups of 3 + 2
+ * images, every epilogue; then the default choice by channel count */
 static void test_winograd(act_backend *be) {
-    test_conv_via(be, 1, 2, 8, 12, 11, 13, 3, 1, 1, 1, ACT_EPI_RELU);
-    test_conv_via(be, 1, 1, 16, 16, 16, 16, 3, 1, 1, 0, ACT_EPI_RELU);
-    test_conv_via(be, 1, 5, 4, 6, 9, 8, 3, 1, 1, 1, ACT_EPI_RELU);
-    test_conv_via(be, 1, 3, 5, 7, 7, 7, 3, 1, 1, 0, ACT_EPI_NONE);
-    test_conv_via(be, 1, 1, 4, 4, 5, 1, 3, 1, 1, 0, ACT_EPI_GELU);
-    test_conv_via(be, 1, 2, 3, 5, 1, 6, 3, 1, 1, 1, ACT_EPI_NONE);
-    test_conv_via(be, 1, 4, 7, 9, 2, 2, 3, 1, 1, 1, ACT_EPI_RELU);
-    test_conv_via(be, 1, 1, 2, 3, 1, 1, 3, 1, 1, 0, ACT_EPI_NONE);
-    /* not Winograd even inside the model: stride 2 */
-    test_conv_via(be, 0, 1, 8, 16, 11, 13, 3, 2, 1, 0, ACT_EPI_NONE);
+    for (int tile = 2; tile <= 4; tile += 2) {
+        setenv("ACT_CPU_WINO_TILE", tile == 2 ? "2" : "4", 1);
+        g_wino_tile = tile;
+        test_conv_via(be, 1, 2, 8, 12, 11, 13, 3, 1, 1, 1, ACT_EPI_RELU);
+        test_conv_via(be, 1, 1, 16, 16, 16, 16, 3, 1, 1, 0, ACT_EPI_RELU);
+        test_conv_via(be, 1, 5, 4, 6, 9, 8, 3, 1, 1, 1, ACT_EPI_RELU);
+        test_conv_via(be, 1, 3, 5, 7, 7, 7, 3, 1, 1, 0, ACT_EPI_NONE);
+        test_conv_via(be, 1, 1, 4, 4, 5, 1, 3, 1, 1, 0, ACT_EPI_GELU);
+        test_conv_via(be, 1, 2, 3, 5, 1, 6, 3, 1, 1, 1, ACT_EPI_NONE);
+        test_conv_via(be, 1, 4, 7, 9, 2, 2, 3, 1, 1, 1, ACT_EPI_RELU);
+        test_conv_via(be, 1, 1, 2, 3, 1, 1, 3, 1, 1, 0, ACT_EPI_NONE);
+        test_conv_via(be, 1, 2, 6, 5, 10, 14, 3, 1, 1, 1, ACT_EPI_RELU);
+        /* not Winograd even inside the model: stride 2 */
+        test_conv_via(be, 0, 1, 8, 16, 11, 13, 3, 2, 1, 0, ACT_EPI_NONE);
+    }
+    unsetenv("ACT_CPU_WINO_TILE");
+    /* by default F(4x4) up to 128 x 128 channels (ResNet18's layer1-2), F(2x2) beyond */
+    g_wino_tile = 4;
+    test_conv_via(be, 1, 1, 128, 128, 7, 6, 3, 1, 1, 1, ACT_EPI_RELU);
+    g_wino_tile = 2;
+    test_conv_via(be, 1, 1, 128, 136, 6, 7, 3, 1, 1, 0, ACT_EPI_RELU);
+    g_wino_tile = 0;
 }
 
 static int visits[1000];
