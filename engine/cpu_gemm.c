@@ -1,7 +1,13 @@
 /* cpu_gemm.c - the one matrix product of the CPU backend (convolutions and linears).
- * defines: act_cpu_sgemm, act_cpu_blas_init
+ * defines: act_cpu_sgemm, act_cpu_sgemm_split, act_cpu_gemm_split_on, act_cpu_blas_init,
+ *          act_cpu_threads
  *
- * With OpenBLAS (ACT_WITH_BLAS) it is cblas_sgemm, which threads over the machine's cores.
+ * With OpenBLAS (ACT_WITH_BLAS) it is cblas_sgemm. The backend threads the products itself
+ * (act_cpu_sgemm_split: rows or columns over its pool; the Winograd convs: their independent
+ * products): act_cpu_blas_init turns OpenBLAS to one thread, because its idle workers spin
+ * (sched_yield) for a while after every product and took a core from the backend's own loops
+ * (15-20% of a 2-core step's samples in the scheduler, and steps that ran 2x slower at random).
+ * ACT_CPU_SPLIT_GEMM=0 leaves OpenBLAS's threading on instead (the behaviour before).
  * A DYNAMIC_ARCH OpenBLAS picks its kernels from the CPU model number; a model newer than the
  * library (Debian 12's 0.3.21 on Emerald Rapids) falls back to the SSE3 "Prescott" kernels, 3-4x
  * slower than its AVX2/AVX-512 ones. act_cpu_blas_init repairs that the way OpenBLAS documents
@@ -22,13 +28,25 @@
 /* OpenBLAS's DYNAMIC_ARCH entry points; weak, so any other BLAS links too (and is left alone) */
 char *openblas_get_corename(void) __attribute__((weak));
 int openblas_get_num_threads(void) __attribute__((weak));
+void openblas_set_num_threads(int) __attribute__((weak));
 void gotoblas_dynamic_init(void) __attribute__((weak));
 void gotoblas_dynamic_quit(void) __attribute__((weak));
 
 static char g_core[64] = "OpenBLAS";
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int g_blas_threads;   /* OpenBLAS's thread count at start (0: not OpenBLAS) */
+static int g_split;          /* the backend threads the products; OpenBLAS runs on one thread */
+
+/* OpenBLAS's threads off when the backend splits the products; another BLAS (no
+ * openblas_set_num_threads) keeps its own threading */
+static void threads_init(void) {
+    g_blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : 0;
+    g_split = act_cpu_switch_on("ACT_CPU_SPLIT_GEMM") && openblas_set_num_threads;
+    if (g_split) openblas_set_num_threads(1);
+}
 
 static void blas_init_once(void) {
+    threads_init();
     if (!openblas_get_corename) return;
     const char *core = openblas_get_corename();
     static const char *const pre_avx2[] = {"prescott", "core2", "penryn", "dunnington", "nehalem",
@@ -64,12 +82,21 @@ void act_cpu_sgemm(int trans_b, int M, int N, int K, const float *A, int lda, co
                 A, lda, B, ldb, 0.0f, C, ldc);
 }
 
-static int blas_threads(void) { return openblas_get_num_threads ? openblas_get_num_threads() : 0; }
+static int blas_threads(void) {
+    act_cpu_blas_init();
+    return g_blas_threads;
+}
+
+int act_cpu_gemm_split_on(void) {
+    act_cpu_blas_init();
+    return g_split;
+}
 
 #else
 
 const char *act_cpu_blas_init(void) { return "built-in GEMM"; }
 static int blas_threads(void) { return 0; }
+int act_cpu_gemm_split_on(void) { return act_cpu_switch_on("ACT_CPU_SPLIT_GEMM"); }
 
 enum { BLK_M = 64, BLK_N = 256, BLK_K = 256 };
 
@@ -101,6 +128,46 @@ void act_cpu_sgemm(int trans_b, int M, int N, int K, const float *A, int lda, co
 }
 
 #endif
+
+/* Products smaller than this run on the calling thread: waking the pool costs more. */
+#define SPLIT_MIN_FLOP (1 << 21)
+/* Rows or columns per piece: whole register blocks of the GEMM kernels. */
+#define SPLIT_STEP 16
+
+typedef struct split_job {
+    int trans_b, M, N, K, lda, ldb, ldc, by_rows;
+    const float *A, *B;
+    float *C;
+} split_job;
+
+/* pieces [lo, hi) of SPLIT_STEP rows (by_rows) or columns of C */
+static void split_task(void *arg, int t, int lo, int hi) {
+    const split_job *q = arg;
+    int dim = q->by_rows ? q->M : q->N, a = lo * SPLIT_STEP, b = hi * SPLIT_STEP;
+    if (b > dim) b = dim;
+    if (a >= b) return;
+    if (q->by_rows)
+        act_cpu_sgemm(q->trans_b, b - a, q->N, q->K, q->A + (size_t)a * q->lda, q->lda, q->B, q->ldb,
+                      q->C + (size_t)a * q->ldc, q->ldc);
+    else
+        act_cpu_sgemm(q->trans_b, q->M, b - a, q->K, q->A, q->lda,
+                      q->trans_b ? q->B + (size_t)a * q->ldb : q->B + a, q->ldb, q->C + a, q->ldc);
+}
+
+/* Each thread computes a block of C's rows or columns with a one-thread product. Splitting the
+ * rows makes every thread pack all of B, the columns all of A: the larger side is split, so the
+ * operand packed twice is the smaller. */
+void act_cpu_sgemm_split(act_pool *pool, int trans_b, int M, int N, int K, const float *A, int lda,
+                         const float *B, int ldb, float *C, int ldc) {
+    int by_rows = M >= N, dim = by_rows ? M : N, pieces = (dim + SPLIT_STEP - 1) / SPLIT_STEP;
+    if (!act_cpu_gemm_split_on() || act_pool_threads(pool) < 2 || pieces < 2 ||
+        2.0 * M * N * K < SPLIT_MIN_FLOP) {
+        act_cpu_sgemm(trans_b, M, N, K, A, lda, B, ldb, C, ldc);
+        return;
+    }
+    split_job q = {trans_b, M, N, K, lda, ldb, ldc, by_rows, A, B, C};
+    act_pool_run(pool, split_task, &q, pieces);
+}
 
 int act_cpu_threads(void) {
     int blas = blas_threads();

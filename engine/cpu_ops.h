@@ -50,10 +50,18 @@ typedef struct act_cpu_ctx {
 void act_cpu_sgemm(int trans_b, int M, int N, int K, const float *A, int lda, const float *B,
                    int ldb, float *C, int ldc);
 
+/* The same product on the pool's threads, each a block of C's rows or columns (cpu_gemm.c);
+ * on the calling thread when small, or when act_cpu_gemm_split_on is 0. */
+void act_cpu_sgemm_split(act_pool *pool, int trans_b, int M, int N, int K, const float *A, int lda,
+                         const float *B, int ldb, float *C, int ldc);
+/* 1: the backend threads the products (OpenBLAS set to one thread); 0: ACT_CPU_SPLIT_GEMM=0, or
+ * a BLAS that threads itself */
+int act_cpu_gemm_split_on(void);
+
 /* Prepares the GEMM library once per process (see cpu_gemm.c); returns its name for display. */
 const char *act_cpu_blas_init(void);
-/* Threads for the backend's own loops: ACT_CPU_THREADS, else the BLAS's thread count, else the
- * online cores (at most 64). */
+/* Threads for the backend's own loops and products: ACT_CPU_THREADS, else the BLAS's thread
+ * count at start (OPENBLAS_NUM_THREADS), else the online cores (at most 64). */
 int act_cpu_threads(void);
 
 /* Images whose convolution runs as one GEMM: one policy step's cameras (3), so the weights are

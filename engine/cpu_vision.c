@@ -306,8 +306,8 @@ int cpu_conv2d(act_backend *be, const act_conv *c, act_buf x, int N, int H, int 
             col = ctx->ws_col;
         }
         q.gout = g == 1 ? q.out0 : ctx->ws_out;
-        act_cpu_sgemm(0, c->cout, (int)q.NP, (int)Kd, c->w->data, (int)Kd, col, (int)q.NP, q.gout,
-                      (int)q.NP);
+        act_cpu_sgemm_split(ctx->pool, 0, c->cout, (int)q.NP, (int)Kd, c->w->data, (int)Kd, col,
+                            (int)q.NP, q.gout, (int)q.NP);
         act_pool_run(ctx->pool, epilogue_task, &q, g * c->cout);
     }
     return 0;

@@ -364,11 +364,28 @@ static void output_task(void *arg, int t, int lo, int hi) {
     }
 }
 
+/* the products of positions [lo, hi) (one-thread GEMMs, side by side on the pool's threads) */
+typedef struct gemm_job {
+    const float *u, *V;
+    float *M;
+    size_t vxi, mxi;
+    int GT, cin, cout;
+} gemm_job;
+
+static void gemm_task(void *arg, int t, int lo, int hi) {
+    const gemm_job *q = arg;
+    for (int xi = lo; xi < hi; xi++)
+        act_cpu_sgemm(0, q->cout, q->GT, q->cin, q->u + (size_t)xi * q->cout * q->cin, q->cin,
+                      q->V + (size_t)xi * q->vxi, q->GT, q->M + (size_t)xi * q->mxi, q->GT);
+}
+
 /* Groups of up to ACT_CPU_CONV_GROUP images (fewer if the workspaces, sized by
  * act_cpu_conv_workspace for the model's maps, hold fewer): the group's tiles side by side in V
  * and M (so each of the (m+2)^2 GEMMs is as wide as the group), V in ws_col, M in ws_out. The
  * transforms run on the backend's threads (one scratch of ws_rows_elems each, then the zero row,
- * zeroed at allocation and never written), the GEMMs on OpenBLAS's. */
+ * zeroed at allocation and never written), and so do the GEMMs, whole ones side by side (each
+ * thread packs only its own positions' filters), unless ACT_CPU_SPLIT_GEMM=0 hands each to
+ * OpenBLAS's threads. */
 int act_cpu_wino_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N, int H, int W,
                       const float *residual, act_epilogue epi, float *y) {
     const act_cpu_wino *e = find(ctx, c);
@@ -391,9 +408,11 @@ int act_cpu_wino_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N
                       c->b ? c->b->data : NULL, zero, ctx->ws_rows, ctx->ws_rows_elems, T, GT, HW,
                       H, W, m, cin, cout, epi};
         act_pool_run(ctx->pool, input_task, &q, g * cin);
-        for (int xi = 0; xi < P; xi++)
-            act_cpu_sgemm(0, cout, (int)GT, cin, u + (size_t)xi * cout * cin, cin,
-                          q.V + (size_t)xi * vxi, (int)GT, q.M + (size_t)xi * mxi, (int)GT);
+        gemm_job gq = {u, q.V, q.M, vxi, mxi, (int)GT, cin, cout};
+        if (act_cpu_gemm_split_on())
+            act_pool_run(ctx->pool, gemm_task, &gq, P);   /* positions over the threads */
+        else
+            gemm_task(&gq, 0, 0, P);                        /* each product threaded by OpenBLAS */
         act_pool_run(ctx->pool, output_task, &q, g * cout);
     }
     return 0;

@@ -2,20 +2,26 @@
  * defines: act_pool_create, act_pool_threads, act_pool_run, act_pool_destroy, act_pool_cores,
  *          act_pool_env_threads
  *
- * Users: the CPU backend (OpenBLAS threads the GEMMs; everything between them - Winograd
- * transforms, im2col, epilogues - would otherwise run on one core while the others wait) and
- * act-serve's inference thread (a batch's frames copied into the session's input buffers).
- * act_pool_run runs the first range on the caller and returns when all are done. Helpers sleep
- * on a condition variable between calls: they never spin, so they take no core from OpenBLAS's
- * threads during a GEMM. A pool of one thread has no helpers and runs inline. */
+ * Users: the CPU backend (its own loops - Winograd transforms, im2col, epilogues - and, since
+ * session 11, its GEMMs, split by cpu_gemm.c with OpenBLAS on one thread), act-serve's
+ * inference thread (a batch's frames copied into the session's input buffers) and the episode
+ * reader's inflate threads.
+ * act_pool_run runs the first range on the caller and returns when all are done. Between runs a
+ * helper spins for up to ACT_POOL_SPIN_US microseconds (default 100; 0: never) watching for
+ * the next one, then sleeps on a condition variable; the caller likewise spins before it waits
+ * for the helpers. A CPU step is ~100 runs back to back, and a futex wake-up per run cost a
+ * quarter of a 2-core step (bench/NOTES.md, session 11). A pool of one thread has no helpers
+ * and runs inline. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 #include "pool.h"
 
 struct act_pool {
     int n;                        /* threads including the caller */
+    long spin_ns;                 /* how long a thread spins before it sleeps (ACT_POOL_SPIN_US) */
     pthread_t *tid;
     pthread_mutex_t mu;
     pthread_cond_t go, done;
@@ -34,13 +40,53 @@ static void range(int items, int n, int i, int *lo, int *hi) {
 
 typedef struct { act_pool *p; int idx; } helper_arg;
 
+static long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long)t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Before sleeping on a condition variable, a thread spins for up to spin_ns on what it waits
+ * for (a new run for a helper, the helpers' end for the caller): a futex wake-up costs tens of
+ * microseconds on a VM, and a CPU step runs about a hundred short loops and products back to
+ * back. The spin only reads; the mutex and condition variables still decide. */
+static int spin_new_run(const act_pool *p, unsigned long seen) {
+    long t0 = p->spin_ns > 0 ? now_ns() : 0;
+    for (unsigned i = 0; p->spin_ns > 0; i++) {
+        if (__atomic_load_n(&p->gen, __ATOMIC_ACQUIRE) != seen || __atomic_load_n(&p->quit, __ATOMIC_ACQUIRE))
+            return 1;
+        cpu_relax();
+        if ((i & 63) == 63 && now_ns() - t0 > p->spin_ns) break;
+    }
+    return 0;
+}
+
+static int spin_helpers_done(const act_pool *p) {
+    long t0 = p->spin_ns > 0 ? now_ns() : 0;
+    for (unsigned i = 0; p->spin_ns > 0; i++) {
+        if (!__atomic_load_n(&p->pending, __ATOMIC_ACQUIRE)) return 1;
+        cpu_relax();
+        if ((i & 63) == 63 && now_ns() - t0 > p->spin_ns) break;
+    }
+    return 0;
+}
+
 static void *helper(void *a) {
     act_pool *p = ((helper_arg *)a)->p;
     int idx = ((helper_arg *)a)->idx;
     free(a);
     unsigned long seen = 0;
-    pthread_mutex_lock(&p->mu);
     for (;;) {
+        spin_new_run(p, seen);
+        pthread_mutex_lock(&p->mu);
         while (p->gen == seen && !p->quit) pthread_cond_wait(&p->go, &p->mu);
         if (p->quit) break;
         seen = p->gen;
@@ -51,7 +97,8 @@ static void *helper(void *a) {
         pthread_mutex_unlock(&p->mu);
         if (lo < hi) fn(arg, idx, lo, hi);
         pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0) pthread_cond_signal(&p->done);
+        if (__atomic_sub_fetch(&p->pending, 1, __ATOMIC_ACQ_REL) == 0) pthread_cond_signal(&p->done);
+        pthread_mutex_unlock(&p->mu);
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -62,6 +109,11 @@ act_pool *act_pool_create(int threads) {
     if (!p) return NULL;
     if (threads < 1) threads = 1;
     p->n = 1;
+    /* ACT_POOL_SPIN_US: 0..10000 microseconds, default 100 */
+    const char *e = getenv("ACT_POOL_SPIN_US");
+    char *end;
+    long us = e && *e ? strtol(e, &end, 10) : 100;
+    p->spin_ns = (e && *e && (*end || us < 0 || us > 10000) ? 100 : us) * 1000L;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->go, NULL);
     pthread_cond_init(&p->done, NULL);
@@ -92,22 +144,23 @@ void act_pool_run(act_pool *p, act_pool_task fn, void *arg, int items) {
     p->fn = fn;
     p->arg = arg;
     p->items = items;
-    p->pending = p->n - 1;
-    p->gen++;
+    __atomic_store_n(&p->pending, p->n - 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->gen, p->gen + 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
     int lo, hi;
     range(items, p->n, 0, &lo, &hi);
     if (lo < hi) fn(arg, 0, lo, hi);
+    if (spin_helpers_done(p)) return;
     pthread_mutex_lock(&p->mu);
-    while (p->pending) pthread_cond_wait(&p->done, &p->mu);
+    while (__atomic_load_n(&p->pending, __ATOMIC_ACQUIRE)) pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
 }
 
 void act_pool_destroy(act_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    p->quit = 1;
+    __atomic_store_n(&p->quit, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
     for (int i = 1; i < p->n; i++) pthread_join(p->tid[i - 1], NULL);

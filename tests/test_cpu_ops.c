@@ -245,10 +245,14 @@ static void count_task(void *arg, int t, int lo, int hi) {
     for (int i = lo; i < hi; i++) __atomic_add_fetch(&visits[i], t < n ? 1 : 1000, __ATOMIC_RELAXED);
 }
 
-/* every item once, on a thread index below the pool's size, for item counts around it */
+/* every item once, on a thread index below the pool's size, for item counts around it; with
+ * helpers that sleep at once and with helpers that spin first (ACT_POOL_SPIN_US), then many
+ * runs back to back (a spinning helper that took a run twice, or missed one, fails) */
 static void test_pool(void) {
     static const int items[] = {0, 1, 2, 3, 5, 64, 1000};
-    for (int threads = 1; threads <= 4; threads++) {
+    for (int t = 0; t < 8; t++) {
+        int threads = 1 + t % 4;
+        setenv("ACT_POOL_SPIN_US", t < 4 ? "0" : "100", 1);
         act_pool *p = act_pool_create(threads);
         int n = act_pool_threads(p);
         g_checks++;
@@ -269,6 +273,68 @@ static void test_pool(void) {
                             items[k], bad);
                 }
             }
+        memset(visits, 0, sizeof visits);
+        for (int rep = 0; rep < 2000; rep++) act_pool_run(p, count_task, &n, 1 + rep % 7);
+        int bad = 0;
+        for (int i = 0; i < 7; i++) {
+            int want = 0;   /* item i is in runs of more than i items */
+            for (int rep = 0; rep < 2000; rep++) want += i < 1 + rep % 7;
+            bad += visits[i] != want;
+        }
+        g_checks++;
+        if (bad) {
+            g_fail++;
+            fprintf(stderr, "FAIL pool of %d (spin %s): 2000 runs back to back visited %d items "
+                    "wrongly\n", n, getenv("ACT_POOL_SPIN_US"), bad);
+        }
+        act_pool_destroy(p);
+    }
+    unsetenv("ACT_POOL_SPIN_US");
+}
+
+/* act_cpu_sgemm_split against double sums: rows split (M >= N), columns split (trans_b 0 and
+ * 1), pieces that do not divide evenly, strides wider than the matrices, one too small to
+ * split; C's columns beyond N (ldc > N) stay untouched */
+static void test_sgemm_split(void) {
+    static const int shapes[][6] = {/* M, N, K, trans_b, extra lda/ldb, extra ldc */
+                                    {150, 37, 260, 0, 3, 5}, {20, 203, 300, 1, 0, 7},
+                                    {21, 190, 300, 0, 2, 0}, {5, 3072, 256, 1, 0, 0},
+                                    {16, 16, 20, 1, 1, 1},   {300, 64, 64, 1, 0, 3}};
+    for (int threads = 1; threads <= 3; threads++) {
+        act_pool *p = act_pool_create(threads);
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+            int M = shapes[k][0], N = shapes[k][1], K = shapes[k][2], tb = shapes[k][3];
+            int lda = K + shapes[k][4], ldb = (tb ? K : N) + shapes[k][4], ldc = N + shapes[k][5];
+            float *A = rand_arr((size_t)M * lda, -1, 1), *B = rand_arr((size_t)(tb ? N : K) * ldb, -1, 1);
+            float *C = malloc((size_t)M * ldc * sizeof *C);
+            double *want = malloc((size_t)M * N * sizeof *want);
+            float *got = malloc((size_t)M * N * sizeof *got);
+            for (size_t i = 0; i < (size_t)M * ldc; i++) C[i] = NAN;
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++) {
+                    double acc = 0;
+                    for (int q = 0; q < K; q++)
+                        acc += (double)A[(size_t)i * lda + q] *
+                               (tb ? B[(size_t)j * ldb + q] : B[(size_t)q * ldb + j]);
+                    want[(size_t)i * N + j] = acc;
+                }
+            act_cpu_sgemm_split(p, tb, M, N, K, A, lda, B, ldb, C, ldc);
+            int touched = 0;
+            for (int i = 0; i < M; i++) {
+                for (int j = 0; j < N; j++) got[(size_t)i * N + j] = C[(size_t)i * ldc + j];
+                for (int j = N; j < ldc; j++) touched += !isnan(C[(size_t)i * ldc + j]);
+            }
+            char what[96];
+            snprintf(what, sizeof what, "sgemm split %dx%dx%d tb%d threads %d", M, N, K, tb,
+                     act_pool_threads(p));
+            check_close(what, got, want, (size_t)M * N);
+            g_checks++;
+            if (touched) {
+                g_fail++;
+                fprintf(stderr, "FAIL %s: %d elements beyond N written\n", what, touched);
+            }
+            free(A), free(B), free(C), free(want), free(got);
+        }
         act_pool_destroy(p);
     }
 }
@@ -688,6 +754,7 @@ int main(void) {
     test_conv(be3, 4, 8, 3, 5, 5, 1, 1, 0, 1, ACT_EPI_NONE);
     be3->destroy(be3);
     test_pool();
+    test_sgemm_split();
 
     test_groupnorm(be, 2, 32, 49, 2, 0, ACT_EPI_RELU);
     test_groupnorm(be, 3, 64, 30, 4, 1, ACT_EPI_RELU);

@@ -28,10 +28,10 @@ sys.path.insert(0, str(REPO / "tools" / "act_client"))
 
 from act_client import ActClient, ActContractError, ActPolicyRunner, ActTimeoutError  # noqa: E402
 from act_client import wire  # noqa: E402
-from serve_util import Server, recv_frame, replay_episode  # noqa: E402
+from serve_util import BATCH_TOL, Server, recv_frame, replay_episode  # noqa: E402
 
 IMAGE = 40          # frames the tiny model expects (HWC uint8), resized to 48x48 for the trunk
-TOL = dict(rtol=1e-5, atol=1e-5)
+TOL = BATCH_TOL   # requests batched with others against act-infer predict (serve_util)
 
 
 def _build_tiny(tmp_dir: Path, ref, seed=5, **over):

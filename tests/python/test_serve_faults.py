@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "tools" / "act_client"))
 
 from act_client import ActClient  # noqa: E402
 from act_client import wire  # noqa: E402
-from serve_util import Server, recv_frame  # noqa: E402
+from serve_util import BATCH_TOL, Server, recv_frame  # noqa: E402
 
 IMAGE = 40
 CAMS = ["l_vis", "r_vis", "front"]
@@ -83,7 +83,7 @@ def still_serving(srv):
     yield
     assert srv.proc.poll() is None, srv.log.read_text()
     reconnects = srv.good.reconnects
-    np.testing.assert_allclose(srv.good.predict(srv.q, srv.imgs), srv.want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(srv.good.predict(srv.q, srv.imgs), srv.want, **BATCH_TOL)
     assert srv.good.reconnects == reconnects, "the well-behaved client lost its connection"
 
 
@@ -181,7 +181,7 @@ def _predict_error(srv, payload_frame, name, fragment, rid):
     assert mtype == wire.RESULT
     r = wire.parse_result(p)
     assert r["request_id"] == rid + 1
-    np.testing.assert_allclose(r["chunk"], srv.want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(r["chunk"], srv.want, **BATCH_TOL)
     s.close()
 
 
@@ -411,7 +411,7 @@ def test_half_closed_client_still_gets_its_replies(srv):
         mtype, p = recv_frame(s)
         assert mtype == wire.RESULT
         r = wire.parse_result(p)
-        np.testing.assert_allclose(r["chunk"], srv.want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(r["chunk"], srv.want, **BATCH_TOL)
         ids.append(r["request_id"])
     assert sorted(ids) == [80, 81, 82]
     assert s.recv(1) == b"", "the server closes once it has answered everything"

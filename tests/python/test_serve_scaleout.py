@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools" / "act_client"))
 
 from act_client import ActClient  # noqa: E402
-from serve_util import Server  # noqa: E402
+from serve_util import BATCH_TOL, Server  # noqa: E402
 
 IMAGE = 40
 CAMS = ["l_vis", "r_vis", "front"]
@@ -109,7 +109,7 @@ def test_two_replicas_behind_haproxy(act_serve, ref, tmp_path):
         # four clients through the balancer, each its own connection: round robin spreads them
         clients = [ActClient("127.0.0.1", lb_port, timeout=120) for _ in range(4)]
         for c in clients:
-            np.testing.assert_allclose(c.predict(q, imgs), want, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(c.predict(q, imgs), want, **BATCH_TOL)
         assert all(_results_total(m) >= 1 for _, m in ports), "a replica received no traffic"
 
         got, errors, stop = [], [], threading.Event()
@@ -137,7 +137,7 @@ def test_two_replicas_behind_haproxy(act_serve, ref, tmp_path):
         assert not errors, errors
         assert len(got) >= n + 8, "clients made no progress after one replica drained"
         for g in got:
-            np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(g, want, **BATCH_TOL)
     finally:
         for p in procs:
             if p.poll() is None:

@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO / "tools" / "act_client"))
 
 from act_client import ActClient  # noqa: E402
 from act_client import wire  # noqa: E402
-from serve_util import Server, recv_frame  # noqa: E402
+from serve_util import BATCH_TOL, Server, recv_frame  # noqa: E402
 
 IMAGE = 40
 CAMS = ["l_vis", "r_vis", "front"]
@@ -181,16 +181,15 @@ def _copied_reference(srv, obs):
 
 
 def _check_batched(clients, obs, want):
-    """want: each observation alone. A batch's GEMMs sum in another order than one sample's
-    (the BLAS blocks by matrix size), so values near zero differ by a few 1e-6 in absolute terms:
-    atol 1e-5, as the other serving tests. The clients close even when a check fails, so a
-    failure here leaves no mapping behind for the next test to find."""
+    """want: each observation alone. A batch's GEMMs round in another order than one sample's
+    (serve_util.BATCH_TOL). The clients close even when a check fails, so a failure here leaves
+    no mapping behind for the next test to find."""
     try:
         for c in clients:
             c.info()
         got, batches = _predict_together(clients, obs)
         for i in range(len(obs)):
-            np.testing.assert_allclose(got[i], want[i], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(got[i], want[i], **BATCH_TOL)
         assert max(batches) > 1, f"the server never batched: {batches}"
     finally:
         for c in clients:
