@@ -244,6 +244,7 @@ int act_backend_cpu_create(act_precision prec, act_backend **out, char *err, siz
     }
     ctx->section_open = -1;
     ctx->pool = act_pool_create(act_cpu_threads());   /* NULL runs every loop inline */
+    act_pool_set_spin_us(ctx->pool, act_cpu_spin_us());
     be->name = "cpu";
     be->ctx = ctx;
     be->precision = prec;

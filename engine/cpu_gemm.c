@@ -1,6 +1,6 @@
 /* cpu_gemm.c - the one matrix product of the CPU backend (convolutions and linears).
  * defines: act_cpu_sgemm, act_cpu_sgemm_split, act_cpu_gemm_split_on, act_cpu_blas_init,
- *          act_cpu_threads
+ *          act_cpu_threads, act_cpu_spin_us
  *
  * With OpenBLAS (ACT_WITH_BLAS) it is cblas_sgemm. The backend threads the products itself
  * (act_cpu_sgemm_split: rows or columns over its pool; the Winograd convs: their independent
@@ -167,6 +167,13 @@ void act_cpu_sgemm_split(act_pool *pool, int trans_b, int M, int N, int K, const
     }
     split_job q = {trans_b, M, N, K, lda, ldb, ldc, by_rows, A, B, C};
     act_pool_run(pool, split_task, &q, pieces);
+}
+
+long act_cpu_spin_us(void) {
+    const char *e = getenv("ACT_POOL_SPIN_US");
+    char *end;
+    long us = e && *e ? strtol(e, &end, 10) : 100;
+    return e && *e && (*end || us < 0 || us > 10000) ? 100 : us;
 }
 
 int act_cpu_threads(void) {

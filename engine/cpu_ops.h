@@ -63,6 +63,9 @@ const char *act_cpu_blas_init(void);
 /* Threads for the backend's own loops and products: ACT_CPU_THREADS, else the BLAS's thread
  * count at start (OPENBLAS_NUM_THREADS), else the online cores (at most 64). */
 int act_cpu_threads(void);
+/* How long the pool's threads spin between parallel loops before they sleep (act_pool_set_spin_us):
+ * ACT_POOL_SPIN_US, 0..10000 microseconds, default 100. */
+long act_cpu_spin_us(void);
 
 /* Images whose convolution runs as one GEMM: one policy step's cameras (3), so the weights are
  * packed once per conv and the GEMM is wide enough to thread well. */

@@ -1,17 +1,17 @@
 /* pool.c - helper threads for loops the engine runs itself (interface: pool.h).
- * defines: act_pool_create, act_pool_threads, act_pool_run, act_pool_destroy, act_pool_cores,
- *          act_pool_env_threads
+ * defines: act_pool_create, act_pool_threads, act_pool_set_spin_us, act_pool_run,
+ *          act_pool_destroy, act_pool_cores, act_pool_env_threads
  *
  * Users: the CPU backend (its own loops - Winograd transforms, im2col, epilogues - and, since
  * session 11, its GEMMs, split by cpu_gemm.c with OpenBLAS on one thread), act-serve's
  * inference thread (a batch's frames copied into the session's input buffers) and the episode
  * reader's inflate threads.
  * act_pool_run runs the first range on the caller and returns when all are done. Between runs a
- * helper spins for up to ACT_POOL_SPIN_US microseconds (default 100; 0: never) watching for
- * the next one, then sleeps on a condition variable; the caller likewise spins before it waits
- * for the helpers. A CPU step is ~100 runs back to back, and a futex wake-up per run cost a
- * quarter of a 2-core step (bench/NOTES.md, session 11). A pool of one thread has no helpers
- * and runs inline. */
+ * helper sleeps on a condition variable, or, after act_pool_set_spin_us, first spins that long
+ * watching for the next run; the caller likewise spins before it waits for the helpers. The CPU
+ * backend's pool spins (a CPU step is ~100 runs back to back, and a futex wake-up per run cost a
+ * quarter of a 2-core step: bench/NOTES.md, session 11); the others never do. A pool of one
+ * thread has no helpers and runs inline. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdlib.h>
@@ -21,7 +21,7 @@
 
 struct act_pool {
     int n;                        /* threads including the caller */
-    long spin_ns;                 /* how long a thread spins before it sleeps (ACT_POOL_SPIN_US) */
+    long spin_ns;                 /* how long a thread spins before it sleeps (0: never) */
     pthread_t *tid;
     pthread_mutex_t mu;
     pthread_cond_t go, done;
@@ -59,22 +59,22 @@ static inline void cpu_relax(void) {
  * microseconds on a VM, and a CPU step runs about a hundred short loops and products back to
  * back. The spin only reads; the mutex and condition variables still decide. */
 static int spin_new_run(const act_pool *p, unsigned long seen) {
-    long t0 = p->spin_ns > 0 ? now_ns() : 0;
-    for (unsigned i = 0; p->spin_ns > 0; i++) {
+    long spin = __atomic_load_n(&p->spin_ns, __ATOMIC_RELAXED), t0 = spin > 0 ? now_ns() : 0;
+    for (unsigned i = 0; spin > 0; i++) {
         if (__atomic_load_n(&p->gen, __ATOMIC_ACQUIRE) != seen || __atomic_load_n(&p->quit, __ATOMIC_ACQUIRE))
             return 1;
         cpu_relax();
-        if ((i & 63) == 63 && now_ns() - t0 > p->spin_ns) break;
+        if ((i & 63) == 63 && now_ns() - t0 > spin) break;
     }
     return 0;
 }
 
 static int spin_helpers_done(const act_pool *p) {
-    long t0 = p->spin_ns > 0 ? now_ns() : 0;
-    for (unsigned i = 0; p->spin_ns > 0; i++) {
+    long spin = __atomic_load_n(&p->spin_ns, __ATOMIC_RELAXED), t0 = spin > 0 ? now_ns() : 0;
+    for (unsigned i = 0; spin > 0; i++) {
         if (!__atomic_load_n(&p->pending, __ATOMIC_ACQUIRE)) return 1;
         cpu_relax();
-        if ((i & 63) == 63 && now_ns() - t0 > p->spin_ns) break;
+        if ((i & 63) == 63 && now_ns() - t0 > spin) break;
     }
     return 0;
 }
@@ -109,11 +109,6 @@ act_pool *act_pool_create(int threads) {
     if (!p) return NULL;
     if (threads < 1) threads = 1;
     p->n = 1;
-    /* ACT_POOL_SPIN_US: 0..10000 microseconds, default 100 */
-    const char *e = getenv("ACT_POOL_SPIN_US");
-    char *end;
-    long us = e && *e ? strtol(e, &end, 10) : 100;
-    p->spin_ns = (e && *e && (*end || us < 0 || us > 10000) ? 100 : us) * 1000L;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->go, NULL);
     pthread_cond_init(&p->done, NULL);
@@ -133,6 +128,14 @@ act_pool *act_pool_create(int threads) {
 }
 
 int act_pool_threads(const act_pool *p) { return p ? p->n : 1; }
+
+/* Any time: each thread reads spin_ns as it starts to wait. */
+void act_pool_set_spin_us(act_pool *p, long us) {
+    if (!p) return;
+    if (us < 0) us = 0;
+    if (us > 10000) us = 10000;
+    __atomic_store_n(&p->spin_ns, us * 1000L, __ATOMIC_RELAXED);
+}
 
 void act_pool_run(act_pool *p, act_pool_task fn, void *arg, int items) {
     if (items <= 0) return;

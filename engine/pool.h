@@ -1,6 +1,6 @@
 /* pool.h - helper threads for the engine's own loops (pool.c).
- * defines: act_pool, act_pool_task, act_pool_create, act_pool_threads, act_pool_run,
- *          act_pool_destroy, act_pool_cores, act_pool_env_threads
+ * defines: act_pool, act_pool_task, act_pool_create, act_pool_threads, act_pool_set_spin_us,
+ *          act_pool_run, act_pool_destroy, act_pool_cores, act_pool_env_threads
  *
  * act_pool_run(p, fn, arg, items) splits [0, items) into one contiguous range per thread, runs
  * fn(arg, thread, lo, hi) for each (thread 0 is the caller, 1.. the helpers: an index for
@@ -13,6 +13,9 @@ typedef void (*act_pool_task)(void *arg, int thread, int lo, int hi);
 
 act_pool *act_pool_create(int threads);   /* NULL: out of memory (act_pool_run then runs inline) */
 int act_pool_threads(const act_pool *p);  /* threads including the caller; 1 for NULL */
+/* Helpers (and the caller, for the helpers' end) spin up to us microseconds (0..10000) before
+ * they sleep; 0, the default, sleeps at once (pool.c says when spinning pays). */
+void act_pool_set_spin_us(act_pool *p, long us);
 void act_pool_run(act_pool *p, act_pool_task fn, void *arg, int items);
 void act_pool_destroy(act_pool *p);
 

@@ -246,14 +246,15 @@ static void count_task(void *arg, int t, int lo, int hi) {
 }
 
 /* every item once, on a thread index below the pool's size, for item counts around it; with
- * helpers that sleep at once and with helpers that spin first (ACT_POOL_SPIN_US), then many
+ * helpers that sleep at once and with helpers that spin first (act_pool_set_spin_us), then many
  * runs back to back (a spinning helper that took a run twice, or missed one, fails) */
 static void test_pool(void) {
     static const int items[] = {0, 1, 2, 3, 5, 64, 1000};
     for (int t = 0; t < 8; t++) {
         int threads = 1 + t % 4;
-        setenv("ACT_POOL_SPIN_US", t < 4 ? "0" : "100", 1);
+        long spin = t < 4 ? 0 : 100;
         act_pool *p = act_pool_create(threads);
+        act_pool_set_spin_us(p, spin);
         int n = act_pool_threads(p);
         g_checks++;
         if (n != threads) {
@@ -284,12 +285,11 @@ static void test_pool(void) {
         g_checks++;
         if (bad) {
             g_fail++;
-            fprintf(stderr, "FAIL pool of %d (spin %s): 2000 runs back to back visited %d items "
-                    "wrongly\n", n, getenv("ACT_POOL_SPIN_US"), bad);
+            fprintf(stderr, "FAIL pool of %d (spin %ld us): 2000 runs back to back visited %d items "
+                    "wrongly\n", n, spin, bad);
         }
         act_pool_destroy(p);
     }
-    unsetenv("ACT_POOL_SPIN_US");
 }
 
 /* act_cpu_sgemm_split against double sums: rows split (M >= N), columns split (trans_b 0 and
