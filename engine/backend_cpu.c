@@ -251,7 +251,8 @@ int act_backend_cpu_create(act_precision prec, act_backend **out, char *err, siz
     int nt = act_pool_threads(ctx->pool);
     snprintf(be->device_name, sizeof be->device_name, "cpu (fp32, %d thread%s, %s%s, own loops %s)",
              nt, nt == 1 ? "" : "s", act_cpu_blas_init(),
-             act_cpu_gemm_split_on() ? "" : " threading its GEMMs", act_cpu_clone_name());
+             act_cpu_gemm_split_on() || !act_cpu_blas_is_openblas() ? "" : " threading its GEMMs",
+             act_cpu_clone_name());
     const char *tm = getenv("ACT_CPU_TIMING_MODEL");
     if (tm && *tm) {
         if (parse_timing_model(ctx, tm, err, errlen)) {

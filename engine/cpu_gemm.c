@@ -92,11 +92,18 @@ int act_cpu_gemm_split_on(void) {
     return g_split;
 }
 
+int act_cpu_blas_is_openblas(void) { return openblas_get_num_threads != NULL; }
+
 #else
 
 const char *act_cpu_blas_init(void) { return "built-in GEMM"; }
 static int blas_threads(void) { return 0; }
-int act_cpu_gemm_split_on(void) { return act_cpu_switch_on("ACT_CPU_SPLIT_GEMM"); }
+static int g_split = -1;
+int act_cpu_gemm_split_on(void) {
+    if (g_split < 0) g_split = act_cpu_switch_on("ACT_CPU_SPLIT_GEMM");   /* read once, as with OpenBLAS */
+    return g_split;
+}
+int act_cpu_blas_is_openblas(void) { return 0; }
 
 enum { BLK_M = 64, BLK_N = 256, BLK_K = 256 };
 
@@ -172,8 +179,10 @@ void act_cpu_sgemm_split(act_pool *pool, int trans_b, int M, int N, int K, const
 long act_cpu_spin_us(void) {
     const char *e = getenv("ACT_POOL_SPIN_US");
     char *end;
-    long us = e && *e ? strtol(e, &end, 10) : 100;
-    return e && *e && (*end || us < 0 || us > 10000) ? 100 : us;
+    /* with OpenBLAS threading the GEMMs, its workers need the cores between loops: no spin */
+    long dflt = act_cpu_gemm_split_on() ? 100 : 0;
+    long us = e && *e ? strtol(e, &end, 10) : dflt;
+    return e && *e && (*end || us < 0 || us > 10000) ? dflt : us;
 }
 
 int act_cpu_threads(void) {

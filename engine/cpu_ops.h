@@ -57,6 +57,8 @@ void act_cpu_sgemm_split(act_pool *pool, int trans_b, int M, int N, int K, const
 /* 1: the backend threads the products (OpenBLAS set to one thread); 0: ACT_CPU_SPLIT_GEMM=0, or
  * a BLAS that threads itself */
 int act_cpu_gemm_split_on(void);
+/* 1: the BLAS linked is OpenBLAS (its thread count is the backend's to set) */
+int act_cpu_blas_is_openblas(void);
 
 /* Prepares the GEMM library once per process (see cpu_gemm.c); returns its name for display. */
 const char *act_cpu_blas_init(void);
@@ -64,7 +66,7 @@ const char *act_cpu_blas_init(void);
  * count at start (OPENBLAS_NUM_THREADS), else the online cores (at most 64). */
 int act_cpu_threads(void);
 /* How long the pool's threads spin between parallel loops before they sleep (act_pool_set_spin_us):
- * ACT_POOL_SPIN_US, 0..10000 microseconds, default 100. */
+ * ACT_POOL_SPIN_US, 0..10000 microseconds, default 100 (0 with ACT_CPU_SPLIT_GEMM=0). */
 long act_cpu_spin_us(void);
 
 /* Images whose convolution runs as one GEMM: one policy step's cameras (3), so the weights are

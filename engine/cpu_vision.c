@@ -267,7 +267,7 @@ static void epilogue_task(void *arg, int t, int lo, int hi) {
  * ([cin*k*k][g*P]), one GEMM into [cout][g*P], and the epilogue writes each image's NCHW
  * block. A group of one image multiplies straight into the output (and a 1x1 stride-1 conv
  * needs no im2col at all). im2col and the epilogue run on the backend's threads
- * (pool.c), the GEMM on OpenBLAS's; 3x3 stride-1 convs go to cpu_winograd.c. */
+ * (pool.c), the GEMM too (act_cpu_sgemm_split); 3x3 stride-1 convs go to cpu_winograd.c. */
 int cpu_conv2d(act_backend *be, const act_conv *c, act_buf x, int N, int H, int W,
                act_buf residual, act_epilogue epi, act_buf y) {
     act_cpu_ctx *ctx = be->ctx;

@@ -89,13 +89,14 @@ static void filter_transform(const float *w, int cout, int cin, int m, float *u)
         }
 }
 
-static void add_conv(const act_conv *c, const act_conv **list, int *n, size_t *floats) {
+static void add_conv(const act_conv *c, const act_conv **list, int *tile, int *n, size_t *floats) {
     if (!eligible(c)) return;
     for (int i = 0; i < *n; i++)
         if (list[i]->w == c->w) return;   /* a trunk shared by the cameras appears once */
     if (*n >= ACT_CPU_WINO_MAX) return;    /* more than any ResNet18 set holds: im2col for the rest */
+    tile[*n] = act_cpu_wino_tile(c);   /* once: the table is filled with the tile sized here */
     list[(*n)++] = c;
-    int a = act_cpu_wino_tile(c) + 2;
+    int a = tile[*n - 1] + 2;
     *floats += (size_t)a * a * c->cout * c->cin;
 }
 
@@ -111,13 +112,14 @@ int act_cpu_wino_load(act_cpu_ctx *ctx, const act_model *m, char *err, size_t er
     act_cpu_wino_free(ctx);
     if (!act_cpu_switch_on("ACT_CPU_WINOGRAD")) return 0;
     const act_conv *list[ACT_CPU_WINO_MAX];
+    int tile[ACT_CPU_WINO_MAX];
     int n = 0;
     size_t floats = 0;
     for (int t = 0; t < m->n_trunks; t++)
         for (int l = 0; l < 4; l++)
             for (int i = 0; i < 2; i++) {
-                add_conv(&m->trunks[t].blocks[l][i].conv1, list, &n, &floats);
-                add_conv(&m->trunks[t].blocks[l][i].conv2, list, &n, &floats);
+                add_conv(&m->trunks[t].blocks[l][i].conv1, list, tile, &n, &floats);
+                add_conv(&m->trunks[t].blocks[l][i].conv2, list, tile, &n, &floats);
             }
     if (!n) return 0;
     size_t bytes;
@@ -126,7 +128,7 @@ int act_cpu_wino_load(act_cpu_ctx *ctx, const act_model *m, char *err, size_t er
                         "filters (ACT_CPU_WINOGRAD=0 runs without them)", floats);
     float *u = ctx->wino_data;
     for (int i = 0; i < n; i++) {
-        int tm = act_cpu_wino_tile(list[i]);
+        int tm = tile[i];
         filter_transform(list[i]->w->data, list[i]->cout, list[i]->cin, tm, u);
         ctx->wino[i].w = list[i]->w;
         ctx->wino[i].u = u;

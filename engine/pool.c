@@ -21,7 +21,7 @@
 
 struct act_pool {
     int n;                        /* threads including the caller */
-    long spin_ns;                 /* how long a thread spins before it sleeps (0: never) */
+    long long spin_ns;            /* how long a thread spins before it sleeps (0: never) */
     pthread_t *tid;
     pthread_mutex_t mu;
     pthread_cond_t go, done;
@@ -40,10 +40,10 @@ static void range(int items, int n, int i, int *lo, int *hi) {
 
 typedef struct { act_pool *p; int idx; } helper_arg;
 
-static long now_ns(void) {
+static long long now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long)t.tv_sec * 1000000000L + t.tv_nsec;
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
 static inline void cpu_relax(void) {
@@ -59,7 +59,7 @@ static inline void cpu_relax(void) {
  * microseconds on a VM, and a CPU step runs about a hundred short loops and products back to
  * back. The spin only reads; the mutex and condition variables still decide. */
 static int spin_new_run(const act_pool *p, unsigned long seen) {
-    long spin = __atomic_load_n(&p->spin_ns, __ATOMIC_RELAXED), t0 = spin > 0 ? now_ns() : 0;
+    long long spin = __atomic_load_n(&p->spin_ns, __ATOMIC_RELAXED), t0 = spin > 0 ? now_ns() : 0;
     for (unsigned i = 0; spin > 0; i++) {
         if (__atomic_load_n(&p->gen, __ATOMIC_ACQUIRE) != seen || __atomic_load_n(&p->quit, __ATOMIC_ACQUIRE))
             return 1;
@@ -70,7 +70,7 @@ static int spin_new_run(const act_pool *p, unsigned long seen) {
 }
 
 static int spin_helpers_done(const act_pool *p) {
-    long spin = __atomic_load_n(&p->spin_ns, __ATOMIC_RELAXED), t0 = spin > 0 ? now_ns() : 0;
+    long long spin = __atomic_load_n(&p->spin_ns, __ATOMIC_RELAXED), t0 = spin > 0 ? now_ns() : 0;
     for (unsigned i = 0; spin > 0; i++) {
         if (!__atomic_load_n(&p->pending, __ATOMIC_ACQUIRE)) return 1;
         cpu_relax();
@@ -134,7 +134,7 @@ void act_pool_set_spin_us(act_pool *p, long us) {
     if (!p) return;
     if (us < 0) us = 0;
     if (us > 10000) us = 10000;
-    __atomic_store_n(&p->spin_ns, us * 1000L, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->spin_ns, (long long)us * 1000, __ATOMIC_RELAXED);
 }
 
 void act_pool_run(act_pool *p, act_pool_task fn, void *arg, int items) {
