@@ -58,21 +58,17 @@ static inline void cpu_relax(void) {
  * for (a new run for a helper, the helpers' end for the caller): a futex wake-up costs tens of
  * microseconds on a VM, and a CPU step runs about a hundred short loops and products back to
  * back. The spin only reads; the mutex and condition variables still decide. */
-static int spin_new_run(const act_pool *p, unsigned long seen) {
-    long long spin = __atomic_load_n(&p->spin_ns, __ATOMIC_RELAXED), t0 = spin > 0 ? now_ns() : 0;
-    for (unsigned i = 0; spin > 0; i++) {
-        if (__atomic_load_n(&p->gen, __ATOMIC_ACQUIRE) != seen || __atomic_load_n(&p->quit, __ATOMIC_ACQUIRE))
-            return 1;
-        cpu_relax();
-        if ((i & 63) == 63 && now_ns() - t0 > spin) break;
-    }
-    return 0;
+static int waited_for(const act_pool *p, int helper, unsigned long seen) {
+    if (!helper) return !__atomic_load_n(&p->pending, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&p->gen, __ATOMIC_ACQUIRE) != seen || __atomic_load_n(&p->quit, __ATOMIC_ACQUIRE);
 }
 
-static int spin_helpers_done(const act_pool *p) {
+/* helper 1: a new run (gen != seen) or quit; helper 0, the caller: every helper done.
+ * 1: it came within the spin; 0: sleep on the condition variable. */
+static int spin_until(const act_pool *p, int helper, unsigned long seen) {
     long long spin = __atomic_load_n(&p->spin_ns, __ATOMIC_RELAXED), t0 = spin > 0 ? now_ns() : 0;
     for (unsigned i = 0; spin > 0; i++) {
-        if (!__atomic_load_n(&p->pending, __ATOMIC_ACQUIRE)) return 1;
+        if (waited_for(p, helper, seen)) return 1;
         cpu_relax();
         if ((i & 63) == 63 && now_ns() - t0 > spin) break;
     }
@@ -85,7 +81,7 @@ static void *helper(void *a) {
     free(a);
     unsigned long seen = 0;
     for (;;) {
-        spin_new_run(p, seen);
+        spin_until(p, 1, seen);
         pthread_mutex_lock(&p->mu);
         while (p->gen == seen && !p->quit) pthread_cond_wait(&p->go, &p->mu);
         if (p->quit) break;
@@ -154,7 +150,7 @@ void act_pool_run(act_pool *p, act_pool_task fn, void *arg, int items) {
     int lo, hi;
     range(items, p->n, 0, &lo, &hi);
     if (lo < hi) fn(arg, 0, lo, hi);
-    if (spin_helpers_done(p)) return;
+    if (spin_until(p, 0, 0)) return;
     pthread_mutex_lock(&p->mu);
     while (__atomic_load_n(&p->pending, __ATOMIC_ACQUIRE)) pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
