@@ -787,7 +787,10 @@ def load_config(path: str) -> dict:
 
 def load_checkpoint(path: str, cfg: Optional[dict] = None, stats_path: Optional[str] = None) -> ACTAgent:
     """Rebuild an agent from a checkpoint written by save_checkpoint (any layout/prefix)."""
-    obj = torch.load(path, map_location="cpu")
+    # weights_only=False: torch >= 2.6 loads only tensors and plain containers by default, and a
+    # training checkpoint may carry numpy dataset_stats or a config. This module is the test and
+    # bench reference, run on checkpoints the user made; the converter never unpickles anything.
+    obj = torch.load(path, map_location="cpu", weights_only=False)
     sd, entry_stats, entry_cfg = obj, None, None
     if isinstance(obj, dict):
         for key in CHECKPOINT_LAYOUTS[:-1]:
