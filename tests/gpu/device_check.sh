@@ -29,6 +29,9 @@
 #              frames over TCP and in shared memory over the Unix socket
 #   profile    act-infer bench's section profile (bf16 batch 1 and 256, fp32 batch 1): the four
 #              sections that take the most of the step (full tables in profile_*.log)
+#   ncu        Nsight Compute on an eager bf16 batch-1 step: kernel time per step, the kernels that
+#              take most of it and their compute/memory speed of light (a note where the runtime
+#              gives no hardware counters)
 #   layout-ab  act-infer bench, full model, bf16 at batch 1 and 64, feature maps NCHW vs NHWC
 #   pipeline-ab act-infer bench, full model, bf16 at batch 64 and 256: frames uploaded per camera
 #              on a second stream while the trunk runs on the camera before, vs all at once
@@ -283,6 +286,32 @@ EOF
     row profile "$( ((pbad)) && echo FAIL || echo ok)" "$fig"
 else
     row profile SKIP "no build, full model or time"
+fi
+
+# ---------------- ncu: per-kernel time and speed of light of an eager bf16 step ----------------
+# Nsight Compute's hardware counters: on a Firecracker machine they were seen working, on gVisor
+# not ("LibraryNotLoaded"), so a failure here is a note, not a failed check. --clock-control none
+# leaves the clocks as every other row had them. One eager step runs (no warmup: the first step
+# launches nothing extra, cuDNN and cuBLASLt plans come from heuristics), each kernel replayed by
+# ncu; tests/gpu/ncu_summary.py groups them by function (top 15 in ncu_top.txt, every launch in
+# ncu_bf16_b1.csv; the load's weight conversions are in it too, once).
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | tail -1)
+if ! want ncu; then :
+elif [ -n "$NCU" ] && ((built)) && ((have_full)) && enough 50; then
+    rm -f "$OUT/ncu_bf16_b1.csv"
+    timeout "$(limit 60)" "$NCU" --clock-control none --print-units base --print-kernel-base function \
+        --csv --page raw --log-file "$OUT/ncu_bf16_b1.csv" --metrics \
+        gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed \
+        "$BUILD/act-infer" bench --model "$TD/full.actw" --device cuda --precision bf16 --batch 1 \
+        --iters 1 --warmup 0 --profile-iters 0 --no-graph >"$OUT/ncu.log" 2>&1
+    rc=$?
+    if "$PY" tests/gpu/ncu_summary.py "$OUT/ncu_bf16_b1.csv" 1 >"$OUT/ncu_top.txt" 2>>"$OUT/ncu.log"; then
+        row ncu "$([ $rc = 0 ] && echo ok || echo rc$rc)" "bf16 b1 eager: $(head -1 "$OUT/ncu_top.txt" | cut -c1-240)"
+    else
+        row ncu note "no counters (rc $rc): $(grep -m1 -iE 'error|fail' "$OUT/ncu.log" "$OUT/ncu_bf16_b1.csv" 2>/dev/null | cut -c1-150)"
+    fi
+else
+    row ncu SKIP "no ncu, build, full model or time"
 fi
 
 # ---------------- A/B rows: the same step with one switch flipped (what time is left) ----------------
