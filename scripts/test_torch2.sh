@@ -16,8 +16,12 @@ VENV=${ACT_TORCH2_VENV:-$PWD/.venv-torch2}
 BASE=${ACT_TORCH2_PYTHON:-python3}     # any CPython 3.10-3.13 with venv
 if [ ! -x "$VENV/bin/python" ]; then
     echo "test_torch2: making $VENV (torch 2.11.0, torchvision 0.26.0, numpy 2.x from PyPI)" >&2
+    if ! "$BASE" -m venv --help >/dev/null 2>&1; then
+        echo "test_torch2: $BASE has no venv module (Debian: apt-get install python3-venv)" >&2
+        exit 2
+    fi
     "$BASE" -m venv "$VENV"
-    "$VENV/bin/pip" install -q torch==2.11.0 torchvision==0.26.0 "numpy>=2" h5py pyyaml pytest zstandard wheel
+    "$VENV/bin/pip" install -q torch==2.11.0 torchvision==0.26.0 "numpy>=2" h5py pyyaml pytest zstandard wheel matplotlib
 fi
 PY=$VENV/bin/python
 "$PY" -c "import torch, numpy; print('test_torch2: torch', torch.__version__, 'numpy', numpy.__version__)"
