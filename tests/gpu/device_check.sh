@@ -56,7 +56,11 @@
 #              matter more)
 # The last thing printed is the summary table (check, result, figure); it is also $OUT/summary.txt.
 # ACT_CHECK_ONLY=ops,e2e (a comma list of the rows above) runs deps, build and testdata and then
-# only those rows: a quick second run after a fix, inside the session's device time.
+# only those rows: a quick second run after a fix, inside the session's device time. The bench
+# row may use all but 90 s of what is left (torch.compile's autotuning), so ncu and the A/B rows
+# may find no time in a first full run: then a second run with
+# ACT_CHECK_ONLY=ncu,gather-ab,fusion-ab,e2e-fuse16,io-ab,group-ab (the rows that decide a
+# default first) and, time permitting, the other A/B rows.
 # A rehearsal without a GPU (every row's logic, on the CUDA emulator; no figure means anything):
 #   ACT_CUDA_EMULATOR=$PWD/build-dev/libact_cuda_emu.so ACT_PYTHON=/usr/bin/python3 ACT_E2E_MAX_BATCH=3 \
 #   ACT_CHECK_SLOW=6 ACT_CHECK_ITERS_DIV=50 ACT_CHECK_BUDGET_S=5400 tests/gpu/device_check.sh
