@@ -198,13 +198,17 @@ ACT_CPU_VEC_CLONES static void row_sums(const float *restrict c0, const float *r
  *        [0 4 0 -5 0 1]
  *   A^T: [1 1 1 1 1 0]  [0 1 -1 2 -2 0]  [0 1 1 4 4 0]  [0 1 -1 8 -8 1] */
 
+/* (As for F(2x2): every pointer is a restrict parameter of its own. Pointers derived inside the
+ * function from one parameter plus strides are block-scope restrict, which GCC ignores: it then
+ * cannot rule out that an output row overlaps an input and leaves the loop scalar.) */
+
 /* B^T d down the columns of six input rows */
 ACT_CPU_VEC_CLONES static void vertical6(const float *restrict a0, const float *restrict a1,
                                          const float *restrict a2, const float *restrict a3,
                                          const float *restrict a4, const float *restrict a5,
-                                         float *restrict t, int PW, int W) {
-    float *restrict t0 = t, *restrict t1 = t + PW, *restrict t2 = t + 2 * PW;
-    float *restrict t3 = t + 3 * PW, *restrict t4 = t + 4 * PW, *restrict t5 = t + 5 * PW;
+                                         float *restrict t0, float *restrict t1, float *restrict t2,
+                                         float *restrict t3, float *restrict t4, float *restrict t5,
+                                         int W) {
     for (int c = 0; c < W; c++) {
         float p = a4[c] - 4.0f * a2[c], q = a3[c] - 4.0f * a1[c];   /* rows 1, 2 */
         float r = a4[c] - a2[c], s = 2.0f * (a3[c] - a1[c]);         /* rows 3, 4 */
@@ -217,11 +221,10 @@ ACT_CPU_VEC_CLONES static void vertical6(const float *restrict a0, const float *
     }
 }
 
-/* (B^T d) B along one padded row: tile tx reads columns 4tx .. 4tx+5; o[k * ostride + tx] */
-ACT_CPU_VEC_CLONES static void horizontal6(const float *restrict q, float *restrict o, size_t ostride,
-                                           int TW) {
-    float *restrict o0 = o, *restrict o1 = o + ostride, *restrict o2 = o + 2 * ostride;
-    float *restrict o3 = o + 3 * ostride, *restrict o4 = o + 4 * ostride, *restrict o5 = o + 5 * ostride;
+/* (B^T d) B along one padded row: tile tx reads columns 4tx .. 4tx+5 */
+ACT_CPU_VEC_CLONES static void horizontal6(const float *restrict q, float *restrict o0, float *restrict o1,
+                                           float *restrict o2, float *restrict o3, float *restrict o4,
+                                           float *restrict o5, int TW) {
     for (int tx = 0; tx < TW; tx++) {
         const float *d = q + 4 * tx;
         float p = d[4] - 4.0f * d[2], r = d[3] - 4.0f * d[1];
@@ -235,14 +238,12 @@ ACT_CPU_VEC_CLONES static void horizontal6(const float *restrict q, float *restr
     }
 }
 
-/* A^T m over six positions' rows (m[k * mstride + tx]) into four rows of s (s[r * TW + tx]... with
- * row stride sstride) */
-ACT_CPU_VEC_CLONES static void column_sums6(const float *restrict m, size_t mstride,
-                                            float *restrict s, size_t sstride, int TW) {
-    const float *restrict m0 = m, *restrict m1 = m + mstride, *restrict m2 = m + 2 * mstride;
-    const float *restrict m3 = m + 3 * mstride, *restrict m4 = m + 4 * mstride, *restrict m5 = m + 5 * mstride;
-    float *restrict s0 = s, *restrict s1 = s + sstride, *restrict s2 = s + 2 * sstride;
-    float *restrict s3 = s + 3 * sstride;
+/* A^T m over six positions' rows into a tile row's four output rows s0..s3 */
+ACT_CPU_VEC_CLONES static void column_sums6(const float *restrict m0, const float *restrict m1,
+                                            const float *restrict m2, const float *restrict m3,
+                                            const float *restrict m4, const float *restrict m5,
+                                            float *restrict s0, float *restrict s1, float *restrict s2,
+                                            float *restrict s3, int TW) {
     for (int tx = 0; tx < TW; tx++) {
         float a = m1[tx] + m2[tx], b = m1[tx] - m2[tx], c = m3[tx] + m4[tx], d = m3[tx] - m4[tx];
         s0[tx] = m0[tx] + a + c;
@@ -252,11 +253,12 @@ ACT_CPU_VEC_CLONES static void column_sums6(const float *restrict m, size_t mstr
     }
 }
 
-/* (A^T m) A: a tile's four outputs of one row from its six column sums (c[j * TW + tx]),
- * written side by side into the output row */
-ACT_CPU_VEC_CLONES static void row_sums6(const float *restrict c, float *restrict er, int TW) {
-    const float *restrict c0 = c, *restrict c1 = c + TW, *restrict c2 = c + 2 * TW;
-    const float *restrict c3 = c + 3 * TW, *restrict c4 = c + 4 * TW, *restrict c5 = c + 5 * TW;
+/* (A^T m) A: a tile's four outputs of one row from its six column sums c0..c5, written side by
+ * side into the output row */
+ACT_CPU_VEC_CLONES static void row_sums6(const float *restrict c0, const float *restrict c1,
+                                         const float *restrict c2, const float *restrict c3,
+                                         const float *restrict c4, const float *restrict c5,
+                                         float *restrict er, int TW) {
     for (int tx = 0; tx < TW; tx++) {
         float a = c1[tx] + c2[tx], b = c1[tx] - c2[tx], p = c3[tx] + c4[tx], d = c3[tx] - c4[tx];
         er[4 * tx] = c0[tx] + a + p;
@@ -287,9 +289,14 @@ static void input_transform(const float *x, int H, int W, int m, float *v, size_
         }
         float *o = v + (size_t)ty * TW;
         if (m == 4) {
-            vertical6(r[0], r[1], r[2], r[3], r[4], r[5], rows + 1, PW, W);
-            for (int k = 0; k < 6; k++)
-                horizontal6(rows + (size_t)k * PW, o + (size_t)(6 * k) * xi_stride, xi_stride, TW);
+            float *t = rows + 1;
+            vertical6(r[0], r[1], r[2], r[3], r[4], r[5], t, t + PW, t + 2 * PW, t + 3 * PW,
+                      t + 4 * PW, t + 5 * PW, W);
+            for (int k = 0; k < 6; k++) {
+                float *ok = o + (size_t)(6 * k) * xi_stride;
+                horizontal6(rows + (size_t)k * PW, ok, ok + xi_stride, ok + 2 * xi_stride,
+                            ok + 3 * xi_stride, ok + 4 * xi_stride, ok + 5 * xi_stride, TW);
+            }
         } else {
             float *ts[4] = {rows, rows + PW, rows + 2 * PW, rows + 3 * PW};
             vertical(r[0], r[1], r[2], r[3], ts[0] + 1, ts[1] + 1, ts[2] + 1, ts[3] + 1, W);
@@ -311,12 +318,20 @@ static void output_transform(const float *mm, size_t xi_stride, int H, int W, in
     for (int ty = 0; ty < TH; ty++) {
         const float *mt = mm + (size_t)ty * TW;
         if (m == 4) {
-            /* s[(r * 6 + j) * TW + tx]: output row r of the tile, position column j */
-            for (int j = 0; j < 6; j++)
-                column_sums6(mt + (size_t)j * xi_stride, 6 * xi_stride, s + (size_t)j * TW,
-                             (size_t)6 * TW, TW);
-            for (int r = 0; r < 4; r++)
-                row_sums6(s + (size_t)r * 6 * TW, e + (size_t)r * 4 * TW, TW);
+            /* s[(r * 6 + j) * TW + tx]: output row r of the tile, position column j; position
+             * (i, j) is M_xi with xi = 6 i + j */
+            size_t ms = 6 * xi_stride, ss = (size_t)6 * TW;
+            for (int j = 0; j < 6; j++) {
+                const float *mj = mt + (size_t)j * xi_stride;
+                float *sj = s + (size_t)j * TW;
+                column_sums6(mj, mj + ms, mj + 2 * ms, mj + 3 * ms, mj + 4 * ms, mj + 5 * ms,
+                             sj, sj + ss, sj + 2 * ss, sj + 3 * ss, TW);
+            }
+            for (int r = 0; r < 4; r++) {
+                const float *c = s + (size_t)r * 6 * TW;
+                row_sums6(c, c + TW, c + 2 * TW, c + 3 * TW, c + 4 * TW, c + 5 * TW,
+                          e + (size_t)r * 4 * TW, TW);
+            }
         } else {
             for (int j = 0; j < 4; j++)
                 column_sums(mt + (size_t)j * xi_stride, mt + (size_t)(4 + j) * xi_stride,
