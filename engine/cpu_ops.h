@@ -16,9 +16,9 @@
 #include "pool.h"
 
 /* Winograd filters of a model's 3x3 stride-1 convs (cpu_winograd.c); 3 trunks x 16; m: the
- * output tile, F(m x m, 3x3) with m 2 or 4 */
+ * output tile, F(m x m, 3x3) with m 2 or 4; group: images per pass (chosen with m at load) */
 #define ACT_CPU_WINO_MAX 64
-typedef struct act_cpu_wino { const act_tensor *w; const float *u; int m; } act_cpu_wino;
+typedef struct act_cpu_wino { const act_tensor *w; const float *u; int m, group; } act_cpu_wino;
 
 typedef struct act_cpu_ctx {
     void **allocs;            /* every alloc() block, freed at destroy */
@@ -70,7 +70,8 @@ int act_cpu_threads(void);
 long act_cpu_spin_us(void);
 
 /* Images whose convolution runs as one GEMM: one policy step's cameras (3), so the weights are
- * packed once per conv and the GEMM is wide enough to thread well. */
+ * packed once per conv and the GEMM is wide enough to thread well (F(4x4) Winograd convs take one
+ * image at a time: wino_group in cpu_winograd.c). */
 #define ACT_CPU_CONV_GROUP 3
 
 /* Per image, the largest im2col (or Winograd input) matrix and the largest conv (or Winograd

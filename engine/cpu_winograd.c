@@ -39,6 +39,21 @@ int act_cpu_wino_tile(const act_conv *c) {
     return (long)c->cout * c->cin <= WINO4_MAX_FILTER ? 4 : 2;
 }
 
+/* Images per pass of a conv with tile m. F(4x4) convs take one image at a time: their
+ * transformed filters are small next to an image's transformed maps (layer1: 0.6 MB of filters,
+ * 1.8 MB of V and as much of M per image), so packing the filters once per image costs less than
+ * V and M of three images (5.4 MB each) falling out of a 2 MiB L2 between the transforms and the
+ * products. F(2x2) convs (layer3-4) keep the step's cameras together: there the filters are the
+ * larger operand (layer4: 16 MB a conv), and packing them three times per step costs more
+ * (bench/NOTES.md, session 13). ACT_CPU_WINO_GROUP=N forces N (1..64; the workspaces, sized for
+ * ACT_CPU_CONV_GROUP images, may hold fewer). */
+static int wino_group(int m) {
+    const char *e = getenv("ACT_CPU_WINO_GROUP");
+    int g = e ? atoi(e) : 0;
+    if (g >= 1 && g <= 64) return g;
+    return m == 4 ? 1 : ACT_CPU_CONV_GROUP;
+}
+
 static size_t tiles(int H, int W, int m) { return (size_t)((H + m - 1) / m) * (size_t)((W + m - 1) / m); }
 
 size_t act_cpu_wino_span(const act_conv *c, int H, int W) {
@@ -133,6 +148,7 @@ int act_cpu_wino_load(act_cpu_ctx *ctx, const act_model *m, char *err, size_t er
         ctx->wino[i].w = list[i]->w;
         ctx->wino[i].u = u;
         ctx->wino[i].m = tm;
+        ctx->wino[i].group = wino_group(tm);
         u += (size_t)(tm + 2) * (tm + 2) * list[i]->cout * list[i]->cin;
     }
     ctx->n_wino = n;
@@ -396,7 +412,7 @@ static void gemm_task(void *arg, int t, int lo, int hi) {
                       q->V + (size_t)xi * q->vxi, q->GT, q->M + (size_t)xi * q->mxi, q->GT);
 }
 
-/* Groups of up to ACT_CPU_CONV_GROUP images (fewer if the workspaces, sized by
+/* Groups of up to the conv's group images (wino_group; fewer if the workspaces, sized by
  * act_cpu_conv_workspace for the model's maps, hold fewer): the group's tiles side by side in V
  * and M (so each of the (m+2)^2 GEMMs is as wide as the group), V in ws_col, M in ws_out. The
  * transforms run on the backend's threads (one scratch of ws_rows_elems each, then the zero row,
@@ -409,7 +425,7 @@ int act_cpu_wino_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N
     if (!e) return 1;
     const float *u = e->u;
     int m = e->m, P = (m + 2) * (m + 2);
-    size_t T = tiles(H, W, m), HW = (size_t)H * W, G = ACT_CPU_CONV_GROUP;
+    size_t T = tiles(H, W, m), HW = (size_t)H * W, G = (size_t)e->group;
     int cin = c->cin, cout = c->cout, nt = act_pool_threads(ctx->pool);
     if (G > ctx->ws_col_elems / (P * (size_t)cin * T)) G = ctx->ws_col_elems / (P * (size_t)cin * T);
     if (G > ctx->ws_out_elems / (P * (size_t)cout * T)) G = ctx->ws_out_elems / (P * (size_t)cout * T);

@@ -169,9 +169,10 @@ static void test_conv_via(act_backend *be, int wino, int N, int cin, int cout, i
     act_buf rb = res ? fbuf(res) : act_nobuf();
     char what[128];
     act_cpu_ctx *ctx = be->ctx;
-    snprintf(what, sizeof what, "conv2d%s N%d %d->%d %dx%d k%d s%d p%d res%d epi%d threads %d",
-             wino ? " winograd" : "", N, cin, cout, H, W, k, s, p, use_res, epi,
-             act_pool_threads(ctx->pool));
+    const char *group = getenv("ACT_CPU_WINO_GROUP");
+    snprintf(what, sizeof what, "conv2d%s%s%s N%d %d->%d %dx%d k%d s%d p%d res%d epi%d threads %d",
+             wino ? " winograd" : "", wino && group ? " group " : "", wino && group ? group : "",
+             N, cin, cout, H, W, k, s, p, use_res, epi, act_pool_threads(ctx->pool));
     if (wino) check_rc(what, load_ws(be, &c), be);
     unsigned long before = ctx->wino_convs, stem_before = ctx->stem_convs, wino4_before = ctx->wino4_convs;
     for (size_t i = 0; i < ny; i++) y[i] = NAN;   /* an output left unwritten fails */
@@ -212,11 +213,17 @@ static void test_conv(act_backend *be, int N, int cin, int cout, int H, int W, i
 }
 
 /* 3x3 stride-1 pad-1 convs of the model go through Winograd, F(2x2,3x3) and F(4x4,3x3) each:
- * maps of every size modulo 4 (edge tiles partly outside), one row or column, groups of 3 + 2
- * images, every epilogue; then the default choice by channel count */
+ * maps of every size modulo 4 (edge tiles partly outside), one row or column, every epilogue,
+ * with each tile's default images per pass and with 1 and 2 forced (5 images: groups of 3 + 2,
+ * 2 + 2 + 1 or one at a time); then the default choice by channel count */
 static void test_winograd(act_backend *be) {
-    for (int tile = 2; tile <= 4; tile += 2) {
+    static const char *const groups[] = {NULL, "1", "2"};
+    for (int run = 0; run < 6; run++) {
+        int tile = run % 2 ? 4 : 2;
+        const char *group = groups[run / 2];
         setenv("ACT_CPU_WINO_TILE", tile == 2 ? "2" : "4", 1);
+        if (group) setenv("ACT_CPU_WINO_GROUP", group, 1);
+        else unsetenv("ACT_CPU_WINO_GROUP");
         g_wino_tile = tile;
         test_conv_via(be, 1, 2, 8, 12, 11, 13, 3, 1, 1, 1, ACT_EPI_RELU);
         test_conv_via(be, 1, 1, 16, 16, 16, 16, 3, 1, 1, 0, ACT_EPI_RELU);
@@ -231,6 +238,7 @@ static void test_winograd(act_backend *be) {
         test_conv_via(be, 0, 1, 8, 16, 11, 13, 3, 2, 1, 0, ACT_EPI_NONE);
     }
     unsetenv("ACT_CPU_WINO_TILE");
+    unsetenv("ACT_CPU_WINO_GROUP");
     /* by default F(4x4) up to 128 x 128 channels (ResNet18's layer1-2), F(2x2) beyond */
     g_wino_tile = 4;
     test_conv_via(be, 1, 1, 128, 128, 7, 6, 3, 1, 1, 1, ACT_EPI_RELU);
