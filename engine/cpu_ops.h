@@ -16,9 +16,10 @@
 #include "pool.h"
 
 /* Winograd filters of a model's 3x3 stride-1 convs (cpu_winograd.c); 3 trunks x 16; m: the
- * output tile, F(m x m, 3x3) with m 2 or 4; group: images per pass (chosen with m at load) */
+ * output tile, F(m x m, 3x3) with m 2 or 4; group: images per pass; packed: u is in
+ * act_cpu_pgemm's layout (all three chosen at load) */
 #define ACT_CPU_WINO_MAX 64
-typedef struct act_cpu_wino { const act_tensor *w; const float *u; int m, group; } act_cpu_wino;
+typedef struct act_cpu_wino { const act_tensor *w; const float *u; int m, group, packed; } act_cpu_wino;
 
 typedef struct act_cpu_ctx {
     void **allocs;            /* every alloc() block, freed at destroy */
@@ -39,6 +40,7 @@ typedef struct act_cpu_ctx {
     size_t wino_bytes;        /* counted in bytes (weights the backend made) */
     unsigned long wino_convs; /* convolutions run by Winograd (for tests and profiles) */
     unsigned long wino4_convs; /* of those, by F(4x4,3x3) */
+    unsigned long packed_convs; /* of those, by act_cpu_pgemm over filters packed at load */
     unsigned long stem_convs; /* convolutions run by cpu_stem.c (the same) */
     double section_acc[ACT_SECTION_COUNT];
     double section_t0;
@@ -59,6 +61,13 @@ void act_cpu_sgemm_split(act_pool *pool, int trans_b, int M, int N, int K, const
 int act_cpu_gemm_split_on(void);
 /* 1: the BLAS linked is OpenBLAS (its thread count is the backend's to set) */
 int act_cpu_blas_is_openblas(void);
+
+/* C[M][N] = A[M][K] * B[K][N] with A packed at load in panels of 8 rows (cpu_pgemm.c; M a
+ * multiple of 8): A[i][k] at act_cpu_pgemm_pack_index(i, k, K). One thread. Only where
+ * act_cpu_pgemm_ok() (an AVX-512 CPU); the Winograd filters of layer3-4 use it. */
+int act_cpu_pgemm_ok(void);
+size_t act_cpu_pgemm_pack_index(int i, int k, int K);
+void act_cpu_pgemm(int M, int N, int K, const float *Ap, const float *B, int ldb, float *C, int ldc);
 
 /* Prepares the GEMM library once per process (see cpu_gemm.c); returns its name for display. */
 const char *act_cpu_blas_init(void);

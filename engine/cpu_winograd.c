@@ -54,6 +54,17 @@ static int wino_group(int m) {
     return m == 4 ? 1 : ACT_CPU_CONV_GROUP;
 }
 
+/* Products by act_cpu_pgemm over filters packed at load (cpu_pgemm.c), instead of OpenBLAS packing
+ * them on every call: the F(2x2) convs (layer3-4), whose filters are the large operand, where
+ * the CPU has AVX-512 and the backend threads the products itself. ACT_CPU_PACKED_GEMM=0: never
+ * (OpenBLAS, as before); =all: the F(4x4) convs too. */
+static int wino_packed(const act_conv *c, int m) {
+    const char *e = getenv("ACT_CPU_PACKED_GEMM");
+    if ((e && !strcmp(e, "0")) || c->cout % 8 || !act_cpu_pgemm_ok() || !act_cpu_gemm_split_on())
+        return 0;
+    return m == 2 || (e && !strcmp(e, "all"));
+}
+
 static size_t tiles(int H, int W, int m) { return (size_t)((H + m - 1) / m) * (size_t)((W + m - 1) / m); }
 
 size_t act_cpu_wino_span(const act_conv *c, int H, int W) {
@@ -79,7 +90,7 @@ static int eligible(const act_conv *c) {
 /* U[xi][co][ci] for one filter, xi over the (m+2) x (m+2) positions, in double:
  * F(2x2): G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1];
  * F(4x4): G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1] */
-static void filter_transform(const float *w, int cout, int cin, int m, float *u) {
+static void filter_transform(const float *w, int cout, int cin, int m, int packed, float *u) {
     static const double G2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
     static const double G4[6][3] = {{0.25, 0, 0},
                                     {-1.0 / 6, -1.0 / 6, -1.0 / 6},
@@ -99,7 +110,8 @@ static void filter_transform(const float *w, int cout, int cin, int m, float *u)
                     t[i][j] = G[i][0] * g[j] + G[i][1] * g[3 + j] + G[i][2] * g[6 + j];
             for (int i = 0; i < a; i++)
                 for (int j = 0; j < a; j++)
-                    u[(size_t)(i * a + j) * plane + (size_t)co * cin + ci] =
+                    u[(size_t)(i * a + j) * plane +
+                      (packed ? act_cpu_pgemm_pack_index(co, ci, cin) : (size_t)co * cin + ci)] =
                         (float)(t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2]);
         }
 }
@@ -144,8 +156,10 @@ int act_cpu_wino_load(act_cpu_ctx *ctx, const act_model *m, char *err, size_t er
     float *u = ctx->wino_data;
     for (int i = 0; i < n; i++) {
         int tm = tile[i];
-        filter_transform(list[i]->w->data, list[i]->cout, list[i]->cin, tm, u);
+        int packed = wino_packed(list[i], tm);
+        filter_transform(list[i]->w->data, list[i]->cout, list[i]->cin, tm, packed, u);
         ctx->wino[i].w = list[i]->w;
+        ctx->wino[i].packed = packed;
         ctx->wino[i].u = u;
         ctx->wino[i].m = tm;
         ctx->wino[i].group = wino_group(tm);
@@ -402,14 +416,17 @@ typedef struct gemm_job {
     const float *u, *V;
     float *M;
     size_t vxi, mxi;
-    int GT, cin, cout;
+    int GT, cin, cout, packed;
 } gemm_job;
 
 static void gemm_task(void *arg, int t, int lo, int hi) {
     const gemm_job *q = arg;
-    for (int xi = lo; xi < hi; xi++)
-        act_cpu_sgemm(0, q->cout, q->GT, q->cin, q->u + (size_t)xi * q->cout * q->cin, q->cin,
-                      q->V + (size_t)xi * q->vxi, q->GT, q->M + (size_t)xi * q->mxi, q->GT);
+    for (int xi = lo; xi < hi; xi++) {
+        const float *u = q->u + (size_t)xi * q->cout * q->cin, *v = q->V + (size_t)xi * q->vxi;
+        float *mm = q->M + (size_t)xi * q->mxi;
+        if (q->packed) act_cpu_pgemm(q->cout, q->GT, q->cin, u, v, q->GT, mm, q->GT);
+        else act_cpu_sgemm(0, q->cout, q->GT, q->cin, u, q->cin, v, q->GT, mm, q->GT);
+    }
 }
 
 /* Groups of up to the conv's group images (wino_group; fewer if the workspaces, sized by
@@ -433,6 +450,7 @@ int act_cpu_wino_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N
     const float *zero = ctx->ws_rows + (size_t)nt * ctx->ws_rows_elems;
     ctx->wino_convs++;
     if (m == 4) ctx->wino4_convs++;
+    if (e->packed) ctx->packed_convs++;
     for (int n0 = 0; n0 < N; n0 += (int)G) {
         int g = N - n0 < (int)G ? N - n0 : (int)G;
         size_t GT = (size_t)g * T, vxi = (size_t)cin * GT, mxi = (size_t)cout * GT;
@@ -441,7 +459,7 @@ int act_cpu_wino_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N
                       c->b ? c->b->data : NULL, zero, ctx->ws_rows, ctx->ws_rows_elems, T, GT, HW,
                       H, W, m, cin, cout, epi};
         act_pool_run(ctx->pool, input_task, &q, g * cin);
-        gemm_job gq = {u, q.V, q.M, vxi, mxi, (int)GT, cin, cout};
+        gemm_job gq = {u, q.V, q.M, vxi, mxi, (int)GT, cin, cout, e->packed};
         if (act_cpu_gemm_split_on())
             act_pool_run(ctx->pool, gemm_task, &gq, P);   /* positions over the threads */
         else

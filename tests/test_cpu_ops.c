@@ -169,12 +169,14 @@ static void test_conv_via(act_backend *be, int wino, int N, int cin, int cout, i
     act_buf rb = res ? fbuf(res) : act_nobuf();
     char what[128];
     act_cpu_ctx *ctx = be->ctx;
-    const char *group = getenv("ACT_CPU_WINO_GROUP");
-    snprintf(what, sizeof what, "conv2d%s%s%s N%d %d->%d %dx%d k%d s%d p%d res%d epi%d threads %d",
+    const char *group = getenv("ACT_CPU_WINO_GROUP"), *pack = getenv("ACT_CPU_PACKED_GEMM");
+    snprintf(what, sizeof what, "conv2d%s%s%s%s%s N%d %d->%d %dx%d k%d s%d p%d res%d epi%d threads %d",
              wino ? " winograd" : "", wino && group ? " group " : "", wino && group ? group : "",
-             N, cin, cout, H, W, k, s, p, use_res, epi, act_pool_threads(ctx->pool));
+             wino && pack ? " packed " : "", wino && pack ? pack : "", N, cin, cout, H, W, k, s,
+             p, use_res, epi, act_pool_threads(ctx->pool));
     if (wino) check_rc(what, load_ws(be, &c), be);
     unsigned long before = ctx->wino_convs, stem_before = ctx->stem_convs, wino4_before = ctx->wino4_convs;
+    unsigned long packed_before = ctx->packed_convs;
     for (size_t i = 0; i < ny; i++) y[i] = NAN;   /* an output left unwritten fails */
     check_rc(what, be->conv2d(be, &c, fbuf(x), N, H, W, rb, epi, fbuf(y)), be);
     check_close(what, y, want, ny);
@@ -190,6 +192,21 @@ static void test_conv_via(act_backend *be, int wino, int N, int cin, int cout, i
             g_fail++;
             fprintf(stderr, "FAIL %s: ran F(%dx%d,3x3), not F(%dx%d,3x3)\n", what, tile, tile,
                     g_wino_tile, g_wino_tile);
+        }
+    }
+    /* the products over packed filters (cpu_pgemm.c): F(2x2) convs with output channels in 8s,
+     * on an AVX-512 CPU with the products threaded by the backend; F(4x4) ones too with
+     * ACT_CPU_PACKED_GEMM=all, none with =0 */
+    if (wino) {
+        const char *pe = getenv("ACT_CPU_PACKED_GEMM");
+        int tile = ctx->wino4_convs != wino4_before ? 4 : 2;
+        int packed = act_cpu_pgemm_ok() && act_cpu_gemm_split_on() && cout % 8 == 0 &&
+                     !(pe && !strcmp(pe, "0")) && (tile == 2 || (pe && !strcmp(pe, "all")));
+        g_checks++;
+        if ((ctx->packed_convs != packed_before) != packed) {
+            g_fail++;
+            fprintf(stderr, "FAIL %s: %s\n", what,
+                    packed ? "products not over packed filters" : "products over packed filters");
         }
     }
     /* few input channels, output channels in 16s, stride 1-2, no residual, ReLU or nothing:
@@ -217,13 +234,16 @@ static void test_conv(act_backend *be, int N, int cin, int cout, int H, int W, i
  * with each tile's default images per pass and with 1 and 2 forced (5 images: groups of 3 + 2,
  * 2 + 2 + 1 or one at a time); then the default choice by channel count */
 static void test_winograd(act_backend *be) {
-    static const char *const groups[] = {NULL, "1", "2"};
-    for (int run = 0; run < 6; run++) {
+    static const char *const groups[] = {NULL, "1", "2", NULL, NULL};
+    static const char *const packed[] = {NULL, NULL, NULL, "0", "all"};
+    for (int run = 0; run < 10; run++) {
         int tile = run % 2 ? 4 : 2;
-        const char *group = groups[run / 2];
+        const char *group = groups[run / 2], *pack = packed[run / 2];
         setenv("ACT_CPU_WINO_TILE", tile == 2 ? "2" : "4", 1);
         if (group) setenv("ACT_CPU_WINO_GROUP", group, 1);
         else unsetenv("ACT_CPU_WINO_GROUP");
+        if (pack) setenv("ACT_CPU_PACKED_GEMM", pack, 1);
+        else unsetenv("ACT_CPU_PACKED_GEMM");
         g_wino_tile = tile;
         test_conv_via(be, 1, 2, 8, 12, 11, 13, 3, 1, 1, 1, ACT_EPI_RELU);
         test_conv_via(be, 1, 1, 16, 16, 16, 16, 3, 1, 1, 0, ACT_EPI_RELU);
@@ -234,11 +254,18 @@ static void test_winograd(act_backend *be) {
         test_conv_via(be, 1, 4, 7, 9, 2, 2, 3, 1, 1, 1, ACT_EPI_RELU);
         test_conv_via(be, 1, 1, 2, 3, 1, 1, 3, 1, 1, 0, ACT_EPI_NONE);
         test_conv_via(be, 1, 2, 6, 5, 10, 14, 3, 1, 1, 1, ACT_EPI_RELU);
+        /* output channels in 8s (the packed products where the CPU has them): F(2x2) columns
+         * 126 (2 x 48 + 30), 64 (48 + 16), 40 (48 masked) and 1 for three images */
+        test_conv_via(be, 1, 3, 16, 16, 11, 13, 3, 1, 1, 1, ACT_EPI_RELU);
+        test_conv_via(be, 1, 1, 8, 8, 16, 16, 3, 1, 1, 0, ACT_EPI_NONE);
+        test_conv_via(be, 1, 2, 8, 24, 9, 8, 3, 1, 1, 1, ACT_EPI_RELU);
+        test_conv_via(be, 1, 3, 5, 8, 1, 2, 3, 1, 1, 0, ACT_EPI_GELU);
         /* not Winograd even inside the model: stride 2 */
         test_conv_via(be, 0, 1, 8, 16, 11, 13, 3, 2, 1, 0, ACT_EPI_NONE);
     }
     unsetenv("ACT_CPU_WINO_TILE");
     unsetenv("ACT_CPU_WINO_GROUP");
+    unsetenv("ACT_CPU_PACKED_GEMM");
     /* by default F(4x4) up to 128 x 128 channels (ResNet18's layer1-2), F(2x2) beyond */
     g_wino_tile = 4;
     test_conv_via(be, 1, 1, 128, 128, 7, 6, 3, 1, 1, 1, ACT_EPI_RELU);
@@ -344,6 +371,53 @@ static void test_sgemm_split(void) {
             free(A), free(B), free(C), free(want), free(got);
         }
         act_pool_destroy(p);
+    }
+}
+
+/* act_cpu_pgemm (A packed in 8-row panels) against double sums: column counts on each side of
+ * the kernel's 16/32/48-wide blocks, short and long K, strides wider than the matrices; C's
+ * columns beyond N stay untouched */
+static void test_pgemm(void) {
+    if (!act_cpu_pgemm_ok()) {
+        printf("skip pgemm: this CPU has no AVX-512 (the Winograd products stay on the BLAS)\n");
+        return;
+    }
+    static const int shapes[][5] = {/* M, N, K, extra ldb, extra ldc */
+                                    {8, 1, 1, 0, 0},     {16, 5, 3, 2, 1},    {8, 16, 64, 0, 3},
+                                    {24, 17, 9, 1, 0},   {8, 31, 130, 0, 0},  {16, 32, 7, 5, 2},
+                                    {8, 33, 40, 0, 1},   {32, 47, 12, 0, 0},  {8, 48, 256, 3, 0},
+                                    {40, 49, 33, 0, 4},  {8, 96, 5, 0, 0},    {64, 147, 70, 1, 1}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        int ldb = N + shapes[s][3], ldc = N + shapes[s][4];
+        float *A = rand_arr((size_t)M * K, -1, 1), *B = rand_arr((size_t)K * ldb, -1, 1);
+        float *Ap = malloc((size_t)M * K * sizeof *Ap), *C = malloc((size_t)M * ldc * sizeof *C);
+        double *want = malloc((size_t)M * N * sizeof *want);
+        float *got = malloc((size_t)M * N * sizeof *got);
+        for (int i = 0; i < M; i++)
+            for (int q = 0; q < K; q++) Ap[act_cpu_pgemm_pack_index(i, q, K)] = A[(size_t)i * K + q];
+        for (size_t i = 0; i < (size_t)M * ldc; i++) C[i] = NAN;
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                double acc = 0;
+                for (int q = 0; q < K; q++) acc += (double)A[(size_t)i * K + q] * B[(size_t)q * ldb + j];
+                want[(size_t)i * N + j] = acc;
+            }
+        act_cpu_pgemm(M, N, K, Ap, B, ldb, C, ldc);
+        int touched = 0;
+        for (int i = 0; i < M; i++) {
+            for (int j = 0; j < N; j++) got[(size_t)i * N + j] = C[(size_t)i * ldc + j];
+            for (int j = N; j < ldc; j++) touched += !isnan(C[(size_t)i * ldc + j]);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "pgemm %dx%dx%d ldb %d ldc %d", M, N, K, ldb, ldc);
+        check_close(what, got, want, (size_t)M * N);
+        g_checks++;
+        if (touched) {
+            g_fail++;
+            fprintf(stderr, "FAIL %s: %d elements beyond N written\n", what, touched);
+        }
+        free(A), free(B), free(Ap), free(C), free(want), free(got);
     }
 }
 
@@ -763,6 +837,7 @@ int main(void) {
     be3->destroy(be3);
     test_pool();
     test_sgemm_split();
+    test_pgemm();
 
     test_groupnorm(be, 2, 32, 49, 2, 0, ACT_EPI_RELU);
     test_groupnorm(be, 3, 64, 30, 4, 1, ACT_EPI_RELU);
