@@ -31,6 +31,7 @@ static void cpu_destroy(act_backend *be) {
         act_aligned_free(ctx->ws_out);
         act_aligned_free(ctx->ws_rows);
         act_cpu_wino_free(ctx);
+        act_cpu_plin_free(ctx);
         act_pool_destroy(ctx->pool);
         free(ctx);
     }
@@ -76,8 +77,9 @@ static void *cpu_host_alloc(act_backend *be, size_t bytes) {
 static void cpu_host_free(act_backend *be, void *p) { act_aligned_free(p); }
 static size_t cpu_device_bytes(act_backend *be) { return ((act_cpu_ctx *)be->ctx)->bytes; }
 
-/* Weights are read in place from the model's blob; the conv workspaces are sized here and the
- * Winograd filters of the 3x3 stride-1 convs made (cpu_winograd.c). */
+/* Weights are read in place from the model's blob; the conv workspaces are sized here, the
+ * Winograd filters of the 3x3 stride-1 convs made (cpu_winograd.c) and the decoder's weights
+ * packed for few-row products (cpu_linear_packed.c). */
 static int cpu_load_weights(act_backend *be, const act_model *m) {
     act_cpu_ctx *ctx = be->ctx;
     size_t col, out, rows;
@@ -106,7 +108,8 @@ static int cpu_load_weights(act_backend *be, const act_model *m) {
         ctx->ws_rows = wr;
         ctx->ws_rows_elems = rows;
     }
-    return act_cpu_wino_load(ctx, m, be->err, sizeof be->err);
+    if (act_cpu_wino_load(ctx, m, be->err, sizeof be->err)) return -1;
+    return act_cpu_plin_load(ctx, m, be->err, sizeof be->err);
 }
 
 static int cpu_graph_replay(act_backend *be, int key) { return 0; }

@@ -21,6 +21,10 @@
 #define ACT_CPU_WINO_MAX 64
 typedef struct act_cpu_wino { const act_tensor *w; const float *u; int m, group, packed; } act_cpu_wino;
 
+/* decoder weights packed for act_cpu_pgemm (cpu_linear_packed.c): 6 tensors a layer */
+#define ACT_CPU_PLIN_MAX (6 * ACT_MAX_LAYERS)
+typedef struct act_cpu_plin { const act_tensor *w; const float *p; } act_cpu_plin;
+
 typedef struct act_cpu_ctx {
     void **allocs;            /* every alloc() block, freed at destroy */
     size_t n_allocs, cap_allocs;
@@ -42,6 +46,13 @@ typedef struct act_cpu_ctx {
     unsigned long wino4_convs; /* of those, by F(4x4,3x3) */
     unsigned long packed_convs; /* of those, by act_cpu_pgemm over filters packed at load */
     unsigned long stem_convs; /* convolutions run by cpu_stem.c (the same) */
+    act_cpu_plin plin[ACT_CPU_PLIN_MAX];   /* packed decoder weights, by tensor */
+    int n_plin;
+    float *plin_data;         /* one block holding every plin[i].p */
+    size_t plin_bytes;        /* counted in bytes */
+    float *ws_plin;           /* x^T and y^T of one packed linear */
+    size_t ws_plin_elems;
+    unsigned long plin_calls; /* linears run over packed weights (tests, profiles) */
     double section_acc[ACT_SECTION_COUNT];
     double section_t0;
     int section_open;         /* section being timed (act_section), -1 when none */
@@ -107,6 +118,14 @@ void act_cpu_wino_free(act_cpu_ctx *ctx);
 /* 0: done; 1: not a conv of the loaded model, or its map is larger (im2col takes it) */
 int act_cpu_wino_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N, int H, int W,
                       const float *residual, act_epilogue epi, float *y);
+
+/* ---- the decoder's linears at few rows over weights packed at load (cpu_linear_packed.c) ---- */
+int act_cpu_plin_load(act_cpu_ctx *ctx, const act_model *m, char *err, size_t errlen);  /* none: 0 */
+void act_cpu_plin_free(act_cpu_ctx *ctx);
+/* y rows of ldy floats = epi(x W[row0:row0+out]^T + b); 0: done, 1: not packed or too many rows
+ * (the caller runs the BLAS) */
+int act_cpu_plin_run(act_cpu_ctx *ctx, const act_linear *l, const float *x, int M, act_epilogue epi,
+                 float *y, int ldy);
 
 /* ---- the trunk's first conv computed directly (cpu_stem.c) ---- */
 /* 0: done; 1: not its conv (it takes <= 4 input channels, output channels a multiple of 16,

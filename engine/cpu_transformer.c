@@ -22,7 +22,9 @@ static int linear_into(act_backend *be, const act_linear *l, act_buf x, int M, a
         return act_errf(be->err, sizeof be->err, "cpu linear: weight '%s' does not hold rows "
                         "[%d, %d) of width %d", w ? w->name : "(null)", l->row0,
                         l->row0 + l->out, l->in);
-    act_cpu_sgemm_split(((act_cpu_ctx *)be->ctx)->pool, 1, M, l->out, l->in, f32(x), l->in,
+    act_cpu_ctx *ctx = be->ctx;
+    if (!act_cpu_plin_run(ctx, l, f32(x), M, epi, y, ldy)) return 0;   /* packed decoder weights */
+    act_cpu_sgemm_split(ctx->pool, 1, M, l->out, l->in, f32(x), l->in,
                         w->data + (size_t)l->row0 * l->in, l->in, y, ldy);
     const float *b = l->b ? l->b->data + l->row0 : NULL;
     for (int i = 0; i < M; i++) {

@@ -133,6 +133,7 @@ static void test_preprocess(act_backend *be, int B, int hi, int wi, int rh, int 
 }
 
 static int load_ws(act_backend *be, const act_conv *extra);
+static int load_model(act_backend *be, const act_conv *extra, const act_linear *lin);
 
 /* the Winograd output tile test_conv_via expects (2 or 4), 0 for either */
 static int g_wino_tile;
@@ -505,7 +506,11 @@ static void test_spatial_softmax(act_backend *be, int N, int K, int h, int w) {
 
 /* ---------------- transformer ---------------- */
 
-static void test_linear(act_backend *be, int M, int rows, int row0, int out, int in, act_epilogue epi) {
+/* in_model: the weight is a decoder linear of the loaded model, so on an AVX-512 CPU a product of
+ * at most 48 rows over a view in 8s runs over its packed copy (cpu_linear_packed.c; checked
+ * with the backend's counter), anything else on the BLAS */
+static void test_linear_via(act_backend *be, int in_model, int M, int rows, int row0, int out,
+                            int in, act_epilogue epi) {
     float *w = rand_arr((size_t)rows * in, -0.3f, 0.3f), *b = rand_arr(rows, -0.5f, 0.5f);
     float *x = rand_arr((size_t)M * in, -1, 1), *y = malloc(sizeof(float) * M * out);
     double *want = malloc(sizeof(double) * M * out);
@@ -517,11 +522,47 @@ static void test_linear(act_backend *be, int M, int rows, int row0, int out, int
         }
     act_tensor tw = tensor("w", w, rows, in, 0, 0), tb = tensor("b", b, rows, 0, 0, 0);
     act_linear l = {&tw, &tb, row0, out, in};
-    char what[96];
-    snprintf(what, sizeof what, "linear M%d rows[%d,%d) of %d in%d epi%d", M, row0, row0 + out, rows, in, epi);
+    char what[112];
+    snprintf(what, sizeof what, "linear%s M%d rows[%d,%d) of %d in%d epi%d",
+             in_model ? " (decoder)" : "", M, row0, row0 + out, rows, in, epi);
+    act_cpu_ctx *ctx = be->ctx;
+    if (in_model) {
+        act_linear whole = {&tw, &tb, 0, rows, in};
+        check_rc(what, load_model(be, NULL, &whole), be);
+    }
+    unsigned long before = ctx->plin_calls;
+    for (size_t i = 0; i < (size_t)M * out; i++) y[i] = NAN;
     check_rc(what, be->linear(be, &l, fbuf(x), M, epi, fbuf(y)), be);
     check_close(what, y, want, (size_t)M * out);
+    const char *pe = getenv("ACT_CPU_PACKED_LINEAR");
+    int packed = in_model && act_cpu_pgemm_ok() && act_cpu_gemm_split_on() && !(pe && !strcmp(pe, "0")) &&
+                 M <= 48 && rows % 8 == 0 && row0 % 8 == 0 && out % 8 == 0;
+    g_checks++;
+    if ((ctx->plin_calls != before) != packed) {
+        g_fail++;
+        fprintf(stderr, "FAIL %s: %s\n", what, packed ? "not run over the packed weights" : "run over packed weights");
+    }
+    if (in_model) check_rc(what, load_ws(be, NULL), be);
     free(w), free(b), free(x), free(y), free(want);
+}
+
+static void test_linear(act_backend *be, int M, int rows, int row0, int out, int in, act_epilogue epi) {
+    test_linear_via(be, 0, M, rows, row0, out, in, epi);
+}
+
+/* the decoder's linears over packed weights: 1, 5, 16 and 48 rows (one pass of the kernel's
+ * widest block, with 8 output panels split over the threads unevenly), row views of an in_proj,
+ * every epilogue; 49 rows, views off the 8-row panels and widths not in 8s go to the BLAS */
+static void test_linear_packed(act_backend *be) {
+    test_linear_via(be, 1, 16, 768, 0, 768, 256, ACT_EPI_NONE);
+    test_linear_via(be, 1, 5, 48, 16, 32, 24, ACT_EPI_NONE);      /* the K/V rows of an in_proj */
+    test_linear_via(be, 1, 1, 64, 0, 64, 130, ACT_EPI_GELU);
+    test_linear_via(be, 1, 48, 40, 0, 40, 33, ACT_EPI_RELU);
+    test_linear_via(be, 1, 17, 24, 8, 8, 7, ACT_EPI_RELU);
+    test_linear_via(be, 1, 49, 32, 0, 32, 16, ACT_EPI_NONE);
+    test_linear_via(be, 1, 16, 48, 4, 16, 16, ACT_EPI_NONE);
+    test_linear_via(be, 1, 16, 24, 0, 12, 16, ACT_EPI_NONE);
+    test_linear_via(be, 1, 3, 12, 0, 12, 9, ACT_EPI_NONE);
 }
 
 /* n linears as one group (the decoder's cross-attention K/V): rows [row0, row0+out) of n packed
@@ -746,7 +787,12 @@ static void test_latent(act_backend *be, int B, int L, int sample) {
  * load_weights; give it a model whose trunk holds the largest conv these tests run (64
  * channels, maps up to 16x16 after the stem), and `extra` as layer1's first conv. The dummy
  * tensors have no data, so only `extra` gets Winograd filters. */
-static int load_ws(act_backend *be, const act_conv *extra) {
+static int load_model(act_backend *be, const act_conv *extra, const act_linear *lin);
+static int load_ws(act_backend *be, const act_conv *extra) { return load_model(be, extra, NULL); }
+
+/* the model of load_ws with one decoder layer whose linear1 is lin (its weights are packed at
+ * load where the CPU runs act_cpu_pgemm) */
+static int load_model(act_backend *be, const act_conv *extra, const act_linear *lin) {
     static act_model m;
     static act_tensor dummy;
     memset(&m, 0, sizeof m);
@@ -762,6 +808,10 @@ static int load_ws(act_backend *be, const act_conv *extra) {
             t->blocks[l][i].conv2 = c;
         }
     if (extra) t->blocks[0][0].conv1 = *extra;
+    if (lin) {
+        m.cfg.dec_layers = 1;
+        m.dec[0].ff1 = *lin;
+    }
     m.cfg.feat_h = m.cfg.feat_w = 16;
     return be->load_weights(be, &m);
 }
@@ -855,6 +905,10 @@ int main(void) {
     test_linear(be, 7, 24, 8, 16, 16, ACT_EPI_GELU);   /* a row view of a packed in_proj */
     test_linear(be, 3, 33, 1, 31, 17, ACT_EPI_RELU);
     test_linear_group(be, 3, 5, 24, 8, 16, 16);
+    test_linear_packed(be);
+    setenv("ACT_CPU_PACKED_LINEAR", "0", 1);
+    test_linear_packed(be);
+    unsetenv("ACT_CPU_PACKED_LINEAR");
     test_linear_group(be, 4, 2, 9, 0, 9, 7);
 
     test_attention(be, 2, 16, 16, 4, 8, 0);
