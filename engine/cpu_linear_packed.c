@@ -112,8 +112,8 @@ static void plin_task(void *arg, int t, int lo, int hi) {
     }
 }
 
-int act_cpu_plin_run(act_cpu_ctx *ctx, const act_linear *l, const float *x, int M, act_epilogue epi,
-                 float *y, int ldy) {
+int act_cpu_plin_run(act_cpu_ctx *ctx, const act_linear *l, const float *x, int M,
+                     act_epilogue epi, float *y, int ldy) {
     if (M < 1 || M > PLIN_MAX_ROWS || l->row0 % 8 || l->out % 8) return 1;
     const float *wp = NULL;
     for (int i = 0; i < ctx->n_plin; i++)

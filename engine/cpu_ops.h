@@ -75,7 +75,8 @@ int act_cpu_blas_is_openblas(void);
 
 /* C[M][N] = A[M][K] * B[K][N] with A packed at load in panels of 8 rows (cpu_pgemm.c; M a
  * multiple of 8): A[i][k] at act_cpu_pgemm_pack_index(i, k, K). One thread. Only where
- * act_cpu_pgemm_ok() (an AVX-512 CPU); the Winograd filters of layer3-4 use it. */
+ * act_cpu_pgemm_ok() (an AVX-512 CPU); the Winograd filters of layer3-4 and the decoder's
+ * weights use it. */
 int act_cpu_pgemm_ok(void);
 size_t act_cpu_pgemm_pack_index(int i, int k, int K);
 void act_cpu_pgemm(int M, int N, int K, const float *Ap, const float *B, int ldb, float *C, int ldc);
@@ -124,8 +125,8 @@ int act_cpu_plin_load(act_cpu_ctx *ctx, const act_model *m, char *err, size_t er
 void act_cpu_plin_free(act_cpu_ctx *ctx);
 /* y rows of ldy floats = epi(x W[row0:row0+out]^T + b); 0: done, 1: not packed or too many rows
  * (the caller runs the BLAS) */
-int act_cpu_plin_run(act_cpu_ctx *ctx, const act_linear *l, const float *x, int M, act_epilogue epi,
-                 float *y, int ldy);
+int act_cpu_plin_run(act_cpu_ctx *ctx, const act_linear *l, const float *x, int M,
+                     act_epilogue epi, float *y, int ldy);
 
 /* ---- the trunk's first conv computed directly (cpu_stem.c) ---- */
 /* 0: done; 1: not its conv (it takes <= 4 input channels, output channels a multiple of 16,

@@ -1,5 +1,5 @@
 /* cpu_pgemm.c - the CPU backend's own product for operands packed once at load: the Winograd
- * filters of layer3-4 (cpu_winograd.c).
+ * filters of layer3-4 (cpu_winograd.c) and the decoder's weights (cpu_linear_packed.c).
  * defines: act_cpu_pgemm_ok, act_cpu_pgemm_pack_index, act_cpu_pgemm
  *
  * Why: at batch 1 a layer4 Winograd product is [512 x 512] filters times [512 x 48] transformed
