@@ -45,8 +45,9 @@ int act_cpu_wino_tile(const act_conv *c) {
  * V and M of three images (5.4 MB each) falling out of a 2 MiB L2 between the transforms and the
  * products. F(2x2) convs (layer3-4) keep the step's cameras together: there the filters are the
  * larger operand (layer4: 16 MB a conv), and reading them three times per step costs more,
- * whether OpenBLAS packs them or act_cpu_pgemm reads them packed (bench/NOTES.md, session 13). ACT_CPU_WINO_GROUP=N forces N (1..64; the workspaces, sized for
- * ACT_CPU_CONV_GROUP images, may hold fewer). */
+ * whether OpenBLAS packs them or act_cpu_pgemm reads them packed (bench/NOTES.md, session 13).
+ * ACT_CPU_WINO_GROUP=N forces N (1..64; the workspaces, sized for ACT_CPU_CONV_GROUP images,
+ * may hold fewer). */
 static int wino_group(int m) {
     const char *e = getenv("ACT_CPU_WINO_GROUP");
     int g = e ? atoi(e) : 0;

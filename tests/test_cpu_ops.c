@@ -328,6 +328,23 @@ static void test_pool(void) {
     }
 }
 
+/* C (M x N in rows of ldc, poisoned with NaN before the product) against want: the M x N
+ * elements (copied into got) within TOL, and none of the columns beyond N written */
+static void check_product(const char *what, const float *C, int ldc, const double *want, float *got,
+                          int M, int N) {
+    int touched = 0;
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) got[(size_t)i * N + j] = C[(size_t)i * ldc + j];
+        for (int j = N; j < ldc; j++) touched += !isnan(C[(size_t)i * ldc + j]);
+    }
+    check_close(what, got, want, (size_t)M * N);
+    g_checks++;
+    if (touched) {
+        g_fail++;
+        fprintf(stderr, "FAIL %s: %d elements beyond N written\n", what, touched);
+    }
+}
+
 /* act_cpu_sgemm_split against double sums: rows split (M >= N), columns split (trans_b 0 and
  * 1), pieces that do not divide evenly, strides wider than the matrices, one too small to
  * split; C's columns beyond N (ldc > N) stay untouched */
@@ -355,20 +372,10 @@ static void test_sgemm_split(void) {
                     want[(size_t)i * N + j] = acc;
                 }
             act_cpu_sgemm_split(p, tb, M, N, K, A, lda, B, ldb, C, ldc);
-            int touched = 0;
-            for (int i = 0; i < M; i++) {
-                for (int j = 0; j < N; j++) got[(size_t)i * N + j] = C[(size_t)i * ldc + j];
-                for (int j = N; j < ldc; j++) touched += !isnan(C[(size_t)i * ldc + j]);
-            }
             char what[96];
             snprintf(what, sizeof what, "sgemm split %dx%dx%d tb%d threads %d", M, N, K, tb,
                      act_pool_threads(p));
-            check_close(what, got, want, (size_t)M * N);
-            g_checks++;
-            if (touched) {
-                g_fail++;
-                fprintf(stderr, "FAIL %s: %d elements beyond N written\n", what, touched);
-            }
+            check_product(what, C, ldc, want, got, M, N);
             free(A), free(B), free(C), free(want), free(got);
         }
         act_pool_destroy(p);
@@ -405,19 +412,9 @@ static void test_pgemm(void) {
                 want[(size_t)i * N + j] = acc;
             }
         act_cpu_pgemm(M, N, K, Ap, B, ldb, C, ldc);
-        int touched = 0;
-        for (int i = 0; i < M; i++) {
-            for (int j = 0; j < N; j++) got[(size_t)i * N + j] = C[(size_t)i * ldc + j];
-            for (int j = N; j < ldc; j++) touched += !isnan(C[(size_t)i * ldc + j]);
-        }
         char what[96];
         snprintf(what, sizeof what, "pgemm %dx%dx%d ldb %d ldc %d", M, N, K, ldb, ldc);
-        check_close(what, got, want, (size_t)M * N);
-        g_checks++;
-        if (touched) {
-            g_fail++;
-            fprintf(stderr, "FAIL %s: %d elements beyond N written\n", what, touched);
-        }
+        check_product(what, C, ldc, want, got, M, N);
         free(A), free(B), free(Ap), free(C), free(want), free(got);
     }
 }
