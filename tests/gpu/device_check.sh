@@ -2,7 +2,13 @@
 # device_check.sh - the whole GPU check in one command, for a fresh GPU machine (the H200 of the
 # project: torch at python3, nvcc, cmake; no apt, no network). Run from anywhere:
 #
-#   OUT=/some/dir tests/gpu/device_check.sh        (logs and compare.json go to $OUT)
+#   OUT=/some/dir tests/gpu/device_check.sh
+#
+# $OUT gets three files, rewritten after every row so that a run cut off by its time limit still
+# leaves them: summary.txt (the table so far), logs.tgz (every step's log and JSON, from a fresh
+# folder under /tmp that the first line names) and compare.json (the peer comparison). The device
+# tool brings back at most 8 files from $OUT, so the ~40 logs travel as one archive:
+#   tar -xzf logs.tgz -C somewhere    (then e.g. somewhere/ops.log)
 #
 # Steps, each with its own time limit inside one budget (ACT_CHECK_BUDGET_S, default 330 s),
 # each failing soft (a failed step is reported and the next one runs):
@@ -54,7 +60,7 @@
 #              --io-threads' default (one per 4 cores, at most 4)
 #              (the A/B rows come last and take what time is left: parity and the peer comparison
 #              matter more)
-# The last thing printed is the summary table (check, result, figure); it is also $OUT/summary.txt.
+# The last thing printed is the summary table (check, result, figure); it is also $LOG/summary.txt.
 # ACT_CHECK_ONLY=ops,e2e (a comma list of the rows above) runs deps, build and testdata and then
 # only those rows: a quick second run after a fix, inside the session's device time. The bench
 # row may use all but 90 s of what is left (torch.compile's autotuning), so ncu and the A/B rows
@@ -69,8 +75,9 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 ROOT=$PWD
-OUT=${OUT:-$ROOT/device_out}
-mkdir -p "$OUT"
+RET=${OUT:-$ROOT/device_out}       # what the caller gets back (see the header)
+mkdir -p "$RET" || exit 2
+LOG=$(mktemp -d "${TMPDIR:-/tmp}/act_device_check.XXXXXX") || exit 2
 BUDGET=${ACT_CHECK_BUDGET_S:-330}
 T0=$SECONDS
 BUILD=$ROOT/build-dev
@@ -84,7 +91,15 @@ SUMMARY=()
 left() { echo $((BUDGET - (SECONDS - T0))); }
 # want ROW: ACT_CHECK_ONLY is unset or lists ROW (the rows that are not wanted print nothing)
 want() { [ -z "${ACT_CHECK_ONLY:-}" ] || [[ ",$ACT_CHECK_ONLY," == *",$1,"* ]]; }
-row() { SUMMARY+=("$(printf '%-10s %-5s %s' "$1" "$2" "$3")"); echo "== $1: $2 $3"; }
+row() { SUMMARY+=("$(printf '%-10s %-5s %s' "$1" "$2" "$3")"); echo "== $1: $2 $3"; pack; }
+# pack: the summary so far, every log as one archive and compare.json into $RET (a partial archive
+# never replaces a whole one)
+pack() {
+    printf '%s\n' "${SUMMARY[@]}" >"$RET/summary.txt"
+    tar -czf "$RET/logs.tgz.part" -C "$LOG" . 2>/dev/null && mv -f "$RET/logs.tgz.part" "$RET/logs.tgz"
+    [ -f "$LOG/compare.json" ] && cp -f "$LOG/compare.json" "$RET/"
+    return 0
+}
 # limit WANT: the seconds a step may take, capped by what is left of the budget
 SLOW=${ACT_CHECK_SLOW:-1}
 DIV=${ACT_CHECK_ITERS_DIV:-1}
@@ -93,8 +108,8 @@ limit() { local l w=$(($1 * SLOW)); l=$(left); if ((l < w)); then echo "$l"; els
 it() { local n=$(($1 / DIV)); echo $((n < 1 ? 1 : n)); }
 enough() { (($(left) >= $1)); }
 
-echo "device_check: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
+echo "device_check: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname); logs in $LOG, packed into $RET/logs.tgz"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$LOG/gpu.txt"
 nvcc --version 2>&1 | tail -1
 
 # ---------------- deps ----------------
@@ -125,7 +140,7 @@ deps() {
     echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
     [ -e "$r/lib/libcudnn.so" ] || [ -n "$(ldconfig -p 2>/dev/null | grep libcudnn.so)" ]
 }
-if deps >"$OUT/deps.log" 2>&1; then row deps ok "$(grep '^cudnn' "$OUT/deps.log")"
+if deps >"$LOG/deps.log" 2>&1; then row deps ok "$(grep '^cudnn' "$LOG/deps.log")"
 else row deps FAIL "no cuDNN found (see deps.log)"; fi
 # (deps ran in this shell, not a subshell: its exports hold for every step below)
 
@@ -133,21 +148,21 @@ else row deps FAIL "no cuDNN found (see deps.log)"; fi
 built=0
 if timeout "$(limit 180)" bash -c "cmake -S '$ROOT' -B '$BUILD' -DCMAKE_BUILD_TYPE=Release \
         -DCMAKE_CUDA_ARCHITECTURES=90 -DACT_ENABLE_HDF5=OFF && cmake --build '$BUILD' -j16" \
-        >"$OUT/build.log" 2>&1; then
-    if grep -q "CUDA=ON" "$OUT/build.log"; then built=1; row build ok "$(grep -o 'act-engine: .*' "$OUT/build.log" | tail -1)"
-    else row build FAIL "configured without CUDA: $(grep -o 'act-engine: .*' "$OUT/build.log" | tail -1)"; fi
+        >"$LOG/build.log" 2>&1; then
+    if grep -q "CUDA=ON" "$LOG/build.log"; then built=1; row build ok "$(grep -o 'act-engine: .*' "$LOG/build.log" | tail -1)"
+    else row build FAIL "configured without CUDA: $(grep -o 'act-engine: .*' "$LOG/build.log" | tail -1)"; fi
 else
-    row build FAIL "$(grep -m1 -E 'error|Error' "$OUT/build.log" | cut -c1-150)"
+    row build FAIL "$(grep -m1 -E 'error|Error' "$LOG/build.log" | cut -c1-150)"
 fi
 
 # ---------------- test data ----------------
 have_full=0
 if ((built)); then
     mkdir -p "$TD" "$FULLW"
-    if timeout "$(limit 120)" "$PY" tests/make_testdata.py "$TD" >"$OUT/testdata.log" 2>&1; then
+    if timeout "$(limit 120)" "$PY" tests/make_testdata.py "$TD" >"$LOG/testdata.log" 2>&1; then
         row testdata ok "$(ls "$TD"/*.actw | grep -vc /full.actw) small models"
     # without the zstandard module the compressed variant fails: make the others without it
-    elif timeout "$(limit 120)" "$PY" - "$TD" >>"$OUT/testdata.log" 2>&1 <<'EOF'
+    elif timeout "$(limit 120)" "$PY" - "$TD" >>"$LOG/testdata.log" 2>&1 <<'EOF'
 import sys
 sys.path.insert(0, "tests")
 import make_testdata as m
@@ -156,11 +171,11 @@ m.variants = lambda: [(c, s, [f for f in files if "--compress" not in f[1]]) for
 sys.exit(m.main([None, sys.argv[1]]))
 EOF
     then row testdata ok "$(ls "$TD"/*.actw | grep -vc /full.actw) small models, no zstd variant (see testdata.log)"
-    else row testdata FAIL "$(tail -1 "$OUT/testdata.log" | cut -c1-150)"; fi
+    else row testdata FAIL "$(tail -1 "$LOG/testdata.log" | cut -c1-150)"; fi
     if ACT_PYTHON=$PY timeout "$(limit 120)" scripts/make_full_model.sh "$FULLW" "$TD/full.actw" \
-            >>"$OUT/testdata.log" 2>&1; then
+            >>"$LOG/testdata.log" 2>&1; then
         have_full=1; row fullmodel ok "act_resnet full size -> $TD/full.actw"
-    else row fullmodel FAIL "$(tail -1 "$OUT/testdata.log" | cut -c1-150)"; fi
+    else row fullmodel FAIL "$(tail -1 "$LOG/testdata.log" | cut -c1-150)"; fi
 fi
 export ACT_TEST_DATA=$TD
 
@@ -169,18 +184,18 @@ run_test() {   # name binary seconds
     local name=$1 bin=$2 secs=$3 rc
     want "$name" || return 0
     if ! ((built)) || ! enough 20; then row "$name" SKIP "no build or no time left"; return; fi
-    timeout "$(limit "$secs")" "$bin" >"$OUT/$name.log" 2>&1
+    timeout "$(limit "$secs")" "$bin" >"$LOG/$name.log" 2>&1
     rc=$?
     case $rc in
-        0) row "$name" PASS "$(grep -E 'worst relative|failing checks|checks failed' "$OUT/$name.log" | tail -3 | paste -sd' ' | cut -c1-300)";;
-        77) row "$name" SKIP "$(head -1 "$OUT/$name.log")";;
+        0) row "$name" PASS "$(grep -E 'worst relative|failing checks|checks failed' "$LOG/$name.log" | tail -3 | paste -sd' ' | cut -c1-300)";;
+        77) row "$name" SKIP "$(head -1 "$LOG/$name.log")";;
         124) row "$name" FAIL "timed out after $(limit "$secs") s";;
-        *) row "$name" FAIL "rc $rc: $(grep -m3 FAIL "$OUT/$name.log" | paste -sd' ' | cut -c1-200)";;
+        *) row "$name" FAIL "rc $rc: $(grep -m3 FAIL "$LOG/$name.log" | paste -sd' ' | cut -c1-200)";;
     esac
 }
 run_test ops "$BUILD/tests/test_backend_ops" 120
 # a failing op table: does the conv part pass on the direct kernel (is cuDNN the cause)?
-if grep -q "FAIL.*conv" "$OUT/ops.log" 2>/dev/null; then
+if grep -q "FAIL.*conv" "$LOG/ops.log" 2>/dev/null; then
     ACT_CUDA_CONV=direct ACT_OPS_ONLY=conv run_test ops-direct "$BUILD/tests/test_backend_ops" 60
 fi
 VISION=conv,pool,softmax,groupnorm,preprocess
@@ -198,7 +213,7 @@ ACT_CUDA_CONV_FUSE_LOWP=1 ACT_E2E_MODELS=full ACT_E2E_MAX_BATCH=3 \
     run_test e2e-fuse16 "$BUILD/tests/test_cuda_e2e" 60
 # fused epilogues (cuDNN conv+bias+ReLU, cuBLASLt GEMM+bias): if parity failed, does it pass
 # with both off (is the fusion the cause)?
-if grep -q "FAIL" "$OUT/ops.log" "$OUT/e2e.log" 2>/dev/null; then
+if grep -q "FAIL" "$LOG/ops.log" "$LOG/e2e.log" 2>/dev/null; then
     ACT_CUDA_CONV_UNFUSED=1 ACT_CUDA_GEMM=gemmex run_test ops-unfused "$BUILD/tests/test_backend_ops" 90
 fi
 
@@ -209,11 +224,11 @@ sanitize() {   # name seconds summary-regex cmd...
     shift 3
     want "$name" || return 0
     if [ -z "$SAN" ] || ! ((built)) || ! enough 20; then row "$name" SKIP "no compute-sanitizer, build or time"; return; fi
-    timeout "$(limit "$secs")" "$SAN" "$@" >"$OUT/$name.log" 2>&1
+    timeout "$(limit "$secs")" "$SAN" "$@" >"$LOG/$name.log" 2>&1
     rc=$?
-    local fig; fig=$(grep -E "$re" "$OUT/$name.log" | tail -1)
+    local fig; fig=$(grep -E "$re" "$LOG/$name.log" | tail -1)
     if ((rc == 0)); then row "$name" PASS "$fig"
-    else row "$name" FAIL "rc $rc: ${fig:-$(tail -1 "$OUT/$name.log" | cut -c1-150)}"; fi
+    else row "$name" FAIL "rc $rc: ${fig:-$(tail -1 "$LOG/$name.log" | cut -c1-150)}"; fi
 }
 model=$TD/full.actw
 ((have_full)) || model=$TD/small.actw
@@ -230,11 +245,11 @@ if ! want bench; then :
 elif [ -f bench/compare_torch.py ] && ((built)) && ((have_full)) && enough 150; then
     b=$(($(left) - 90))   # the rest: serving under load (40 s), then the A/B rows
     ACT_BUILD_DIR=$BUILD timeout "$b" "$PY" bench/compare_torch.py --device cuda --batch 1,256 \
-        --precision fp32,bf16 --budget-s $((b - 15)) --json "$OUT/compare.json" --ckpt "$FULLW/full.pt" \
+        --precision fp32,bf16 --budget-s $((b - 15)) --json "$LOG/compare.json" --ckpt "$FULLW/full.pt" \
         --model "$TD/full.actw" --config "$FULLW/agent.yaml" --stats "$FULLW/dataset_stats.pkl" \
-        --workdir /tmp/act_bench >"$OUT/bench.log" 2>&1
+        --workdir /tmp/act_bench >"$LOG/bench.log" 2>&1
     rc=$?
-    fig=$("$PY" - "$OUT/compare.json" <<'EOF' 2>/dev/null
+    fig=$("$PY" - "$LOG/compare.json" <<'EOF' 2>/dev/null
 import json, sys
 rep = json.load(open(sys.argv[1]))
 out = []
@@ -256,10 +271,10 @@ if ! want serve; then :
 elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && [ -x "$BUILD/act-serve" ] && enough 40; then
     timeout "$(limit 60)" "$PY" bench/serve_load.py --model "$TD/full.actw" --act-serve "$BUILD/act-serve" \
         --device cuda --clients 1,8,32 --requests "$(it 50)" --max-seconds 20 --transports tcp,shm \
-        --json "$OUT/serve_load.json" >"$OUT/serve.log" 2>&1
+        --json "$LOG/serve_load.json" >"$LOG/serve.log" 2>&1
     rc=$?
     row serve "$([ $rc = 0 ] && echo ok || echo rc$rc)" \
-        "$(grep -E '^(overhead|speedup_32_clients_vs)' "$OUT/serve.log" | tr '\n' ' ' | cut -c1-150)"
+        "$(grep -E '^(overhead|speedup_32_clients_vs)' "$LOG/serve.log" | tr '\n' ' ' | cut -c1-150)"
 else
     row serve SKIP "no bench/serve_load.py, act-serve, full model or time"
 fi
@@ -273,9 +288,9 @@ elif ((built)) && ((have_full)) && enough 30; then
     for pb in "bf16 1" "bf16 256" "fp32 1"; do
         read -r pp pbs <<<"$pb"
         timeout "$(limit 30)" "$BUILD/act-infer" bench --model "$TD/full.actw" --device cuda --precision "$pp" \
-            --batch "$pbs" --iters "$(it 50)" --warmup "$(it 10)" --profile-iters "$(it 10)" --staged-inputs --json "$OUT/profile_${pp}_b$pbs.json" \
-            >"$OUT/profile_${pp}_b$pbs.log" 2>&1 || pbad=1
-        r=$("$PY" - "$OUT/profile_${pp}_b$pbs.json" <<'EOF' 2>/dev/null
+            --batch "$pbs" --iters "$(it 50)" --warmup "$(it 10)" --profile-iters "$(it 10)" --staged-inputs --json "$LOG/profile_${pp}_b$pbs.json" \
+            >"$LOG/profile_${pp}_b$pbs.log" 2>&1 || pbad=1
+        r=$("$PY" - "$LOG/profile_${pp}_b$pbs.json" <<'EOF' 2>/dev/null
 import json, sys
 r = json.load(open(sys.argv[1]))["results"][0]
 sec = r["sections_ms"] or {}
@@ -302,17 +317,17 @@ fi
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | tail -1)
 if ! want ncu; then :
 elif [ -n "$NCU" ] && ((built)) && ((have_full)) && enough 50; then
-    rm -f "$OUT/ncu_bf16_b1.csv"
+    rm -f "$LOG/ncu_bf16_b1.csv"
     timeout "$(limit 60)" "$NCU" --clock-control none --print-units base --print-kernel-base function \
-        --csv --page raw --log-file "$OUT/ncu_bf16_b1.csv" --metrics \
+        --csv --page raw --log-file "$LOG/ncu_bf16_b1.csv" --metrics \
         gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed \
         "$BUILD/act-infer" bench --model "$TD/full.actw" --device cuda --precision bf16 --batch 1 \
-        --iters 1 --warmup 0 --profile-iters 0 --no-graph >"$OUT/ncu.log" 2>&1
+        --iters 1 --warmup 0 --profile-iters 0 --no-graph >"$LOG/ncu.log" 2>&1
     rc=$?
-    if "$PY" tests/gpu/ncu_summary.py "$OUT/ncu_bf16_b1.csv" 1 >"$OUT/ncu_top.txt" 2>>"$OUT/ncu.log"; then
-        row ncu "$([ $rc = 0 ] && echo ok || echo rc$rc)" "bf16 b1 eager: $(head -1 "$OUT/ncu_top.txt" | cut -c1-240)"
+    if "$PY" tests/gpu/ncu_summary.py "$LOG/ncu_bf16_b1.csv" 1 >"$LOG/ncu_top.txt" 2>>"$LOG/ncu.log"; then
+        row ncu "$([ $rc = 0 ] && echo ok || echo rc$rc)" "bf16 b1 eager: $(head -1 "$LOG/ncu_top.txt" | cut -c1-240)"
     else
-        row ncu note "no counters (rc $rc): $(grep -m1 -iE 'error|fail' "$OUT/ncu.log" "$OUT/ncu_bf16_b1.csv" 2>/dev/null | cut -c1-150)"
+        row ncu note "no counters (rc $rc): $(grep -m1 -iE 'error|fail' "$LOG/ncu.log" "$LOG/ncu_bf16_b1.csv" 2>/dev/null | cut -c1-150)"
     fi
 else
     row ncu SKIP "no ncu, build, full model or time"
@@ -329,8 +344,8 @@ ab_p50() {   # precision batch [VAR=value...] [copied|inplace] -> "p50 ms" of ac
     done
     env ${envs[@]+"${envs[@]}"} timeout "$(limit 40)" "$BUILD/act-infer" bench --model "$TD/full.actw" \
         --device cuda --precision "$prec" --batch "$batch" --iters "$(it 200)" --warmup "$(it 20)" $inputs \
-        --json "$OUT/ab.json" >>"$OUT/ab.log" 2>&1 &&
-        "$PY" -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; print('%.3f' % r['latency_ms']['p50'])" "$OUT/ab.json"
+        --json "$LOG/ab.json" >>"$LOG/ab.log" 2>&1 &&
+        "$PY" -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; print('%.3f' % r['latency_ms']['p50'])" "$LOG/ab.json"
 }
 ab_pair() {   # row precision "batches" label-a "args-a" label-b "args-b": p50 of a and b per batch
     local name=$1 prec=$2 batches=$3 fig="" b x y
@@ -384,14 +399,14 @@ elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && enough 40; then
     fig=""
     for v in "copy,1-thread:ACT_SERVE_COPY_FRAMES=1 ACT_SERVE_COPY_THREADS=1" \
              "copy,auto-threads:ACT_SERVE_COPY_FRAMES=1 ACT_SERVE_COPY_THREADS=0" "in-place:ACT_SERVE_COPY_FRAMES=0"; do
-        rm -f "$OUT/copy_ab.json"
+        rm -f "$LOG/copy_ab.json"
         env ${v#*:} timeout "$(limit 30)" "$PY" bench/serve_load.py --model "$TD/full.actw" \
             --act-serve "$BUILD/act-serve" --device cuda --precision bf16 --clients 1,32 --requests "$(it 200)" \
-            --max-seconds 5 --modes on --transports shm,tcp --json "$OUT/copy_ab.json" >>"$OUT/copy_ab.log" 2>&1
+            --max-seconds 5 --modes on --transports shm,tcp --json "$LOG/copy_ab.json" >>"$LOG/copy_ab.log" 2>&1
         r=$("$PY" -c "
 import json, sys
 rows = {(r['transport'], r['clients']): r['throughput_rps'] for r in json.load(open(sys.argv[1]))['rows']}
-print(' '.join('%s %.0f/%.0f' % (t, rows[(t, 1)], rows[(t, 32)]) for t in ('shm', 'tcp')))" "$OUT/copy_ab.json" 2>/dev/null)
+print(' '.join('%s %.0f/%.0f' % (t, rows[(t, 1)], rows[(t, 32)]) for t in ('shm', 'tcp')))" "$LOG/copy_ab.json" 2>/dev/null)
         fig="$fig ${v%%:*} ${r:-?};"
     done
     row copy-ab ok "bf16 req/s 1/32 clients:$fig"
@@ -404,15 +419,15 @@ if ! want io-ab; then :
 elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && enough 30; then
     fig=""
     for v in "1-thread:ACT_SERVE_IO_THREADS=1" "auto-threads:ACT_SERVE_IO_THREADS=0"; do
-        rm -f "$OUT/io_ab.json"
+        rm -f "$LOG/io_ab.json"
         env ${v#*:} timeout "$(limit 20)" "$PY" bench/serve_load.py --model "$TD/full.actw" \
             --act-serve "$BUILD/act-serve" --device cuda --precision bf16 --clients 1,32 --requests "$(it 200)" \
-            --max-seconds 5 --modes on --transports tcp --json "$OUT/io_ab.json" >>"$OUT/io_ab.log" 2>&1
+            --max-seconds 5 --modes on --transports tcp --json "$LOG/io_ab.json" >>"$LOG/io_ab.log" 2>&1
         r=$("$PY" -c "
 import json, sys
 rows = {r['clients']: r for r in json.load(open(sys.argv[1]))['rows']}
 print('%.0f/%.0f req/s, p50 %.2f/%.2f ms' % (rows[1]['throughput_rps'], rows[32]['throughput_rps'],
-      rows[1]['rtt_p50_ms'], rows[32]['rtt_p50_ms']))" "$OUT/io_ab.json" 2>/dev/null)
+      rows[1]['rtt_p50_ms'], rows[32]['rtt_p50_ms']))" "$LOG/io_ab.json" 2>/dev/null)
         fig="$fig ${v%%:*} ${r:-?};"
     done
     row io-ab ok "bf16 TCP 1/32 clients:$fig"
@@ -420,11 +435,12 @@ else
     row io-ab SKIP "no serve_load, build, full model or time"
 fi
 # a conv cuDNN would not plan, or an epilogue it would not fuse, runs on a fallback: say which
-fb=$(grep -h "^act-engine: " "$OUT"/*.log 2>/dev/null | sort | uniq -c | sort -rn | head -3 | cut -c1-160 | paste -sd'|')
+fb=$(grep -h "^act-engine: " "$LOG"/*.log 2>/dev/null | sort | uniq -c | sort -rn | head -3 | cut -c1-160 | paste -sd'|')
 [ -n "$fb" ] && row fallbacks note "$fb"
 
 
 echo
-echo "==== device_check summary ($(($SECONDS - T0)) s, logs in $OUT) ===="
-printf '%-10s %-5s %s\n' check result figure | tee "$OUT/summary.txt"
-printf '%s\n' "${SUMMARY[@]}" | tee -a "$OUT/summary.txt"
+pack
+echo "==== device_check summary ($(($SECONDS - T0)) s, logs in $LOG and $RET/logs.tgz) ===="
+printf '%-10s %-5s %s\n' check result figure | tee "$RET/summary.txt"
+printf '%s\n' "${SUMMARY[@]}" | tee -a "$RET/summary.txt"
