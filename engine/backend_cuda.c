@@ -67,7 +67,9 @@
 #define MAX_GRAPHS 1024   /* keys (batch, mode with its gather bit): warm-up at max_batch 256 alone takes 512 */
 #define MAX_MARKS 64
 
-typedef struct { int widx, N, H, W; act_conv_plan *plan; } conv_entry;
+/* a conv's cuDNN plan at one shape; plan NULL: the direct kernel runs it. ran: the plan has run
+ * once (its first run is in an eager step: a refusal there hands the shape to the direct kernel) */
+typedef struct { int widx, N, H, W, ran; act_conv_plan *plan; } conv_entry;
 /* a cuBLASLt plan per linear call shape; plan NULL: that shape runs GEMM + bias kernel */
 typedef struct {
     int widx, row0, out, M, epi, xdt, ydt;   /* epi: KLT_EPI_* */
@@ -727,15 +729,25 @@ static int conv_ws_reserve(act_backend *be, size_t need) {
     return 0;
 }
 
-/* The cuDNN plan of a conv at (N, H, W), made at its first call; *out = NULL means the
- * direct kernel runs it (cuDNN offered no algorithm, or ACT_CUDA_CONV=direct). */
+/* The direct kernel takes over a conv: say so once (slow but exact, the run stays correct) */
+static void conv_to_direct(act_backend *be, const act_conv *cv) {
+    cuda_ctx *c = CTX(be);
+    if (!c->warned_direct)
+        fprintf(stderr, "act-engine: %s; conv '%s' and any like it run on the direct kernel\n",
+                be->err, cv->w->name);
+    c->warned_direct = 1;
+}
+
+/* The cuDNN plan of a conv at (N, H, W), made at its first call; (*out)->plan NULL means the
+ * direct kernel runs it (cuDNN offered no algorithm, refused to run the one it offered, or
+ * ACT_CUDA_CONV=direct). */
 static int conv_plan_for(act_backend *be, const act_conv *cv, int N, int H, int W,
-                         act_conv_plan **out) {
+                         conv_entry **out) {
     cuda_ctx *c = CTX(be);
     for (int i = 0; i < c->n_convs; i++) {
         conv_entry *e = &c->convs[i];
         if (e->widx == cv->w->index && e->N == N && e->H == H && e->W == W) {
-            *out = e->plan;
+            *out = e;
             return 0;
         }
     }
@@ -748,17 +760,26 @@ static int conv_plan_for(act_backend *be, const act_conv *cv, int N, int H, int 
     if (!(force && !strcmp(force, "direct")) &&
         act_k_conv_plan(c->dnn, c->wdt, be->precision, c->nhwc, N, cv->cin, H, W, cv->cout,
                         cv->k, cv->stride, cv->pad, CONV_WS_LIMIT, &p, KE)) {
-        /* slow but exact: say so once, the run stays correct */
-        if (!c->warned_direct)
-            fprintf(stderr, "act-engine: %s; conv '%s' and any like it run on the direct kernel\n",
-                    be->err, cv->w->name);
-        c->warned_direct = 1;
+        conv_to_direct(be, cv);
         p = NULL;
     }
-    conv_entry e = {cv->w->index, N, H, W, p};
-    c->convs[c->n_convs++] = e;
-    *out = p;
+    conv_entry e = {cv->w->index, N, H, W, 0, p};
+    c->convs[c->n_convs] = e;
+    *out = &c->convs[c->n_convs++];
     return p ? conv_ws_reserve(be, act_k_conv_ws(p)) : 0;
+}
+
+/* cuDNN refused to run a plan it had offered (a status returned at the call, before anything
+ * was queued): at the plan's first run, outside a capture, the direct kernel takes the shape
+ * over; later (the plan ran before) it is an error. 1: taken over, -1: error. */
+static int conv_refused(act_backend *be, const act_conv *cv, conv_entry *e) {
+    cuda_ctx *c = CTX(be);
+    if (e->ran || c->capturing) return fail(be);
+    cudaGetLastError();
+    conv_to_direct(be, cv);
+    act_k_conv_plan_free(e->plan);
+    e->plan = NULL;
+    return 1;
 }
 
 static int cu_conv2d(act_backend *be, const act_conv *cv, act_buf x, int N, int H, int W,
@@ -770,27 +791,33 @@ static int cu_conv2d(act_backend *be, const act_conv *cv, act_buf x, int N, int 
                  "be the activation dtype %d", cv->w->name, x.dt, y.dt, c->wdt);
         return fail(be);
     }
-    act_conv_plan *p;
-    TRY(conv_plan_for(be, cv, N, H, W, &p));
+    conv_entry *e;
+    TRY(conv_plan_for(be, cv, N, H, W, &e));
+    act_conv_plan *p = e->plan;
     const void *w = wlow(be, cv->w->offset);
-    if (!p) {
+    int r = 1;
+    if (p && c->conv_fuse) {
+        r = act_k_conv_run_fused(c->dnn, p, x.p, w, cv->b ? wlow(be, cv->b->offset) : NULL,
+                                 residual.p, epi, y.p, c->conv_ws, c->conv_ws_bytes, KE);
+        if (r < 0 && conv_refused(be, cv, e) < 0) return -1;
+    }
+    /* a residual that is y itself is accumulated by cuDNN (beta = 1) */
+    int res_in_y = residual.p && residual.p == y.p;
+    if (e->plan && r == 1 &&
+        act_k_conv_run(c->dnn, p, x.p, w, res_in_y ? 1.0f : 0.0f, y.p, c->conv_ws,
+                       c->conv_ws_bytes, KE) &&
+        conv_refused(be, cv, e) < 0)
+        return -1;
+    if (!e->plan) {
         TRY(act_k_conv_direct(x.p, w, c->wdt, c->nhwc, N, cv->cin, H, W, cv->cout, cv->k,
                               cv->stride, cv->pad, wf(be, cv->b), residual.p, residual.dt, epi,
                               y.p, c->st, KE));
         return 0;
     }
+    e->ran = 1;
+    if (r == 0) return 0;          /* fused: bias, residual and activation are done */
     int Ho, Wo;
     act_k_conv_out_dims(p, &Ho, &Wo);
-    if (c->conv_fuse) {
-        int r = act_k_conv_run_fused(c->dnn, p, x.p, w, cv->b ? wlow(be, cv->b->offset) : NULL,
-                                     residual.p, epi, y.p, c->conv_ws, c->conv_ws_bytes, KE);
-        if (r < 0) return fail(be);
-        if (r == 0) return 0;
-    }
-    /* a residual that is y itself is accumulated by cuDNN (beta = 1) */
-    int res_in_y = residual.p && residual.p == y.p;
-    TRY(act_k_conv_run(c->dnn, p, x.p, w, res_in_y ? 1.0f : 0.0f, y.p, c->conv_ws,
-                       c->conv_ws_bytes, KE));
     /* bias by channel: [N][C][HoWo] is outer N, inner HoWo; [N*HoWo][C] is outer N*HoWo, inner 1 */
     size_t hw = (size_t)Ho * Wo;
     TRY(act_k_bias_res_act(y.p, y.dt, wf(be, cv->b), res_in_y ? NULL : residual.p, residual.dt,

@@ -55,11 +55,15 @@ static cudaDataType_t cuda_type(cudnnDataType_t t) {
 }
 static size_t type_size(cudnnDataType_t t) { return t == CUDNN_DATA_FLOAT ? 4 : 2; }
 
-/* the environment switch that makes cuDNN offer nothing, read at each call so tests can flip it */
-static int dnn_disabled(void) {
+/* the environment switches, read at each call so tests can flip them: ACT_EMU_CUDNN=none makes
+ * cuDNN offer nothing; =refuse-run offers its algorithms but refuses to run any of them
+ * (NOT_SUPPORTED at the call, nothing queued), as a real cuDNN may for a heuristic's pick */
+static int dnn_mode(const char *want) {
     const char *e = getenv("ACT_EMU_CUDNN");
-    return e && strcmp(e, "none") == 0;
+    return e && strcmp(e, want) == 0;
 }
+static int dnn_disabled(void) { return dnn_mode("none"); }
+static int dnn_refuses_runs(void) { return dnn_mode("refuse-run"); }
 
 static int out_dim(int in, int pad, int k, int stride, int dil) {
     int span = (k - 1) * dil + 1;
@@ -467,6 +471,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void *alpha,
     cudnnStatus_t st = convolve(call, handle, alpha, xDesc, x, wDesc, w, convDesc, algo,
                                 workSpace, workSpaceSizeInBytes, yDesc, y, &j, &used);
     if (st != CUDNN_STATUS_SUCCESS) return st;
+    if (dnn_refuses_runs()) return CUDNN_STATUS_NOT_SUPPORTED;
     j.beta = *(const float *)beta;
     return enqueue(handle, call, j, std::move(used));
 }
@@ -519,6 +524,7 @@ cudnnStatus_t cudnnConvolutionBiasActivationForward(
     if (!emu_on_device(call, "z", z, (size_t)j.s.N * j.s.K * j.s.Ho * j.s.Wo * es, &used) ||
         !emu_on_device(call, "bias", bias, (size_t)j.s.K * es, &used))
         return CUDNN_STATUS_EXECUTION_FAILED;
+    if (dnn_refuses_runs()) return CUDNN_STATUS_NOT_SUPPORTED;
     j.fused = 1;
     j.alpha2 = *(const float *)alpha2;
     j.zf = zDesc->f;
