@@ -1255,8 +1255,12 @@ static int cu_setup(act_backend *be, int device) {
     KCUBLAS(cublasSetStream(c->blas, c->st));
     KCHECK(cudaMalloc(&c->blas_ws, CUBLAS_WS_BYTES));
     KCUBLAS(cublasSetWorkspace(c->blas, c->blas_ws, CUBLAS_WS_BYTES));
-    KCUBLAS(cublasSetMathMode(c->blas, be->precision == ACT_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                                 : CUBLAS_DEFAULT_MATH));
+    /* split-K partial sums stay fp32: by default cuBLAS may reduce them in a bf16/fp16 output's
+     * type, a rounding per split on top of the output's own (the bf16 parity margin is ~2x) */
+    KCUBLAS(cublasSetMathMode(c->blas, (cublasMath_t)((be->precision == ACT_TF32
+                                                           ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                           : CUBLAS_DEFAULT_MATH) |
+                                                      CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     /* cuBLASLt takes stream and workspace per call; it shares the cuBLAS workspace, which is
      * safe because both run in order on c->st */
     KCUBLAS(cublasLtCreate(&c->lt));

@@ -3,7 +3,8 @@
  * which is Y row-major. No copies, no transposes.
  * Precision: fp32 parity mode uses CUBLAS_COMPUTE_32F_PEDANTIC (no TF32, no reduced-precision
  * reductions); tf32 uses CUBLAS_COMPUTE_32F_FAST_TF32; bf16/fp16 inputs use fp32 accumulation
- * (CUBLAS_COMPUTE_32F).
+ * (CUBLAS_COMPUTE_32F), split-K partial sums included (cuBLAS: the backend's math mode has
+ * CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION; cuBLASLt: the reduction scheme mask below).
  *
  * Two paths. act_k_linear is cublasGemmEx, and the bias/activation is our own kernel
  * (elementwise.cu). The act_k_lt_* path is cublasLtMatmul with CUBLASLT_EPILOGUE_BIAS,
@@ -126,6 +127,13 @@ int act_k_lt_plan(cublasLtHandle_t lt, int wdt, int xdt, int ydt, int M, int out
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws64, sizeof ws64);
+    /* split K only with partial sums kept in the compute type (fp32): the default also allows
+     * sums in the output's type (a bf16/fp16 rounding per split) and in place (in an order
+     * that varies from run to run) */
+    const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                 &reduction, sizeof reduction);
     const char *what = "cublasLtMatmulPreferenceSetAttribute";
     for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++)
         s = cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al[i], sizeof al[i]);

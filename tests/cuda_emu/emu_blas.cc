@@ -68,9 +68,11 @@ cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void *workspace, size_t
 
 cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
     if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (mode < CUBLAS_DEFAULT_MATH || mode > CUBLAS_TF32_TENSOR_OP_MATH)
+    /* the reduction flag may be or-ed in; the emulated GEMMs never split K, so it changes nothing */
+    int base = mode & ~CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
+    if (base < CUBLAS_DEFAULT_MATH || base > CUBLAS_TF32_TENSOR_OP_MATH)
         return CUBLAS_STATUS_INVALID_VALUE;
-    handle->math = mode;
+    handle->math = (cublasMath_t)base;
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -279,6 +279,14 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
         if (sizeInBytes != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
         memcpy(&q->align[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], buf, sizeof(uint32_t));
         return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK: {
+        /* the emulated algorithms never split K: any mask keeps them, but not a stray bit */
+        uint32_t m;
+        if (sizeInBytes != sizeof m) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&m, buf, sizeof m);
+        return m & ~(uint32_t)CUBLASLT_REDUCTION_SCHEME_MASK ? CUBLAS_STATUS_INVALID_VALUE
+                                                             : CUBLAS_STATUS_SUCCESS;
+    }
     case CUBLASLT_MATMUL_PREF_SEARCH_MODE:
         break;
     }

@@ -196,7 +196,12 @@ static void gemm_tests(cublasHandle_t h) {
     g.comp = CUBLAS_COMPUTE_32F_FAST_TF32;
     g.tf32 = 1;
     double fast = gemm_case(h, g);
-    CHECK(cublasSetMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH) == CUBLAS_STATUS_SUCCESS, "math mode");
+    /* the reduction flag or-ed in keeps the mode (the backend sets both) */
+    CHECK(cublasSetMathMode(h, (cublasMath_t)(CUBLAS_TF32_TENSOR_OP_MATH |
+                                              CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)) ==
+              CUBLAS_STATUS_SUCCESS, "math mode");
+    CHECK(cublasSetMathMode(h, (cublasMath_t)(8 | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)) ==
+              CUBLAS_STATUS_INVALID_VALUE, "an unknown math mode with the flag is refused");
     g.comp = CUBLAS_COMPUTE_32F;
     double mode = gemm_case(h, g);
     g.comp = CUBLAS_COMPUTE_32F_PEDANTIC;
@@ -303,6 +308,14 @@ static int lt_algo(cublasLtHandle_t lt, const lt_op &o, uint32_t al, uint64_t ws
         *st = cublasLtMatmulPreferenceSetAttribute(
             pref, (cublasLtMatmulPreferenceAttributes_t)(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i),
             &al, sizeof al);
+    const uint32_t red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, stray = 8;
+    if (*st == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                             &stray, sizeof stray) != CUBLAS_STATUS_INVALID_VALUE)
+        *st = CUBLAS_STATUS_INTERNAL_ERROR;   /* a mask bit no scheme has must be refused */
+    if (*st == CUBLAS_STATUS_SUCCESS)
+        *st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                   &red, sizeof red);
     if (*st == CUBLAS_STATUS_SUCCESS)
         *st = cublasLtMatmulAlgoGetHeuristic(lt, o.op, o.a, o.b, o.d, o.d, pref, 1, r, &n);
     cublasLtMatmulPreferenceDestroy(pref);

@@ -40,9 +40,19 @@ typedef enum {
     CUBLASLT_EPILOGUE_GELU_BIAS = (CUBLASLT_EPILOGUE_GELU | CUBLASLT_EPILOGUE_BIAS)
 } cublasLtEpilogue_t;
 
+/* how split-K partial sums are reduced (the emulated algorithms never split K) */
+typedef enum {
+    CUBLASLT_REDUCTION_SCHEME_NONE = 0,
+    CUBLASLT_REDUCTION_SCHEME_INPLACE = 1,
+    CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE = 2,
+    CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE = 4,
+    CUBLASLT_REDUCTION_SCHEME_MASK = 7
+} cublasLtReductionScheme_t;
+
 typedef enum {
     CUBLASLT_MATMUL_PREF_SEARCH_MODE = 0,           /* uint32_t */
     CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,   /* uint64_t, default 0 */
+    CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 3, /* uint32_t, default all schemes */
     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5, /* uint32_t, default 256 */
     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,

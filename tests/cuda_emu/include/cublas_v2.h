@@ -30,7 +30,9 @@ typedef enum {
     CUBLAS_DEFAULT_MATH = 0,
     CUBLAS_TENSOR_OP_MATH = 1,
     CUBLAS_PEDANTIC_MATH = 2,
-    CUBLAS_TF32_TENSOR_OP_MATH = 3
+    CUBLAS_TF32_TENSOR_OP_MATH = 3,
+    /* a flag or-ed into any of the above: split-K partial sums stay in the compute type */
+    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION = 16
 } cublasMath_t;
 
 typedef enum {
