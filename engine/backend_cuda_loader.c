@@ -110,7 +110,9 @@ static int probe_driver(void) {
     int (*count)(int *) = (int (*)(int *))dlsym(h, "cuDeviceGetCount");
     int n = 0, rc = init && count ? init(0) : -1;
     if (rc == 0) rc = count(&n);
-    dlclose(h);
+    /* an initialized driver stays loaded (the plugin's runtime uses it next): unloading a
+     * library whose cuInit ran is asking for its threads and handlers to outlive its code */
+    if (rc != 0) dlclose(h);
     if (rc != 0 || n < 1) {
         snprintf(g_err, sizeof g_err, "no usable CUDA device: the NVIDIA driver %s",
                  rc != 0 ? "failed to initialize (cuInit error)" : "reports no device");

@@ -347,6 +347,18 @@ static int test_gather(const char *path) {
             rc = -1;
             break;
         }
+        /* a runtime that pins no host memory (seen elsewhere under gVisor) makes act-serve copy
+         * frames instead: that is a limit of the machine, said as a skip, not a failure here */
+        uint8_t *probe = page_alloc(fsz);
+        int refused = act_session_register_host(s, probe, fsz, err, sizeof err) != 0;
+        if (!refused) act_session_unregister_host(s, probe);
+        free(probe);
+        if (refused) {
+            printf("SKIP gather %s: this runtime registers no host memory (%s); frames are "
+                   "copied there\n", PREC_NAME[precs[pi]], err);
+            act_session_free(s);
+            continue;
+        }
         uint8_t *blocks[RUNS][B];
         const uint8_t *items[ACT_MAX_CAMS][B], **itp[ACT_MAX_CAMS];
         for (int cam = 0; cam < c->num_cams; cam++) itp[cam] = items[cam];

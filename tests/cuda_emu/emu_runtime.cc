@@ -746,6 +746,7 @@ const char *err_name(cudaError_t e) {
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorNotPermitted: return "operation not permitted";
+    case cudaErrorNotSupported: return "operation not supported";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
     case cudaErrorStreamCaptureMerge: return "operation would result in a merge of two independent captures";
@@ -911,10 +912,16 @@ void emu_store(void *p, cudaDataType_t t, size_t i, float v) {
 }
 
 float emu_round_tf32(float v) {
+    /* ACT_EMU_TF32=truncate: the low 13 bits dropped, as a tensor core does with fp32 registers
+     * that no conversion rounded first (which of the two a real library does is its choice) */
+    static const int trunc = [] {
+        const char *e = getenv("ACT_EMU_TF32");
+        return e && !strcmp(e, "truncate");
+    }();
     uint32_t b;
     memcpy(&b, &v, 4);
     if ((b & 0x7f800000u) == 0x7f800000u) return v;          /* inf, NaN */
-    b = (b + 0xfffu + ((b >> 13) & 1u)) & 0xffffe000u;
+    b = trunc ? b & 0xffffe000u : (b + 0xfffu + ((b >> 13) & 1u)) & 0xffffe000u;
     memcpy(&v, &b, 4);
     return v;
 }
@@ -1056,6 +1063,9 @@ cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned flags) {
     API_ENTRY();
     if (capture_forbids("cudaHostRegister")) return cudaErrorStreamCaptureUnsupported;
     if (!p || !bytes || (flags & ~0x0fu)) return ret(cudaErrorInvalidValue);
+    /* ACT_EMU_HOST_REGISTER=refuse: a runtime that pins no host memory (read at each call) */
+    const char *refuse = getenv("ACT_EMU_HOST_REGISTER");
+    if (refuse && !strcmp(refuse, "refuse")) return ret(cudaErrorNotSupported);
     /* the driver locks whole pages: two ranges that share a page cannot both be registered */
     uintptr_t a = (uintptr_t)p, pg = 4096, lo = a & ~(pg - 1), hi = (a + bytes + pg - 1) & ~(pg - 1);
     for (auto &r : g_registered) {
