@@ -88,6 +88,7 @@ typedef struct {
     act_linear l;                   /* the stacked linear: rows [0, n*out) of w */
     void *wst;
     float *bst;
+    void *bst_low;                  /* the biases in the weights' bf16/fp16 too (else NULL) */
 } lin_group;
 typedef struct { float *host; size_t n; int dt; int keep; } widen_job;   /* download of bf16/fp16 */
 
@@ -120,6 +121,7 @@ typedef struct {
                                      * dec_layers x 2E x E more (1.5 MiB in bf16, 3 MiB in fp32
                                      * for the full model); ACT_CUDA_LINEAR_GROUP=0 turns it off */
     int warned_lt;                  /* the GEMM + bias kernel fallback of linears was reported */
+    int warned_lt_bias;             /* the bias in the output's type (fp32 refused) was reported */
     graph_entry graphs[MAX_GRAPHS];
     int n_graphs;
     int warm[MAX_GRAPHS];           /* keys whose first, eager step has run */
@@ -867,8 +869,11 @@ static void lt_give_up(act_backend *be, const act_linear *l, lt_entry *e) {
     e->plan = NULL;
 }
 
+/* bias: fp32; bias_low: the same values in the weights' bf16/fp16 (NULL in fp32/tf32), the
+ * second choice beside a 16-bit output where cuBLASLt refuses an fp32 bias */
 static int lt_plan_for(act_backend *be, const act_linear *l, int M, int epi, const void *W,
-                       const void *x, int xdt, const float *bias, act_buf y, lt_entry **out) {
+                       const void *x, int xdt, const float *bias, const void *bias_low,
+                       act_buf y, lt_entry **out) {
     cuda_ctx *c = CTX(be);
     unsigned ax = act_k_align(x), ay = act_k_align(y.p);
     for (int i = 0; i < c->n_lts; i++) {
@@ -889,16 +894,31 @@ static int lt_plan_for(act_backend *be, const act_linear *l, int M, int epi, con
     const char *force = getenv("ACT_CUDA_GEMM");
     c->lts[c->n_lts] = e;
     *out = &c->lts[c->n_lts++];
-    if (!(force && !strcmp(force, "gemmex")) &&
-        act_k_lt_plan(c->lt, c->wdt, xdt, y.dt, M, l->out, l->in, be->precision == ACT_TF32,
-                      epi, W, x, bias, y.p, CUBLAS_WS_BYTES, &(*out)->plan, KE))
-        lt_give_up(be, l, *out);
+    if (force && !strcmp(force, "gemmex")) return 0;
+    int tf32 = be->precision == ACT_TF32;
+    if (!act_k_lt_plan(c->lt, c->wdt, xdt, y.dt, M, l->out, l->in, tf32, epi, W, x, bias,
+                       ACT_DT_F32, y.p, CUBLAS_WS_BYTES, &(*out)->plan, KE))
+        return 0;
+    if (bias_low && (int)y.dt == c->wdt && c->wdt != ACT_DT_F32) {
+        char why[sizeof be->err];
+        snprintf(why, sizeof why, "%s", be->err);
+        if (!act_k_lt_plan(c->lt, c->wdt, xdt, y.dt, M, l->out, l->in, tf32, epi, W, x,
+                           bias_low, y.dt, y.p, CUBLAS_WS_BYTES, &(*out)->plan, KE)) {
+            if (!c->warned_lt_bias)
+                fprintf(stderr, "act-engine: %s; linear '%s' and any like it take the bias in "
+                        "the output's type\n", why, l->w->name);
+            c->warned_lt_bias = 1;
+            return 0;
+        }
+    }
+    lt_give_up(be, l, *out);
     return 0;
 }
 
-/* y = epi(x W^T + bias), W and bias the device copies of l's rows (or a group's stack) */
+/* y = epi(x W^T + bias), W and bias the device copies of l's rows (or a group's stack),
+ * bias_low the bias in the weights' bf16/fp16 (NULL in fp32/tf32) */
 static int linear_with(act_backend *be, const act_linear *l, const void *W, const float *bias,
-                       act_buf x, int M, act_epilogue epi, act_buf y) {
+                       const void *bias_low, act_buf x, int M, act_epilogue epi, act_buf y) {
     cuda_ctx *c = CTX(be);
     const void *xp = x.p;
     int xdt = x.dt;
@@ -918,10 +938,11 @@ static int linear_with(act_backend *be, const act_linear *l, const void *W, cons
         lt_entry *e;
         int lt_epi = epi == ACT_EPI_RELU ? KLT_EPI_RELU : epi == ACT_EPI_GELU ? KLT_EPI_GELU_TANH
                                                                              : KLT_EPI_BIAS;
-        TRY(lt_plan_for(be, l, M, lt_epi, W, xp, xdt, bias, y, &e));
+        TRY(lt_plan_for(be, l, M, lt_epi, W, xp, xdt, bias, bias_low, y, &e));
         if (e->plan) {
             int refused;
-            if (!act_k_lt_run(c->lt, e->plan, W, xp, bias, y.p, c->blas_ws, CUBLAS_WS_BYTES,
+            const void *b = act_k_lt_bias_dt(e->plan) == ACT_DT_F32 ? (const void *)bias : bias_low;
+            if (!act_k_lt_run(c->lt, e->plan, W, xp, b, y.p, c->blas_ws, CUBLAS_WS_BYTES,
                               c->st, &refused, KE))
                 return 0;
             if (!refused) return fail(be);
@@ -937,8 +958,10 @@ static int linear_with(act_backend *be, const act_linear *l, const void *W, cons
 static int cu_linear(act_backend *be, const act_linear *l, act_buf x, int M, act_epilogue epi,
                      act_buf y) {
     TRY(weights_ready(be));
+    int low = l->b && CTX(be)->wdt != ACT_DT_F32;
     return linear_with(be, l, wlow(be, l->w->offset + (size_t)l->row0 * l->in),
-                       l->b ? wf(be, l->b) + l->row0 : NULL, x, M, epi, y);
+                       l->b ? wf(be, l->b) + l->row0 : NULL,
+                       low ? wlow(be, l->b->offset + l->row0) : NULL, x, M, epi, y);
 }
 
 static lin_group *find_group(cuda_ctx *c, const act_linear *ls, int n) {
@@ -955,8 +978,10 @@ static lin_group *find_group(cuda_ctx *c, const act_linear *ls, int n) {
 static void group_free(cuda_ctx *c, lin_group *g) {
     if (g->wst) cudaFree(g->wst);
     if (g->bst) cudaFree(g->bst);
+    if (g->bst_low) cudaFree(g->bst_low);
     g->wst = NULL;
     g->bst = NULL;
+    g->bst_low = NULL;
 }
 
 /* Setup time: copy the n linears' rows (weights in the precision's copy, biases in fp32) into
@@ -988,9 +1013,11 @@ static int cu_linear_group_prepare(act_backend *be, const act_linear *ls, int n)
     memset(g, 0, sizeof *g);
     size_t per = (size_t)ls[0].out * ls[0].in, esz = act_dtype_size((act_dtype)c->wdt);
     size_t wbytes = (size_t)n * per * esz, bbytes = (size_t)n * ls[0].out * sizeof(float);
+    size_t lbytes = c->wdt != ACT_DT_F32 ? (size_t)n * ls[0].out * esz : 0;   /* bst_low */
     cudaError_t e = cudaSetDevice(c->dev);
     if (e == cudaSuccess) e = cudaMalloc(&g->wst, wbytes);
     if (e == cudaSuccess) e = cudaMalloc((void **)&g->bst, bbytes);
+    if (e == cudaSuccess && lbytes) e = cudaMalloc(&g->bst_low, lbytes);
     for (int i = 0; i < n && e == cudaSuccess; i++) {
         e = cudaMemcpyAsync((char *)g->wst + i * per * esz,
                             wlow(be, ls[i].w->offset + (size_t)ls[i].row0 * ls[i].in), per * esz,
@@ -998,6 +1025,10 @@ static int cu_linear_group_prepare(act_backend *be, const act_linear *ls, int n)
         if (e == cudaSuccess)
             e = cudaMemcpyAsync(g->bst + (size_t)i * ls[0].out, wf(be, ls[i].b) + ls[i].row0,
                                 (size_t)ls[0].out * sizeof(float), cudaMemcpyDeviceToDevice, c->st);
+        if (e == cudaSuccess && lbytes)
+            e = cudaMemcpyAsync((char *)g->bst_low + (size_t)i * ls[0].out * esz,
+                                wlow(be, ls[i].b->offset + ls[i].row0), (size_t)ls[0].out * esz,
+                                cudaMemcpyDeviceToDevice, c->st);
     }
     if (e == cudaSuccess) e = cudaStreamSynchronize(c->st);
     if (e != cudaSuccess) {
@@ -1006,7 +1037,7 @@ static int cu_linear_group_prepare(act_backend *be, const act_linear *ls, int n)
         return act_kerr(err, errlen, __FILE__, __LINE__, "linear group stack",
                         cudaGetErrorString(e));
     }
-    c->bytes += wbytes + bbytes;
+    c->bytes += wbytes + bbytes + lbytes;
     for (int i = 0; i < n; i++) {
         g->widx[i] = ls[i].w->index;
         g->row0[i] = ls[i].row0;
@@ -1032,7 +1063,7 @@ static int cu_linear_group(act_backend *be, const act_linear *ls, int n, act_buf
                  ls[0].w->name);
         return fail(be);
     }
-    return linear_with(be, &g->l, g->wst, g->bst, x, M, ACT_EPI_NONE, y);
+    return linear_with(be, &g->l, g->wst, g->bst, g->bst_low, x, M, ACT_EPI_NONE, y);
 }
 
 static int cu_attention(act_backend *be, act_buf q, int qs, act_buf k, act_buf v, int kvs, int B,

@@ -26,18 +26,22 @@ int act_k_linear(cublasHandle_t h, const void *W, int wdt, const void *x, int xd
 enum { KLT_EPI_BIAS = 0, KLT_EPI_RELU = 1, KLT_EPI_GELU_TANH = 2 };
 
 /* A cuBLASLt plan for y[M][out] = epi(x W^T + bias) (epi a KLT_EPI_*), same dtypes and
- * precision rules as act_k_linear, bias fp32 [out]. Made on the host only (descriptors and the
- * heuristic's first algorithm within ws_bytes of workspace); it is valid for pointers at least
- * as aligned as the ones given here (act_k_align), which the heuristic was told about.
- * Returns -1 with the reason in err when cuBLASLt offers nothing: the caller falls back. */
+ * precision rules as act_k_linear, bias [out] of type bias_dt: KDT_F32, or ydt itself (the only
+ * type cublasLt.h documents for a bias beside a 16-bit output; the caller tries fp32 first).
+ * Made on the host only (descriptors and the heuristic's first algorithm within ws_bytes of
+ * workspace); it is valid for pointers at least as aligned as the ones given here
+ * (act_k_align), which the heuristic was told about. Returns -1 with the reason in err when
+ * cuBLASLt offers nothing: the caller falls back. */
 typedef struct act_lt_plan act_lt_plan;
 int act_k_lt_plan(cublasLtHandle_t lt, int wdt, int xdt, int ydt, int M, int out, int in,
-                  int tf32, int epi, const void *W, const void *x, const float *bias,
+                  int tf32, int epi, const void *W, const void *x, const void *bias, int bias_dt,
                   const void *y, size_t ws_bytes, act_lt_plan **plan, char *err, size_t errlen);
+/* the bias type a plan was made for (its runs take a bias of that type) */
+int act_k_lt_bias_dt(const act_lt_plan *p);
 /* one cublasLtMatmul on st; -1 with err when the pointers are less aligned than the plan's or
  * cuBLASLt refuses the call (*refused = 1: nothing was enqueued, the caller may fall back) */
 int act_k_lt_run(cublasLtHandle_t lt, const act_lt_plan *p, const void *W, const void *x,
-                 const float *bias, void *y, void *ws, size_t ws_bytes, cudaStream_t st,
+                 const void *bias, void *y, void *ws, size_t ws_bytes, cudaStream_t st,
                  int *refused, char *err, size_t errlen);
 void act_k_lt_plan_free(act_lt_plan *p);
 /* the largest power of two up to 256 that divides the address (cuBLASLt's alignment classes) */

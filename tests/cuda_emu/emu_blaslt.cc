@@ -18,8 +18,9 @@
  * result rounded once to D's type: a fused epilogue works on the fp32 accumulator.
  *
  * ACT_EMU_CUBLASLT=none makes the heuristic offer nothing; =refuse makes every cublasLtMatmul
- * return NOT_SUPPORTED before it enqueues anything (both read at each call, to test a caller's
- * fallbacks). */
+ * return NOT_SUPPORTED before it enqueues anything; =strict-bias takes a bias epilogue only with
+ * the bias in D's type, as cublasLt.h documents it (outside IMMA and fp8), refusing an fp32 bias
+ * beside a 16-bit D (all read at each call, to test a caller's fallbacks). */
 #include <cblas.h>
 #include <math.h>
 #include <stdint.h>
@@ -129,7 +130,8 @@ cublasStatus_t check_problem(const desc *d, const layout *a, const layout *b, co
         e != CUBLASLT_EPILOGUE_RELU_BIAS && e != CUBLASLT_EPILOGUE_GELU && e != CUBLASLT_EPILOGUE_GELU_BIAS)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     int bt = d->bias_type == -1 ? (int)dd->type : d->bias_type;
-    if ((e & CUBLASLT_EPILOGUE_BIAS) && bt != CUDA_R_32F && bt != (int)dd->type)
+    if ((e & CUBLASLT_EPILOGUE_BIAS) && bt != (int)dd->type &&
+        (bt != CUDA_R_32F || env_is("strict-bias")))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     *p = problem{dd->rows, dd->cols, ak, rnd, bt, 0};
     /* FNV-1a over what the algorithm depends on; shapes are free to vary as on a GPU only in
