@@ -899,7 +899,7 @@ static int lt_plan_for(act_backend *be, const act_linear *l, int M, int epi, con
     if (!act_k_lt_plan(c->lt, c->wdt, xdt, y.dt, M, l->out, l->in, tf32, epi, W, x, bias,
                        ACT_DT_F32, y.p, CUBLAS_WS_BYTES, &(*out)->plan, KE))
         return 0;
-    if (bias_low && (int)y.dt == c->wdt && c->wdt != ACT_DT_F32) {
+    if (bias_low && (int)y.dt == c->wdt) {   /* a 16-bit output (bias_low: bf16/fp16 only) */
         char why[sizeof be->err];
         snprintf(why, sizeof why, "%s", be->err);
         if (!act_k_lt_plan(c->lt, c->wdt, xdt, y.dt, M, l->out, l->in, tf32, epi, W, x,

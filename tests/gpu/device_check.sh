@@ -442,7 +442,9 @@ else
     row io-ab SKIP "no serve_load, build, full model or time"
 fi
 # a conv cuDNN would not plan, or an epilogue it would not fuse, runs on a fallback: say which
-fb=$(grep -h "^act-engine: " "$LOG"/*.log 2>/dev/null | sort | uniq -c | sort -rn | head -3 | cut -c1-160 | paste -sd'|')
+# (each line's middle shortened: its start names the call, its end what took over)
+fb=$(grep -h "^act-engine: " "$LOG"/*.log 2>/dev/null | sed -E 's/^(.{70}).*(; [^;]*)$/\1 ...\2/' |
+     sort | uniq -c | sort -rn | head -3 | paste -sd'|')
 [ -n "$fb" ] && row fallbacks note "$fb"
 
 
