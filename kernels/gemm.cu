@@ -13,7 +13,8 @@
  * before the one rounding to the output type; where cuBLASLt refuses that beside a 16-bit
  * output (cublasLt.h documents only the output's type there), the caller plans again with the
  * bias in the output's type (full model on the emulator: bf16 parity 8.29e-3 -> 8.39e-3, fp16
- * 1.18e-3 -> 1.17e-3: a linear's bias is small beside its output). cuBLASLt's GELU is the tanh approximation; the
+ * 1.18e-3 -> 1.17e-3: a linear's bias is small beside its output).
+ * cuBLASLt's GELU is the tanh approximation; the
  * model's is exact erf, so the caller asks for it only where the output's rounding hides the
  * difference (bf16/fp16).
  *

@@ -347,8 +347,8 @@ static int test_gather(const char *path) {
             rc = -1;
             break;
         }
-        /* a runtime that pins no host memory (seen elsewhere under gVisor) makes act-serve copy
-         * frames instead: that is a limit of the machine, said as a skip, not a failure here */
+        /* a runtime that pins no host memory (a GPU proxy such as gVisor's may not) makes
+         * act-serve copy frames instead: a limit of the machine, said as a skip, not a failure */
         uint8_t *probe = page_alloc(fsz);
         int refused = act_session_register_host(s, probe, fsz, err, sizeof err) != 0;
         if (!refused) act_session_unregister_host(s, probe);
