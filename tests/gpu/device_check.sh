@@ -95,7 +95,7 @@ row() { SUMMARY+=("$(printf '%-10s %-5s %s' "$1" "$2" "$3")"); echo "== $1: $2 $
 # pack: the summary so far, every log as one archive and compare.json into $RET (a partial archive
 # never replaces a whole one)
 pack() {
-    printf '%s\n' "${SUMMARY[@]}" >"$RET/summary.txt"
+    { printf '%-10s %-5s %s\n' check result figure; printf '%s\n' "${SUMMARY[@]}"; } >"$RET/summary.txt"
     tar -czf "$RET/logs.tgz.part" -C "$LOG" . 2>/dev/null && mv -f "$RET/logs.tgz.part" "$RET/logs.tgz"
     [ -f "$LOG/compare.json" ] && cp -f "$LOG/compare.json" "$RET/"
     return 0
@@ -139,7 +139,8 @@ deps() {
     echo "cudnn wheel: ${cp:-none}; header: $(grep -h 'define CUDNN_M[AI][JN]OR' "$r/include/cudnn_version.h" 2>/dev/null | awk '{print $3}' | paste -sd.)"
     echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
     # where the build will find cuBLAS/cuBLASLt (the toolkit's, or the cu13 wheels' nvidia/cu13/lib)
-    echo "cublas: $(ls "$(dirname "$(command -v nvcc)")"/../lib64/libcublas*.so* "$(dirname "$(command -v nvcc)")"/../targets/*/lib/libcublas*.so* 2>/dev/null | head -4 | paste -sd' ')"
+    local cu; cu=$(dirname "$(command -v nvcc)")/..
+    echo "cublas: $(ls "$cu"/lib64/libcublas*.so* "$cu"/targets/*/lib/libcublas*.so* 2>/dev/null | head -4 | paste -sd' ')"
     [ -e "$r/lib/libcudnn.so" ] || [ -n "$(ldconfig -p 2>/dev/null | grep libcudnn.so)" ]
 }
 if deps >"$LOG/deps.log" 2>&1; then row deps ok "$(grep '^cudnn' "$LOG/deps.log")"
@@ -451,5 +452,4 @@ fb=$(grep -h "^act-engine: " "$LOG"/*.log 2>/dev/null | sed -E 's/^(.{70}).*(; [
 echo
 pack
 echo "==== device_check summary ($(($SECONDS - T0)) s, logs in $LOG and $RET/logs.tgz) ===="
-printf '%-10s %-5s %s\n' check result figure | tee "$RET/summary.txt"
-printf '%s\n' "${SUMMARY[@]}" | tee -a "$RET/summary.txt"
+cat "$RET/summary.txt"
