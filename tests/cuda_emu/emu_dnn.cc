@@ -8,6 +8,8 @@
  * operands and the workspace are re-checked at every run, so a replay after one was freed
  * faults.
  *
+ * Find (cudnnFindConvolutionForwardAlgorithmEx) ranks the same list, since nothing can be timed
+ * here; it keeps the real call's effects on its caller (below).
  * The heuristics imitate cuDNN's shape: several entries, a non-GEMM algorithm first for FLOAT
  * data (conv.cu's fp32 mode must skip it), tensor-op entries for HALF/BFLOAT16, each with the
  * workspace it needs; the workspace query returns the same number and a convolution given
@@ -57,7 +59,8 @@ static size_t type_size(cudnnDataType_t t) { return t == CUDNN_DATA_FLOAT ? 4 : 
 
 /* the environment switches, read at each call so tests can flip them: ACT_EMU_CUDNN=none makes
  * cuDNN offer nothing; =refuse-run offers its algorithms but refuses to run any of them
- * (NOT_SUPPORTED at the call, nothing queued), as a real cuDNN may for a heuristic's pick */
+ * (NOT_SUPPORTED at the call, nothing queued), as a real cuDNN may for a heuristic's pick;
+ * =find-reverse and =find-fail change what Find answers (at the Find call below) */
 static int dnn_mode(const char *want) {
     const char *e = getenv("ACT_EMU_CUDNN");
     return e && strcmp(e, want) == 0;
@@ -401,6 +404,37 @@ cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescri
     return CUDNN_STATUS_SUCCESS;
 }
 
+/* The candidates, best first, as cuDNN's heuristics rank them (see the header): at most
+ * `room` entries into perf, each with its status and workspace; returns how many. */
+static int candidates(const conv_shape &s, cudnnMathType_t math, int room,
+                      cudnnConvolutionFwdAlgoPerf_t *perf) {
+    struct { cudnnConvolutionFwdAlgo_t algo; cudnnMathType_t math; } list[4];
+    int n = 0;
+    if (s.t == CUDNN_DATA_FLOAT) {
+        list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED, math};
+        list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, math};
+        list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, math};
+        list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_GEMM, math};
+    } else {
+        list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, CUDNN_TENSOR_OP_MATH};
+        list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, CUDNN_TENSOR_OP_MATH};
+        list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, CUDNN_DEFAULT_MATH};
+    }
+    if (n > room) n = room;
+    for (int i = 0; i < n; i++) {
+        cudnnConvolutionFwdAlgoPerf_t *p = &perf[i];
+        memset(p, 0, sizeof *p);
+        p->algo = list[i].algo;
+        p->mathType = list[i].math;
+        p->determinism = CUDNN_DETERMINISTIC;
+        p->status = algo_workspace(s, p->algo, &p->memory);
+        /* heuristics measure nothing, so no time; no workspace for an unusable entry */
+        p->time = -1.0f;
+        if (p->status != CUDNN_STATUS_SUCCESS) p->memory = 0;
+    }
+    return n;
+}
+
 cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t handle,
                                                      const cudnnTensorDescriptor_t srcDesc,
                                                      const cudnnFilterDescriptor_t filterDesc,
@@ -414,32 +448,63 @@ cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t handle,
         return CUDNN_STATUS_BAD_PARAM;
     cudnnStatus_t st = make_shape(srcDesc, filterDesc, convDesc, destDesc, &s);
     if (st != CUDNN_STATUS_SUCCESS) return st;
-    struct { cudnnConvolutionFwdAlgo_t algo; cudnnMathType_t math; } list[4];
-    int n = 0;
-    if (s.t == CUDNN_DATA_FLOAT) {
-        cudnnMathType_t m = convDesc->math;
-        list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED, m};
-        list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, m};
-        list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, m};
-        list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_GEMM, m};
-    } else {
-        list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, CUDNN_TENSOR_OP_MATH};
-        list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, CUDNN_TENSOR_OP_MATH};
-        list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, CUDNN_DEFAULT_MATH};
-    }
-    if (n > requestedAlgoCount) n = requestedAlgoCount;
-    for (int i = 0; i < n; i++) {
-        cudnnConvolutionFwdAlgoPerf_t *p = &perfResults[i];
-        memset(p, 0, sizeof *p);
-        p->algo = list[i].algo;
-        p->mathType = list[i].math;
-        p->determinism = CUDNN_DETERMINISTIC;
-        p->status = algo_workspace(s, p->algo, &p->memory);
-        /* heuristics measure nothing, so no time; no workspace for an unusable entry */
-        p->time = -1.0f;
-        if (p->status != CUDNN_STATUS_SUCCESS) p->memory = 0;
-    }
-    *returnedAlgoCount = n;
+    *returnedAlgoCount = candidates(s, convDesc->math, requestedAlgoCount, perfResults);
+    return CUDNN_STATUS_SUCCESS;
+}
+
+/* Find: the emulator cannot time anything, so the "measurement" ranks the heuristics' list as
+ * it is (ACT_EMU_CUDNN=find-reverse: reversed, so a plan takes another algorithm than the
+ * heuristics' first; =find-fail: the call fails, as a real Find may on a sandboxed device).
+ * What the real call does to its caller is kept: it waits for the handle's stream (so inside a
+ * capture it is refused, as there), entries whose workspace exceeds what was given fail with
+ * ALLOC_FAILED, and y is overwritten (with NaN here, so a caller that keeps a residual in y
+ * fails loudly). */
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t handle,
+                                                     const cudnnTensorDescriptor_t xDesc,
+                                                     const void *x,
+                                                     const cudnnFilterDescriptor_t wDesc,
+                                                     const void *w,
+                                                     const cudnnConvolutionDescriptor_t convDesc,
+                                                     const cudnnTensorDescriptor_t yDesc, void *y,
+                                                     const int requestedAlgoCount,
+                                                     int *returnedAlgoCount,
+                                                     cudnnConvolutionFwdAlgoPerf_t *perfResults,
+                                                     void *workSpace, size_t workSpaceSizeInBytes) {
+    const char *call = "cudnnFindConvolutionForwardAlgorithmEx";
+    conv_shape s;
+    if (!handle || requestedAlgoCount < 1 || !returnedAlgoCount || !perfResults)
+        return CUDNN_STATUS_BAD_PARAM;
+    cudnnStatus_t st = make_shape(xDesc, wDesc, convDesc, yDesc, &s);
+    if (st != CUDNN_STATUS_SUCCESS) return st;
+    size_t es = type_size(s.t), ny = (size_t)s.N * s.K * s.Ho * s.Wo;
+    emu_operands used;
+    if (!emu_on_device(call, "x", x, (size_t)s.N * s.C * s.H * s.W * es, &used) ||
+        !emu_on_device(call, "w", w, (size_t)s.K * s.C * s.R * s.S * es, &used) ||
+        !emu_on_device(call, "y", y, ny * es, &used) ||
+        !emu_on_device(call, "the workspace", workSpace, workSpaceSizeInBytes, &used))
+        return CUDNN_STATUS_EXECUTION_FAILED;
+    if (cudaStreamSynchronize(handle->stream) != cudaSuccess) return CUDNN_STATUS_EXECUTION_FAILED;
+    if (dnn_mode("find-fail")) return CUDNN_STATUS_EXECUTION_FAILED;
+    cudnnConvolutionFwdAlgoPerf_t list[4];
+    int n = candidates(s, convDesc->math, 4, list), k = 0;
+    int reverse = dnn_mode("find-reverse");
+    for (int pass = 0; pass < 2; pass++)              /* the runnable ones first, by "time" */
+        for (int i = 0; i < n && k < requestedAlgoCount; i++) {
+            cudnnConvolutionFwdAlgoPerf_t c = list[reverse ? n - 1 - i : i];
+            if (c.status == CUDNN_STATUS_SUCCESS && c.memory > workSpaceSizeInBytes)
+                c.status = CUDNN_STATUS_ALLOC_FAILED;
+            if ((c.status == CUDNN_STATUS_SUCCESS) != (pass == 0)) continue;
+            c.time = c.status == CUDNN_STATUS_SUCCESS ? 0.1f * (float)(k + 1) : -1.0f;
+            perfResults[k++] = c;
+        }
+    *returnedAlgoCount = k;
+    cudaDataType_t t = cuda_type(s.t);
+    auto poison = [y, ny, t]() {
+        for (size_t i = 0; i < ny; i++) emu_store(y, t, i, NAN);
+    };
+    if (emu_enqueue(handle->stream, call, poison, std::move(used)) != cudaSuccess ||
+        cudaStreamSynchronize(handle->stream) != cudaSuccess)
+        return CUDNN_STATUS_EXECUTION_FAILED;
     return CUDNN_STATUS_SUCCESS;
 }
 

@@ -874,6 +874,84 @@ static void heuristic_tests(cudnnHandle_t h) {
     free_descs(&d);
 }
 
+/* Find (cudnnFindConvolutionForwardAlgorithmEx): the heuristics' entries ranked (reversed under
+ * ACT_EMU_CUDNN=find-reverse), runnable ones first with ascending times, an entry whose
+ * workspace exceeds the one given is ALLOC_FAILED, y is overwritten (NaN), =find-fail fails the
+ * call, and inside a capture the call is refused (it waits for the stream) */
+static void find_tests(cudnnHandle_t h) {
+    conv_args f = {CUDNN_DATA_FLOAT, CUDNN_FMA_MATH, 2, 3, 9, 9, 4, 3, 1, 1, 1, 1, 0, 0, 0, 0};
+    descs d;
+    if (!make_descs(f, &d)) {
+        free_descs(&d);
+        return;
+    }
+    cudnnConvolutionFwdAlgoPerf_t heur[8], perf[8];
+    int nh = 0, got = 0;
+    cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.c, d.y, 8, &nh, heur);
+    size_t most = 0;
+    for (int i = 0; i < nh; i++)
+        if (heur[i].status == CUDNN_STATUS_SUCCESS && heur[i].memory > most) most = heur[i].memory;
+    size_t ny = (size_t)f.N * f.K * d.Ho * d.Wo;
+    void *dx = to_device(rand_vec((size_t)f.N * f.C * f.H * f.W, CUDA_R_32F), CUDA_R_32F);
+    void *dw = to_device(rand_vec((size_t)f.K * f.C * f.R * f.R, CUDA_R_32F), CUDA_R_32F);
+    void *dy = to_device(rand_vec(ny, CUDA_R_32F), CUDA_R_32F), *ws = NULL;
+    CHECK(cudaMalloc(&ws, most) == cudaSuccess, "find workspace");
+    for (int rev = 0; rev < 2; rev++) {
+        if (rev) setenv("ACT_EMU_CUDNN", "find-reverse", 1);
+        cudnnStatus_t s = cudnnFindConvolutionForwardAlgorithmEx(h, d.x, dx, d.w, dw, d.c, d.y,
+                                                                  dy, 8, &got, perf, ws, most);
+        int first = -1;
+        for (int i = 0; i < nh && first < 0; i++) {
+            int j = rev ? nh - 1 - i : i;
+            if (heur[j].status == CUDNN_STATUS_SUCCESS) first = j;
+        }
+        int ranked = got < 2 || perf[1].status != CUDNN_STATUS_SUCCESS ||
+                     perf[1].time > perf[0].time;
+        CHECK(s == CUDNN_STATUS_SUCCESS && got == nh && first >= 0 &&
+                  perf[0].algo == heur[first].algo && perf[0].time > 0 && ranked,
+              "find (reverse %d): %s, %d of %d entries, first algo %d (expected %d)", rev,
+              cudnnGetErrorString(s), got, nh, got ? perf[0].algo : -1,
+              first >= 0 ? heur[first].algo : -1);
+        vec y = from_device(dy, CUDA_R_32F, ny);
+        size_t nan = 0;
+        for (float v : y) nan += v != v;
+        CHECK(nan == ny, "find left %zu of %zu elements of y unwritten", ny - nan, ny);
+    }
+    unsetenv("ACT_EMU_CUDNN");
+    /* no workspace: every entry that needs some fails, after the runnable ones */
+    cudnnStatus_t s = cudnnFindConvolutionForwardAlgorithmEx(h, d.x, dx, d.w, dw, d.c, d.y, dy, 8,
+                                                              &got, perf, NULL, 0);
+    int order_ok = s == CUDNN_STATUS_SUCCESS && got > 0 && perf[0].memory == 0, seen_fail = 0;
+    for (int i = 0; i < got; i++) {
+        int ok = perf[i].status == CUDNN_STATUS_SUCCESS;
+        if (!ok) seen_fail = 1;
+        if (ok && (seen_fail || perf[i].memory > 0)) order_ok = 0;
+        if (!ok && perf[i].memory > 0 && perf[i].status != CUDNN_STATUS_ALLOC_FAILED) order_ok = 0;
+    }
+    CHECK(order_ok && seen_fail, "find without workspace: %s, %d entries, order or status wrong",
+          cudnnGetErrorString(s), got);
+    setenv("ACT_EMU_CUDNN", "find-fail", 1);
+    s = cudnnFindConvolutionForwardAlgorithmEx(h, d.x, dx, d.w, dw, d.c, d.y, dy, 8, &got, perf,
+                                               ws, most);
+    unsetenv("ACT_EMU_CUDNN");
+    CHECK(s != CUDNN_STATUS_SUCCESS, "ACT_EMU_CUDNN=find-fail: find succeeded");
+    /* inside a capture: refused (the emulator also reports the forbidden synchronize) */
+    cudaGraph_t g = NULL;
+    if (cudaStreamBeginCapture(g_st, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+        s = cudnnFindConvolutionForwardAlgorithmEx(h, d.x, dx, d.w, dw, d.c, d.y, dy, 8, &got,
+                                                   perf, ws, most);
+        cudaStreamEndCapture(g_st, &g);
+        if (g) cudaGraphDestroy(g);
+        cudaGetLastError();
+        CHECK(s != CUDNN_STATUS_SUCCESS, "find inside a capture succeeded");
+    }
+    cudaFree(dx);
+    cudaFree(dw);
+    cudaFree(dy);
+    cudaFree(ws);
+    free_descs(&d);
+}
+
 static void conv_errors(cudnnHandle_t h) {
     conv_args g = {CUDNN_DATA_FLOAT, CUDNN_FMA_MATH, 1, 3, 9, 9, 4, 3, 1, 1, 1, 1, 0, 0, 0, 0};
     descs d;
@@ -1168,6 +1246,7 @@ int main(void) {
     lt_tests(lt);
     lt_errors(lt);
     heuristic_tests(dh);
+    find_tests(dh);
     conv_tests(dh);
     nhwc_tests(dh);
     layout_identity(dh);

@@ -117,6 +117,18 @@ cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t handle,
                                                      const int requestedAlgoCount,
                                                      int *returnedAlgoCount,
                                                      cudnnConvolutionFwdAlgoPerf_t *perfResults);
+/* runs the candidates on x and w (writing y), synchronizing the handle's stream; best first */
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t handle,
+                                                     const cudnnTensorDescriptor_t xDesc,
+                                                     const void *x,
+                                                     const cudnnFilterDescriptor_t wDesc,
+                                                     const void *w,
+                                                     const cudnnConvolutionDescriptor_t convDesc,
+                                                     const cudnnTensorDescriptor_t yDesc, void *y,
+                                                     const int requestedAlgoCount,
+                                                     int *returnedAlgoCount,
+                                                     cudnnConvolutionFwdAlgoPerf_t *perfResults,
+                                                     void *workSpace, size_t workSpaceSizeInBytes);
 cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t handle,
                                                       const cudnnTensorDescriptor_t xDesc,
                                                       const cudnnFilterDescriptor_t wDesc,
