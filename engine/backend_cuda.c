@@ -5,8 +5,10 @@
  * Each op resolves its weights to device pointers and calls an extern "C" launcher from
  * kernels/<family>.cuh on the backend's own non-blocking stream; cuBLAS and cuDNN run on that stream
  * too. Nothing here synchronizes or allocates except be->sync, setup-time calls (load_weights,
- * sinusoid_table) and, in the eager first step of a shape, conv plans (host memory) and the
- * conv workspace when a plan needs it larger (below); captured and replayed steps never do.
+ * sinusoid_table) and, in the eager first step of a shape, conv plans (host memory), the
+ * measurement of their algorithms (cuDNN's Find: it synchronizes, and may take a temporary
+ * workspace) and the conv workspace when a plan needs it larger (below); captured and replayed
+ * steps never do.
  *
  * Weights: the model's fp32 blob is uploaded once (tensor->offset indexes it on the device as on
  * the host). For bf16/fp16 a copy of the whole blob in that type serves the GEMM and conv weights
@@ -21,10 +23,11 @@
  * the executable graph; graph_replay launches a kept one. An op that fails during a capture
  * ends the capture, so the stream is usable again after the error.
  *
- * The conv workspace is as large as the largest plan needs (cuDNN's first-ranked algorithm within
- * CONV_WS_LIMIT), not the limit: it grows when an eager first step makes a plan that needs more,
- * after waiting for the stream, and the graphs captured so far (which hold the old pointer) are
- * dropped, to be captured again at their next step. Warming every batch size eagerly before
+ * The conv workspace is as large as the largest plan needs (the algorithm measured fastest, or
+ * with ACT_CUDA_CONV_ALGO=heuristic cuDNN's first-ranked one, within CONV_WS_LIMIT), not the
+ * limit: it grows when an eager first step makes a plan that needs more, after waiting for the
+ * stream, and the graphs captured so far (which hold the old pointer) are dropped, to be
+ * captured again at their next step. Warming every batch size eagerly before
  * capturing any (act-serve does) makes that a no-op.
  *
  * Feature maps are NCHW for fp32/tf32 and NHWC for bf16/fp16 (cuDNN's tensor-core kernels read
@@ -130,6 +133,8 @@ typedef struct {
     int eager_step;                 /* begin_capture let this step run eagerly */
     int warned_direct;              /* the direct-conv fallback was reported */
     int conv_fuse;                  /* try cuDNN's fused conv+bias+activation (cu_setup says when) */
+    int conv_find;                  /* measure new conv plans' candidates (ACT_CUDA_CONV_ALGO) */
+    int warned_find;                /* a failed measurement was reported */
     int gelu_tanh;                  /* GELU linears may use cuBLASLt's tanh-form epilogue
                                      * (decided with ACT_CUDA_GELU's check at create) */
     int nhwc;                       /* feature maps NHWC, conv filters KRSC (else NCHW / KCRS) */
@@ -740,10 +745,43 @@ static void conv_to_direct(act_backend *be, const act_conv *cv) {
     c->warned_direct = 1;
 }
 
-/* The cuDNN plan of a conv at (N, H, W), made at its first call; (*out)->plan NULL means the
- * direct kernel runs it (cuDNN offered no algorithm, refused to run the one it offered, or
- * ACT_CUDA_CONV=direct). */
+/* Measure a new plan's candidates (see conv.cuh) on this step's x and w, outside a capture,
+ * writing y (so never where y holds a residual to accumulate onto); the workspace it may use is
+ * the conv workspace when that is large enough, else a temporary one. A failed measurement
+ * keeps the heuristics' choice (said once); only a CUDA error is an error. */
+static int conv_measure(act_backend *be, const act_conv *cv, act_conv_plan *p, const void *x,
+                        const void *w, void *y) {
+    cuda_ctx *c = CTX(be);
+    size_t need = 0;
+    int r = act_k_conv_find_need(c->dnn, p, &need, KE);
+    if (r <= 0) return r < 0 ? fail(be) : 0;
+    void *ws = c->conv_ws, *tmp_ws = NULL;
+    if (need > c->conv_ws_bytes) {
+        CK(cudaMalloc(&tmp_ws, need));
+        ws = tmp_ws;
+    }
+    r = act_k_conv_find(c->dnn, p, x, w, y, ws, tmp_ws ? need : c->conv_ws_bytes, KE);
+    cudaError_t e = cudaGetLastError();
+    cudaFree(tmp_ws);
+    if (e != cudaSuccess) {
+        snprintf(be->err, sizeof be->err, "conv2d '%s': measuring its algorithms: %s",
+                 cv->w->name, cudaGetErrorString(e));
+        return fail(be);
+    }
+    if (r < 0 && !c->warned_find) {
+        fprintf(stderr, "act-engine: %s; conv '%s' and any like it keep cuDNN's heuristic "
+                "algorithm\n", be->err, cv->w->name);
+        c->warned_find = 1;
+    }
+    return 0;
+}
+
+/* The cuDNN plan of a conv at (N, H, W), made at its first call (and measured then, outside a
+ * capture, unless ACT_CUDA_CONV_ALGO=heuristic or y holds the residual); (*out)->plan NULL
+ * means the direct kernel runs it (cuDNN offered no algorithm, refused to run the one it
+ * offered, or ACT_CUDA_CONV=direct). */
 static int conv_plan_for(act_backend *be, const act_conv *cv, int N, int H, int W,
+                         const void *x, const void *w, void *y, int y_holds_residual,
                          conv_entry **out) {
     cuda_ctx *c = CTX(be);
     for (int i = 0; i < c->n_convs; i++) {
@@ -764,6 +802,11 @@ static int conv_plan_for(act_backend *be, const act_conv *cv, int N, int H, int 
                         cv->k, cv->stride, cv->pad, CONV_WS_LIMIT, &p, KE)) {
         conv_to_direct(be, cv);
         p = NULL;
+    }
+    if (p && c->conv_find && !c->capturing && !y_holds_residual &&
+        conv_measure(be, cv, p, x, w, y)) {
+        act_k_conv_plan_free(p);
+        return -1;
     }
     conv_entry e = {cv->w->index, N, H, W, 0, p};
     c->convs[c->n_convs] = e;
@@ -793,18 +836,18 @@ static int cu_conv2d(act_backend *be, const act_conv *cv, act_buf x, int N, int 
                  "be the activation dtype %d", cv->w->name, x.dt, y.dt, c->wdt);
         return fail(be);
     }
-    conv_entry *e;
-    TRY(conv_plan_for(be, cv, N, H, W, &e));
-    act_conv_plan *p = e->plan;
     const void *w = wlow(be, cv->w->offset);
+    /* a residual that is y itself is accumulated by cuDNN (beta = 1) */
+    int res_in_y = residual.p && residual.p == y.p;
+    conv_entry *e;
+    TRY(conv_plan_for(be, cv, N, H, W, x.p, w, y.p, res_in_y, &e));
+    act_conv_plan *p = e->plan;
     int r = 1;
     if (p && c->conv_fuse) {
         r = act_k_conv_run_fused(c->dnn, p, x.p, w, cv->b ? wlow(be, cv->b->offset) : NULL,
                                  residual.p, epi, y.p, c->conv_ws, c->conv_ws_bytes, KE);
         if (r < 0 && conv_refused(be, cv, e) < 0) return -1;
     }
-    /* a residual that is y itself is accumulated by cuDNN (beta = 1) */
-    int res_in_y = residual.p && residual.p == y.p;
     if (e->plan && r == 1 &&
         act_k_conv_run(c->dnn, p, x.p, w, res_in_y ? 1.0f : 0.0f, y.p, c->conv_ws,
                        c->conv_ws_bytes, KE) &&
@@ -1367,6 +1410,17 @@ int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, ch
         return -1;
     }
     c->gelu_tanh = c->adt != ACT_DT_F32 && !(gelu && !strcmp(gelu, "erf"));
+    /* conv algorithms: measured at each new shape's eager first step (cuDNN's Find, what
+     * PyTorch's cudnn.benchmark does), or the heuristics' first choice without measuring */
+    const char *algo = getenv("ACT_CUDA_CONV_ALGO");
+    if (algo && *algo && strcmp(algo, "find") && strcmp(algo, "heuristic")) {
+        snprintf(err, errlen, "cuda backend: ACT_CUDA_CONV_ALGO=%s: expected find or heuristic",
+                 algo);
+        free(c);
+        free(be);
+        return -1;
+    }
+    c->conv_find = !(algo && !strcmp(algo, "heuristic"));
     c->nhwc = lay && *lay ? !strcmp(lay, "nhwc") : c->adt != ACT_DT_F32;
     be->feature_nhwc = c->nhwc;
     /* per-camera upload/trunk pipelining from this batch on: below it the transfer is too short

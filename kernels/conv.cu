@@ -1,27 +1,15 @@
-/* conv.cu - cuDNN convolution plans. Choosing the algorithm uses cuDNN's heuristics
- * (cudnnGetConvolutionForwardAlgorithm_v7), which run nothing on the GPU, so a plan can be made
- * at the first call of a shape even while a CUDA graph is being captured; the workspace is the
- * fixed one the backend allocated at creation.
+/* conv.cu - cuDNN convolution plans. A plan starts with the algorithm cuDNN's heuristics
+ * (cudnnGetConvolutionForwardAlgorithm_v7) put first, which runs nothing on the GPU, so a plan
+ * can be made at the first call of a shape even while a CUDA graph is being captured; outside a
+ * capture the backend may then have conv_find.cu measure the candidates and take the fastest.
  * fp32 is the parity mode: FMA math only (cuDNN's default math allows TF32 on Ampere and
- * later) and only the GEMM-family algorithms, whose rounding is that of a plain dot product
- * (Winograd and FFT transforms lose digits that the 1e-4 parity budget cannot spare).
+ * later) and only the GEMM-family algorithms, whose rounding is that of a plain dot product.
  * Bias, residual and ReLU go into the convolution itself where cuDNN's fused call
  * (cudnnConvolutionBiasActivationForward) takes them: one graph node instead of two. Whether it
  * does for a plan (data type, algorithm) is learnt at the plan's first use, which is in the
  * eager first step of a batch size, never inside a capture. */
-#include "conv.cuh"
+#include "conv_plan.cuh"
 #include <stdlib.h>
-
-struct act_conv_plan {
-    cudnnTensorDescriptor_t xd, yd, bd;
-    cudnnFilterDescriptor_t wd;
-    cudnnConvolutionDescriptor_t cd;
-    cudnnActivationDescriptor_t relu, ident;
-    cudnnConvolutionFwdAlgo_t algo;
-    size_t ws;
-    int Ho, Wo;
-    int fused;                      /* bias/activation fusion: 0 untried, 1 works, -1 not offered */
-};
 
 static cudnnDataType_t dnn_type(int dt) {
     return dt == KDT_BF16 ? CUDNN_DATA_BFLOAT16 : dt == KDT_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
@@ -31,6 +19,32 @@ static int gemm_family(cudnnConvolutionFwdAlgo_t a) {
     return a == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM ||
            a == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM ||
            a == CUDNN_CONVOLUTION_FWD_ALGO_GEMM || a == CUDNN_CONVOLUTION_FWD_ALGO_DIRECT;
+}
+
+int act_k_conv_usable(const cudnnConvolutionFwdAlgoPerf_t *c, int prec, size_t ws_limit) {
+    if (c->status != CUDNN_STATUS_SUCCESS || c->memory > ws_limit) return 0;
+    if (prec != 0) return 1;
+    int tensor_op = c->mathType == CUDNN_TENSOR_OP_MATH ||
+                    c->mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+    return gemm_family(c->algo) && !tensor_op;
+}
+
+int act_k_conv_pick(cudnnHandle_t h, act_conv_plan *p, const cudnnConvolutionFwdAlgoPerf_t *perf,
+                    int got, char *err, size_t errlen) {
+    for (int i = 0; i < got; i++) {
+        if (!act_k_conv_usable(&perf[i], p->key.prec, p->ws_limit)) continue;
+        if (p->key.prec != 0) KCUDNN(cudnnSetConvolutionMathType(p->cd, perf[i].mathType));
+        size_t ws = 0;
+        if (cudnnGetConvolutionForwardWorkspaceSize(h, p->xd, p->wd, p->cd, p->yd, perf[i].algo,
+                                                    &ws) != CUDNN_STATUS_SUCCESS ||
+            ws > p->ws_limit)
+            continue;
+        p->algo = perf[i].algo;
+        p->math = p->key.prec != 0 ? perf[i].mathType : p->math;
+        p->ws = ws;
+        return 0;
+    }
+    return 1;
 }
 
 /* The descriptors of the fused call (bias: one value per output channel, in the data type);
@@ -54,6 +68,10 @@ static int plan_fill(cudnnHandle_t h, act_conv_plan *p, int dt, int prec, int nh
                      char *err, size_t errlen) {
     cudnnDataType_t t = dnn_type(dt);
     cudnnTensorFormat_t f = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    int dev = 0;
+    KCHECK(cudaGetDevice(&dev));
+    act_conv_key key = {dev, dt, prec, nhwc, N, cin, H, W, cout, k, stride, pad};
+    p->key = key;
     KCUDNN(cudnnCreateTensorDescriptor(&p->xd));
     KCUDNN(cudnnCreateTensorDescriptor(&p->yd));
     KCUDNN(cudnnCreateFilterDescriptor(&p->wd));
@@ -68,22 +86,21 @@ static int plan_fill(cudnnHandle_t h, act_conv_plan *p, int dt, int prec, int nh
     int n, c;
     KCUDNN(cudnnGetConvolution2dForwardOutputDim(p->cd, p->xd, p->wd, &n, &c, &p->Ho, &p->Wo));
     KCUDNN(cudnnSetTensor4dDescriptor(p->yd, f, t, N, cout, p->Ho, p->Wo));
+    p->math = math;
+    p->ws_limit = ws_limit;
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int got = 0;
     KCUDNN(cudnnGetConvolutionForwardAlgorithm_v7(h, p->xd, p->wd, p->cd, p->yd,
                                                   CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf));
-    for (int i = 0; i < got; i++) {
-        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > ws_limit) continue;
-        if (prec == 0 && (!gemm_family(perf[i].algo) || perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
-                          perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
-            continue;
-        if (prec != 0) KCUDNN(cudnnSetConvolutionMathType(p->cd, perf[i].mathType));
-        size_t ws = 0;
-        if (cudnnGetConvolutionForwardWorkspaceSize(h, p->xd, p->wd, p->cd, p->yd, perf[i].algo,
-                                                    &ws) != CUDNN_STATUS_SUCCESS || ws > ws_limit)
-            continue;
-        p->algo = perf[i].algo;
-        p->ws = ws;
+    int r = act_k_conv_pick(h, p, perf, got, err, errlen);
+    if (r < 0) return -1;
+    if (r == 0) {
+        /* a measurement (conv_find.cu) may choose among the same candidates: the workspace it
+         * gets is the most any of them needs */
+        p->find_ws = p->ws;
+        for (int i = 0; i < got; i++)
+            if (act_k_conv_usable(&perf[i], prec, ws_limit) && perf[i].memory > p->find_ws)
+                p->find_ws = perf[i].memory;
         fused_fill(p, t, cout);
         return 0;
     }

@@ -1,6 +1,6 @@
 /* conv.cuh - 2D convolutions through cuDNN's legacy API, planned once per shape.
- * defines: act_conv_plan, act_k_conv_plan, act_k_conv_run, act_k_conv_plan_free, KCUDNN,
- *          act_k_conv_weight_nhwc
+ * defines: act_conv_plan, act_k_conv_plan, act_k_conv_find_need, act_k_conv_find, act_k_conv_run,
+ *          act_k_conv_plan_free, KCUDNN, act_k_conv_weight_nhwc
  * Layout: NCHW feature maps with KCRS filters, or (nhwc) NHWC feature maps with KRSC filters,
  * the form cuDNN's tensor-core kernels read without transposing.
  * A plan holds the descriptors and the algorithm chosen for one (layer, N, H, W); the bias,
@@ -20,11 +20,24 @@ extern "C" {
 
 typedef struct act_conv_plan act_conv_plan;
 
-/* prec: 0 fp32 (no TF32, GEMM-family algorithms only), 1 tf32, 2 bf16, 3 fp16 (dt is the data
- * type of x, w and y). Picks the first heuristic algorithm whose workspace fits ws_limit. */
+/* prec: 0 fp32 (no TF32, GEMM-family algorithms only), 1 tf32, 2 bf16, 3 fp16
+ * (dt is the data type of x, w and y). Picks the first heuristic algorithm whose workspace fits
+ * ws_limit. */
 int act_k_conv_plan(cudnnHandle_t h, int dt, int prec, int nhwc, int N, int cin, int H, int W,
                     int cout, int k, int stride, int pad, size_t ws_limit, act_conv_plan **out,
                     char *err, size_t errlen);
+/* Measuring instead of trusting the heuristics (conv_find.cu), outside a capture only:
+ * act_k_conv_find_need applies what an earlier measurement of the same key chose and returns 0,
+ * or returns 1 with the workspace bytes a measurement may use (the most any usable heuristic
+ * candidate needs; -1 error). Then act_k_conv_find runs cuDNN's Find on x and w, overwriting y
+ * (which must therefore not hold a residual) and synchronizing, and takes the fastest usable
+ * algorithm; 1 when none was usable and -1 when Find failed (err says why): the plan then keeps
+ * the heuristics' choice and stays usable. The plan's workspace need (act_k_conv_ws) may grow
+ * to at most ws_bytes. */
+int act_k_conv_find_need(cudnnHandle_t h, act_conv_plan *p, size_t *ws_bytes, char *err,
+                         size_t errlen);
+int act_k_conv_find(cudnnHandle_t h, act_conv_plan *p, const void *x, const void *w, void *y,
+                    void *ws, size_t ws_size, char *err, size_t errlen);
 /* y = conv(x, w) + beta * y (beta 0 or 1: 1 accumulates onto a residual already in y) */
 int act_k_conv_run(cudnnHandle_t h, const act_conv_plan *p, const void *x, const void *w,
                    float beta, void *y, void *ws, size_t ws_size, char *err, size_t errlen);

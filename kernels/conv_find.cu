@@ -1,0 +1,123 @@
+/* conv_find.cu - choose a plan's algorithm by measuring the candidates on the GPU
+ * (cudnnFindConvolutionForwardAlgorithmEx), the way PyTorch's cudnn.benchmark does, instead of
+ * taking the heuristics' first. Find runs each candidate on the real input and weights, writes
+ * y and synchronizes, so it belongs in an eager step, never in a capture.
+ * What one measurement chose is kept for the process, keyed by device, data type, precision,
+ * layout and geometry: the ResNet's repeated shapes (layer1's four 3x3 convs) and every later
+ * session of the same model measure nothing again. A failed measurement is remembered too, as
+ * "keep the heuristics' choice". */
+#include "conv_plan.cuh"
+#include <pthread.h>
+#include <string.h>
+
+#define FIND_CACHE 512
+
+typedef struct {
+    act_conv_key key;
+    int measured;                   /* 1: algo/math chosen by a measurement, 0: keep heuristics */
+    cudnnConvolutionFwdAlgo_t algo;
+    cudnnMathType_t math;
+} find_entry;
+
+static pthread_mutex_t find_mu = PTHREAD_MUTEX_INITIALIZER;
+static find_entry find_cache[FIND_CACHE];
+static int find_n;
+
+/* the cached entry for key (copied into *out): 1 found, 0 not */
+static int cache_get(const act_conv_key *key, find_entry *out) {
+    int found = 0;
+    pthread_mutex_lock(&find_mu);
+    for (int i = 0; i < find_n && !found; i++)
+        if (!memcmp(&find_cache[i].key, key, sizeof *key)) {
+            *out = find_cache[i];
+            found = 1;
+        }
+    pthread_mutex_unlock(&find_mu);
+    return found;
+}
+
+/* a full cache stops remembering; measuring again is then only slower */
+static void cache_put(const find_entry *e) {
+    find_entry old;
+    if (cache_get(&e->key, &old)) return;
+    pthread_mutex_lock(&find_mu);
+    if (find_n < FIND_CACHE) find_cache[find_n++] = *e;
+    pthread_mutex_unlock(&find_mu);
+}
+
+/* put (algo, math) into the plan as its choice; 1 if the plan cannot take it (kept as it was) */
+static int apply(cudnnHandle_t h, act_conv_plan *p, cudnnConvolutionFwdAlgo_t algo,
+                 cudnnMathType_t math, char *err, size_t errlen) {
+    cudnnConvolutionFwdAlgoPerf_t one;
+    memset(&one, 0, sizeof one);
+    one.algo = algo;
+    one.mathType = math;
+    one.status = CUDNN_STATUS_SUCCESS;
+    cudnnConvolutionFwdAlgo_t was_algo = p->algo;
+    cudnnMathType_t was_math = p->math;
+    size_t was_ws = p->ws;
+    int r = act_k_conv_pick(h, p, &one, 1, err, errlen);
+    if (r != 0) {
+        p->algo = was_algo;
+        p->math = was_math;
+        p->ws = was_ws;
+        if (cudnnSetConvolutionMathType(p->cd, was_math) != CUDNN_STATUS_SUCCESS && r == 1)
+            r = act_kerr(err, errlen, __FILE__, __LINE__, "cudnnSetConvolutionMathType",
+                         "cannot restore the heuristics' math type");
+    }
+    return r;
+}
+
+int act_k_conv_find_need(cudnnHandle_t h, act_conv_plan *p, size_t *ws_bytes, char *err,
+                         size_t errlen) {
+    find_entry e;
+    if (!cache_get(&p->key, &e)) {
+        *ws_bytes = p->find_ws;
+        return 1;
+    }
+    if (e.measured && apply(h, p, e.algo, e.math, err, errlen) < 0) return -1;
+    return 0;
+}
+
+int act_k_conv_find(cudnnHandle_t h, act_conv_plan *p, const void *x, const void *w, void *y,
+                    void *ws, size_t ws_size, char *err, size_t errlen) {
+    find_entry e;
+    memset(&e, 0, sizeof e);
+    e.key = p->key;
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int got = 0;
+    /* Find explores the math types the descriptor allows: the precision's own, as planned */
+    cudnnMathType_t want = p->key.prec == 0 ? CUDNN_FMA_MATH
+                         : p->key.prec == 1 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH;
+    cudnnStatus_t s = cudnnSetConvolutionMathType(p->cd, want);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnFindConvolutionForwardAlgorithmEx(h, p->xd, x, p->wd, w, p->cd, p->yd, y,
+                                                   CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf,
+                                                   ws, ws_size);
+    int r;
+    if (s != CUDNN_STATUS_SUCCESS) {
+        act_kerr(err, errlen, __FILE__, __LINE__, "cudnnFindConvolutionForwardAlgorithmEx",
+                 cudnnGetErrorString(s));
+        r = -1;
+    } else {
+        /* the fastest usable one; none usable (all over the workspace, or no GEMM-family one in
+         * fp32) keeps the heuristics' choice */
+        cudnnConvolutionFwdAlgo_t was_algo = p->algo;
+        size_t was_ws = p->ws;
+        r = act_k_conv_pick(h, p, perf, got, err, errlen);
+        if (r == 0) {
+            e.measured = 1;
+            e.algo = p->algo;
+            e.math = p->math;
+        } else {
+            p->algo = was_algo;
+            p->ws = was_ws;
+        }
+    }
+    /* the descriptor's math type must be the chosen algorithm's whatever happened above */
+    if (cudnnSetConvolutionMathType(p->cd, p->math) != CUDNN_STATUS_SUCCESS && r >= 0)
+        r = act_kerr(err, errlen, __FILE__, __LINE__, "cudnnSetConvolutionMathType",
+                     "cannot set the chosen math type");
+    cache_put(&e);
+    return r;
+}
