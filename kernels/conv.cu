@@ -4,6 +4,9 @@
  * capture the backend may then have conv_find.cu measure the candidates and take the fastest.
  * fp32 is the parity mode: FMA math only (cuDNN's default math allows TF32 on Ampere and
  * later) and only the GEMM-family algorithms, whose rounding is that of a plain dot product.
+ * tf32 keeps to the GEMM family too: a Winograd or FFT transform multiplies the operands'
+ * rounding error (TF32's 2^-11, not fp32's 2^-24) by its transform's growth, which the 2e-3
+ * tf32 parity budget (1.0e-3 used by the plain products) cannot absorb.
  * Bias, residual and ReLU go into the convolution itself where cuDNN's fused call
  * (cudnnConvolutionBiasActivationForward) takes them: one graph node instead of two. Whether it
  * does for a plan (data type, algorithm) is learnt at the plan's first use, which is in the
@@ -23,10 +26,10 @@ static int gemm_family(cudnnConvolutionFwdAlgo_t a) {
 
 int act_k_conv_usable(const cudnnConvolutionFwdAlgoPerf_t *c, int prec, size_t ws_limit) {
     if (c->status != CUDNN_STATUS_SUCCESS || c->memory > ws_limit) return 0;
-    if (prec != 0) return 1;
+    if (prec >= 2) return 1;
     int tensor_op = c->mathType == CUDNN_TENSOR_OP_MATH ||
                     c->mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
-    return gemm_family(c->algo) && !tensor_op;
+    return gemm_family(c->algo) && (prec == 1 || !tensor_op);
 }
 
 int act_k_conv_pick(cudnnHandle_t h, act_conv_plan *p, const cudnnConvolutionFwdAlgoPerf_t *perf,

@@ -20,7 +20,7 @@ extern "C" {
 
 typedef struct act_conv_plan act_conv_plan;
 
-/* prec: 0 fp32 (no TF32, GEMM-family algorithms only), 1 tf32, 2 bf16, 3 fp16
+/* prec: 0 fp32 (no TF32, GEMM-family algorithms only), 1 tf32 (GEMM family), 2 bf16, 3 fp16
  * (dt is the data type of x, w and y). Picks the first heuristic algorithm whose workspace fits
  * ws_limit. */
 int act_k_conv_plan(cudnnHandle_t h, int dt, int prec, int nhwc, int N, int cin, int H, int W,

@@ -28,8 +28,8 @@ struct act_conv_plan {
 };
 
 /* 1 when a candidate (heuristic or measured) may serve a plan of this precision: status
- * success, workspace within ws_limit, and in fp32 (the parity mode) a GEMM-family algorithm on
- * FMA math (Winograd and FFT transforms lose digits that the 1e-4 parity budget cannot spare) */
+ * success, workspace within ws_limit, in fp32 and tf32 a GEMM-family algorithm (Winograd and
+ * FFT transforms lose digits that their parity budgets cannot spare), in fp32 on FMA math */
 int act_k_conv_usable(const cudnnConvolutionFwdAlgoPerf_t *c, int prec, size_t ws_limit);
 /* Take the first entry of perf (best first, from the heuristics or from a measurement) that this
  * plan may use (act_k_conv_usable, and a workspace query that agrees). Sets algo, math (on cd
