@@ -38,6 +38,9 @@
 #   ncu        Nsight Compute on an eager bf16 batch-1 step: kernel time per step, the kernels that
 #              take most of it and their compute/memory speed of light (a note where the runtime
 #              gives no hardware counters)
+#   algo-ab    act-infer bench, full model, bf16 at batch 1 and 256 (algo-ab32: fp32, batch 1):
+#              conv algorithms measured by cuDNN's Find at each shape's first step (the default)
+#              vs the heuristics' first choice (ACT_CUDA_CONV_ALGO=heuristic)
 #   layout-ab  act-infer bench, full model, bf16 at batch 1 and 64, feature maps NCHW vs NHWC
 #   pipeline-ab act-infer bench, full model, bf16 at batch 64 and 256: frames uploaded per camera
 #              on a second stream while the trunk runs on the camera before, vs all at once
@@ -65,7 +68,7 @@
 # only those rows: a quick second run after a fix, inside the session's device time. The bench
 # row may use all but 90 s of what is left (torch.compile's autotuning), so ncu and the A/B rows
 # may find no time in a first full run: then a second run with
-# ACT_CHECK_ONLY=ncu,gather-ab,fusion-ab,e2e-fuse16,io-ab,group-ab (the rows that decide a
+# ACT_CHECK_ONLY=ncu,algo-ab,gather-ab,fusion-ab,e2e-fuse16,io-ab,group-ab (the rows that decide a
 # default first) and, time permitting, the other A/B rows.
 # A rehearsal without a GPU (every row's logic, on the CUDA emulator; no figure means anything):
 #   ACT_CUDA_EMULATOR=$PWD/build-dev/libact_cuda_emu.so ACT_PYTHON=/usr/bin/python3 ACT_E2E_MAX_BATCH=3 \
@@ -240,8 +243,10 @@ sanitize() {   # name seconds summary-regex cmd...
 }
 model=$TD/full.actw
 ((have_full)) || model=$TD/small.actw
-# warmup 1 runs the step eagerly, iter 1 captures it, iter 2 replays the graph
-ACT_CUDA_PIPELINE_MIN_BATCH=3 sanitize memcheck 90 "ERROR SUMMARY" --tool memcheck --error-exitcode 9 --leak-check no \
+# warmup 1 runs the step eagerly, iter 1 captures it, iter 2 replays the graph; the conv
+# algorithms are the heuristics' (measuring them all would run, and make the sanitizer patch,
+# dozens of cuDNN kernels more: the same workspace code, far past the row's time)
+ACT_CUDA_CONV_ALGO=heuristic ACT_CUDA_PIPELINE_MIN_BATCH=3 sanitize memcheck 90 "ERROR SUMMARY" --tool memcheck --error-exitcode 9 --leak-check no \
     "$BUILD/act-infer" bench --model "$model" --device cuda --precision fp32 --batch 1,3 --iters 2 \
     --warmup 1 --profile-iters 1
 ACT_OPS_ONLY=attention,norm,softmax ACT_OPS_PREC=fp32,bf16 ACT_OPS_BATCH=3 \
@@ -365,6 +370,11 @@ ab_pair() {   # row precision "batches" label-a "args-a" label-b "args-b": p50 o
     done
     row "$name" ok "$prec p50:$fig"
 }
+# conv algorithms measured at each shape's first step (cuDNN's Find, as torch's cudnn.benchmark,
+# which compare_torch's peers use) vs the heuristics' first: the default is the measurement;
+# if the heuristics win, ACT_CUDA_CONV_ALGO's default flips in cu create
+ab_pair algo-ab bf16 "1 256" heuristic ACT_CUDA_CONV_ALGO=heuristic measured ACT_CUDA_CONV_ALGO=find
+ab_pair algo-ab32 fp32 "1" heuristic ACT_CUDA_CONV_ALGO=heuristic measured ACT_CUDA_CONV_ALGO=find
 # feature-map layout: NHWC is the bf16/fp16 default on the strength of cuDNN's guidance (tensor-core
 # kernels read NHWC; NCHW adds transposes) - this row is the measurement
 ab_pair layout-ab bf16 "1 64" NCHW ACT_CUDA_LAYOUT=nchw NHWC ACT_CUDA_LAYOUT=nhwc
