@@ -747,20 +747,22 @@ static void conv_to_direct(act_backend *be, const act_conv *cv) {
 
 /* Measure a new plan's candidates (see conv.cuh) on this step's x and w, outside a capture,
  * writing y (so never where y holds a residual to accumulate onto); the workspace it may use is
- * the conv workspace when that is large enough, else a temporary one. A failed measurement
+ * the conv workspace when that is large enough, else a temporary one. keep_fusion: the conv's
+ * bias will go through cuDNN's fused call with the identity activation. A failed measurement
  * keeps the heuristics' choice (said once); only a CUDA error is an error. */
-static int conv_measure(act_backend *be, const act_conv *cv, act_conv_plan *p, const void *x,
-                        const void *w, void *y) {
+static int conv_measure(act_backend *be, const act_conv *cv, act_conv_plan *p, int keep_fusion,
+                        const void *x, const void *w, void *y) {
     cuda_ctx *c = CTX(be);
     size_t need = 0;
-    int r = act_k_conv_find_need(c->dnn, p, &need, KE);
+    int r = act_k_conv_find_need(c->dnn, p, keep_fusion, &need, KE);
     if (r <= 0) return r < 0 ? fail(be) : 0;
     void *ws = c->conv_ws, *tmp_ws = NULL;
     if (need > c->conv_ws_bytes) {
         CK(cudaMalloc(&tmp_ws, need));
         ws = tmp_ws;
     }
-    r = act_k_conv_find(c->dnn, p, x, w, y, ws, tmp_ws ? need : c->conv_ws_bytes, KE);
+    r = act_k_conv_find(c->dnn, p, keep_fusion, x, w, y, ws, tmp_ws ? need : c->conv_ws_bytes,
+                        KE);
     cudaError_t e = cudaGetLastError();
     cudaFree(tmp_ws);
     if (e != cudaSuccess) {
@@ -782,7 +784,7 @@ static int conv_measure(act_backend *be, const act_conv *cv, act_conv_plan *p, c
  * offered, or ACT_CUDA_CONV=direct). */
 static int conv_plan_for(act_backend *be, const act_conv *cv, int N, int H, int W,
                          const void *x, const void *w, void *y, int y_holds_residual,
-                         conv_entry **out) {
+                         act_epilogue epi, conv_entry **out) {
     cuda_ctx *c = CTX(be);
     for (int i = 0; i < c->n_convs; i++) {
         conv_entry *e = &c->convs[i];
@@ -803,8 +805,9 @@ static int conv_plan_for(act_backend *be, const act_conv *cv, int N, int H, int 
         conv_to_direct(be, cv);
         p = NULL;
     }
+    int keep_fusion = c->conv_fuse && cv->b && epi == ACT_EPI_NONE;
     if (p && c->conv_find && !c->capturing && !y_holds_residual &&
-        conv_measure(be, cv, p, x, w, y)) {
+        conv_measure(be, cv, p, keep_fusion, x, w, y)) {
         act_k_conv_plan_free(p);
         return -1;
     }
@@ -840,7 +843,7 @@ static int cu_conv2d(act_backend *be, const act_conv *cv, act_buf x, int N, int 
     /* a residual that is y itself is accumulated by cuDNN (beta = 1) */
     int res_in_y = residual.p && residual.p == y.p;
     conv_entry *e;
-    TRY(conv_plan_for(be, cv, N, H, W, x.p, w, y.p, res_in_y, &e));
+    TRY(conv_plan_for(be, cv, N, H, W, x.p, w, y.p, res_in_y, epi, &e));
     act_conv_plan *p = e->plan;
     int r = 1;
     if (p && c->conv_fuse) {

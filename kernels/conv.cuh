@@ -31,13 +31,14 @@ int act_k_conv_plan(cudnnHandle_t h, int dt, int prec, int nhwc, int N, int cin,
  * or returns 1 with the workspace bytes a measurement may use (the most any usable heuristic
  * candidate needs; -1 error). Then act_k_conv_find runs cuDNN's Find on x and w, overwriting y
  * (which must therefore not hold a residual) and synchronizing, and takes the fastest usable
- * algorithm; 1 when none was usable and -1 when Find failed (err says why): the plan then keeps
- * the heuristics' choice and stays usable. The plan's workspace need (act_k_conv_ws) may grow
- * to at most ws_bytes. */
-int act_k_conv_find_need(cudnnHandle_t h, act_conv_plan *p, size_t *ws_bytes, char *err,
-                         size_t errlen);
-int act_k_conv_find(cudnnHandle_t h, act_conv_plan *p, const void *x, const void *w, void *y,
-                    void *ws, size_t ws_size, char *err, size_t errlen);
+ * algorithm, or IMPLICIT_PRECOMP_GEMM whenever usable with keep_fusion (the conv's bias goes
+ * through act_k_conv_run_fused with the identity activation, which needs it); 1 when none was
+ * usable and -1 when Find failed (err says why): the plan then keeps the heuristics' choice and
+ * stays usable. The plan's workspace need (act_k_conv_ws) may grow to at most ws_bytes. */
+int act_k_conv_find_need(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, size_t *ws_bytes,
+                         char *err, size_t errlen);
+int act_k_conv_find(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, const void *x,
+                    const void *w, void *y, void *ws, size_t ws_size, char *err, size_t errlen);
 /* y = conv(x, w) + beta * y (beta 0 or 1: 1 accumulates onto a residual already in y) */
 int act_k_conv_run(cudnnHandle_t h, const act_conv_plan *p, const void *x, const void *w,
                    float beta, void *y, void *ws, size_t ws_size, char *err, size_t errlen);

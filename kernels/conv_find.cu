@@ -2,10 +2,15 @@
  * (cudnnFindConvolutionForwardAlgorithmEx), the way PyTorch's cudnn.benchmark does, instead of
  * taking the heuristics' first. Find runs each candidate on the real input and weights, writes
  * y and synchronizes, so it belongs in an eager step, never in a capture.
+ * A conv that will take its bias through cuDNN's fused call with the identity activation
+ * (keep_fusion) can do so only on IMPLICIT_PRECOMP_GEMM; it keeps that algorithm whenever Find
+ * found it usable, because the bias kernel another algorithm needs is a graph node more (~1-2 us
+ * at batch 1) and a pass over the activations at large batches, more than a faster bare
+ * convolution of these shapes is likely to win back.
  * What one measurement chose is kept for the process, keyed by device, data type, precision,
- * layout and geometry: the ResNet's repeated shapes (layer1's four 3x3 convs) and every later
- * session of the same model measure nothing again. A failed measurement is remembered too, as
- * "keep the heuristics' choice". */
+ * layout, geometry and keep_fusion: the ResNet's repeated shapes (layer1's four 3x3 convs) and
+ * every later session of the same model measure nothing again. A failed measurement is
+ * remembered too, as "keep the heuristics' choice". */
 #include "conv_plan.cuh"
 #include <pthread.h>
 #include <string.h>
@@ -14,6 +19,7 @@
 
 typedef struct {
     act_conv_key key;
+    int keep_fusion;
     int measured;                   /* 1: algo/math chosen by a measurement, 0: keep heuristics */
     cudnnConvolutionFwdAlgo_t algo;
     cudnnMathType_t math;
@@ -23,12 +29,13 @@ static pthread_mutex_t find_mu = PTHREAD_MUTEX_INITIALIZER;
 static find_entry find_cache[FIND_CACHE];
 static int find_n;
 
-/* the cached entry for key (copied into *out): 1 found, 0 not */
-static int cache_get(const act_conv_key *key, find_entry *out) {
+/* the cached entry for (key, keep_fusion) (copied into *out): 1 found, 0 not */
+static int cache_get(const act_conv_key *key, int keep_fusion, find_entry *out) {
     int found = 0;
     pthread_mutex_lock(&find_mu);
     for (int i = 0; i < find_n && !found; i++)
-        if (!memcmp(&find_cache[i].key, key, sizeof *key)) {
+        if (!memcmp(&find_cache[i].key, key, sizeof *key) &&
+            find_cache[i].keep_fusion == keep_fusion) {
             *out = find_cache[i];
             found = 1;
         }
@@ -39,7 +46,7 @@ static int cache_get(const act_conv_key *key, find_entry *out) {
 /* a full cache stops remembering; measuring again is then only slower */
 static void cache_put(const find_entry *e) {
     find_entry old;
-    if (cache_get(&e->key, &old)) return;
+    if (cache_get(&e->key, e->keep_fusion, &old)) return;
     pthread_mutex_lock(&find_mu);
     if (find_n < FIND_CACHE) find_cache[find_n++] = *e;
     pthread_mutex_unlock(&find_mu);
@@ -68,10 +75,10 @@ static int apply(cudnnHandle_t h, act_conv_plan *p, cudnnConvolutionFwdAlgo_t al
     return r;
 }
 
-int act_k_conv_find_need(cudnnHandle_t h, act_conv_plan *p, size_t *ws_bytes, char *err,
-                         size_t errlen) {
+int act_k_conv_find_need(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, size_t *ws_bytes,
+                         char *err, size_t errlen) {
     find_entry e;
-    if (!cache_get(&p->key, &e)) {
+    if (!cache_get(&p->key, keep_fusion, &e)) {
         *ws_bytes = p->find_ws;
         return 1;
     }
@@ -79,11 +86,12 @@ int act_k_conv_find_need(cudnnHandle_t h, act_conv_plan *p, size_t *ws_bytes, ch
     return 0;
 }
 
-int act_k_conv_find(cudnnHandle_t h, act_conv_plan *p, const void *x, const void *w, void *y,
-                    void *ws, size_t ws_size, char *err, size_t errlen) {
+int act_k_conv_find(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, const void *x,
+                    const void *w, void *y, void *ws, size_t ws_size, char *err, size_t errlen) {
     find_entry e;
     memset(&e, 0, sizeof e);
     e.key = p->key;
+    e.keep_fusion = keep_fusion;
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int got = 0;
     /* Find explores the math types the descriptor allows: the precision's own, as planned */
@@ -100,11 +108,18 @@ int act_k_conv_find(cudnnHandle_t h, act_conv_plan *p, const void *x, const void
                  cudnnGetErrorString(s));
         r = -1;
     } else {
-        /* the fastest usable one; none usable (all over the workspace, or no GEMM-family one in
-         * fp32) keeps the heuristics' choice */
+        /* the fastest usable one (IMPLICIT_PRECOMP_GEMM first for keep_fusion); none usable
+         * (all over the workspace, or no GEMM-family one in fp32/tf32) keeps the heuristics'
+         * choice */
         cudnnConvolutionFwdAlgo_t was_algo = p->algo;
         size_t was_ws = p->ws;
-        r = act_k_conv_pick(h, p, perf, got, err, errlen);
+        cudnnConvolutionFwdAlgoPerf_t fusable[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        int nf = 0;
+        for (int i = 0; keep_fusion && i < got; i++)
+            if (perf[i].algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM)
+                fusable[nf++] = perf[i];
+        r = nf ? act_k_conv_pick(h, p, fusable, nf, err, errlen) : 1;
+        if (r == 1) r = act_k_conv_pick(h, p, perf, got, err, errlen);
         if (r == 0) {
             e.measured = 1;
             e.algo = p->algo;
