@@ -746,15 +746,20 @@ static void conv_to_direct(act_backend *be, const act_conv *cv) {
 }
 
 /* Measure a new plan's candidates (see conv.cuh) on this step's x and w, outside a capture,
- * writing y (so never where y holds a residual to accumulate onto); the workspace it may use is
- * the conv workspace when that is large enough, else a temporary one. keep_fusion: the conv's
- * bias will go through cuDNN's fused call with the identity activation. A failed measurement
- * keeps the heuristics' choice (said once); only a CUDA error is an error. */
+ * writing y (so never where y holds a residual to accumulate onto). The choice may need at most
+ * the workspace held already or, if more, what the heuristics' choice needs (whole MiB, as
+ * conv_ws_reserve allocates), so measuring never makes the session hold more than the
+ * heuristics would (the memory goal); the measurement uses the conv workspace, or a temporary
+ * one when the heuristics' choice needs more than is held. keep_fusion: the conv's bias will go
+ * through cuDNN's fused call with the identity activation. A failed measurement keeps the
+ * heuristics' choice (said once); only a CUDA error is an error. */
 static int conv_measure(act_backend *be, const act_conv *cv, act_conv_plan *p, int keep_fusion,
                         const void *x, const void *w, void *y) {
     cuda_ctx *c = CTX(be);
-    size_t need = 0;
-    int r = act_k_conv_find_need(c->dnn, p, keep_fusion, &need, KE);
+    size_t mib = (size_t)1 << 20, need = 0;
+    size_t cap = (act_k_conv_ws(p) + mib - 1) / mib * mib;
+    if (cap < c->conv_ws_bytes) cap = c->conv_ws_bytes;
+    int r = act_k_conv_find_need(c->dnn, p, keep_fusion, cap, &need, KE);
     if (r <= 0) return r < 0 ? fail(be) : 0;
     void *ws = c->conv_ws, *tmp_ws = NULL;
     if (need > c->conv_ws_bytes) {

@@ -27,16 +27,17 @@ int act_k_conv_plan(cudnnHandle_t h, int dt, int prec, int nhwc, int N, int cin,
                     int cout, int k, int stride, int pad, size_t ws_limit, act_conv_plan **out,
                     char *err, size_t errlen);
 /* Measuring instead of trusting the heuristics (conv_find.cu), outside a capture only:
- * act_k_conv_find_need applies what an earlier measurement of the same key chose and returns 0,
- * or returns 1 with the workspace bytes a measurement may use (the most any usable heuristic
- * candidate needs; -1 error). Then act_k_conv_find runs cuDNN's Find on x and w, overwriting y
- * (which must therefore not hold a residual) and synchronizing, and takes the fastest usable
- * algorithm, or IMPLICIT_PRECOMP_GEMM whenever usable with keep_fusion (the conv's bias goes
+ * act_k_conv_find_need applies what an earlier measurement of the same key chose (if its
+ * workspace fits ws_cap) and returns 0, or returns 1 with the workspace bytes a measurement may
+ * use (the most any usable heuristic candidate needs, at most ws_cap; -1 error). Then
+ * act_k_conv_find runs cuDNN's Find on x and w, overwriting y (which must therefore not hold a
+ * residual) and synchronizing, and takes the fastest usable algorithm whose workspace fits
+ * ws_size, or IMPLICIT_PRECOMP_GEMM whenever usable with keep_fusion (the conv's bias goes
  * through act_k_conv_run_fused with the identity activation, which needs it); 1 when none was
  * usable and -1 when Find failed (err says why): the plan then keeps the heuristics' choice and
  * stays usable. The plan's workspace need (act_k_conv_ws) may grow to at most ws_bytes. */
-int act_k_conv_find_need(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, size_t *ws_bytes,
-                         char *err, size_t errlen);
+int act_k_conv_find_need(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, size_t ws_cap,
+                         size_t *ws_bytes, char *err, size_t errlen);
 int act_k_conv_find(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, const void *x,
                     const void *w, void *y, void *ws, size_t ws_size, char *err, size_t errlen);
 /* y = conv(x, w) + beta * y (beta 0 or 1: 1 accumulates onto a residual already in y) */

@@ -2,6 +2,9 @@
  * (cudnnFindConvolutionForwardAlgorithmEx), the way PyTorch's cudnn.benchmark does, instead of
  * taking the heuristics' first. Find runs each candidate on the real input and weights, writes
  * y and synchronizes, so it belongs in an eager step, never in a capture.
+ * The workspace a measurement may use, and so what its choice may need, is capped by the caller
+ * (the backend: what it holds already, or what the heuristics' choice needs if more), so that
+ * measuring never makes the session hold more device memory than the heuristics would.
  * A conv that will take its bias through cuDNN's fused call with the identity activation
  * (keep_fusion) can do so only on IMPLICIT_PRECOMP_GEMM; it keeps that algorithm whenever Find
  * found it usable, because the bias kernel another algorithm needs is a graph node more (~1-2 us
@@ -52,9 +55,20 @@ static void cache_put(const find_entry *e) {
     pthread_mutex_unlock(&find_mu);
 }
 
-/* put (algo, math) into the plan as its choice; 1 if the plan cannot take it (kept as it was) */
+/* act_k_conv_pick with the workspace held to cap as well as to the plan's limit */
+static int pick_within(cudnnHandle_t h, act_conv_plan *p, const cudnnConvolutionFwdAlgoPerf_t *perf,
+                       int n, size_t cap, char *err, size_t errlen) {
+    size_t limit = p->ws_limit;
+    if (cap < limit) p->ws_limit = cap;
+    int r = act_k_conv_pick(h, p, perf, n, err, errlen);
+    p->ws_limit = limit;
+    return r;
+}
+
+/* put (algo, math) into the plan as its choice if its workspace fits cap; 1 if the plan cannot
+ * take it (kept as it was) */
 static int apply(cudnnHandle_t h, act_conv_plan *p, cudnnConvolutionFwdAlgo_t algo,
-                 cudnnMathType_t math, char *err, size_t errlen) {
+                 cudnnMathType_t math, size_t cap, char *err, size_t errlen) {
     cudnnConvolutionFwdAlgoPerf_t one;
     memset(&one, 0, sizeof one);
     one.algo = algo;
@@ -63,7 +77,7 @@ static int apply(cudnnHandle_t h, act_conv_plan *p, cudnnConvolutionFwdAlgo_t al
     cudnnConvolutionFwdAlgo_t was_algo = p->algo;
     cudnnMathType_t was_math = p->math;
     size_t was_ws = p->ws;
-    int r = act_k_conv_pick(h, p, &one, 1, err, errlen);
+    int r = pick_within(h, p, &one, 1, cap, err, errlen);
     if (r != 0) {
         p->algo = was_algo;
         p->math = was_math;
@@ -75,14 +89,15 @@ static int apply(cudnnHandle_t h, act_conv_plan *p, cudnnConvolutionFwdAlgo_t al
     return r;
 }
 
-int act_k_conv_find_need(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, size_t *ws_bytes,
-                         char *err, size_t errlen) {
+int act_k_conv_find_need(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, size_t ws_cap,
+                         size_t *ws_bytes, char *err, size_t errlen) {
     find_entry e;
     if (!cache_get(&p->key, keep_fusion, &e)) {
-        *ws_bytes = p->find_ws;
+        *ws_bytes = p->find_ws < ws_cap ? p->find_ws : ws_cap;
         return 1;
     }
-    if (e.measured && apply(h, p, e.algo, e.math, err, errlen) < 0) return -1;
+    /* a choice over this cap (measured beside a larger workspace) keeps the heuristics' */
+    if (e.measured && apply(h, p, e.algo, e.math, ws_cap, err, errlen) < 0) return -1;
     return 0;
 }
 
@@ -118,8 +133,8 @@ int act_k_conv_find(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, const vo
         for (int i = 0; keep_fusion && i < got; i++)
             if (perf[i].algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM)
                 fusable[nf++] = perf[i];
-        r = nf ? act_k_conv_pick(h, p, fusable, nf, err, errlen) : 1;
-        if (r == 1) r = act_k_conv_pick(h, p, perf, got, err, errlen);
+        r = nf ? pick_within(h, p, fusable, nf, ws_size, err, errlen) : 1;
+        if (r == 1) r = pick_within(h, p, perf, got, ws_size, err, errlen);
         if (r == 0) {
             e.measured = 1;
             e.algo = p->algo;

@@ -1,0 +1,38 @@
+#!/bin/sh
+# find_checks.sh ACT_INFER MODEL - what measuring conv algorithms (cuDNN's Find) must not cost,
+# on the CUDA emulator (ACT_CUDA_EMULATOR set by ctest) with Find ranking its list backwards
+# (ACT_EMU_CUDNN=find-reverse), so that plans take other algorithms than the heuristics' first:
+#  1. cuDNN's fused bias stays: every fp32 conv of the model is one fused call in the captured
+#     graph (ACT_EMU_TRACE=1 prints the node counts), none a bare cudnnConvolutionForward plus a
+#     bias kernel (the identity-epilogue convs need IMPLICIT_PRECOMP_GEMM);
+#  2. device memory: the session holds no more than with the heuristics' choices
+#     (ACT_CUDA_CONV_ALGO=heuristic), at batch 3.
+set -u
+infer=$1
+model=$2
+run() {   # batch, then VAR=value... -> act-infer bench's output
+    b=$1
+    shift
+    env "$@" ACT_EMU_TRACE=1 "$infer" bench --model "$model" --device cuda --precision fp32 \
+        --batch "$b" --iters 2 --warmup 1 --profile-iters 0 2>&1
+}
+fail=0
+out=$(run 1 ACT_EMU_CUDNN=find-reverse) || { echo "$out"; exit 1; }
+graph=$(echo "$out" | grep -m1 'graph instantiated')
+echo "measured, batch 1: $graph"
+convs=$(echo "$graph" | sed -n 's/.*cudnnConvolutionBiasActivationForward=\([0-9]*\).*/\1/p')
+if [ -z "$convs" ] || echo "$graph" | grep -q 'cudnnConvolutionForward='; then
+    echo "FAIL: a conv lost cuDNN's fused bias under a measured choice"
+    fail=1
+fi
+held() { echo "$1" | sed -n 's/^memory  device \([0-9.]*\) MiB held.*/\1/p'; }
+h=$(run 3 ACT_CUDA_CONV_ALGO=heuristic) || { echo "$h"; exit 1; }
+m=$(run 3 ACT_CUDA_CONV_ALGO=find ACT_EMU_CUDNN=find-reverse) || { echo "$m"; exit 1; }
+h=$(held "$h")
+m=$(held "$m")
+echo "device memory held at batch 3: heuristic ${h:-?} MiB, measured ${m:-?} MiB"
+if [ -z "$h" ] || [ -z "$m" ] || [ "$(echo "$m $h" | awk '{print ($1 > $2)}')" != 0 ]; then
+    echo "FAIL: measuring made the session hold more device memory than the heuristics"
+    fail=1
+fi
+exit $fail
