@@ -12,8 +12,8 @@
  * convolution of these shapes is likely to win back.
  * What one measurement chose is kept for the process, keyed by device, data type, precision,
  * layout, geometry and keep_fusion: the ResNet's repeated shapes (layer1's four 3x3 convs) and
- * every later session of the same model measure nothing again. A failed measurement is
- * remembered too, as "keep the heuristics' choice". */
+ * every later session of the same model measure nothing again. A failed measurement, or one
+ * where nothing usable fit the cap, is remembered too, as "keep the heuristics' choice". */
 #include "conv_plan.cuh"
 #include <pthread.h>
 #include <string.h>
@@ -56,8 +56,9 @@ static void cache_put(const find_entry *e) {
 }
 
 /* act_k_conv_pick with the workspace held to cap as well as to the plan's limit */
-static int pick_within(cudnnHandle_t h, act_conv_plan *p, const cudnnConvolutionFwdAlgoPerf_t *perf,
-                       int n, size_t cap, char *err, size_t errlen) {
+static int pick_within(cudnnHandle_t h, act_conv_plan *p,
+                       const cudnnConvolutionFwdAlgoPerf_t *perf, int n, size_t cap, char *err,
+                       size_t errlen) {
     size_t limit = p->ws_limit;
     if (cap < limit) p->ws_limit = cap;
     int r = act_k_conv_pick(h, p, perf, n, err, errlen);
