@@ -83,8 +83,7 @@ static int plan_fill(cudnnHandle_t h, act_conv_plan *p, int dt, int prec, int nh
     KCUDNN(cudnnSetFilter4dDescriptor(p->wd, t, f, cout, cin, k, k));
     KCUDNN(cudnnSetConvolution2dDescriptor(p->cd, pad, pad, stride, stride, 1, 1,
                                            CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    cudnnMathType_t math = prec == 0 ? CUDNN_FMA_MATH
-                         : prec == 1 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH;
+    cudnnMathType_t math = act_k_conv_math(prec);
     KCUDNN(cudnnSetConvolutionMathType(p->cd, math));
     int n, c;
     KCUDNN(cudnnGetConvolution2dForwardOutputDim(p->cd, p->xd, p->wd, &n, &c, &p->Ho, &p->Wo));

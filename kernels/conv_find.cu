@@ -32,26 +32,29 @@ static pthread_mutex_t find_mu = PTHREAD_MUTEX_INITIALIZER;
 static find_entry find_cache[FIND_CACHE];
 static int find_n;
 
-/* the cached entry for (key, keep_fusion) (copied into *out): 1 found, 0 not */
-static int cache_get(const act_conv_key *key, int keep_fusion, find_entry *out) {
-    int found = 0;
-    pthread_mutex_lock(&find_mu);
-    for (int i = 0; i < find_n && !found; i++)
+/* the index of (key, keep_fusion) in the cache, or -1; with find_mu held */
+static int cache_index(const act_conv_key *key, int keep_fusion) {
+    for (int i = 0; i < find_n; i++)
         if (!memcmp(&find_cache[i].key, key, sizeof *key) &&
-            find_cache[i].keep_fusion == keep_fusion) {
-            *out = find_cache[i];
-            found = 1;
-        }
-    pthread_mutex_unlock(&find_mu);
-    return found;
+            find_cache[i].keep_fusion == keep_fusion)
+            return i;
+    return -1;
 }
 
-/* a full cache stops remembering; measuring again is then only slower */
-static void cache_put(const find_entry *e) {
-    find_entry old;
-    if (cache_get(&e->key, e->keep_fusion, &old)) return;
+/* the cached entry for (key, keep_fusion) (copied into *out): 1 found, 0 not */
+static int cache_get(const act_conv_key *key, int keep_fusion, find_entry *out) {
     pthread_mutex_lock(&find_mu);
-    if (find_n < FIND_CACHE) find_cache[find_n++] = *e;
+    int i = cache_index(key, keep_fusion);
+    if (i >= 0) *out = find_cache[i];
+    pthread_mutex_unlock(&find_mu);
+    return i >= 0;
+}
+
+/* the first entry for a key stays; a full cache stops remembering (measuring again is then only
+ * slower) */
+static void cache_put(const find_entry *e) {
+    pthread_mutex_lock(&find_mu);
+    if (cache_index(&e->key, e->keep_fusion) < 0 && find_n < FIND_CACHE) find_cache[find_n++] = *e;
     pthread_mutex_unlock(&find_mu);
 }
 
@@ -75,18 +78,10 @@ static int apply(cudnnHandle_t h, act_conv_plan *p, cudnnConvolutionFwdAlgo_t al
     one.algo = algo;
     one.mathType = math;
     one.status = CUDNN_STATUS_SUCCESS;
-    cudnnConvolutionFwdAlgo_t was_algo = p->algo;
-    cudnnMathType_t was_math = p->math;
-    size_t was_ws = p->ws;
     int r = pick_within(h, p, &one, 1, cap, err, errlen);
-    if (r != 0) {
-        p->algo = was_algo;
-        p->math = was_math;
-        p->ws = was_ws;
-        if (cudnnSetConvolutionMathType(p->cd, was_math) != CUDNN_STATUS_SUCCESS && r == 1)
-            r = act_kerr(err, errlen, __FILE__, __LINE__, "cudnnSetConvolutionMathType",
-                         "cannot restore the heuristics' math type");
-    }
+    if (r != 0 && cudnnSetConvolutionMathType(p->cd, p->math) != CUDNN_STATUS_SUCCESS && r == 1)
+        r = act_kerr(err, errlen, __FILE__, __LINE__, "cudnnSetConvolutionMathType",
+                     "cannot restore the heuristics' math type");
     return r;
 }
 
@@ -111,9 +106,7 @@ int act_k_conv_find(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, const vo
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int got = 0;
     /* Find explores the math types the descriptor allows: the precision's own, as planned */
-    cudnnMathType_t want = p->key.prec == 0 ? CUDNN_FMA_MATH
-                         : p->key.prec == 1 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH;
-    cudnnStatus_t s = cudnnSetConvolutionMathType(p->cd, want);
+    cudnnStatus_t s = cudnnSetConvolutionMathType(p->cd, act_k_conv_math(p->key.prec));
     if (s == CUDNN_STATUS_SUCCESS)
         s = cudnnFindConvolutionForwardAlgorithmEx(h, p->xd, x, p->wd, w, p->cd, p->yd, y,
                                                    CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf,
@@ -127,8 +120,6 @@ int act_k_conv_find(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, const vo
         /* the fastest usable one (IMPLICIT_PRECOMP_GEMM first for keep_fusion); none usable
          * (all over the workspace, or no GEMM-family one in fp32/tf32) keeps the heuristics'
          * choice */
-        cudnnConvolutionFwdAlgo_t was_algo = p->algo;
-        size_t was_ws = p->ws;
         cudnnConvolutionFwdAlgoPerf_t fusable[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
         int nf = 0;
         for (int i = 0; keep_fusion && i < got; i++)
@@ -140,9 +131,6 @@ int act_k_conv_find(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, const vo
             e.measured = 1;
             e.algo = p->algo;
             e.math = p->math;
-        } else {
-            p->algo = was_algo;
-            p->ws = was_ws;
         }
     }
     /* the descriptor's math type must be the chosen algorithm's whatever happened above */

@@ -1,7 +1,8 @@
 /* conv_plan.cuh - the inside of a cuDNN convolution plan, shared by conv.cu (planning by
  * heuristics, running) and conv_find.cu (choosing by measurement). Not part of the kernels' API:
  * the backend sees act_conv_plan only through conv.cuh.
- * defines: struct act_conv_plan, act_conv_key, act_k_conv_usable, act_k_conv_pick */
+ * defines: struct act_conv_plan, act_conv_key, act_k_conv_math, act_k_conv_usable,
+ *          act_k_conv_pick */
 #ifndef ACT_KERNELS_CONV_PLAN_CUH
 #define ACT_KERNELS_CONV_PLAN_CUH
 #include "conv.cuh"
@@ -27,14 +28,19 @@ struct act_conv_plan {
     int fused;                      /* bias/activation fusion: 0 untried, 1 works, -1 not offered */
 };
 
+/* the math type a plan of precision prec asks cuDNN for (and Find explores): fp32 FMA only
+ * (no TF32), tf32 cuDNN's default (TF32 allowed), bf16/fp16 tensor ops */
+static inline cudnnMathType_t act_k_conv_math(int prec) {
+    return prec == 0 ? CUDNN_FMA_MATH : prec == 1 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH;
+}
 /* 1 when a candidate (heuristic or measured) may serve a plan of this precision: status
  * success, workspace within ws_limit, in fp32 and tf32 a GEMM-family algorithm (Winograd and
  * FFT transforms lose digits that their parity budgets cannot spare), in fp32 on FMA math */
 int act_k_conv_usable(const cudnnConvolutionFwdAlgoPerf_t *c, int prec, size_t ws_limit);
 /* Take the first entry of perf (best first, from the heuristics or from a measurement) that this
  * plan may use (act_k_conv_usable, and a workspace query that agrees). Sets algo, math (on cd
- * too) and ws. 0 taken, 1 none usable (cd's math type is then whatever the last candidate set:
- * the caller restores it), -1 error. */
+ * too) and ws, and nothing else of the plan. 0 taken, 1 none usable (cd's math type is then
+ * whatever the last candidate set: the caller restores it from p->math), -1 error. */
 int act_k_conv_pick(cudnnHandle_t h, act_conv_plan *p, const cudnnConvolutionFwdAlgoPerf_t *perf,
                     int got, char *err, size_t errlen);
 #endif
