@@ -6,12 +6,14 @@
  * INVALID_VALUE, type combinations without a kernel NOT_SUPPORTED, and an operand, bias or
  * workspace outside device memory is a fault (at the call, and before every run if it was freed
  * since). Descriptor attributes must come with their exact
- * size, as the real library demands. The heuristic returns one algorithm when the problem is
- * supported; the algorithm remembers the alignments the preference allowed and the problem it
- * was chosen for, and cublasLtMatmul refuses (NOT_SUPPORTED) a call whose pointers are less
- * aligned or whose descriptors differ, so a caller that lies to the heuristic is caught here
- * rather than by a misaligned-address fault on a GPU. The algorithm also claims up to 1 MiB of
- * workspace (what the preference allows), so a caller's workspace plumbing is exercised.
+ * size, as the real library demands. The heuristic returns up to two algorithms (as many as
+ * asked for) when the problem is supported: #0 claims up to 1 MiB of workspace (what the
+ * preference allows), so a caller's workspace plumbing is exercised, #1 none. An algorithm
+ * remembers the alignments the preference allowed and the problem it was chosen for, and
+ * cublasLtMatmul refuses (NOT_SUPPORTED) a call whose pointers are less aligned or whose
+ * descriptors differ, so a caller that lies to the heuristic is caught here rather than by a
+ * misaligned-address fault on a GPU. Both compute alike; a run is listed by ACT_EMU_TRACE=2 as
+ * "cublasLtMatmul #i" (counted as cublasLtMatmul), so a test can see which one a caller chose.
  *
  * Numerics: operands widened (TF32/16-bit rounding as in emu_blas.cc), multiplied by sgemm in
  * fp32, then bias (fp32, or read in the output type) added and ReLU applied in fp32, and the
@@ -20,12 +22,17 @@
  * ACT_EMU_CUBLASLT=none makes the heuristic offer nothing; =refuse makes every cublasLtMatmul
  * return NOT_SUPPORTED before it enqueues anything; =strict-bias takes a bias epilogue only with
  * the bias in D's type, as cublasLt.h documents it (outside IMMA and fp8), refusing an fp32 bias
- * beside a 16-bit D (all read at each call, to test a caller's fallbacks). */
+ * beside a 16-bit D; =refuse-first refuses every run of algorithm #0, =refuse-others of the
+ * others; =slow-first makes each run of #0 take 2 ms more (a host sleep, which events time), so
+ * a caller that times the candidates has a clear winner (all read at each call, to test a
+ * caller's fallbacks and choices). */
 #include <cblas.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <string>
 #include <vector>
 #include "cublasLt.h"
 #include "emu_internal.h"
@@ -37,6 +44,7 @@ namespace {
 const uint64_t LAYOUT_MAGIC = 0x4c61796f75744c74ull, DESC_MAGIC = 0x446573634c744d6dull,
                PREF_MAGIC = 0x507265664c744d6dull, ALGO_MAGIC = 0x416c676f4c744d6dull;
 const size_t ALGO_WS = (size_t)1 << 20;
+const int N_ALGOS = 2;
 
 struct layout {
     uint64_t magic;
@@ -64,6 +72,7 @@ struct algo {
     uint64_t problem;     /* fingerprint of descriptor + layouts */
     uint64_t ws;
     uint32_t align[5];    /* A, B, C, D, bias */
+    uint32_t index;       /* its place in the heuristic's list */
 };
 static_assert(sizeof(layout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "layout fits");
 static_assert(sizeof(desc) <= sizeof(cublasLtMatmulDescOpaque_t), "desc fits");
@@ -322,7 +331,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle,
     const size_t need[5] = {type_size(a->type), type_size(b->type), type_size(c->type),
                             type_size(dd->type), (d->epi & CUBLASLT_EPILOGUE_BIAS)
                                                      ? type_size((cudaDataType_t)p.bias_type) : 1};
-    algo g = {ALGO_MAGIC, p.print, q->ws < ALGO_WS ? q->ws : ALGO_WS, {0, 0, 0, 0, 0}};
+    algo g = {ALGO_MAGIC, p.print, q->ws < ALGO_WS ? q->ws : ALGO_WS, {0, 0, 0, 0, 0}, 0};
     for (int i = 0; i < 4; i++) {
         if (q->align[i] < need[i] || (q->align[i] & (q->align[i] - 1))) return CUBLAS_STATUS_SUCCESS;
         g.align[i] = q->align[i];
@@ -330,14 +339,19 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle,
     /* the bias pointer is not dereferenced, but its alignment is read from it */
     g.align[4] = (d->epi & CUBLASLT_EPILOGUE_BIAS) ? align_of(d->bias) : 1;
     if (g.align[4] < need[4]) return CUBLAS_STATUS_SUCCESS;
-    cublasLtMatmulHeuristicResult_t r;
-    memset(&r, 0, sizeof r);
-    memcpy(&r.algo, &g, sizeof g);
-    r.workspaceSize = g.ws;
-    r.state = CUBLAS_STATUS_SUCCESS;
-    r.wavesCount = 1.0f;
-    heuristicResultsArray[0] = r;
-    *returnAlgoCount = 1;
+    int n = requestedAlgoCount < N_ALGOS ? requestedAlgoCount : N_ALGOS;
+    for (int i = 0; i < n; i++) {
+        g.index = (uint32_t)i;
+        if (i > 0) g.ws = 0;
+        cublasLtMatmulHeuristicResult_t r;
+        memset(&r, 0, sizeof r);
+        memcpy(&r.algo, &g, sizeof g);
+        r.workspaceSize = g.ws;
+        r.state = CUBLAS_STATUS_SUCCESS;
+        r.wavesCount = 1.0f;
+        heuristicResultsArray[i] = r;
+    }
+    *returnAlgoCount = n;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -369,7 +383,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     if (align_of(A) < g.align[0] || align_of(B) < g.align[1] || align_of(C) < g.align[2] ||
         align_of(D) < g.align[3] || (has_bias && align_of(d.bias) < g.align[4]))
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (env_is("refuse")) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (env_is("refuse") || (env_is("refuse-first") && g.index == 0) ||
+        (env_is("refuse-others") && g.index != 0))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    const int slow = env_is("slow-first") && g.index == 0;
     if (p.m == 0 || p.n == 0) return CUBLAS_STATUS_SUCCESS;
     const float al = *(const float *)alpha, be = *(const float *)beta;
     int kk = p.k > 0;
@@ -385,6 +402,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
 
     const layout la = *a, lb = *b, lc = *c, ld = *dd;
     auto op = [=]() {
+        if (slow) {
+            struct timespec ts = {0, 2000000};
+            nanosleep(&ts, nullptr);
+        }
         uint64_t m = p.m, n = p.n, k = p.k;
         std::vector<float> acc(m * n, 0.0f);
         if (k > 0) {
@@ -406,7 +427,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                 emu_store(D, ld.type, j * ld.ld + i, v);
             }
     };
-    return emu_enqueue(stream, "cublasLtMatmul", op, std::move(used)) == cudaSuccess
+    return emu_enqueue_as(stream, "cublasLtMatmul", "cublasLtMatmul #" + std::to_string(g.index),
+                          op, std::move(used)) == cudaSuccess
                ? CUBLAS_STATUS_SUCCESS
                : CUBLAS_STATUS_EXECUTION_FAILED;
 }

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <functional>
+#include <string>
 #include <vector>
 #include "cuda_runtime.h"
 
@@ -28,6 +29,10 @@ typedef std::vector<emu_operand> emu_operands;
  * bad stream handle, a sticky fault, a capture already invalidated). */
 cudaError_t emu_enqueue(cudaStream_t st, const char *what, std::function<void(void)> op,
                         emu_operands operands);
+/* the same with a name of its own for traces and errors: kind (a string literal) is what
+ * ACT_EMU_TRACE counts it as, what is the name the node listing and faults give */
+cudaError_t emu_enqueue_as(cudaStream_t st, const char *kind, std::string what,
+                           std::function<void(void)> op, emu_operands operands);
 
 /* 1 when [p, p + bytes) lies inside one live cudaMalloc allocation */
 int emu_is_device_range(const void *p, size_t bytes);

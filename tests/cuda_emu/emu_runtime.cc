@@ -863,12 +863,17 @@ cudaError_t emu_submit_launch(const char *name, dim3 grid, dim3 block, size_t sm
 
 /* ---------------- emu_internal.h ---------------- */
 
-cudaError_t emu_enqueue(cudaStream_t st, const char *what, std::function<void(void)> op,
-                        emu_operands operands) {
+cudaError_t emu_enqueue_as(cudaStream_t st, const char *kind, std::string what,
+                           std::function<void(void)> op, emu_operands operands) {
     API_ENTRY();
     emu_stream *s = resolve(st);
     if (!s) return ret(cudaErrorInvalidResourceHandle);
-    return ret(enqueue_op(s, what, what, std::move(op), std::move(operands)));
+    return ret(enqueue_op(s, kind, std::move(what), std::move(op), std::move(operands)));
+}
+
+cudaError_t emu_enqueue(cudaStream_t st, const char *what, std::function<void(void)> op,
+                        emu_operands operands) {
+    return emu_enqueue_as(st, what, what, std::move(op), std::move(operands));
 }
 
 int emu_is_device_range(const void *p, size_t bytes) {

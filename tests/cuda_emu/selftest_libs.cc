@@ -295,9 +295,10 @@ static int lt_make(const lt_args &g, int lda, int ldb, int ldd, const void *bias
     return ok;
 }
 
-/* the heuristic's first algorithm under alignment al for every matrix; returns the count */
+/* the heuristic's first `want` algorithms under alignment al for every matrix; returns the
+ * count */
 static int lt_algo(cublasLtHandle_t lt, const lt_op &o, uint32_t al, uint64_t ws,
-                   cublasLtMatmulHeuristicResult_t *r, cublasStatus_t *st) {
+                   cublasLtMatmulHeuristicResult_t *r, cublasStatus_t *st, int want = 1) {
     cublasLtMatmulPreference_t pref = NULL;
     int n = 0;
     *st = cublasLtMatmulPreferenceCreate(&pref);
@@ -317,7 +318,7 @@ static int lt_algo(cublasLtHandle_t lt, const lt_op &o, uint32_t al, uint64_t ws
         *st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                                    &red, sizeof red);
     if (*st == CUBLAS_STATUS_SUCCESS)
-        *st = cublasLtMatmulAlgoGetHeuristic(lt, o.op, o.a, o.b, o.d, o.d, pref, 1, r, &n);
+        *st = cublasLtMatmulAlgoGetHeuristic(lt, o.op, o.a, o.b, o.d, o.d, pref, want, r, &n);
     cublasLtMatmulPreferenceDestroy(pref);
     return n;
 }
@@ -506,6 +507,71 @@ static void lt_errors(cublasLtHandle_t lt) {
     s = heur(e, 16, 16, 8);
     CHECK(s == CUBLAS_STATUS_NOT_SUPPORTED, "unknown epilogue gave %s", cublasLtGetStatusString(s));
     cudaFree(d);
+}
+
+/* The heuristic's candidate list (what a caller that times them chooses from): two when asked
+ * for more, #0 with workspace and #1 without, computing alike; ACT_EMU_CUBLASLT=refuse-first /
+ * refuse-others refuse the runs of #0 / the others, slow-first makes a run of #0 last 2 ms
+ * more by the events */
+static void lt_candidates(cublasLtHandle_t lt) {
+    lt_args g = {CUBLAS_OP_T, CUBLAS_OP_N, 24, 5, 40, CUDA_R_16BF, CUDA_R_16BF,
+                 CUBLAS_COMPUTE_32F, CUBLASLT_EPILOGUE_RELU_BIAS, CUDA_R_32F, 0};
+    vec A = rand_vec((size_t)40 * 24, g.t), B = rand_vec((size_t)40 * 5, g.t);
+    vec bias = rand_vec(24, CUDA_R_32F), D0((size_t)24 * 5, NAN);
+    void *dA = to_device(A, g.t), *dB = to_device(B, g.t), *dbias = to_device(bias, CUDA_R_32F);
+    void *dD[2] = {to_device(D0, g.td), to_device(D0, g.td)};
+    lt_op o;
+    lt_make(g, 40, 40, 24, dbias, &o);
+    cublasLtMatmulHeuristicResult_t r[8];
+    cublasStatus_t s;
+    int n = lt_algo(lt, o, 256, LT_WS, r, &s, 8);
+    CHECK(s == CUBLAS_STATUS_SUCCESS && n == 2, "8 candidates asked for: %d (%s)", n,
+          cublasLtGetStatusString(s));
+    if (n != 2) return;
+    CHECK(r[0].workspaceSize == ((size_t)1 << 20) && r[1].workspaceSize == 0 &&
+              memcmp(&r[0].algo, &r[1].algo, sizeof r[0].algo),
+          "candidates: workspaces %zu and %zu, algorithms %s", r[0].workspaceSize,
+          r[1].workspaceSize, memcmp(&r[0].algo, &r[1].algo, sizeof r[0].algo) ? "differ" : "equal");
+    const float one = 1.0f, zero = 0.0f;
+    auto run = [&](int i, void *D) {
+        return cublasLtMatmul(lt, o.op, &one, dA, o.a, dB, o.b, &zero, D, o.d, D, o.d,
+                              &r[i].algo, g_lt_ws, LT_WS, g_st);
+    };
+    for (int i = 0; i < 2; i++) {
+        s = run(i, dD[i]);
+        CHECK(s == CUBLAS_STATUS_SUCCESS, "candidate #%d: %s", i, cublasLtGetStatusString(s));
+    }
+    CHECK(cudaStreamSynchronize(g_st) == cudaSuccess, "lt candidates sync");
+    vec d0 = from_device(dD[0], g.td, D0.size()), d1 = from_device(dD[1], g.td, D0.size());
+    CHECK(!memcmp(d0.data(), d1.data(), d0.size() * sizeof d0[0]) && d0[0] == d0[0],
+          "the two candidates computed different results");
+    const char *modes[2] = {"refuse-first", "refuse-others"};
+    for (int m = 0; m < 2; m++) {
+        setenv("ACT_EMU_CUBLASLT", modes[m], 1);
+        cublasStatus_t s0 = run(0, dD[0]), s1 = run(1, dD[1]);
+        unsetenv("ACT_EMU_CUBLASLT");
+        CHECK((s0 == CUBLAS_STATUS_NOT_SUPPORTED) == (m == 0) &&
+                  (s1 == CUBLAS_STATUS_NOT_SUPPORTED) == (m == 1) &&
+                  (s0 == CUBLAS_STATUS_SUCCESS || s1 == CUBLAS_STATUS_SUCCESS),
+              "ACT_EMU_CUBLASLT=%s: #0 %s, #1 %s", modes[m], cublasLtGetStatusString(s0),
+              cublasLtGetStatusString(s1));
+    }
+    cudaEvent_t ev[2];
+    float ms = 0;
+    cudaEventCreate(&ev[0]);
+    cudaEventCreate(&ev[1]);
+    setenv("ACT_EMU_CUBLASLT", "slow-first", 1);
+    cudaEventRecord(ev[0], g_st);
+    s = run(0, dD[0]);
+    cudaEventRecord(ev[1], g_st);
+    unsetenv("ACT_EMU_CUBLASLT");
+    CHECK(s == CUBLAS_STATUS_SUCCESS && cudaEventSynchronize(ev[1]) == cudaSuccess &&
+              cudaEventElapsedTime(&ms, ev[0], ev[1]) == cudaSuccess && ms >= 2.0f,
+          "ACT_EMU_CUBLASLT=slow-first: a run of #0 took %g ms by the events (%s)", ms,
+          cublasLtGetStatusString(s));
+    cudaEventDestroy(ev[0]);
+    cudaEventDestroy(ev[1]);
+    for (void *p : {dA, dB, dbias, dD[0], dD[1]}) cudaFree(p);
 }
 
 /* ---------------- convolution ---------------- */
@@ -1181,7 +1247,7 @@ static void stale_tests(void) {
     in_child("gemm replayed after operand B was freed", child_gemm_operand,
              {"FAULT in cublasGemmEx: operand B (", kStale});
     in_child("cuBLASLt matmul replayed after its workspace was freed", child_lt_workspace,
-             {"FAULT in cublasLtMatmul: the workspace (", kStale});
+             {"FAULT in cublasLtMatmul #0: the workspace (", kStale});
 }
 
 /* last: a fault is sticky */
@@ -1245,6 +1311,7 @@ int main(void) {
     CHECK(cudaMalloc(&g_lt_ws, LT_WS) == cudaSuccess, "lt workspace");
     lt_tests(lt);
     lt_errors(lt);
+    lt_candidates(lt);
     heuristic_tests(dh);
     find_tests(dh);
     conv_tests(dh);
