@@ -5,10 +5,10 @@
  * Each op resolves its weights to device pointers and calls an extern "C" launcher from
  * kernels/<family>.cuh on the backend's own non-blocking stream; cuBLAS and cuDNN run on that stream
  * too. Nothing here synchronizes or allocates except be->sync, setup-time calls (load_weights,
- * sinusoid_table) and, in the eager first step of a shape, conv plans (host memory), the
- * measurement of their algorithms (cuDNN's Find: it synchronizes, and may take a temporary
- * workspace) and the conv workspace when a plan needs it larger (below); captured and replayed
- * steps never do.
+ * sinusoid_table) and, in the eager first step of a shape, conv and cuBLASLt plans (host
+ * memory), the measurement of their algorithms (cuDNN's Find, which may take a temporary
+ * workspace, and the timing of cuBLASLt's candidates: both synchronize) and the conv workspace
+ * when a plan needs it larger (below); captured and replayed steps never do.
  *
  * Weights: the model's fp32 blob is uploaded once (tensor->offset indexes it on the device as on
  * the host). For bf16/fp16 a copy of the whole blob in that type serves the GEMM and conv weights
@@ -135,6 +135,7 @@ typedef struct {
     int conv_fuse;                  /* try cuDNN's fused conv+bias+activation (cu_setup says when) */
     int conv_find;                  /* measure new conv plans' candidates (ACT_CUDA_CONV_ALGO) */
     int warned_find;                /* a failed measurement was reported */
+    int gemm_measure;               /* time new cuBLASLt plans' candidates (ACT_CUDA_GEMM_ALGO) */
     int gelu_tanh;                  /* GELU linears may use cuBLASLt's tanh-form epilogue
                                      * (decided with ACT_CUDA_GELU's check at create) */
     int nhwc;                       /* feature maps NHWC, conv filters KRSC (else NCHW / KCRS) */
@@ -908,8 +909,8 @@ static int cu_spatial_softmax(act_backend *be, act_buf x, int N, int K, int HW,
  * from the model's erf GELU, under those outputs' rounding but not under fp32 parity. Bias-less
  * linears and erf GELU are cublasGemmEx plus the bias/activation kernel, and so is any shape
  * cuBLASLt declines (said once on stderr) or every linear under ACT_CUDA_GEMM=gemmex. Plans are
- * made at a shape's first call, which is in the eager first step of a key, so no heuristic runs
- * in a capture. */
+ * made at a shape's first call, which is in the eager first step of a key, so no heuristic and
+ * no measurement of its candidates (lt_measure) runs in a capture. */
 static void lt_give_up(act_backend *be, const act_linear *l, lt_entry *e) {
     cuda_ctx *c = CTX(be);
     if (!c->warned_lt)
@@ -918,6 +919,18 @@ static void lt_give_up(act_backend *be, const act_linear *l, lt_entry *e) {
     c->warned_lt = 1;
     act_k_lt_plan_free(e->plan);
     e->plan = NULL;
+}
+
+/* A new plan's algorithm, timed among the heuristic's candidates on this call's own operands
+ * (ACT_CUDA_GEMM_ALGO=measure, the default; the choice is kept for the process), or the
+ * heuristic's first (=heuristic, or inside a capture, where nothing may wait). bias: the one the
+ * plan's runs take. */
+static int lt_measure(act_backend *be, lt_entry *e, const void *W, const void *x,
+                      const void *bias, void *y) {
+    cuda_ctx *c = CTX(be);
+    if (!c->gemm_measure || c->capturing) return 0;
+    return act_k_lt_measure(c->lt, e->plan, c->dev, W, x, bias, y, c->blas_ws, CUBLAS_WS_BYTES,
+                            c->st, KE);
 }
 
 /* bias: fp32; bias_low: the same values in the weights' bf16/fp16 (NULL in fp32/tf32), the
@@ -949,7 +962,7 @@ static int lt_plan_for(act_backend *be, const act_linear *l, int M, int epi, con
     int tf32 = be->precision == ACT_TF32;
     if (!act_k_lt_plan(c->lt, c->wdt, xdt, y.dt, M, l->out, l->in, tf32, epi, W, x, bias,
                        ACT_DT_F32, y.p, CUBLAS_WS_BYTES, &(*out)->plan, KE))
-        return 0;
+        return lt_measure(be, *out, W, x, bias, y.p);
     if (bias_low && (int)y.dt == c->wdt) {   /* a 16-bit output (bias_low: bf16/fp16 only) */
         char why[sizeof be->err];
         snprintf(why, sizeof why, "%s", be->err);
@@ -959,7 +972,7 @@ static int lt_plan_for(act_backend *be, const act_linear *l, int M, int epi, con
                 fprintf(stderr, "act-engine: %s; linear '%s' and any like it take the bias in "
                         "the output's type\n", why, l->w->name);
             c->warned_lt_bias = 1;
-            return 0;
+            return lt_measure(be, *out, W, x, bias_low, y.p);
         }
     }
     lt_give_up(be, l, *out);
@@ -1429,6 +1442,18 @@ int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, ch
         return -1;
     }
     c->conv_find = !(algo && !strcmp(algo, "heuristic"));
+    /* cuBLASLt algorithms likewise: timed among the heuristic's candidates at each new linear
+     * shape's eager first step (what torch.compile's max-autotune does for its GEMMs), or the
+     * heuristic's first */
+    const char *galgo = getenv("ACT_CUDA_GEMM_ALGO");
+    if (galgo && *galgo && strcmp(galgo, "measure") && strcmp(galgo, "heuristic")) {
+        snprintf(err, errlen, "cuda backend: ACT_CUDA_GEMM_ALGO=%s: expected measure or "
+                 "heuristic", galgo);
+        free(c);
+        free(be);
+        return -1;
+    }
+    c->gemm_measure = !(galgo && !strcmp(galgo, "heuristic"));
     c->nhwc = lay && *lay ? !strcmp(lay, "nhwc") : c->adt != ACT_DT_F32;
     be->feature_nhwc = c->nhwc;
     /* per-camera upload/trunk pipelining from this batch on: below it the transfer is too short

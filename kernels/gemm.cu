@@ -18,11 +18,13 @@
  * model's is exact erf, so the caller asks for it only where the output's rounding hides the
  * difference (bf16/fp16).
  *
- * A plan holds the descriptors and the heuristic's algorithm. The heuristic is told the real
+ * A plan holds the descriptors and the heuristic's algorithms (up to KLT_CANDIDATES, best
+ * first: the runs take the first unless gemm_tune.cu measured another faster). The heuristic is
+ * told the real
  * alignment of every operand (the default assumption is 256 bytes, which a row slice of a
  * packed weight or an offset activation need not have), and the bias pointer itself (the
  * heuristic reads its alignment from it); a run checks its pointers are no less aligned. */
-#include "gemm.cuh"
+#include "gemm_plan.cuh"
 #include <stdint.h>
 #include <stdlib.h>
 #include <library_types.h>
@@ -55,15 +57,6 @@ int act_k_linear(cublasHandle_t h, const void *W, int wdt, const void *x, int xd
 }
 
 /* ---------------- cuBLASLt ---------------- */
-
-struct act_lt_plan {
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t a, b, d;        /* W^T (op T of [in][out]), X^T [in][M], Y^T [out][M] */
-    cublasLtMatmulAlgo_t algo;
-    size_t ws;                             /* workspace the algorithm needs */
-    int bias_dt;                           /* KDT_* of the bias the runs take */
-    unsigned align_w, align_x, align_y, align_b;
-};
 
 unsigned act_k_align(const void *p) {
     uintptr_t a = (uintptr_t)p;
@@ -145,11 +138,12 @@ int act_k_lt_plan(cublasLtHandle_t lt, int wdt, int xdt, int ydt, int M, int out
     const char *what = "cublasLtMatmulPreferenceSetAttribute";
     for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++)
         s = cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al[i], sizeof al[i]);
-    cublasLtMatmulHeuristicResult_t r;
+    cublasLtMatmulHeuristicResult_t r[KLT_CANDIDATES];
     int n = 0;
     if (s == CUBLAS_STATUS_SUCCESS) {
         what = "cublasLtMatmulAlgoGetHeuristic";
-        s = cublasLtMatmulAlgoGetHeuristic(lt, p->op, p->a, p->b, p->d, p->d, pref, 1, &r, &n);
+        s = cublasLtMatmulAlgoGetHeuristic(lt, p->op, p->a, p->b, p->d, p->d, pref,
+                                           KLT_CANDIDATES, r, &n);
     }
     cublasLtMatmulPreferenceDestroy(pref);
     if (s != CUBLAS_STATUS_SUCCESS) {
@@ -157,7 +151,12 @@ int act_k_lt_plan(cublasLtHandle_t lt, int wdt, int xdt, int ydt, int M, int out
         act_k_lt_plan_free(p);
         return -1;
     }
-    if (n < 1 || r.state != CUBLAS_STATUS_SUCCESS) {
+    for (int i = 0; i < n && i < KLT_CANDIDATES; i++)
+        if (r[i].state == CUBLAS_STATUS_SUCCESS && r[i].workspaceSize <= ws_bytes) {
+            p->cand[p->n_cand] = r[i].algo;
+            p->cand_ws[p->n_cand++] = r[i].workspaceSize;
+        }
+    if (p->n_cand < 1) {
         snprintf(err, errlen, "cuBLASLt has no algorithm for a %d x %d x %d %s GEMM with a %s "
                  "epilogue (%s bias)", out, M, in,
                  wdt == KDT_F32 ? (tf32 ? "tf32" : "fp32") : "16-bit", epi_name[epi],
@@ -165,8 +164,11 @@ int act_k_lt_plan(cublasLtHandle_t lt, int wdt, int xdt, int ydt, int M, int out
         act_k_lt_plan_free(p);
         return -1;
     }
-    p->algo = r.algo;
-    p->ws = r.workspaceSize;
+    p->algo = p->cand[0];
+    p->ws = p->cand_ws[0];
+    const act_lt_key key = {0, wdt, xdt, ydt, M, out, in, tf32, epi, bias_dt,
+                            p->align_w, p->align_x, p->align_y, p->align_b};
+    p->key = key;
     *plan = p;
     return 0;
 }

@@ -1,6 +1,6 @@
 /* gemm.cuh - the linear layers through cuBLAS, and through cuBLASLt with the bias (and ReLU)
  * fused into the GEMM's epilogue. defines: act_k_linear, act_k_lt_plan, act_k_lt_run,
- * act_k_lt_plan_free, act_k_align, KCUBLAS */
+ * act_k_lt_plan_free, act_k_lt_measure, act_k_align, KCUBLAS */
 #ifndef ACT_KERNELS_GEMM_CUH
 #define ACT_KERNELS_GEMM_CUH
 #include "common.cuh"
@@ -28,10 +28,11 @@ enum { KLT_EPI_BIAS = 0, KLT_EPI_RELU = 1, KLT_EPI_GELU_TANH = 2 };
 /* A cuBLASLt plan for y[M][out] = epi(x W^T + bias) (epi a KLT_EPI_*), same dtypes and
  * precision rules as act_k_linear, bias [out] of type bias_dt: KDT_F32, or ydt itself (the only
  * type cublasLt.h documents for a bias beside a 16-bit output; the caller tries fp32 first).
- * Made on the host only (descriptors and the heuristic's first algorithm within ws_bytes of
- * workspace); it is valid for pointers at least as aligned as the ones given here
- * (act_k_align), which the heuristic was told about. Returns -1 with the reason in err when
- * cuBLASLt offers nothing: the caller falls back. */
+ * Made on the host only (descriptors and the heuristic's candidates within ws_bytes of
+ * workspace; runs take the first unless act_k_lt_measure chose another); it is valid for
+ * pointers at least as aligned as the ones given here (act_k_align), which the heuristic was
+ * told about. Returns -1 with the reason in err when cuBLASLt offers nothing: the caller falls
+ * back. */
 typedef struct act_lt_plan act_lt_plan;
 int act_k_lt_plan(cublasLtHandle_t lt, int wdt, int xdt, int ydt, int M, int out, int in,
                   int tf32, int epi, const void *W, const void *x, const void *bias, int bias_dt,
@@ -44,6 +45,14 @@ int act_k_lt_run(cublasLtHandle_t lt, const act_lt_plan *p, const void *W, const
                  const void *bias, void *y, void *ws, size_t ws_bytes, cudaStream_t st,
                  int *refused, char *err, size_t errlen);
 void act_k_lt_plan_free(act_lt_plan *p);
+/* Choose the plan's algorithm among the heuristic's candidates by timing each on st with these
+ * operands (gemm_tune.cu): y is written several times, the stream is waited for, so only in an
+ * eager step, never inside a capture. dev keys the process-wide cache of choices. 0 also when
+ * nothing was measured (one candidate, or a choice cached already); -1 with err on a CUDA error
+ * or operands that do not fit the plan. */
+int act_k_lt_measure(cublasLtHandle_t lt, act_lt_plan *p, int dev, const void *W,
+                     const void *x, const void *bias, void *y, void *ws, size_t ws_bytes,
+                     cudaStream_t st, char *err, size_t errlen);
 /* the largest power of two up to 256 that divides the address (cuBLASLt's alignment classes) */
 unsigned act_k_align(const void *p);
 

@@ -1,0 +1,196 @@
+/* gemm_tune.cu - choose a cuBLASLt plan's algorithm by timing the heuristic's candidates on the
+ * GPU, as torch.compile's max-autotune times its GEMM choices, instead of taking the heuristic's
+ * first. The candidates run on the step's own operands and write y, and the measurement waits
+ * for its events, so it belongs in an eager step, never in a capture.
+ * Every candidate is one the plan's preference allowed (the workspace the backend holds, the
+ * operands' real alignments, split-K sums kept in fp32), so a measured choice needs no more
+ * memory and rounds no differently in kind than the heuristic's first.
+ * How: each candidate runs once untimed (lazy kernel loading; a candidate cuBLASLt refuses to
+ * run is dropped here, so a first choice that would be refused at its first real run is
+ * replaced by a usable one), then one run of the first usable candidate is timed to size the
+ * batches: reps runs per batch so that a batch lasts about TUNE_TARGET_MS (a 16-row GEMM on an
+ * H200 is a few us, near the events' resolution), then TUNE_ROUNDS rounds of one batch per
+ * candidate, interleaved so that a drift in clocks hits all alike; a candidate's time is its
+ * fastest batch. Another than the first usable is taken only when it is faster by more than
+ * TUNE_MARGIN, so that noise does not trade the heuristic's choice for an equal one.
+ * What one measurement chose is kept for the process, keyed by device, data types, shape,
+ * precision, epilogue and alignments (act_lt_key): identical linears (the decoder's six layers)
+ * and every later session of the same model measure nothing again. A measurement with a single
+ * usable candidate is remembered as "keep the heuristic's first". */
+#include "gemm_plan.cuh"
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#define TUNE_CACHE 1024
+#define TUNE_ROUNDS 2
+#define TUNE_MAX_REPS 16
+#define TUNE_TARGET_MS 0.05f
+#define TUNE_MARGIN 0.97f
+
+typedef struct {
+    act_lt_key key;
+    int measured;                   /* 1: algo chosen by a measurement, 0: keep the first */
+    cublasLtMatmulAlgo_t algo;
+} tune_entry;
+
+static pthread_mutex_t tune_mu = PTHREAD_MUTEX_INITIALIZER;
+static tune_entry tune_cache[TUNE_CACHE];
+static int tune_n;
+
+/* the index of key in the cache, or -1; with tune_mu held */
+static int cache_index(const act_lt_key *key) {
+    for (int i = 0; i < tune_n; i++)
+        if (!memcmp(&tune_cache[i].key, key, sizeof *key)) return i;
+    return -1;
+}
+
+static int cache_get(const act_lt_key *key, tune_entry *out) {
+    pthread_mutex_lock(&tune_mu);
+    int i = cache_index(key);
+    if (i >= 0) *out = tune_cache[i];
+    pthread_mutex_unlock(&tune_mu);
+    return i >= 0;
+}
+
+/* the first entry for a key stays; a full cache stops remembering (measuring again is then only
+ * slower) */
+static void cache_put(const tune_entry *e) {
+    pthread_mutex_lock(&tune_mu);
+    if (cache_index(&e->key) < 0 && tune_n < TUNE_CACHE) tune_cache[tune_n++] = *e;
+    pthread_mutex_unlock(&tune_mu);
+}
+
+/* make the plan run candidate algo (found by its bytes among the plan's own candidates; one
+ * that is not there, from a cuBLASLt that ranks differently now, leaves the plan as it is) */
+static void adopt(act_lt_plan *p, const cublasLtMatmulAlgo_t *algo) {
+    for (int i = 0; i < p->n_cand; i++)
+        if (!memcmp(&p->cand[i], algo, sizeof *algo)) {
+            p->algo = p->cand[i];
+            p->ws = p->cand_ws[i];
+            return;
+        }
+}
+
+static cublasStatus_t run_cand(cublasLtHandle_t lt, const act_lt_plan *p, int i, const void *W,
+                               const void *x, void *y, void *ws, size_t ws_bytes,
+                               cudaStream_t st) {
+    const float alpha = 1.0f, beta = 0.0f;
+    return cublasLtMatmul(lt, p->op, &alpha, W, p->a, x, p->b, &beta, y, p->d, y, p->d,
+                          &p->cand[i], ws, ws_bytes, st);
+}
+
+#define NEV (2 + 2 * TUNE_ROUNDS * KLT_CANDIDATES)
+
+/* the measurement itself, events made by the caller: the chosen index in *best (-1: no
+ * candidate would run) */
+static int measure(cublasLtHandle_t lt, const act_lt_plan *p, const void *W, const void *x,
+                   void *y, void *ws, size_t ws_bytes, cudaStream_t st, cudaEvent_t *ev,
+                   int *best, char *err, size_t errlen) {
+    int usable[KLT_CANDIDATES], first = -1;
+    *best = -1;
+    for (int i = 0; i < p->n_cand; i++) {
+        cublasStatus_t s = run_cand(lt, p, i, W, x, y, ws, ws_bytes, st);
+        /* EXECUTION_FAILED is a CUDA error on the stream; anything else refused the candidate
+         * before enqueuing it */
+        if (s == CUBLAS_STATUS_EXECUTION_FAILED)
+            return act_kerr(err, errlen, __FILE__, __LINE__, "cublasLtMatmul",
+                            cublasLtGetStatusString(s));
+        usable[i] = s == CUBLAS_STATUS_SUCCESS;
+        if (usable[i] && first < 0) first = i;
+    }
+    *best = first;
+    if (first < 0) return 0;
+    int others = 0;
+    for (int i = first + 1; i < p->n_cand; i++) others += usable[i];
+    if (!others) return 0;
+    float one;
+    KCHECK(cudaEventRecord(ev[0], st));
+    cublasStatus_t s = run_cand(lt, p, first, W, x, y, ws, ws_bytes, st);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return act_kerr(err, errlen, __FILE__, __LINE__, "cublasLtMatmul",
+                        cublasLtGetStatusString(s));
+    KCHECK(cudaEventRecord(ev[1], st));
+    KCHECK(cudaEventSynchronize(ev[1]));
+    KCHECK(cudaEventElapsedTime(&one, ev[0], ev[1]));
+    int reps = one >= TUNE_TARGET_MS ? 1 : (int)ceilf(TUNE_TARGET_MS / fmaxf(one, 1e-4f));
+    if (reps > TUNE_MAX_REPS) reps = TUNE_MAX_REPS;
+    int e = 2;
+    for (int r = 0; r < TUNE_ROUNDS; r++)
+        for (int i = 0; i < p->n_cand; i++) {
+            if (!usable[i]) continue;
+            KCHECK(cudaEventRecord(ev[e], st));
+            for (int k = 0; k < reps; k++) {
+                s = run_cand(lt, p, i, W, x, y, ws, ws_bytes, st);
+                if (s != CUBLAS_STATUS_SUCCESS)
+                    return act_kerr(err, errlen, __FILE__, __LINE__, "cublasLtMatmul",
+                                    cublasLtGetStatusString(s));
+            }
+            KCHECK(cudaEventRecord(ev[e + 1], st));
+            e += 2;
+        }
+    KCHECK(cudaEventSynchronize(ev[e - 1]));
+    float t[KLT_CANDIDATES];
+    e = 2;
+    for (int r = 0; r < TUNE_ROUNDS; r++)
+        for (int i = 0; i < p->n_cand; i++) {
+            if (!usable[i]) continue;
+            float ms;
+            KCHECK(cudaEventElapsedTime(&ms, ev[e], ev[e + 1]));
+            if (r == 0 || ms < t[i]) t[i] = ms;
+            e += 2;
+        }
+    int b = first;
+    for (int i = first + 1; i < p->n_cand; i++)
+        if (usable[i] && t[i] < t[b]) b = i;
+    if (b != first && !(t[b] < TUNE_MARGIN * t[first])) b = first;
+    *best = b;
+    return 0;
+}
+
+int act_k_lt_measure(cublasLtHandle_t lt, act_lt_plan *p, int dev, const void *W,
+                     const void *x, const void *bias, void *y, void *ws, size_t ws_bytes,
+                     cudaStream_t st, char *err, size_t errlen) {
+    p->key.dev = dev;
+    tune_entry e;
+    if (cache_get(&p->key, &e)) {
+        if (e.measured) adopt(p, &e.algo);
+        return 0;
+    }
+    memset(&e, 0, sizeof e);
+    e.key = p->key;
+    if (p->n_cand < 2) {
+        cache_put(&e);
+        return 0;
+    }
+    if (ws_bytes < p->cand_ws[0] || (act_k_align(W) < p->align_w || act_k_align(x) < p->align_x ||
+                                     act_k_align(y) < p->align_y ||
+                                     act_k_align(bias) < p->align_b)) {
+        snprintf(err, errlen, "cuBLASLt measurement: operands or workspace do not fit the plan");
+        return -1;
+    }
+    cublasStatus_t s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                      &bias, sizeof bias);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return act_kerr(err, errlen, __FILE__, __LINE__, "cublasLtMatmulDescSetAttribute",
+                        cublasLtGetStatusString(s));
+    cudaEvent_t ev[NEV];
+    int nev = 0, best = -1, r = 0;
+    for (; nev < NEV; nev++) {
+        cudaError_t c = cudaEventCreate(&ev[nev]);
+        if (c != cudaSuccess) {
+            r = act_kerr(err, errlen, __FILE__, __LINE__, "cudaEventCreate", cudaGetErrorString(c));
+            break;
+        }
+    }
+    if (r == 0) r = measure(lt, p, W, x, y, ws, ws_bytes, st, ev, &best, err, errlen);
+    for (int i = 0; i < nev; i++) cudaEventDestroy(ev[i]);
+    if (r != 0) return r;
+    if (best >= 0) {
+        e.measured = 1;
+        e.algo = p->cand[best];
+        adopt(p, &e.algo);
+    }
+    cache_put(&e);
+    return 0;
+}

@@ -1,0 +1,46 @@
+#!/bin/sh
+# gemm_algo_checks.sh ACT_INFER MODEL - the cuBLASLt linears' algorithm is the measured fastest
+# of the heuristic's candidates, on the CUDA emulator (ACT_CUDA_EMULATOR set by ctest), whose
+# heuristic offers two (#0 and #1; ACT_EMU_TRACE=2 names each captured node "cublasLtMatmul #i"):
+#  1. ACT_EMU_CUBLASLT=slow-first (#0 takes 2 ms more per run): every linear of the captured
+#     graph runs #1; with ACT_CUDA_GEMM_ALGO=heuristic every one runs #0 (no measurement);
+#  2. refuse-first (#0 refused at every run): every linear still runs on cuBLASLt, as #1, none
+#     falls back to cublasGemmEx + a bias kernel (fp32 keeps its bias-less / erf-GELU linears
+#     there anyway); with the heuristic alone they all fall back;
+#  3. refuse-others: every linear runs #0 (a candidate that refuses is never chosen).
+# In fp32 and bf16, batch 1 (graphs on).
+set -u
+infer=$1
+model=$2
+fail=0
+# prec VAR=value... -> "N0 N1 NGEMMEX": the captured graph's cuBLASLt nodes by algorithm, and
+# its cublasGemmEx nodes
+nodes() {
+    p=$1
+    shift
+    out=$(env "$@" ACT_EMU_TRACE=2 "$infer" bench --model "$model" --device cuda --precision "$p" \
+        --batch 1 --iters 2 --warmup 1 --profile-iters 0 2>&1) || { echo "$out" >&2; echo "x x x"; return; }
+    listed=$(echo "$out" | grep 'cuda-emu:   \[lane')
+    echo "$(echo "$listed" | grep -c 'cublasLtMatmul #0') $(echo "$listed" | grep -c 'cublasLtMatmul #1')" \
+         "$(echo "$listed" | grep -c 'cublasGemmEx')"
+}
+expect() {   # what got want
+    if [ "$2" = "$3" ]; then echo "ok   $1: $2"; else echo "FAIL $1: #0 #1 GemmEx nodes $2, expected $3"; fail=1; fi
+}
+for p in fp32 bf16; do
+    set -- $(nodes $p)
+    total=$(($1 + $2)) g=$3
+    if [ "$total" -lt 1 ]; then
+        echo "FAIL $p: no cuBLASLt linears in the default graph ($*)"
+        fail=1
+        continue
+    fi
+    expect "$p slow-first, measured" "$(nodes $p ACT_EMU_CUBLASLT=slow-first)" "0 $total $g"
+    expect "$p slow-first, heuristic" \
+        "$(nodes $p ACT_EMU_CUBLASLT=slow-first ACT_CUDA_GEMM_ALGO=heuristic)" "$total 0 $g"
+    expect "$p refuse-first, measured" "$(nodes $p ACT_EMU_CUBLASLT=refuse-first)" "0 $total $g"
+    expect "$p refuse-first, heuristic (all fall back)" \
+        "$(nodes $p ACT_EMU_CUBLASLT=refuse-first ACT_CUDA_GEMM_ALGO=heuristic)" "0 0 $((g + total))"
+    expect "$p refuse-others, measured" "$(nodes $p ACT_EMU_CUBLASLT=refuse-others)" "$total 0 $g"
+done
+exit $fail
