@@ -41,6 +41,8 @@
 #   algo-ab    act-infer bench, full model, bf16 at batch 1 and 256 (algo-ab32: fp32, batch 1):
 #              conv algorithms measured by cuDNN's Find at each shape's first step (the default)
 #              vs the heuristics' first choice (ACT_CUDA_CONV_ALGO=heuristic)
+#   gemm-ab    the same for the linears (gemm-ab32: fp32, batch 1): cuBLASLt algorithms timed
+#              among the heuristic's candidates (the default) vs its first (ACT_CUDA_GEMM_ALGO)
 #   layout-ab  act-infer bench, full model, bf16 at batch 1 and 64, feature maps NCHW vs NHWC
 #   pipeline-ab act-infer bench, full model, bf16 at batch 64 and 256: frames uploaded per camera
 #              on a second stream while the trunk runs on the camera before, vs all at once
@@ -68,8 +70,8 @@
 # only those rows: a quick second run after a fix, inside the session's device time. The bench
 # row may use all but 90 s of what is left (torch.compile's autotuning), so ncu and the A/B rows
 # may find no time in a first full run: then a second run with
-# ACT_CHECK_ONLY=ncu,algo-ab,gather-ab,fusion-ab,e2e-fuse16,io-ab,group-ab (the rows that decide a
-# default first) and, time permitting, the other A/B rows.
+# ACT_CHECK_ONLY=ncu,algo-ab,gemm-ab,gather-ab,fusion-ab,e2e-fuse16,io-ab,group-ab (the rows that
+# decide a default first) and, time permitting, the other A/B rows.
 # A rehearsal without a GPU (every row's logic, on the CUDA emulator; no figure means anything):
 #   ACT_CUDA_EMULATOR=$PWD/build-dev/libact_cuda_emu.so ACT_PYTHON=/usr/bin/python3 ACT_E2E_MAX_BATCH=3 \
 #   ACT_CHECK_SLOW=6 ACT_CHECK_ITERS_DIV=50 ACT_CHECK_BUDGET_S=5400 tests/gpu/device_check.sh
@@ -243,14 +245,16 @@ sanitize() {   # name seconds summary-regex cmd...
 }
 model=$TD/full.actw
 ((have_full)) || model=$TD/small.actw
-# warmup 1 runs the step eagerly, iter 1 captures it, iter 2 replays the graph; the conv
-# algorithms are the heuristics' (measuring them all would run, and make the sanitizer patch,
-# dozens of cuDNN kernels more: the same workspace code, far past the row's time)
-ACT_CUDA_CONV_ALGO=heuristic ACT_CUDA_PIPELINE_MIN_BATCH=3 sanitize memcheck 90 "ERROR SUMMARY" --tool memcheck --error-exitcode 9 --leak-check no \
+# warmup 1 runs the step eagerly, iter 1 captures it, iter 2 replays the graph; the conv and
+# GEMM algorithms are the heuristics' (measuring them all would run, and make the sanitizer
+# patch, dozens of cuDNN and cuBLASLt kernels more, each many times: the same workspace code,
+# far past the row's time)
+ACT_CUDA_CONV_ALGO=heuristic ACT_CUDA_GEMM_ALGO=heuristic ACT_CUDA_PIPELINE_MIN_BATCH=3 \
+    sanitize memcheck 90 "ERROR SUMMARY" --tool memcheck --error-exitcode 9 --leak-check no \
     "$BUILD/act-infer" bench --model "$model" --device cuda --precision fp32 --batch 1,3 --iters 2 \
     --warmup 1 --profile-iters 1
 ACT_OPS_ONLY=attention,norm,softmax ACT_OPS_PREC=fp32,bf16 ACT_OPS_BATCH=3 \
-    sanitize racecheck 90 "RACECHECK SUMMARY|ERROR SUMMARY" --tool racecheck --error-exitcode 9 \
+    ACT_CUDA_CONV_ALGO=heuristic ACT_CUDA_GEMM_ALGO=heuristic sanitize racecheck 90 "RACECHECK SUMMARY|ERROR SUMMARY" --tool racecheck --error-exitcode 9 \
     "$BUILD/tests/test_backend_ops"
 
 # ---------------- benchmark ----------------
@@ -324,14 +328,16 @@ fi
 # Nsight Compute's hardware counters: on a Firecracker machine they were seen working, on gVisor
 # not ("LibraryNotLoaded"), so a failure here is a note, not a failed check. --clock-control none
 # leaves the clocks as every other row had them. One eager step runs (no warmup: the first step
-# launches nothing extra, cuDNN and cuBLASLt plans come from heuristics), each kernel replayed by
-# ncu; tests/gpu/ncu_summary.py groups them by function (top 15 in ncu_top.txt, every launch in
+# launches nothing extra, because cuDNN and cuBLASLt plans come from the heuristics here: the
+# default measurement would run every candidate algorithm inside that step and ncu would count
+# them as the step's), each kernel replayed by ncu; tests/gpu/ncu_summary.py groups them by function (top 15 in ncu_top.txt, every launch in
 # ncu_bf16_b1.csv; the load's weight conversions are in it too, once).
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | tail -1)
 if ! want ncu; then :
 elif [ -n "$NCU" ] && ((built)) && ((have_full)) && enough 50; then
     rm -f "$LOG/ncu_bf16_b1.csv"
-    timeout "$(limit 60)" "$NCU" --clock-control none --print-units base --print-kernel-base function \
+    ACT_CUDA_CONV_ALGO=heuristic ACT_CUDA_GEMM_ALGO=heuristic \
+        timeout "$(limit 60)" "$NCU" --clock-control none --print-units base --print-kernel-base function \
         --csv --page raw --log-file "$LOG/ncu_bf16_b1.csv" --metrics \
         gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed \
         "$BUILD/act-infer" bench --model "$TD/full.actw" --device cuda --precision bf16 --batch 1 \
@@ -375,6 +381,11 @@ ab_pair() {   # row precision "batches" label-a "args-a" label-b "args-b": p50 o
 # if the heuristics win, ACT_CUDA_CONV_ALGO's default flips in cu create
 ab_pair algo-ab bf16 "1 256" heuristic ACT_CUDA_CONV_ALGO=heuristic measured ACT_CUDA_CONV_ALGO=find
 ab_pair algo-ab32 fp32 "1" heuristic ACT_CUDA_CONV_ALGO=heuristic measured ACT_CUDA_CONV_ALGO=find
+# cuBLASLt algorithms timed among the heuristic's candidates at each linear shape's first step
+# (as torch.compile's max-autotune times its GEMM choices) vs the heuristic's first: the default
+# is the measurement; if the heuristic wins, ACT_CUDA_GEMM_ALGO's default flips in cu create
+ab_pair gemm-ab bf16 "1 256" heuristic ACT_CUDA_GEMM_ALGO=heuristic measured ACT_CUDA_GEMM_ALGO=measure
+ab_pair gemm-ab32 fp32 "1" heuristic ACT_CUDA_GEMM_ALGO=heuristic measured ACT_CUDA_GEMM_ALGO=measure
 # feature-map layout: NHWC is the bf16/fp16 default on the strength of cuDNN's guidance (tensor-core
 # kernels read NHWC; NCHW adds transposes) - this row is the measurement
 ab_pair layout-ab bf16 "1 64" NCHW ACT_CUDA_LAYOUT=nchw NHWC ACT_CUDA_LAYOUT=nhwc
