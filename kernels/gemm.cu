@@ -20,10 +20,9 @@
  *
  * A plan holds the descriptors and the heuristic's algorithms (up to KLT_CANDIDATES, best
  * first: the runs take the first unless gemm_tune.cu measured another faster). The heuristic is
- * told the real
- * alignment of every operand (the default assumption is 256 bytes, which a row slice of a
- * packed weight or an offset activation need not have), and the bias pointer itself (the
- * heuristic reads its alignment from it); a run checks its pointers are no less aligned. */
+ * told the real alignment of every operand (the default assumption is 256 bytes, which a row
+ * slice of a packed weight or an offset activation need not have), and the bias pointer itself
+ * (the heuristic reads its alignment from it); a run checks its pointers are no less aligned. */
 #include "gemm_plan.cuh"
 #include <stdint.h>
 #include <stdlib.h>
