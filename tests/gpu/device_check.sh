@@ -254,7 +254,8 @@ ACT_CUDA_CONV_ALGO=heuristic ACT_CUDA_GEMM_ALGO=heuristic ACT_CUDA_PIPELINE_MIN_
     "$BUILD/act-infer" bench --model "$model" --device cuda --precision fp32 --batch 1,3 --iters 2 \
     --warmup 1 --profile-iters 1
 ACT_OPS_ONLY=attention,norm,softmax ACT_OPS_PREC=fp32,bf16 ACT_OPS_BATCH=3 \
-    ACT_CUDA_CONV_ALGO=heuristic ACT_CUDA_GEMM_ALGO=heuristic sanitize racecheck 90 "RACECHECK SUMMARY|ERROR SUMMARY" --tool racecheck --error-exitcode 9 \
+    ACT_CUDA_CONV_ALGO=heuristic ACT_CUDA_GEMM_ALGO=heuristic \
+    sanitize racecheck 90 "RACECHECK SUMMARY|ERROR SUMMARY" --tool racecheck --error-exitcode 9 \
     "$BUILD/tests/test_backend_ops"
 
 # ---------------- benchmark ----------------
@@ -330,8 +331,9 @@ fi
 # leaves the clocks as every other row had them. One eager step runs (no warmup: the first step
 # launches nothing extra, because cuDNN and cuBLASLt plans come from the heuristics here: the
 # default measurement would run every candidate algorithm inside that step and ncu would count
-# them as the step's), each kernel replayed by ncu; tests/gpu/ncu_summary.py groups them by function (top 15 in ncu_top.txt, every launch in
-# ncu_bf16_b1.csv; the load's weight conversions are in it too, once).
+# them as the step's), each kernel replayed by ncu; tests/gpu/ncu_summary.py groups them by
+# function (top 15 in ncu_top.txt, every launch in ncu_bf16_b1.csv; the load's weight
+# conversions are in it too, once).
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | tail -1)
 if ! want ncu; then :
 elif [ -n "$NCU" ] && ((built)) && ((have_full)) && enough 50; then
