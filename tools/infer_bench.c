@@ -19,7 +19,9 @@
  *   weight and input-pool bytes, so the engine's own share can be read off.
  * - Output: a table on stdout, and with --json a JSON document for scripts; --check-output adds
  *   the chunk of the first input (window 0 of the first batch size) so a caller can verify that
- *   the fast answer is the right one.
+ *   the fast answer is the right one. Both name the backend switches set in the environment
+ *   (ACT_CUDA_*, ACT_CPU_*, ...: they change what a step runs), so a figure is never read
+ *   without them.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -460,16 +462,19 @@ static void cpu_clocks(char *buf, size_t len) {
 
 /* ---- output ---- */
 
-static void json_str(FILE *f, const char *s) {
+/* the first n bytes of s as a JSON string */
+static void json_strn(FILE *f, const char *s, size_t n) {
     fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
         if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
         else if (c < 0x20) fprintf(f, "\\u%04x", c);
         else fputc(c, f);
     }
     fputc('"', f);
 }
+
+static void json_str(FILE *f, const char *s) { json_strn(f, s, strlen(s)); }
 
 typedef struct bench_report {
     const bench_args *a;
@@ -537,6 +542,19 @@ static void print_sections(const bench_report *r) {
     }
 }
 
+extern char **environ;
+
+/* 1 when the environment entry kv ("NAME=value") is a switch of the engine, its emulator or its
+ * BLAS: what an A/B run flips */
+static int is_switch(const char *kv) {
+    static const char *const prefix[] = {"ACT_CUDA_", "ACT_CPU_", "ACT_POOL_", "ACT_EMU_",
+                                         "OPENBLAS_"};
+    if (!strchr(kv, '=')) return 0;
+    for (size_t i = 0; i < sizeof prefix / sizeof *prefix; i++)
+        if (!strncmp(kv, prefix[i], strlen(prefix[i]))) return 1;
+    return 0;
+}
+
 static void print_table(const bench_report *r) {
     const act_config *cfg = r->cfg;
     printf("act-infer bench  %s\n", r->date);
@@ -546,6 +564,14 @@ static void print_table(const bench_report *r) {
            infer_precision_name(r->a->precision),
            r->a->device == ACT_DEVICE_CUDA ? (r->a->use_graphs ? ", CUDA graphs" : ", no graphs") : "");
     printf("host    %s; clocks %s\n", r->host_cpu, r->clocks);
+    printf("env    ");
+    int switches = 0;
+    for (char **e = environ; *e; e++)
+        if (is_switch(*e)) {
+            printf(" %s", *e);
+            switches++;
+        }
+    printf("%s\n", switches ? "" : " no engine switches set (the defaults)");
     printf("steps   %d warmup + %d timed per batch size; profiled pass %d steps\n", r->a->warmup,
            r->a->iters, r->a->profile_iters);
     printf("inputs  %s\n\n", r->a->staged ? "staged in the session's input buffers before each step (untimed)"
@@ -604,6 +630,17 @@ static int write_json(const bench_report *r, const char *path, char *err, size_t
             r->a->device == ACT_DEVICE_CUDA && r->a->use_graphs ? "true" : "false");
     fprintf(f, "  \"host_cpu\": "); json_str(f, r->host_cpu);
     fprintf(f, ",\n  \"clocks\": "); json_str(f, r->clocks);
+    fprintf(f, ",\n  \"switches\": {");
+    int n_sw = 0;
+    for (char **e = environ; *e; e++) {
+        if (!is_switch(*e)) continue;
+        const char *eq = strchr(*e, '=');
+        fputs(n_sw++ ? ", " : "", f);
+        json_strn(f, *e, (size_t)(eq - *e));
+        fputs(": ", f);
+        json_str(f, eq + 1);
+    }
+    fputc('}', f);
     fprintf(f, ",\n  \"iters\": %d,\n  \"warmup\": %d,\n  \"profile_iters\": %d,\n  \"staged_inputs\": %s,\n"
                "  \"inputs_in_place\": %s,\n  \"inputs\": ", r->a->iters, r->a->warmup, r->a->profile_iters,
             r->a->staged ? "true" : "false", r->a->in_place ? "true" : "false");

@@ -127,6 +127,23 @@ def test_bench_generated_inputs_and_defaults(act_infer, small_model, tmp_path):
     assert not np.allclose(a, b), "two seeds gave the same chunk: the inputs did not change"
 
 
+def test_bench_names_the_switches_it_ran_with(act_infer, small_model, tmp_path):
+    """The engine switches set in the environment (ACT_CUDA_*, ACT_CPU_*, ...) change what a step
+    runs: the table's env line and the JSON's "switches" name them, and say so when none is set."""
+    prefixes = ("ACT_CUDA_", "ACT_CPU_", "ACT_POOL_", "ACT_EMU_", "OPENBLAS_")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+    for extra, want in (({}, {}), ({"ACT_CPU_PACKED_GEMM": "1", "ACT_NOT_A_SWITCH": "x"},
+                                   {"ACT_CPU_PACKED_GEMM": "1"})):
+        out = tmp_path / "sw.json"
+        p = _run([act_infer, "bench", "--model", small_model.model, "--device", "cpu", "--iters", 1,
+                  "--warmup", 0, "--profile-iters", 0, "--json", out], env=dict(clean, **extra))
+        assert p.returncode == 0, p.stderr
+        assert json.loads(out.read_text())["switches"] == want
+        line = next(ln for ln in p.stdout.splitlines() if ln.startswith("env "))
+        assert line.split()[1:] == (["ACT_CPU_PACKED_GEMM=1"] if want else
+                                    ["no", "engine", "switches", "set", "(the", "defaults)"]), line
+
+
 def test_bench_staged_inputs_give_the_same_chunk(act_infer, small_model, tmp_path):
     """--staged-inputs writes each window into the session's own input buffers before the step,
     --in-place-inputs registers the pool and passes a pointer per frame: the chunk is the one
