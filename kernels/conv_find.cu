@@ -13,9 +13,12 @@
  * What one measurement chose is kept for the process, keyed by device, data type, precision,
  * layout, geometry and keep_fusion: the ResNet's repeated shapes (layer1's four 3x3 convs) and
  * every later session of the same model measure nothing again. A failed measurement, or one
- * where nothing usable fit the cap, is remembered too, as "keep the heuristics' choice". */
+ * where nothing usable fit the cap, is remembered too, as "keep the heuristics' choice".
+ * ACT_CUDA_ALGO_LOG=1 prints each measured choice beside the heuristics' (log_choice). */
 #include "conv_plan.cuh"
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define FIND_CACHE 512
@@ -97,6 +100,32 @@ int act_k_conv_find_need(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, siz
     return 0;
 }
 
+/* the time Find gave algo (ms), or -1 when it did not run it */
+static float found_ms(const cudnnConvolutionFwdAlgoPerf_t *perf, int n,
+                      cudnnConvolutionFwdAlgo_t algo) {
+    for (int i = 0; i < n; i++)
+        if (perf[i].algo == algo && perf[i].status == CUDNN_STATUS_SUCCESS) return perf[i].time;
+    return -1.0f;
+}
+
+/* with ACT_CUDA_ALGO_LOG set (not 0): one line on stderr per measured shape, the chosen
+ * algorithm beside the heuristics' with Find's times, so a GPU run shows what measuring changed */
+static void log_choice(const act_conv_plan *p, cudnnConvolutionFwdAlgo_t heur,
+                       const cudnnConvolutionFwdAlgoPerf_t *perf, int n) {
+    const char *v = getenv("ACT_CUDA_ALGO_LOG");
+    if (!v || !*v || !strcmp(v, "0")) return;
+    static const char *const names[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT",
+                                        "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+    const int nn = (int)(sizeof names / sizeof *names);
+    static const char *const prec[] = {"fp32", "tf32", "bf16", "fp16"};
+    const act_conv_key *k = &p->key;
+    fprintf(stderr, "act-engine: algo: cuDNN conv %s N%d C%d %dx%d -> K%d, %dx%d stride %d: "
+            "measured %s (%.3f ms), the heuristics' %s (%.3f ms)\n", k->prec >= 0 && k->prec < 4 ? prec[k->prec] : "?",
+            k->N, k->cin, k->H, k->W, k->cout, k->k, k->k, k->stride,
+            (int)p->algo < nn ? names[p->algo] : "?",
+            found_ms(perf, n, p->algo), (int)heur < nn ? names[heur] : "?", found_ms(perf, n, heur));
+}
+
 int act_k_conv_find(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, const void *x,
                     const void *w, void *y, void *ws, size_t ws_size, char *err, size_t errlen) {
     find_entry e;
@@ -105,6 +134,7 @@ int act_k_conv_find(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, const vo
     e.keep_fusion = keep_fusion;
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int got = 0;
+    const cudnnConvolutionFwdAlgo_t heur = p->algo;
     /* Find explores the math types the descriptor allows: the precision's own, as planned */
     cudnnStatus_t s = cudnnSetConvolutionMathType(p->cd, act_k_conv_math(p->key.prec));
     if (s == CUDNN_STATUS_SUCCESS)
@@ -131,6 +161,7 @@ int act_k_conv_find(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, const vo
             e.measured = 1;
             e.algo = p->algo;
             e.math = p->math;
+            log_choice(p, heur, perf, got);
         }
     }
     /* the descriptor's math type must be the chosen algorithm's whatever happened above */

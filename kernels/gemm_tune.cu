@@ -16,10 +16,13 @@
  * What one measurement chose is kept for the process, keyed by device, data types, shape,
  * precision, epilogue and alignments (act_lt_key): identical linears (the decoder's six layers)
  * and every later session of the same model measure nothing again. A measurement with a single
- * usable candidate is remembered as "keep the heuristic's first". */
+ * usable candidate is remembered as "keep the heuristic's first". ACT_CUDA_ALGO_LOG=1 prints
+ * each measurement's choice and times (log_choice). */
 #include "gemm_plan.cuh"
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define TUNE_CACHE 1024
@@ -82,13 +85,20 @@ static cublasStatus_t run_cand(cublasLtHandle_t lt, const act_lt_plan *p, int i,
 
 #define NEV (2 + 2 * TUNE_ROUNDS * KLT_CANDIDATES)
 
-/* the measurement itself, events made by the caller: the chosen index in *best (-1: no
- * candidate would run) */
+/* what a measurement found: the chosen candidate (-1: none would run), the first usable one,
+ * how many were usable, and each timed one's time per run (us; 0 when not timed) */
+typedef struct {
+    int best, first, n_usable;
+    float us[KLT_CANDIDATES];
+} tune_result;
+
+/* the measurement itself, events made by the caller */
 static int measure(cublasLtHandle_t lt, const act_lt_plan *p, const void *W, const void *x,
                    void *y, void *ws, size_t ws_bytes, cudaStream_t st, cudaEvent_t *ev,
-                   int *best, char *err, size_t errlen) {
+                   tune_result *res, char *err, size_t errlen) {
     int usable[KLT_CANDIDATES], first = -1;
-    *best = -1;
+    memset(res, 0, sizeof *res);
+    res->best = res->first = -1;
     for (int i = 0; i < p->n_cand; i++) {
         cublasStatus_t s = run_cand(lt, p, i, W, x, y, ws, ws_bytes, st);
         /* EXECUTION_FAILED is a CUDA error on the stream; anything else refused the candidate
@@ -97,13 +107,11 @@ static int measure(cublasLtHandle_t lt, const act_lt_plan *p, const void *W, con
             return act_kerr(err, errlen, __FILE__, __LINE__, "cublasLtMatmul",
                             cublasLtGetStatusString(s));
         usable[i] = s == CUBLAS_STATUS_SUCCESS;
+        res->n_usable += usable[i];
         if (usable[i] && first < 0) first = i;
     }
-    *best = first;
-    if (first < 0) return 0;
-    int others = 0;
-    for (int i = first + 1; i < p->n_cand; i++) others += usable[i];
-    if (!others) return 0;
+    res->best = res->first = first;
+    if (res->n_usable < 2) return 0;
     float one;
     KCHECK(cudaEventRecord(ev[0], st));
     cublasStatus_t s = run_cand(lt, p, first, W, x, y, ws, ws_bytes, st);
@@ -144,8 +152,34 @@ static int measure(cublasLtHandle_t lt, const act_lt_plan *p, const void *W, con
     for (int i = first + 1; i < p->n_cand; i++)
         if (usable[i] && t[i] < t[b]) b = i;
     if (b != first && !(t[b] < TUNE_MARGIN * t[first])) b = first;
-    *best = b;
+    res->best = b;
+    for (int i = 0; i < p->n_cand; i++)
+        if (usable[i]) res->us[i] = 1e3f * t[i] / (float)reps;
     return 0;
+}
+
+/* with ACT_CUDA_ALGO_LOG set (not 0): one line on stderr per measured shape, so a GPU run
+ * shows where the measurement chose differently from the heuristic and what it gained */
+static void log_choice(const act_lt_plan *p, const tune_result *r) {
+    const char *v = getenv("ACT_CUDA_ALGO_LOG");
+    if (!v || !*v || !strcmp(v, "0")) return;
+    static const char *const prec[] = {"fp32", "bf16", "fp16"};
+    static const char *const epi[] = {"bias", "bias+ReLU", "bias+GELU"};
+    const act_lt_key *k = &p->key;
+    char what[96];
+    snprintf(what, sizeof what, "%s %d x %d x %d (rows x out x in), %s",
+             k->wdt == KDT_F32 && k->tf32 ? "tf32" : prec[k->wdt], k->M, k->out, k->in,
+             epi[k->epi]);
+    if (r->best < 0)
+        fprintf(stderr, "act-engine: algo: cuBLASLt %s: none of %d candidates would run\n", what,
+                p->n_cand);
+    else if (r->n_usable < 2)
+        fprintf(stderr, "act-engine: algo: cuBLASLt %s: candidate %d, the only one of %d that "
+                "runs\n", what, r->best, p->n_cand);
+    else
+        fprintf(stderr, "act-engine: algo: cuBLASLt %s: candidate %d of %d (%.2f us a run), the "
+                "heuristic's first %d (%.2f us)\n", what, r->best, p->n_cand, r->us[r->best],
+                r->first, r->us[r->first]);
 }
 
 int act_k_lt_measure(cublasLtHandle_t lt, act_lt_plan *p, int dev, const void *W,
@@ -175,7 +209,8 @@ int act_k_lt_measure(cublasLtHandle_t lt, act_lt_plan *p, int dev, const void *W
         return act_kerr(err, errlen, __FILE__, __LINE__, "cublasLtMatmulDescSetAttribute",
                         cublasLtGetStatusString(s));
     cudaEvent_t ev[NEV];
-    int nev = 0, best = -1, r = 0;
+    tune_result res;
+    int nev = 0, r = 0;
     for (; nev < NEV; nev++) {
         cudaError_t c = cudaEventCreate(&ev[nev]);
         if (c != cudaSuccess) {
@@ -183,12 +218,13 @@ int act_k_lt_measure(cublasLtHandle_t lt, act_lt_plan *p, int dev, const void *W
             break;
         }
     }
-    if (r == 0) r = measure(lt, p, W, x, y, ws, ws_bytes, st, ev, &best, err, errlen);
+    if (r == 0) r = measure(lt, p, W, x, y, ws, ws_bytes, st, ev, &res, err, errlen);
     for (int i = 0; i < nev; i++) cudaEventDestroy(ev[i]);
     if (r != 0) return r;
-    if (best >= 0) {
+    log_choice(p, &res);
+    if (res.best >= 0) {
         e.measured = 1;
-        e.algo = p->cand[best];
+        e.algo = p->cand[res.best];
         adopt(p, &e.algo);
     }
     cache_put(&e);

@@ -8,6 +8,8 @@
 #     falls back to cublasGemmEx + a bias kernel (fp32 keeps its bias-less / erf-GELU linears
 #     there anyway); with the heuristic alone they all fall back;
 #  3. refuse-others: every linear runs #0 (a candidate that refuses is never chosen).
+#  4. ACT_CUDA_ALGO_LOG=1 logs each measured choice ("act-engine: algo: ..." on stderr) beside
+#     the heuristic's, for linears and convs alike; without it nothing is logged.
 # In fp32 and bf16, batch 1 (graphs on).
 set -u
 infer=$1
@@ -43,4 +45,24 @@ for p in fp32 bf16; do
         "$(nodes $p ACT_EMU_CUBLASLT=refuse-first ACT_CUDA_GEMM_ALGO=heuristic)" "0 0 $((g + total))"
     expect "$p refuse-others, measured" "$(nodes $p ACT_EMU_CUBLASLT=refuse-others)" "$total 0 $g"
 done
+log() {   # VAR=value... -> the "act-engine: algo:" lines of a bf16 run
+    env "$@" "$infer" bench --model "$model" --device cuda --precision bf16 --batch 1 --iters 1 \
+        --warmup 0 --profile-iters 0 2>&1 | grep '^act-engine: algo: '
+}
+logged=$(log ACT_EMU_CUBLASLT=slow-first ACT_CUDA_ALGO_LOG=1)
+n1=$(echo "$logged" | grep -c 'cuBLASLt .*: candidate 1 of 2 (.* us a run), the heuristic.s first 0 (')
+n0=$(echo "$logged" | grep -c 'cuBLASLt .*: candidate 0 of')
+nc=$(echo "$logged" | grep -c 'cuDNN conv .*: measured [A-Z_]* (.* ms), the heuristics. [A-Z_]* (')
+if [ "$n1" -ge 1 ] && [ "$n0" = 0 ] && [ "$nc" -ge 1 ]; then
+    echo "ok   ACT_CUDA_ALGO_LOG=1: $n1 linear shapes on candidate 1, $nc conv shapes logged"
+else
+    echo "FAIL ACT_CUDA_ALGO_LOG=1: $n1 linears on candidate 1, $n0 on 0, $nc convs logged:"
+    echo "$logged" | head -5
+    fail=1
+fi
+quiet=$(log ACT_EMU_CUBLASLT=slow-first)
+if [ -n "$quiet" ]; then
+    echo "FAIL choices logged without ACT_CUDA_ALGO_LOG: $(echo "$quiet" | head -1)"
+    fail=1
+fi
 exit $fail

@@ -43,6 +43,9 @@
 #              vs the heuristics' first choice (ACT_CUDA_CONV_ALGO=heuristic)
 #   gemm-ab    the same for the linears (gemm-ab32: fp32, batch 1): cuBLASLt algorithms timed
 #              among the heuristic's candidates (the default) vs its first (ACT_CUDA_GEMM_ALGO)
+#   algo-log   (a note after the A/B rows) how many measured conv and GEMM shapes of those rows
+#              took another algorithm than the heuristics' first (ACT_CUDA_ALGO_LOG lines, with
+#              both times, in ab.log)
 #   layout-ab  act-infer bench, full model, bf16 at batch 1 and 64, feature maps NCHW vs NHWC
 #   pipeline-ab act-infer bench, full model, bf16 at batch 64 and 256: frames uploaded per camera
 #              on a second stream while the trunk runs on the camera before, vs all at once
@@ -381,13 +384,14 @@ ab_pair() {   # row precision "batches" label-a "args-a" label-b "args-b": p50 o
 # conv algorithms measured at each shape's first step (cuDNN's Find, as torch's cudnn.benchmark,
 # which compare_torch's peers use) vs the heuristics' first: the default is the measurement;
 # if the heuristics win, ACT_CUDA_CONV_ALGO's default flips in cu create
-ab_pair algo-ab bf16 "1 256" heuristic ACT_CUDA_CONV_ALGO=heuristic measured ACT_CUDA_CONV_ALGO=find
-ab_pair algo-ab32 fp32 "1" heuristic ACT_CUDA_CONV_ALGO=heuristic measured ACT_CUDA_CONV_ALGO=find
+# (the measured runs log each choice beside the heuristics' into ab.log: the algo-log row)
+ab_pair algo-ab bf16 "1 256" heuristic ACT_CUDA_CONV_ALGO=heuristic measured "ACT_CUDA_CONV_ALGO=find ACT_CUDA_ALGO_LOG=1"
+ab_pair algo-ab32 fp32 "1" heuristic ACT_CUDA_CONV_ALGO=heuristic measured "ACT_CUDA_CONV_ALGO=find ACT_CUDA_ALGO_LOG=1"
 # cuBLASLt algorithms timed among the heuristic's candidates at each linear shape's first step
 # (as torch.compile's max-autotune times its GEMM choices) vs the heuristic's first: the default
 # is the measurement; if the heuristic wins, ACT_CUDA_GEMM_ALGO's default flips in cu create
-ab_pair gemm-ab bf16 "1 256" heuristic ACT_CUDA_GEMM_ALGO=heuristic measured ACT_CUDA_GEMM_ALGO=measure
-ab_pair gemm-ab32 fp32 "1" heuristic ACT_CUDA_GEMM_ALGO=heuristic measured ACT_CUDA_GEMM_ALGO=measure
+ab_pair gemm-ab bf16 "1 256" heuristic ACT_CUDA_GEMM_ALGO=heuristic measured "ACT_CUDA_GEMM_ALGO=measure ACT_CUDA_ALGO_LOG=1"
+ab_pair gemm-ab32 fp32 "1" heuristic ACT_CUDA_GEMM_ALGO=heuristic measured "ACT_CUDA_GEMM_ALGO=measure ACT_CUDA_ALGO_LOG=1"
 # feature-map layout: NHWC is the bf16/fp16 default on the strength of cuDNN's guidance (tensor-core
 # kernels read NHWC; NCHW adds transposes) - this row is the measurement
 ab_pair layout-ab bf16 "1 64" NCHW ACT_CUDA_LAYOUT=nchw NHWC ACT_CUDA_LAYOUT=nhwc
@@ -465,9 +469,18 @@ print('%.0f/%.0f req/s, p50 %.2f/%.2f ms' % (rows[1]['throughput_rps'], rows[32]
 else
     row io-ab SKIP "no serve_load, build, full model or time"
 fi
+# how often the measured runs of algo-ab and gemm-ab chose another algorithm than the heuristics'
+# first (one "act-engine: algo:" line per measured shape in ab.log, with both times)
+if [ -f "$LOG/ab.log" ] && grep -q "^act-engine: algo: " "$LOG/ab.log"; then
+    differ() { sed -n "$1" "$LOG/ab.log" | awk '{n++; if ($1 != $2) c++} END {print c + 0 "/" n + 0}'; }
+    row algo-log note "measured choices (all runs) other than the heuristics' first: cuBLASLt $(differ \
+        's/^act-engine: algo: cuBLASLt.*candidate \([0-9]*\) of .*first \([0-9]*\) .*/\1 \2/p'), cuDNN $(differ \
+        "s/^act-engine: algo: cuDNN conv.*: measured \([A-Z_]*\) .*heuristics' \([A-Z_]*\) .*/\1 \2/p") (times in ab.log)"
+fi
 # a conv cuDNN would not plan, or an epilogue it would not fuse, runs on a fallback: say which
 # (each line's middle shortened: its start names the call, its end what took over)
-fb=$(grep -h "^act-engine: " "$LOG"/*.log 2>/dev/null | sed -E 's/^(.{70}).*(; [^;]*)$/\1 ...\2/' |
+fb=$(grep -h "^act-engine: " "$LOG"/*.log 2>/dev/null | grep -v "^act-engine: algo: " |
+     sed -E 's/^(.{70}).*(; [^;]*)$/\1 ...\2/' |
      sort | uniq -c | sort -rn | head -3 | paste -sd'|')
 [ -n "$fb" ] && row fallbacks note "$fb"
 
