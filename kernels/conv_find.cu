@@ -120,10 +120,11 @@ static void log_choice(const act_conv_plan *p, cudnnConvolutionFwdAlgo_t heur,
     static const char *const prec[] = {"fp32", "tf32", "bf16", "fp16"};
     const act_conv_key *k = &p->key;
     fprintf(stderr, "act-engine: algo: cuDNN conv %s N%d C%d %dx%d -> K%d, %dx%d stride %d: "
-            "measured %s (%.3f ms), the heuristics' %s (%.3f ms)\n", k->prec >= 0 && k->prec < 4 ? prec[k->prec] : "?",
-            k->N, k->cin, k->H, k->W, k->cout, k->k, k->k, k->stride,
-            (int)p->algo < nn ? names[p->algo] : "?",
-            found_ms(perf, n, p->algo), (int)heur < nn ? names[heur] : "?", found_ms(perf, n, heur));
+            "measured %s (%.3f ms), the heuristics' %s (%.3f ms)\n",
+            k->prec >= 0 && k->prec < 4 ? prec[k->prec] : "?", k->N, k->cin, k->H, k->W, k->cout,
+            k->k, k->k, k->stride, (int)p->algo < nn ? names[p->algo] : "?",
+            found_ms(perf, n, p->algo), (int)heur < nn ? names[heur] : "?",
+            found_ms(perf, n, heur));
 }
 
 int act_k_conv_find(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, const void *x,
