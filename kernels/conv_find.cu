@@ -16,7 +16,7 @@
  * where nothing usable fit the cap, is remembered too, as "keep the heuristics' choice".
  * ACT_CUDA_ALGO_LOG=1 prints each measured choice beside the heuristics' (log_choice). */
 #include "conv_plan.cuh"
-#include <pthread.h>
+#include "algo_cache.cuh"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,35 +31,9 @@ typedef struct {
     cudnnMathType_t math;
 } find_entry;
 
-static pthread_mutex_t find_mu = PTHREAD_MUTEX_INITIALIZER;
-static find_entry find_cache[FIND_CACHE];
-static int find_n;
-
-/* the index of (key, keep_fusion) in the cache, or -1; with find_mu held */
-static int cache_index(const act_conv_key *key, int keep_fusion) {
-    for (int i = 0; i < find_n; i++)
-        if (!memcmp(&find_cache[i].key, key, sizeof *key) &&
-            find_cache[i].keep_fusion == keep_fusion)
-            return i;
-    return -1;
-}
-
-/* the cached entry for (key, keep_fusion) (copied into *out): 1 found, 0 not */
-static int cache_get(const act_conv_key *key, int keep_fusion, find_entry *out) {
-    pthread_mutex_lock(&find_mu);
-    int i = cache_index(key, keep_fusion);
-    if (i >= 0) *out = find_cache[i];
-    pthread_mutex_unlock(&find_mu);
-    return i >= 0;
-}
-
-/* the first entry for a key stays; a full cache stops remembering (measuring again is then only
- * slower) */
-static void cache_put(const find_entry *e) {
-    pthread_mutex_lock(&find_mu);
-    if (cache_index(&e->key, e->keep_fusion) < 0 && find_n < FIND_CACHE) find_cache[find_n++] = *e;
-    pthread_mutex_unlock(&find_mu);
-}
+/* keyed by (key, keep_fusion), which hold only ints: no padding for memcmp to read */
+static_assert(offsetof(find_entry, measured) == sizeof(act_conv_key) + sizeof(int), "packed key");
+ACT_ALGO_CACHE(find_cache, find_entry, FIND_CACHE, offsetof(find_entry, measured));
 
 /* act_k_conv_pick with the workspace held to cap as well as to the plan's limit */
 static int pick_within(cudnnHandle_t h, act_conv_plan *p,
@@ -91,7 +65,10 @@ static int apply(cudnnHandle_t h, act_conv_plan *p, cudnnConvolutionFwdAlgo_t al
 int act_k_conv_find_need(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, size_t ws_cap,
                          size_t *ws_bytes, char *err, size_t errlen) {
     find_entry e;
-    if (!cache_get(&p->key, keep_fusion, &e)) {
+    memset(&e, 0, sizeof e);
+    e.key = p->key;
+    e.keep_fusion = keep_fusion;
+    if (!act_algo_cache_get(&find_cache, &e)) {
         *ws_bytes = p->find_ws < ws_cap ? p->find_ws : ws_cap;
         return 1;
     }
@@ -169,6 +146,6 @@ int act_k_conv_find(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, const vo
     if (cudnnSetConvolutionMathType(p->cd, p->math) != CUDNN_STATUS_SUCCESS && r >= 0)
         r = act_kerr(err, errlen, __FILE__, __LINE__, "cudnnSetConvolutionMathType",
                      "cannot set the chosen math type");
-    cache_put(&e);
+    act_algo_cache_put(&find_cache, &e);
     return r;
 }

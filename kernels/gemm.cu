@@ -95,17 +95,16 @@ int act_k_lt_plan(cublasLtHandle_t lt, int wdt, int xdt, int ydt, int M, int out
         snprintf(err, errlen, "cuBLASLt linear: out of host memory for a plan");
         return -1;
     }
-    p->align_w = act_k_align(W);
-    p->align_x = act_k_align(x);
-    p->align_y = act_k_align(y);
-    p->align_b = act_k_align(bias);
+    /* dev is set by a measurement; the alignments are the heuristic's to rely on */
+    const act_lt_key key = {0, wdt, xdt, ydt, M, out, in, tf32, epi, bias_dt, act_k_align(W),
+                            act_k_align(x), act_k_align(y), act_k_align(bias)};
+    p->key = key;
     LTP(cublasLtMatmulDescCreate(&p->op, compute_type(wdt, tf32), CUDA_R_32F));
     const int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     static const char *const epi_name[] = {"bias", "bias+ReLU", "bias+GELU"};
     const uint32_t lt_epi = epi == KLT_EPI_RELU ? CUBLASLT_EPILOGUE_RELU_BIAS
                           : epi == KLT_EPI_GELU_TANH ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
     const int32_t bias_type = cuda_type(bias_dt);
-    p->bias_dt = bias_dt;
     LTP(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     LTP(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     LTP(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &lt_epi, sizeof lt_epi));
@@ -121,7 +120,7 @@ int act_k_lt_plan(cublasLtHandle_t lt, int wdt, int xdt, int ydt, int M, int out
     cublasLtMatmulPreference_t pref = NULL;
     LTP(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t ws64 = ws_bytes;
-    const uint32_t al[4] = {p->align_w, p->align_x, p->align_y, p->align_y};
+    const uint32_t al[4] = {key.align_w, key.align_x, key.align_y, key.align_y};
     const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
@@ -165,27 +164,17 @@ int act_k_lt_plan(cublasLtHandle_t lt, int wdt, int xdt, int ydt, int M, int out
     }
     p->algo = p->cand[0];
     p->ws = p->cand_ws[0];
-    const act_lt_key key = {0, wdt, xdt, ydt, M, out, in, tf32, epi, bias_dt,
-                            p->align_w, p->align_x, p->align_y, p->align_b};
-    p->key = key;
     *plan = p;
     return 0;
 }
 
-int act_k_lt_bias_dt(const act_lt_plan *p) { return p->bias_dt; }
+int act_k_lt_bias_dt(const act_lt_plan *p) { return p->key.bias_dt; }
 
 int act_k_lt_run(cublasLtHandle_t lt, const act_lt_plan *p, const void *W, const void *x,
                  const void *bias, void *y, void *ws, size_t ws_bytes, cudaStream_t st,
                  int *refused, char *err, size_t errlen) {
     *refused = 1;
-    if (act_k_align(W) < p->align_w || act_k_align(x) < p->align_x ||
-        act_k_align(y) < p->align_y || act_k_align(bias) < p->align_b || ws_bytes < p->ws) {
-        snprintf(err, errlen, "cuBLASLt linear: operands or workspace do not fit the plan "
-                 "(alignments %u %u %u %u, planned for %u %u %u %u)", act_k_align(W),
-                 act_k_align(x), act_k_align(y), act_k_align(bias), p->align_w, p->align_x,
-                 p->align_y, p->align_b);
-        return -1;
-    }
+    if (act_k_lt_fits(p, W, x, y, bias, ws_bytes, err, errlen)) return -1;
     /* the descriptor holds the bias pointer; it is set per call (a host-side write) so a plan
      * never runs with a stale one */
     cublasStatus_t s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,

@@ -19,8 +19,8 @@
  * usable candidate is remembered as "keep the heuristic's first". ACT_CUDA_ALGO_LOG=1 prints
  * each measurement's choice and times (log_choice). */
 #include "gemm_plan.cuh"
+#include "algo_cache.cuh"
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,32 +37,8 @@ typedef struct {
     cublasLtMatmulAlgo_t algo;
 } tune_entry;
 
-static pthread_mutex_t tune_mu = PTHREAD_MUTEX_INITIALIZER;
-static tune_entry tune_cache[TUNE_CACHE];
-static int tune_n;
-
-/* the index of key in the cache, or -1; with tune_mu held */
-static int cache_index(const act_lt_key *key) {
-    for (int i = 0; i < tune_n; i++)
-        if (!memcmp(&tune_cache[i].key, key, sizeof *key)) return i;
-    return -1;
-}
-
-static int cache_get(const act_lt_key *key, tune_entry *out) {
-    pthread_mutex_lock(&tune_mu);
-    int i = cache_index(key);
-    if (i >= 0) *out = tune_cache[i];
-    pthread_mutex_unlock(&tune_mu);
-    return i >= 0;
-}
-
-/* the first entry for a key stays; a full cache stops remembering (measuring again is then only
- * slower) */
-static void cache_put(const tune_entry *e) {
-    pthread_mutex_lock(&tune_mu);
-    if (cache_index(&e->key) < 0 && tune_n < TUNE_CACHE) tune_cache[tune_n++] = *e;
-    pthread_mutex_unlock(&tune_mu);
-}
+static_assert(offsetof(tune_entry, measured) == sizeof(act_lt_key), "the key leads the entry");
+ACT_ALGO_CACHE(tune_cache, tune_entry, TUNE_CACHE, sizeof(act_lt_key));
 
 /* make the plan run candidate algo (found by its bytes among the plan's own candidates; one
  * that is not there, from a cuBLASLt that ranks differently now, leaves the plan as it is) */
@@ -187,22 +163,19 @@ int act_k_lt_measure(cublasLtHandle_t lt, act_lt_plan *p, int dev, const void *W
                      cudaStream_t st, char *err, size_t errlen) {
     p->key.dev = dev;
     tune_entry e;
-    if (cache_get(&p->key, &e)) {
+    memset(&e, 0, sizeof e);
+    e.key = p->key;
+    if (act_algo_cache_get(&tune_cache, &e)) {
         if (e.measured) adopt(p, &e.algo);
         return 0;
     }
-    memset(&e, 0, sizeof e);
-    e.key = p->key;
     if (p->n_cand < 2) {
-        cache_put(&e);
+        act_algo_cache_put(&tune_cache, &e);
         return 0;
     }
-    if (ws_bytes < p->cand_ws[0] || (act_k_align(W) < p->align_w || act_k_align(x) < p->align_x ||
-                                     act_k_align(y) < p->align_y ||
-                                     act_k_align(bias) < p->align_b)) {
-        snprintf(err, errlen, "cuBLASLt measurement: operands or workspace do not fit the plan");
-        return -1;
-    }
+    /* p->ws is still the first candidate's need: the others' are no larger than the
+     * preference's workspace, the same ws_bytes */
+    if (act_k_lt_fits(p, W, x, y, bias, ws_bytes, err, errlen)) return -1;
     cublasStatus_t s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                       &bias, sizeof bias);
     if (s != CUBLAS_STATUS_SUCCESS)
@@ -227,6 +200,6 @@ int act_k_lt_measure(cublasLtHandle_t lt, act_lt_plan *p, int dev, const void *W
         e.algo = p->cand[res.best];
         adopt(p, &e.algo);
     }
-    cache_put(&e);
+    act_algo_cache_put(&tune_cache, &e);
     return 0;
 }

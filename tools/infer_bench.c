@@ -39,6 +39,7 @@
 #include "act_infer_cmds.h"
 #include "frames.h"
 #include "infer_common.h"
+#include "json.h"
 #include "rng.h"
 #include "util.h"
 
@@ -462,20 +463,6 @@ static void cpu_clocks(char *buf, size_t len) {
 
 /* ---- output ---- */
 
-/* the first n bytes of s as a JSON string */
-static void json_strn(FILE *f, const char *s, size_t n) {
-    fputc('"', f);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
-}
-
-static void json_str(FILE *f, const char *s) { json_strn(f, s, strlen(s)); }
-
 typedef struct bench_report {
     const bench_args *a;
     const act_config *cfg;
@@ -619,32 +606,34 @@ static int write_json(const bench_report *r, const char *path, char *err, size_t
     FILE *f = fopen(path, "w");
     if (!f) { snprintf(err, errlen, "%s: %s", path, strerror(errno)); return -1; }
     fprintf(f, "{\n  \"tool\": \"act-infer bench\",\n  \"version\": \"%s\",\n  \"date\": \"%s\",\n", ACT_VERSION, r->date);
-    fprintf(f, "  \"model\": "); json_str(f, r->model_path);
+    fprintf(f, "  \"model\": "); act_json_write_string(f, r->model_path);
     fprintf(f, ",\n  \"model_hash\": \"%s\",\n  \"n_params\": %lld,\n", cfg->model_hash, (long long)cfg->n_params);
     fprintf(f, "  \"cameras\": [");
-    for (int c = 0; c < cfg->num_cams; c++) { if (c) fputs(", ", f); json_str(f, cfg->camera_names[c]); }
+    for (int c = 0; c < cfg->num_cams; c++) { if (c) fputs(", ", f); act_json_write_string(f, cfg->camera_names[c]); }
     fprintf(f, "],\n  \"image_size\": [%d, %d],\n", cfg->image_h, cfg->image_w);
     fprintf(f, "  \"device\": \"%s\",\n  \"device_name\": ", r->a->device == ACT_DEVICE_CUDA ? "cuda" : "cpu");
-    json_str(f, r->device_name);
+    act_json_write_string(f, r->device_name);
     fprintf(f, ",\n  \"precision\": \"%s\",\n  \"graphs\": %s,\n", infer_precision_name(r->a->precision),
             r->a->device == ACT_DEVICE_CUDA && r->a->use_graphs ? "true" : "false");
-    fprintf(f, "  \"host_cpu\": "); json_str(f, r->host_cpu);
-    fprintf(f, ",\n  \"clocks\": "); json_str(f, r->clocks);
+    fprintf(f, "  \"host_cpu\": "); act_json_write_string(f, r->host_cpu);
+    fprintf(f, ",\n  \"clocks\": "); act_json_write_string(f, r->clocks);
     fprintf(f, ",\n  \"switches\": {");
     int n_sw = 0;
     for (char **e = environ; *e; e++) {
         if (!is_switch(*e)) continue;
         const char *eq = strchr(*e, '=');
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)(eq - *e), *e);
         fputs(n_sw++ ? ", " : "", f);
-        json_strn(f, *e, (size_t)(eq - *e));
+        act_json_write_string(f, name);
         fputs(": ", f);
-        json_str(f, eq + 1);
+        act_json_write_string(f, eq + 1);
     }
     fputc('}', f);
     fprintf(f, ",\n  \"iters\": %d,\n  \"warmup\": %d,\n  \"profile_iters\": %d,\n  \"staged_inputs\": %s,\n"
                "  \"inputs_in_place\": %s,\n  \"inputs\": ", r->a->iters, r->a->warmup, r->a->profile_iters,
             r->a->staged ? "true" : "false", r->a->in_place ? "true" : "false");
-    if (r->a->inputs) json_str(f, r->a->inputs); else fprintf(f, "\"generated, seed %llu\"", (unsigned long long)r->a->seed);
+    if (r->a->inputs) act_json_write_string(f, r->a->inputs); else fprintf(f, "\"generated, seed %llu\"", (unsigned long long)r->a->seed);
     fprintf(f, ",\n  \"memory\": {\"device_bytes\": %zu, \"peak_rss_bytes\": %zu, \"weight_file_bytes\": %zu, "
                "\"weight_bytes\": %lld, \"input_pool_bytes\": %zu,\n             \"device_weights_bytes\": %zu, "
                "\"device_activations_bytes\": %zu, \"device_workspace_bytes\": %zu,\n             "
