@@ -178,6 +178,9 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t lightHandle) {
 
 const char *cublasLtGetStatusString(cublasStatus_t status) { return cublasGetStatusString(status); }
 
+/* the version of an emulated cuBLASLt: 13.0.0's number, which a real one of that version gives */
+size_t cublasLtGetVersion(void) { return 130000; }
+
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *matLayout, cudaDataType type,
                                           uint64_t rows, uint64_t cols, int64_t ld) {
     if (!matLayout) return CUBLAS_STATUS_INVALID_VALUE;

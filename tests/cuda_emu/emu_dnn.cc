@@ -4,6 +4,7 @@
  * as the real library does before it launches: inconsistent shapes give BAD_PARAM,
  * configurations cuDNN (or this emulator) has no kernel for give NOT_SUPPORTED, an operand
  * outside device memory is a fault. The work is queued on the handle's stream with emu_enqueue
+ * (ACT_EMU_TRACE=2 names each node "<call> algo <n>", the algorithm it was asked to run)
  * and captures the descriptors by value, so a graph replays exactly what was recorded; the
  * operands and the workspace are re-checked at every run, so a replay after one was freed
  * faults.
@@ -162,6 +163,7 @@ struct conv_job {
     const void *x, *w;
     void *y;
     int fused;
+    int algo;                       /* the algorithm asked for: named in the trace */
     float alpha2;
     const void *z, *bias;
     cudnnActivationMode_t act;
@@ -255,6 +257,7 @@ static cudnnStatus_t convolve(const char *call, cudnnHandle_t h, const void *alp
         !emu_on_device(call, "the workspace", ws, need, used))
         return CUDNN_STATUS_EXECUTION_FAILED;
     j->tf32 = s.t == CUDNN_DATA_FLOAT && cd->math != CUDNN_FMA_MATH;
+    j->algo = (int)algo;
     j->alpha = *(const float *)alpha;
     j->xf = xd->f;
     j->wf = wd->f;
@@ -270,7 +273,8 @@ static cudnnStatus_t enqueue(cudnnHandle_t h, const char *call, const conv_job &
     auto op = [j]() {
         run_conv(j);
     };
-    return emu_enqueue(h->stream, call, op, std::move(used)) == cudaSuccess
+    return emu_enqueue_as(h->stream, call, std::string(call) + " algo " + std::to_string(j.algo), op,
+                          std::move(used)) == cudaSuccess
                ? CUDNN_STATUS_SUCCESS
                : CUDNN_STATUS_EXECUTION_FAILED;
 }
@@ -296,6 +300,9 @@ cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t stream) {
     handle->stream = stream;
     return CUDNN_STATUS_SUCCESS;
 }
+
+/* the version of an emulated cuDNN: 9.10.0's number */
+size_t cudnnGetVersion(void) { return 91000; }
 
 const char *cudnnGetErrorString(cudnnStatus_t status) {
     switch (status) {

@@ -73,6 +73,7 @@ extern "C" {
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *lightHandle);
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t lightHandle);
 const char *cublasLtGetStatusString(cublasStatus_t status);
+size_t cublasLtGetVersion(void);
 
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *matLayout, cudaDataType type,
                                           uint64_t rows, uint64_t cols, int64_t ld);

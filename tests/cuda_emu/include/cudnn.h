@@ -84,6 +84,7 @@ cudnnStatus_t cudnnCreate(cudnnHandle_t *handle);
 cudnnStatus_t cudnnDestroy(cudnnHandle_t handle);
 cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t stream);
 const char *cudnnGetErrorString(cudnnStatus_t status);
+size_t cudnnGetVersion(void);
 
 cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *desc);
 cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t desc);
