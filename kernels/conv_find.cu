@@ -12,8 +12,9 @@
  * convolution of these shapes is likely to win back.
  * What one measurement chose is kept for the process, keyed by device, data type, precision,
  * layout, geometry and keep_fusion: the ResNet's repeated shapes (layer1's four 3x3 convs) and
- * every later session of the same model measure nothing again. A failed measurement, or one
- * where nothing usable fit the cap, is remembered too, as "keep the heuristics' choice".
+ * every later session of the same model measure nothing again; with ACT_CUDA_ALGO_CACHE=FILE
+ * every later process too (algo_cache.cuh). A failed measurement, or one where nothing usable
+ * fit the cap, is remembered too, as "keep the heuristics' choice" (for this process only).
  * ACT_CUDA_ALGO_LOG=1 prints each measured choice beside the heuristics' (log_choice). */
 #include "conv_plan.cuh"
 #include "algo_cache.cuh"
@@ -33,7 +34,20 @@ typedef struct {
 
 /* keyed by (key, keep_fusion), which hold only ints: no padding for memcmp to read */
 static_assert(offsetof(find_entry, measured) == sizeof(act_conv_key) + sizeof(int), "packed key");
-ACT_ALGO_CACHE(find_cache, find_entry, FIND_CACHE, offsetof(find_entry, measured));
+static_assert(offsetof(act_conv_key, dev) == 0, "the device leads the key");
+
+/* an entry read from ACT_CUDA_ALGO_CACHE names an algorithm and math type cuDNN knows (whether
+ * the plan can take them is checked where they are used, by apply) */
+static int find_valid(const void *entry) {
+    const find_entry *e = (const find_entry *)entry;
+    return (e->measured == 0 || e->measured == 1) && (e->keep_fusion == 0 || e->keep_fusion == 1) &&
+           (int)e->algo >= 0 && (int)e->algo < CUDNN_CONVOLUTION_FWD_ALGO_COUNT &&
+           (e->math == CUDNN_DEFAULT_MATH || e->math == CUDNN_TENSOR_OP_MATH ||
+            e->math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION || e->math == CUDNN_FMA_MATH);
+}
+
+ACT_ALGO_CACHE(find_cache, find_entry, FIND_CACHE, offsetof(find_entry, measured), "conv",
+               cudnnGetVersion, find_valid);
 
 /* act_k_conv_pick with the workspace held to cap as well as to the plan's limit */
 static int pick_within(cudnnHandle_t h, act_conv_plan *p,
@@ -89,8 +103,7 @@ static float found_ms(const cudnnConvolutionFwdAlgoPerf_t *perf, int n,
  * algorithm beside the heuristics' with Find's times, so a GPU run shows what measuring changed */
 static void log_choice(const act_conv_plan *p, cudnnConvolutionFwdAlgo_t heur,
                        const cudnnConvolutionFwdAlgoPerf_t *perf, int n) {
-    const char *v = getenv("ACT_CUDA_ALGO_LOG");
-    if (!v || !*v || !strcmp(v, "0")) return;
+    if (!act_algo_log()) return;
     static const char *const names[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT",
                                         "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
     const int nn = (int)(sizeof names / sizeof *names);
@@ -146,6 +159,6 @@ int act_k_conv_find(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, const vo
     if (cudnnSetConvolutionMathType(p->cd, p->math) != CUDNN_STATUS_SUCCESS && r >= 0)
         r = act_kerr(err, errlen, __FILE__, __LINE__, "cudnnSetConvolutionMathType",
                      "cannot set the chosen math type");
-    act_algo_cache_put(&find_cache, &e);
+    act_algo_cache_put(&find_cache, &e, e.measured);
     return r;
 }

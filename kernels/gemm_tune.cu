@@ -15,9 +15,10 @@
  * TUNE_MARGIN, so that noise does not trade the heuristic's choice for an equal one.
  * What one measurement chose is kept for the process, keyed by device, data types, shape,
  * precision, epilogue and alignments (act_lt_key): identical linears (the decoder's six layers)
- * and every later session of the same model measure nothing again. A measurement with a single
- * usable candidate is remembered as "keep the heuristic's first". ACT_CUDA_ALGO_LOG=1 prints
- * each measurement's choice and times (log_choice). */
+ * and every later session of the same model measure nothing again; with ACT_CUDA_ALGO_CACHE=FILE
+ * every later process too (algo_cache.cuh). A measurement with a single usable candidate is
+ * remembered as "keep the heuristic's first". ACT_CUDA_ALGO_LOG=1 prints each measurement's
+ * choice and times (log_choice). */
 #include "gemm_plan.cuh"
 #include "algo_cache.cuh"
 #include <math.h>
@@ -38,17 +39,28 @@ typedef struct {
 } tune_entry;
 
 static_assert(offsetof(tune_entry, measured) == sizeof(act_lt_key), "the key leads the entry");
-ACT_ALGO_CACHE(tune_cache, tune_entry, TUNE_CACHE, sizeof(act_lt_key));
+static_assert(offsetof(act_lt_key, dev) == 0, "the device leads the key");
+
+/* an entry read from ACT_CUDA_ALGO_CACHE: its algorithm is checked where it is used (adopt) */
+static int tune_valid(const void *entry) {
+    const tune_entry *e = (const tune_entry *)entry;
+    return e->measured == 0 || e->measured == 1;
+}
+
+ACT_ALGO_CACHE(tune_cache, tune_entry, TUNE_CACHE, sizeof(act_lt_key), "gemm", cublasLtGetVersion,
+               tune_valid);
 
 /* make the plan run candidate algo (found by its bytes among the plan's own candidates; one
- * that is not there, from a cuBLASLt that ranks differently now, leaves the plan as it is) */
-static void adopt(act_lt_plan *p, const cublasLtMatmulAlgo_t *algo) {
+ * that is not there, from a cuBLASLt that ranks differently now, leaves the plan as it is):
+ * 0, or -1 when it is not there */
+static int adopt(act_lt_plan *p, const cublasLtMatmulAlgo_t *algo) {
     for (int i = 0; i < p->n_cand; i++)
         if (!memcmp(&p->cand[i], algo, sizeof *algo)) {
             p->algo = p->cand[i];
             p->ws = p->cand_ws[i];
-            return;
+            return 0;
         }
+    return -1;
 }
 
 static cublasStatus_t run_cand(cublasLtHandle_t lt, const act_lt_plan *p, int i, const void *W,
@@ -137,8 +149,7 @@ static int measure(cublasLtHandle_t lt, const act_lt_plan *p, const void *W, con
 /* with ACT_CUDA_ALGO_LOG set (not 0): one line on stderr per measured shape, so a GPU run
  * shows where the measurement chose differently from the heuristic and what it gained */
 static void log_choice(const act_lt_plan *p, const tune_result *r) {
-    const char *v = getenv("ACT_CUDA_ALGO_LOG");
-    if (!v || !*v || !strcmp(v, "0")) return;
+    if (!act_algo_log()) return;
     static const char *const prec[] = {"fp32", "bf16", "fp16"};
     static const char *const epi[] = {"bias", "bias+ReLU", "bias+GELU"};
     const act_lt_key *k = &p->key;
@@ -166,11 +177,15 @@ int act_k_lt_measure(cublasLtHandle_t lt, act_lt_plan *p, int dev, const void *W
     memset(&e, 0, sizeof e);
     e.key = p->key;
     if (act_algo_cache_get(&tune_cache, &e)) {
-        if (e.measured) adopt(p, &e.algo);
+        /* only a choice read from ACT_CUDA_ALGO_CACHE can be missing: say so with the log */
+        if (e.measured && adopt(p, &e.algo) && act_algo_log())
+            fprintf(stderr, "act-engine: algo: cuBLASLt %d x %d x %d: the cached choice is not "
+                    "among the heuristic's %d candidates; its first kept\n", p->key.M,
+                    p->key.out, p->key.in, p->n_cand);
         return 0;
     }
     if (p->n_cand < 2) {
-        act_algo_cache_put(&tune_cache, &e);
+        act_algo_cache_put(&tune_cache, &e, 0);
         return 0;
     }
     /* p->ws is still the first candidate's need: the others' are no larger than the
@@ -200,6 +215,6 @@ int act_k_lt_measure(cublasLtHandle_t lt, act_lt_plan *p, int dev, const void *W
         e.algo = p->cand[res.best];
         adopt(p, &e.algo);
     }
-    act_algo_cache_put(&tune_cache, &e);
+    act_algo_cache_put(&tune_cache, &e, e.measured);
     return 0;
 }
