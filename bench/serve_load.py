@@ -6,7 +6,9 @@ client count (default 1, 8, 32) runs that many client processes in closed loop (
 the chunk, send again), each with its own connection and pre-encoded random frames, for a fixed
 number of requests per client (bounded by --max-seconds). It reports per setting: round-trip
 p50/p99, throughput, the mean batch the server formed, and the server's own p50 inference and
-queue wait (from RESULT), so `round trip - inference` is the serving overhead.
+queue wait (from RESULT), so `round trip - inference` is the serving overhead, and each
+server's startup (start to ready: load, warm-up; on CUDA every batch size's algorithms measured
+unless ACT_CUDA_ALGO_CACHE names a file that has them).
 
 --transports tcp,shm also runs each setting with clients on act-serve's Unix socket that pass
 their frames in shared memory (a sealed memfd written once; each request carries offsets), the
@@ -132,14 +134,18 @@ def _start_server(args, max_batch, workdir):
     env = dict(os.environ)
     if args.timing_model:
         env["ACT_CPU_TIMING_MODEL"] = args.timing_model
+    t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + 600
+    deadline = t0 + 600
     while not pf.exists() or not pf.read_text().endswith("\n"):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise SystemExit(f"serve_load: act-serve did not start:\n{Path(log.name).read_text()}")
         time.sleep(0.05)
-    return proc, int(pf.read_text().split()[0]), str(Path(workdir) / f"serve-{max_batch}.sock")
+    # start to ready: model load, session, warm-up (on CUDA every batch size planned, measured
+    # and captured, unless ACT_CUDA_ALGO_CACHE has the choices)
+    startup_s = time.monotonic() - t0
+    return proc, int(pf.read_text().split()[0]), str(Path(workdir) / f"serve-{max_batch}.sock"), startup_s
 
 
 def _peak_rss_mib(pid):
@@ -216,17 +222,19 @@ def main(argv=None):
     if set(transports) - {"tcp", "shm"}:
         raise SystemExit(f"serve_load: --transports '{args.transports}': expected tcp and/or shm")
     rows = []
+    startup = {}
     with tempfile.TemporaryDirectory() as work:
         for mode in args.modes.split(","):
-            proc, port, path = _start_server(args, args.max_batch if mode == "on" else 1, work)
+            proc, port, path, startup_s = _start_server(args, args.max_batch if mode == "on" else 1, work)
             ready_rss = _peak_rss_mib(proc.pid)
-            if ready_rss is not None:
-                print(f"  batching {mode:3s}: act-serve ready, peak RSS {ready_rss:.1f} MiB", file=sys.stderr)
+            startup[mode] = startup_s
+            print(f"  batching {mode:3s}: act-serve ready in {startup_s:.2f} s"
+                  + ("" if ready_rss is None else f", peak RSS {ready_rss:.1f} MiB"), file=sys.stderr)
             try:
                 for c in levels:
                     for t in transports:
                         r = _run_level(path if t == "shm" else port, c, args.requests, args.max_seconds)
-                        r["batching"], r["transport"] = mode, t
+                        r["batching"], r["transport"], r["server_startup_s"] = mode, t, startup_s
                         # the server's peak so far: VmHWM never goes down, so a row shows the most any
                         # setting up to it needed
                         r["server_ready_rss_mib"], r["server_peak_rss_mib"] = ready_rss, _peak_rss_mib(proc.pid)
@@ -254,6 +262,8 @@ def main(argv=None):
     for r in rows:
         if r["batching"] == "on" and r["clients"] == 1:
             summary["overhead_p50_ms_batch1" + ("_shm" if r["transport"] == "shm" else "")] = r["overhead_p50_ms"]
+    for mode, s in startup.items():
+        summary[f"startup_s_batching_{mode}"] = s
     for k, v in summary.items():
         print(f"{k}: {v:.3f}")
     if args.json:

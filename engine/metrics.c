@@ -101,6 +101,13 @@ void act_metrics_memory(act_metrics *m, size_t weights, size_t activations, size
     pthread_mutex_unlock(&m->mu);
 }
 
+void act_metrics_warmup(act_metrics *m, double seconds)
+{
+    pthread_mutex_lock(&m->mu);
+    m->warmup_s = seconds;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void act_metrics_io_threads(act_metrics *m, int n)
 {
     pthread_mutex_lock(&m->mu);
@@ -170,6 +177,9 @@ char *act_metrics_render(act_metrics *m, int ready, int draining, size_t *len)
     pthread_mutex_lock(&m->mu);
     sb_printf(&b, "# HELP act_serve_ready 1 once the model is loaded and warmed up\n"
                   "# TYPE act_serve_ready gauge\nact_serve_ready %d\n", ready);
+    sb_printf(&b, "# HELP act_serve_warmup_seconds how long the warm-up before serving took (CUDA: every "
+                  "batch size planned, measured and captured)\n"
+                  "# TYPE act_serve_warmup_seconds gauge\nact_serve_warmup_seconds %.3f\n", m->warmup_s);
     sb_printf(&b, "# HELP act_serve_draining 1 after SIGTERM, while in-flight requests finish\n"
                   "# TYPE act_serve_draining gauge\nact_serve_draining %d\n", draining);
     sb_printf(&b, "# HELP act_serve_failing 1 after a forward pass failed, until one succeeds\n"

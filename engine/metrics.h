@@ -33,6 +33,7 @@ typedef struct act_metrics {
     char failing_why[256];                   /* the first failure since the last success */
     int64_t conns_open, inflight;
     int io_threads;                          /* act-serve's I/O threads (a setting, for dashboards) */
+    double warmup_s;                         /* the warm-up before serving (seconds) */
     act_hist batch_size, queue_wait_s, infer_s;
 } act_metrics;
 
@@ -49,6 +50,7 @@ void act_metrics_refused(act_metrics *m, int reason);            /* ACT_REFUSED_
 void act_metrics_inflight(act_metrics *m, int delta);
 void act_metrics_memory(act_metrics *m, size_t weights, size_t activations, size_t workspace);
 void act_metrics_io_threads(act_metrics *m, int n);
+void act_metrics_warmup(act_metrics *m, double seconds);
 /* 1 while failing, with the reason copied into why */
 int act_metrics_failing(act_metrics *m, char *why, size_t whylen);
 /* Renders the Prometheus text exposition (version 0.0.4) into a malloc'd string. */

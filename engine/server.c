@@ -409,6 +409,7 @@ int act_server_create(const act_server_opts *opts, act_server **out, char *err, 
 }
 
 int act_server_io_threads(const act_server *s) { return s->n_io; }
+double act_server_warmup_seconds(const act_server *s) { return s->warmup_s; }
 
 int act_server_attach(act_server *s, const act_model *m, act_session *sess, act_device device,
                       char *err, size_t errlen)
@@ -421,7 +422,10 @@ int act_server_attach(act_server *s, const act_model *m, act_session *sess, act_
     s->req_bytes = sizeof(act_req) + (size_t)s->cfg->pred_horizon * s->cfg->action_dim * sizeof(float) +
                    act_proto_predict_bytes(s->cfg);
     if (!s->info_frame) return fail(err, errlen, "act-serve: out of memory");
+    double t0 = act_now();
     if (act_infer_warmup(s, device, err, errlen)) return -1;
+    s->warmup_s = act_now() - t0;
+    act_metrics_warmup(&s->metrics, s->warmup_s);
     if (atomic_load(&s->stop_flag)) return fail(err, errlen, "act-serve: stopped before the model was ready");
     act_memory mem;   /* after the warm-up, which has sized the workspaces for every batch */
     act_session_memory(sess, &mem);

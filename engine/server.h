@@ -61,5 +61,8 @@ void act_server_free(act_server *s);
 int act_server_port(const act_server *s);
 int act_server_metrics_port(const act_server *s);
 int act_server_io_threads(const act_server *s);
+/* how long act_server_attach's warm-up took (seconds): on CUDA it plans, measures (unless the
+ * choices come from ACT_CUDA_ALGO_CACHE) and captures every batch size */
+double act_server_warmup_seconds(const act_server *s);
 
 #endif

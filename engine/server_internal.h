@@ -152,6 +152,7 @@ struct act_server {
     size_t info_len;
 
     act_metrics metrics;
+    double warmup_s;                    /* act_server_attach's warm-up */
     FILE *audit;
 
     act_conn *conns;               /* max_clients slots, split among the I/O threads */

@@ -18,6 +18,7 @@ typedef struct cli {
     const char *model, *device, *precision, *port_file;
     int cuda_device;
     int copy_threads;           /* the session's (act_session_opts.copy_threads) */
+    const char *algo_cache;     /* ACT_CUDA_ALGO_CACHE for the CUDA backend */
     act_server_opts so;
 } cli;
 
@@ -75,6 +76,7 @@ static int parse(int argc, char **argv, cli *c)
         { "device", "ACT_SERVE_DEVICE", F_STR, &c->device, "cuda|cpu|auto [auto: cuda if available]" },
         { "precision", "ACT_SERVE_PRECISION", F_STR, &c->precision, "fp32|tf32|bf16|fp16 [fp32]" },
         { "cuda-device", "ACT_SERVE_CUDA_DEVICE", F_INT, &c->cuda_device, "CUDA device ordinal [0]" },
+        { "algo-cache", "ACT_CUDA_ALGO_CACHE", F_STR, &c->algo_cache, "GPU: a file of measured conv/GEMM algorithm choices, read at start and appended to, so that a restart or a replica sharing the file measures nothing again and runs the same algorithms (lines of another GPU model or library version are skipped)" },
         { "max-batch", "ACT_SERVE_MAX_BATCH", F_INT, &c->so.max_batch, "requests per forward pass [32]" },
         { "max-wait-us", "ACT_SERVE_MAX_WAIT_US", F_INT, &c->so.max_wait_us, "longest wait for a batch to fill [200]" },
         { "copy-threads", "ACT_SERVE_COPY_THREADS", F_INT, &c->copy_threads, "threads copying a batch's frames into the input buffers, 0 = half the cores, at most 8 [0]" },
@@ -155,6 +157,11 @@ int main(int argc, char **argv)
     int pr = parse(argc, argv, &c);
     if (pr) return pr > 0 ? 0 : 2;
     char err[ACT_ERR_LEN], why[256];
+    /* the CUDA backend reads its algorithm cache from the environment; set before any thread */
+    if (c.algo_cache && setenv("ACT_CUDA_ALGO_CACHE", c.algo_cache, 1)) {
+        fprintf(stderr, "act-serve: --algo-cache: %s\n", strerror(errno));
+        return 2;
+    }
     act_session_opts sopts = act_session_default_opts();
     if (parse_precision(c.precision, &sopts.precision)) return 2;
     /* --device cpu never asks: that would load the CUDA plugin and its libraries for nothing */
@@ -205,10 +212,11 @@ int main(int argc, char **argv)
     const act_config *cfg = act_model_config(m);
     char mport[48] = "";
     if (c.so.metrics_port >= 0) snprintf(mport, sizeof mport, ", metrics on port %d", act_server_metrics_port(g_server));
-    fprintf(stderr, "act-serve: ready on %s:%d%s%s (%s, model %s, max-batch %d, max-wait-us %d, io-threads %d)%s\n",
-            c.so.host, act_server_port(g_server), c.so.unix_path ? " and unix:" : "",
+    fprintf(stderr, "act-serve: ready on %s:%d%s%s (%s, model %s, max-batch %d, max-wait-us %d, io-threads %d, "
+            "warm-up %.1f s)%s\n", c.so.host, act_server_port(g_server), c.so.unix_path ? " and unix:" : "",
             c.so.unix_path ? c.so.unix_path : "", act_session_device_name(sess), cfg->model_hash,
-            c.so.max_batch, c.so.max_wait_us, act_server_io_threads(g_server), mport);
+            c.so.max_batch, c.so.max_wait_us, act_server_io_threads(g_server),
+            act_server_warmup_seconds(g_server), mport);
     if (c.port_file) {
         FILE *f = fopen(c.port_file, "w");
         if (f) {

@@ -197,3 +197,37 @@ def test_act_serve_reports_a_device_fault_and_turns_unhealthy(act_serve, model, 
         assert srv.proc.poll() is None, "act-serve exited on a device fault instead of reporting it"
     finally:
         srv.stop()
+
+
+def test_act_serve_algo_cache_spares_a_restart_the_measurements(act_serve, model, emu_env, tmp_path):
+    """--algo-cache FILE: the first server's warm-up measures every conv/GEMM shape of batch 1-2
+    and writes one line each; a restart with the same file loads them (ACT_CUDA_ALGO_LOG says
+    so), measures nothing and adds no line. Both give the same chunk."""
+    actw, cfg, _ = model
+    cache = tmp_path / "algos.txt"
+    env = dict(emu_env, ACT_CUDA_ALGO_LOG="1")
+    rng = np.random.default_rng(9)
+    h, w = cfg["vision_backbone"]["image_shape"]
+    q = rng.standard_normal(cfg["obs_dim"]).astype(np.float32)
+    imgs = {cam: rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for cam in cfg["camera_names"]}
+    chunks, logs = [], []
+    for start in range(2):
+        (tmp_path / f"s{start}").mkdir()
+        srv = Server(act_serve, actw, tmp_path / f"s{start}", "--max-batch", 2, "--precision", "bf16",
+                     "--algo-cache", cache, env=env, device="cuda")
+        try:
+            srv.wait_ready(timeout=300)
+            chunks.append(ActClient("127.0.0.1", srv.port, timeout=300).predict(q, imgs))
+            assert srv.metric("act_serve_warmup_seconds") > 0
+        finally:
+            assert srv.stop() == 0, srv.log()
+        logs.append(srv.log())
+        if start == 0:
+            lines = cache.read_text().splitlines()
+    measured = [l for l in logs[0].splitlines() if l.startswith("act-engine: algo: cu")]
+    assert len(measured) >= 4 and len(lines) == len(measured), (measured, lines)
+    assert all(l.startswith("act-algo 1 ") for l in lines), lines
+    assert not [l for l in logs[1].splitlines() if l.startswith("act-engine: algo: cu")], logs[1]
+    assert logs[1].count("choices loaded, 0 of other") == 2, logs[1]
+    assert cache.read_text().splitlines() == lines
+    np.testing.assert_array_equal(chunks[0], chunks[1])

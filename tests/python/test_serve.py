@@ -10,6 +10,7 @@ survives a server killed and restarted under it.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -196,6 +197,11 @@ def test_metrics_audit_log_and_healthz(server, tiny, tmp_path, rng):
                  "act_serve_inference_seconds_count", "act_serve_ready 1"):
         assert name in text, text
     assert srv.metric('act_serve_device_memory_bytes{kind="activations"}') > 0, text
+    # the warm-up's duration, as the ready line says it (one decimal there)
+    warm = srv.metric("act_serve_warmup_seconds")
+    assert "act_serve_warmup_seconds " in text and warm > 0, text
+    said = re.search(r"warm-up ([0-9.]+) s\)", srv.log())
+    assert said and abs(float(said.group(1)) - warm) <= 0.051, srv.log()
     # --io-threads (its variable, or 0: one per 4 cores, at most 4)
     io = int(os.environ.get("ACT_SERVE_IO_THREADS") or 0) or max(1, min(4, os.cpu_count() // 4))
     assert srv.metric("act_serve_io_threads") == io, text

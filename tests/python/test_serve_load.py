@@ -32,8 +32,11 @@ def test_serve_load_reports_every_setting(act_serve, make_model, make_cfg, tmp_p
         # the server's peak RSS (Linux VmHWM): at least the model file, and never below the peak
         # it had when it became ready
         assert r["server_peak_rss_mib"] >= r["server_ready_rss_mib"] > model.stat().st_size / 2**20
+        # start to ready: one server per mode, the same figure on each of its rows
+        assert r["server_startup_s"] == res["summary"][f"startup_s_batching_{mode}"] > 0
     assert set(res["summary"]) == {"speedup_batching_3_clients", "speedup_3_clients_vs_one_at_a_time",
-                                   "overhead_p50_ms_batch1", "overhead_p50_ms_batch1_shm"}
+                                   "overhead_p50_ms_batch1", "overhead_p50_ms_batch1_shm",
+                                   "startup_s_batching_on", "startup_s_batching_off"}
     assert "batching  via clients" in p.stdout and p.stdout.count("\n") >= 9
 
 
