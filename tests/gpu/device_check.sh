@@ -60,6 +60,9 @@
 #              (--staged-inputs, what every other bench row uses)
 #   gather-ab  act-infer bench, full model, bf16 at batch 1, 32 and 256: frames uploaded by DMA from
 #              the pinned input buffers vs read in place by the gather kernel (--in-place-inputs)
+#   serve-warm act-serve's start-to-ready time in bf16 at max-batch 32 (run with copy-ab/io-ab):
+#              measuring every batch size's conv/GEMM algorithms, then with them from the shared
+#              algorithm cache (ACT_CUDA_ALGO_CACHE; every act-serve here uses it)
 #   copy-ab    act-serve, bf16, 1 and 32 clients over shared memory and TCP: a batch's frames
 #              copied into the pinned input buffers by one thread, by --copy-threads' default
 #              (half the cores, at most 8), or not at all: read in place from the registered
@@ -288,14 +291,19 @@ else
 fi
 
 # ---------------- serving under load (act-serve on the GPU, loopback clients) ----------------
+# Every act-serve here shares one algorithm cache: the warm-up of the first (this row's, batching
+# on) measures the conv/GEMM algorithms of batch sizes 1-32 and writes them down, the later ones
+# (copy-ab, io-ab) load them, so their startup fits their rows' limits and each A/B pair runs the
+# same algorithms. The row's figure gives both startups (start to ready).
+SERVE_ALGOS=$LOG/serve_algos.cache
 if ! want serve; then :
 elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && [ -x "$BUILD/act-serve" ] && enough 40; then
-    timeout "$(limit 60)" "$PY" bench/serve_load.py --model "$TD/full.actw" --act-serve "$BUILD/act-serve" \
-        --device cuda --clients 1,8,32 --requests "$(it 50)" --max-seconds 20 --transports tcp,shm \
-        --json "$LOG/serve_load.json" >"$LOG/serve.log" 2>&1
+    ACT_CUDA_ALGO_CACHE=$SERVE_ALGOS timeout "$(limit 60)" "$PY" bench/serve_load.py --model "$TD/full.actw" \
+        --act-serve "$BUILD/act-serve" --device cuda --clients 1,8,32 --requests "$(it 50)" --max-seconds 20 \
+        --transports tcp,shm --json "$LOG/serve_load.json" >"$LOG/serve.log" 2>&1
     rc=$?
     row serve "$([ $rc = 0 ] && echo ok || echo rc$rc)" \
-        "$(grep -E '^(overhead|speedup_32_clients_vs)' "$LOG/serve.log" | tr '\n' ' ' | cut -c1-150)"
+        "$(grep -E '^(overhead|speedup_32_clients_vs|startup_s)' "$LOG/serve.log" | tr '\n' ' ' | cut -c1-220)"
 else
     row serve SKIP "no bench/serve_load.py, act-serve, full model or time"
 fi
@@ -425,6 +433,26 @@ ab_pair inputs-ab bf16 "1 256" copied copied staged ""
 # frames read in place (act-serve's shared-memory clients: a gather kernel pulls each frame over
 # PCIe from registered host memory) vs a DMA upload from the pinned staging buffers
 ab_pair gather-ab bf16 "1 32 256" staged "" in-place inplace
+# act-serve's startup in bf16 (what copy-ab and io-ab serve): one server measures the algorithms
+# of every batch size into the shared cache, a second one loads them; both start-to-ready times
+# are the figure, and the two A/B rows below then start as the second did
+if ! want serve-warm && ! want copy-ab && ! want io-ab; then :
+elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && enough 60; then
+    fig=""
+    for v in measured cached; do
+        rm -f "$LOG/serve_warm.json"
+        ACT_CUDA_ALGO_CACHE=$SERVE_ALGOS timeout "$(limit 90)" "$PY" bench/serve_load.py \
+            --model "$TD/full.actw" --act-serve "$BUILD/act-serve" --device cuda --precision bf16 --clients 1 \
+            --requests "$(it 20)" --max-seconds 5 --modes on --transports tcp --json "$LOG/serve_warm.json" \
+            >>"$LOG/serve_warm.log" 2>&1
+        r=$("$PY" -c "import json, sys; print('%.1f s' % json.load(open(sys.argv[1]))['summary']['startup_s_batching_on'])" \
+            "$LOG/serve_warm.json" 2>/dev/null)
+        fig="$fig $v ${r:-?};"
+    done
+    row serve-warm ok "bf16 max-batch 32, start to ready:$fig cache $(wc -l <"$SERVE_ALGOS" 2>/dev/null || echo 0) lines"
+else
+    row serve-warm SKIP "no serve_load, build, full model or time"
+fi
 # act-serve's batch assembly, 1 and 32 clients, shared memory and TCP: 590 KB of frames per
 # request copied into the pinned input buffers by one thread or by the default (half the cores,
 # at most 8), vs read in place by the GPU from registered memfds and receive buffers (the default
@@ -435,9 +463,10 @@ elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && enough 40; then
     for v in "copy,1-thread:ACT_SERVE_COPY_FRAMES=1 ACT_SERVE_COPY_THREADS=1" \
              "copy,auto-threads:ACT_SERVE_COPY_FRAMES=1 ACT_SERVE_COPY_THREADS=0" "in-place:ACT_SERVE_COPY_FRAMES=0"; do
         rm -f "$LOG/copy_ab.json"
-        env ${v#*:} timeout "$(limit 30)" "$PY" bench/serve_load.py --model "$TD/full.actw" \
-            --act-serve "$BUILD/act-serve" --device cuda --precision bf16 --clients 1,32 --requests "$(it 200)" \
-            --max-seconds 5 --modes on --transports shm,tcp --json "$LOG/copy_ab.json" >>"$LOG/copy_ab.log" 2>&1
+        env ${v#*:} ACT_CUDA_ALGO_CACHE="$SERVE_ALGOS" timeout "$(limit 30)" "$PY" bench/serve_load.py \
+            --model "$TD/full.actw" --act-serve "$BUILD/act-serve" --device cuda --precision bf16 --clients 1,32 \
+            --requests "$(it 200)" --max-seconds 5 --modes on --transports shm,tcp --json "$LOG/copy_ab.json" \
+            >>"$LOG/copy_ab.log" 2>&1
         r=$("$PY" -c "
 import json, sys
 rows = {(r['transport'], r['clients']): r['throughput_rps'] for r in json.load(open(sys.argv[1]))['rows']}
@@ -455,9 +484,10 @@ elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && enough 30; then
     fig=""
     for v in "1-thread:ACT_SERVE_IO_THREADS=1" "auto-threads:ACT_SERVE_IO_THREADS=0"; do
         rm -f "$LOG/io_ab.json"
-        env ${v#*:} timeout "$(limit 20)" "$PY" bench/serve_load.py --model "$TD/full.actw" \
-            --act-serve "$BUILD/act-serve" --device cuda --precision bf16 --clients 1,32 --requests "$(it 200)" \
-            --max-seconds 5 --modes on --transports tcp --json "$LOG/io_ab.json" >>"$LOG/io_ab.log" 2>&1
+        env ${v#*:} ACT_CUDA_ALGO_CACHE="$SERVE_ALGOS" timeout "$(limit 20)" "$PY" bench/serve_load.py \
+            --model "$TD/full.actw" --act-serve "$BUILD/act-serve" --device cuda --precision bf16 --clients 1,32 \
+            --requests "$(it 200)" --max-seconds 5 --modes on --transports tcp --json "$LOG/io_ab.json" \
+            >>"$LOG/io_ab.log" 2>&1
         r=$("$PY" -c "
 import json, sys
 rows = {r['clients']: r for r in json.load(open(sys.argv[1]))['rows']}
