@@ -92,11 +92,11 @@ static inline int act_algo_cache_tag(const act_algo_cache *c, int dev, char *tag
     return 0;
 }
 
+/* what is wrong with the file, said once a table */
 static inline void act_algo_cache_warn(act_algo_cache *c, const char *what, const char *why) {
     if (c->warned) return;
     c->warned = 1;
-    fprintf(stderr, "act-engine: algorithm cache %s: %s (%s); choices are measured and kept for "
-            "this process as without it\n", act_algo_cache_path(), what, why);
+    fprintf(stderr, "act-engine: algorithm cache %s: %s (%s)\n", act_algo_cache_path(), what, why);
 }
 
 static inline int act_algo_hex(int ch) {
@@ -111,7 +111,8 @@ static inline void act_algo_cache_load(act_algo_cache *c) {
     if (!path) return;
     FILE *f = fopen(path, "r");
     if (!f) {
-        if (errno != ENOENT) act_algo_cache_warn(c, "cannot be read", strerror(errno));
+        if (errno != ENOENT)
+            act_algo_cache_warn(c, "cannot be read; every choice is measured", strerror(errno));
         return;
     }
     char tags[ACT_ALGO_DEVS][ACT_ALGO_TAG];
@@ -164,13 +165,13 @@ static inline void act_algo_cache_load(act_algo_cache *c) {
             loaded++;
         }
     }
-    if (ferror(f)) act_algo_cache_warn(c, "cannot be read", strerror(errno));
+    if (ferror(f))
+        act_algo_cache_warn(c, "cannot be read; every choice is measured", strerror(errno));
     fclose(f);
     if (bad) {
         char why[64];
         snprintf(why, sizeof why, "%d %s line%s", bad, c->kind, bad == 1 ? "" : "s");
-        act_algo_cache_warn(c, "has lines that are not an act-engine algorithm choice, skipped",
-                            why);
+        act_algo_cache_warn(c, "lines that are not an act-engine algorithm choice skipped", why);
     }
     if (act_algo_log())
         fprintf(stderr, "act-engine: algo: cache %s: %d %s choices loaded, %d of other devices "
@@ -192,11 +193,14 @@ static inline void act_algo_cache_append(act_algo_cache *c, const void *entry) {
     line[n++] = '\n';
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) {
-        act_algo_cache_warn(c, "cannot be written", strerror(errno));
+        act_algo_cache_warn(c, "cannot be written; choices are kept for this process only",
+                            strerror(errno));
         return;
     }
     ssize_t w = write(fd, line, (size_t)n);
-    if (w != n) act_algo_cache_warn(c, "cannot be written", w < 0 ? strerror(errno) : "short write");
+    if (w != n)
+        act_algo_cache_warn(c, "cannot be written; choices are kept for this process only",
+                            w < 0 ? strerror(errno) : "short write");
     close(fd);
 }
 
