@@ -11,8 +11,9 @@
 #     candidates time alike here, so a measurement without the switches may take either);
 #  3. lines of another library version are skipped: that process measures every shape again
 #     and appends its own lines;
-#  4. lines that are not choices (garbage, a cut hex string, a conv algorithm cuDNN does not have)
-#     are skipped with one warning a table; the good lines still count;
+#  4. lines that are not choices (garbage, random bytes, an overlong line, a cut hex string, a
+#     conv algorithm cuDNN does not have) are skipped with one warning a table; the good lines
+#     still count;
 #  5. a FILE that cannot be written or read is said, and the step still runs.
 set -u
 infer=$1
@@ -77,6 +78,10 @@ bad=$dir/bad
 {
     echo "not a choice"
     echo "act-algo 1 gemm x/sm90/gemm1/128 00ff"
+    head -c 3000 /dev/zero | tr '\0' 'a'                       # a line longer than any choice
+    echo
+    head -c 2048 /dev/urandom                                # bytes, NULs and all
+    echo
     # a conv entry naming algorithm 9 (bytes 56-59 of the entry; cuDNN has 0-7)
     grep -m1 ' conv ' "$cache" | awk '{ $5 = substr($5, 1, 112) "09000000" substr($5, 121); print }'
     cat "$cache"
