@@ -63,6 +63,9 @@ typedef struct batch_result {
     double min, p50, p90, p99, mean;   /* ms */
     double steps_per_s;
     double *samples;                   /* ms, in run order (owned); JSON carries them for merging runs */
+    double first_ms[2];                /* the first two warmup steps (CUDA: plans and algorithm
+                                        * measurements, then the graph's capture) */
+    int n_first;                       /* how many of them ran (--warmup) */
     int have_stages;
     double section_ms[ACT_SECTION_COUNT];   /* the stages, finer (act_section; stage_ms sums them) */
 } batch_result;
@@ -346,7 +349,9 @@ static int bench_batch(act_session *s, const act_config *cfg, const input_pool *
     r->batch = batch;
     for (int i = 0; i < a->warmup; i++) {
         step_inputs(s, pool, cfg, a, batch, i % windows, &in);
+        double t0 = now_ms();
         if (act_run(s, &in, &o, err, errlen)) return -1;
+        if (i < 2) r->first_ms[r->n_first++] = now_ms() - t0;
     }
     double *t = malloc(sizeof(double) * a->iters);
     r->samples = malloc(sizeof(double) * a->iters);
@@ -571,6 +576,17 @@ static void print_table(const bench_report *r) {
         printf("%6d %9.3f %9.3f %9.3f %9.3f %9.3f %11.1f %11.1f\n", b->batch, b->min, b->p50, b->p90, b->p99,
                b->mean, b->steps_per_s, b->steps_per_s * cfg->num_cams);
     }
+    if (r->n_res && r->res[0].n_first) {
+        printf("first  ");
+        for (int i = 0; i < r->n_res; i++) {
+            const batch_result *b = &r->res[i];
+            printf(" batch %d:", b->batch);
+            for (int k = 0; k < b->n_first; k++) printf(" %.1f", b->first_ms[k]);
+            printf(" ms;");
+        }
+        printf("\n        (warmup steps 1-2 of each size: %s)\n", r->a->device == ACT_DEVICE_CUDA ?
+               "plans and algorithm measurements, then the graph's capture" : "buffers, lazy setup");
+    }
     printf("\nstages (ms, mean of the profiled pass%s)\n%6s", r->a->device == ACT_DEVICE_CUDA ?
            "; graphs and the upload lane off while profiling" : "", "batch");
     for (int k = 0; k < ACT_STAGE_COUNT; k++) printf(" %11s", act_stage_name((act_stage)k));
@@ -660,7 +676,9 @@ static int write_json(const bench_report *r, const char *path, char *err, size_t
         } else {
             fputs("null, \"sections_ms\": null", f);
         }
-        fprintf(f, ", \"samples_ms\": [");
+        fprintf(f, ", \"first_steps_ms\": [");
+        for (int k = 0; k < b->n_first; k++) fprintf(f, "%s%.6f", k ? ", " : "", b->first_ms[k]);
+        fprintf(f, "], \"samples_ms\": [");
         for (int k = 0; k < r->a->iters; k++) fprintf(f, "%s%.6f", k ? ", " : "", b->samples[k]);
         fprintf(f, "]}%s\n", i + 1 < r->n_res ? "," : "");
     }

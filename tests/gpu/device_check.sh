@@ -367,6 +367,7 @@ fi
 
 # ---------------- A/B rows: the same step with one switch flipped (what time is left) ----------------
 ab_p50() {   # precision batch [VAR=value...] [copied|inplace] -> "p50 ms" of act-infer bench (graphs on)
+    # (with AB_FIRST=1 also the first warmup step's time: "p50 (1st N)", what measuring costs)
     local prec=$1 batch=$2 inputs=--staged-inputs a envs=()
     shift 2
     # frames already in pinned memory (as the torch peers have them) unless "copied" (act_run
@@ -377,7 +378,11 @@ ab_p50() {   # precision batch [VAR=value...] [copied|inplace] -> "p50 ms" of ac
     env ${envs[@]+"${envs[@]}"} timeout "$(limit 40)" "$BUILD/act-infer" bench --model "$TD/full.actw" \
         --device cuda --precision "$prec" --batch "$batch" --iters "$(it 200)" --warmup "$(it 20)" $inputs \
         --json "$LOG/ab.json" >>"$LOG/ab.log" 2>&1 &&
-        "$PY" -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; print('%.3f' % r['latency_ms']['p50'])" "$LOG/ab.json"
+        "$PY" -c "
+import json, os, sys
+r = json.load(open(sys.argv[1]))['results'][0]
+first = r.get('first_steps_ms') if os.environ.get('AB_FIRST') else None
+print('%.3f' % r['latency_ms']['p50'] + (' (1st %.0f)' % first[0] if first else ''))" "$LOG/ab.json"
 }
 ab_pair() {   # row precision "batches" label-a "args-a" label-b "args-b": p50 of a and b per batch
     local name=$1 prec=$2 batches=$3 fig="" b x y
@@ -392,14 +397,15 @@ ab_pair() {   # row precision "batches" label-a "args-a" label-b "args-b": p50 o
 # conv algorithms measured at each shape's first step (cuDNN's Find, as torch's cudnn.benchmark,
 # which compare_torch's peers use) vs the heuristics' first: the default is the measurement;
 # if the heuristics win, ACT_CUDA_CONV_ALGO's default flips in cu create
-# (the measured runs log each choice beside the heuristics' into ab.log: the algo-log row)
-ab_pair algo-ab bf16 "1 256" heuristic ACT_CUDA_CONV_ALGO=heuristic measured "ACT_CUDA_CONV_ALGO=find ACT_CUDA_ALGO_LOG=1"
-ab_pair algo-ab32 fp32 "1" heuristic ACT_CUDA_CONV_ALGO=heuristic measured "ACT_CUDA_CONV_ALGO=find ACT_CUDA_ALGO_LOG=1"
+# (the measured runs log each choice beside the heuristics' into ab.log: the algo-log row; each
+# side's first step, in ms after its p50, says what the measurements cost)
+AB_FIRST=1 ab_pair algo-ab bf16 "1 256" heuristic ACT_CUDA_CONV_ALGO=heuristic measured "ACT_CUDA_CONV_ALGO=find ACT_CUDA_ALGO_LOG=1"
+AB_FIRST=1 ab_pair algo-ab32 fp32 "1" heuristic ACT_CUDA_CONV_ALGO=heuristic measured "ACT_CUDA_CONV_ALGO=find ACT_CUDA_ALGO_LOG=1"
 # cuBLASLt algorithms timed among the heuristic's candidates at each linear shape's first step
 # (as torch.compile's max-autotune times its GEMM choices) vs the heuristic's first: the default
 # is the measurement; if the heuristic wins, ACT_CUDA_GEMM_ALGO's default flips in cu create
-ab_pair gemm-ab bf16 "1 256" heuristic ACT_CUDA_GEMM_ALGO=heuristic measured "ACT_CUDA_GEMM_ALGO=measure ACT_CUDA_ALGO_LOG=1"
-ab_pair gemm-ab32 fp32 "1" heuristic ACT_CUDA_GEMM_ALGO=heuristic measured "ACT_CUDA_GEMM_ALGO=measure ACT_CUDA_ALGO_LOG=1"
+AB_FIRST=1 ab_pair gemm-ab bf16 "1 256" heuristic ACT_CUDA_GEMM_ALGO=heuristic measured "ACT_CUDA_GEMM_ALGO=measure ACT_CUDA_ALGO_LOG=1"
+AB_FIRST=1 ab_pair gemm-ab32 fp32 "1" heuristic ACT_CUDA_GEMM_ALGO=heuristic measured "ACT_CUDA_GEMM_ALGO=measure ACT_CUDA_ALGO_LOG=1"
 # feature-map layout: NHWC is the bf16/fp16 default on the strength of cuDNN's guidance (tensor-core
 # kernels read NHWC; NCHW adds transposes) - this row is the measurement
 ab_pair layout-ab bf16 "1 64" NCHW ACT_CUDA_LAYOUT=nchw NHWC ACT_CUDA_LAYOUT=nhwc

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -97,6 +98,10 @@ def test_bench_json_has_every_figure_and_the_right_answer(act_infer, small_model
         assert st is not None and set(st) == set(STAGES), st
         assert all(math.isfinite(v) and v >= 0 for v in st.values()), st
         assert st["vision"] > 0 and st["transformer"] > 0, st
+        # --warmup 1: the one warmup step's time, also on the table's "first" line
+        assert len(b["first_steps_ms"]) == 1 and b["first_steps_ms"][0] > 0, b["first_steps_ms"]
+        said = re.search(rf"^first .* batch {b['batch']}: ([0-9.]+) ms;", p.stdout, re.M)
+        assert said and abs(float(said.group(1)) - b["first_steps_ms"][0]) <= 0.051, p.stdout
 
     # The first input of the first batch size (window 0, batch 2) against the reference.
     fo = r["first_output"]
@@ -122,6 +127,7 @@ def test_bench_generated_inputs_and_defaults(act_infer, small_model, tmp_path):
     assert outs[0]["inputs"] == "generated, seed 1"
     assert outs[0]["results"][0]["stages_ms"] is None   # --profile-iters 0: no profiled pass
     assert outs[0]["results"][0]["sections_ms"] is None
+    assert outs[0]["results"][0]["first_steps_ms"] == []  # --warmup 0: no first steps apart
     a, b = (np.asarray(o["first_output"]["actions"]) for o in outs)
     assert np.all(np.isfinite(a)) and np.std(a) > 0
     assert not np.allclose(a, b), "two seeds gave the same chunk: the inputs did not change"
