@@ -12,7 +12,8 @@
  *   behind the earlier cameras' trunks (the frames are 590 KB per sample; at batch 256, 151 MB).
  *   -> ACT head. The decoder's input is query_embed for every sample, so its first layer's
  *   self-attention block and cross-attention query projection do not depend on the inputs: they
- *   are computed once at setup (decoder_prefix) and each step starts from them, broadcast.
+ *   are computed once at setup (decoder_prefix) and each step starts from them (broadcast to
+ *   its sequences; one sequence reads them in place).
  *   The cross-attention keys and values of every decoder layer read the same memory, so where
  *   the backend has linear_group they are one op before the first layer (kv_grouped).
  *   The prior (z = 0) and the posterior (z from the CVAE encoder) differ only in
@@ -286,21 +287,23 @@ static int trunk(act_fwd *f, int t, act_buf img, int N, act_buf tok, char *err, 
 }
 
 /* Post-norm layers: x = LN1(x + SA(x)); [x = LN2(x + CA(x, mem))]; x = LN(x + FF(x)). */
-/* x = LayerNorm(x + out(attention(q, k, v))): one op where the backend fuses it for this many
- * rows, else attention, the output projection and add_layernorm. */
+/* x = LayerNorm(res + out(attention(q, k, v))), res the residual (x itself, or decoder layer
+ * 0's constant input): one op where the backend fuses it for this many rows, else attention,
+ * the output projection and add_layernorm. */
 static int attend(act_fwd *f, act_buf q, int qs, act_buf k, act_buf v, int kvs, int Bs, int Lq,
-                  int Lk, act_buf pad, const act_mha *a, const act_ln *ln, char *err, size_t errlen) {
+                  int Lk, act_buf pad, const act_mha *a, const act_ln *ln, act_buf res, char *err,
+                  size_t errlen) {
     act_backend *be = f->be;
     const act_config *c = &f->m->cfg;
     int E = c->hidden_dim, rows = Bs * Lq, nh = c->nheads;
     if (be->attention_out_ln && rows <= be->fused_attn_max_rows) {
-        OP(be->attention_out_ln(be, q, qs, k, v, kvs, Bs, Lq, Lk, nh, E / nh, pad, &a->out, f->x, ln,
+        OP(be->attention_out_ln(be, q, qs, k, v, kvs, Bs, Lq, Lk, nh, E / nh, pad, &a->out, res, ln,
                                 c->ln_eps, f->x));
         return 0;
     }
     OP(be->attention(be, q, qs, k, v, kvs, Bs, Lq, Lk, nh, E / nh, pad, f->att));
     OP(be->linear(be, &a->out, f->att, rows, ACT_EPI_NONE, f->o));
-    OP(be->add_layernorm(be, f->x, f->o, ln, c->ln_eps, rows, E, f->x));
+    OP(be->add_layernorm(be, res, f->o, ln, c->ln_eps, rows, E, f->x));
     return 0;
 }
 
@@ -310,12 +313,13 @@ static int self_attn(act_fwd *f, const act_mha *a, const act_ln *ln, int Bs, int
     int E = f->m->cfg.hidden_dim;
     OP(be->linear(be, &a->qkv, f->x, Bs * L, ACT_EPI_NONE, f->qkv));
     return attend(f, f->qkv, 3 * E, act_at(f->qkv, E), act_at(f->qkv, 2 * E), 3 * E, Bs, L, L, pad,
-                  a, ln, err, errlen);
+                  a, ln, f->x, err, errlen);
 }
 
-/* Decoder layer `layer`'s cross-attention. Layer 0's query projection is ready in f->q
- * (decoder_prefix); with kv_grouped every layer's K/V is ready in f->kv, layer i in columns
- * [2E*i, 2E*(i+1)) of rows of 2E * dec_layers. */
+/* Decoder layer `layer`'s cross-attention. Layer 0's input and query projection are the
+ * constants of decoder_prefix: for one sequence (Bs 1) read where they are, else broadcast into
+ * f->x and f->q by the step; with kv_grouped every layer's K/V is ready in f->kv, layer i in
+ * columns [2E*i, 2E*(i+1)) of rows of 2E * dec_layers. */
 static int cross_attn(act_fwd *f, int layer, int Bs, int L, int Lm, char *err, size_t errlen) {
     act_backend *be = f->be;
     const act_dec_layer *dl = &f->m->dec[layer];
@@ -329,8 +333,9 @@ static int cross_attn(act_fwd *f, int layer, int Bs, int L, int Lm, char *err, s
     } else {
         OP(be->linear(be, &dl->cross_attn.kv, f->mem, Bs * Lm, ACT_EPI_NONE, f->kv));
     }
-    return attend(f, f->q, E, k, act_at(k, E), kvs, Bs, L, Lm, act_nobuf(), &dl->cross_attn,
-                  &dl->ln2, err, errlen);
+    int one = layer == 0 && Bs == 1;
+    return attend(f, one ? f->dec0_q : f->q, E, k, act_at(k, E), kvs, Bs, L, Lm, act_nobuf(),
+                  &dl->cross_attn, &dl->ln2, one ? f->dec0_x : f->x, err, errlen);
 }
 
 static int feed_forward(act_fwd *f, const act_linear *ff1, const act_linear *ff2, const act_ln *ln,
@@ -346,8 +351,9 @@ static int feed_forward(act_fwd *f, const act_linear *ff1, const act_linear *ff2
 
 /* Decoder layer 0 up to its cross-attention, which reads only weights (the input is query_embed
  * for every sample): x0 = LN1(q + SA(q)) and x0 Wq^T + bq, run once with the ops of a step at
- * batch 1 and kept; a step broadcasts them (gather_rows with row stride 0) instead of running a
- * QKV GEMM, an attention and a query GEMM per layer-0 pass. */
+ * batch 1 and kept; a step of one sequence reads them where they are, a larger one broadcasts
+ * them (gather_rows with row stride 0), instead of running a QKV GEMM, an attention and a query
+ * GEMM per layer-0 pass. */
 static int decoder_prefix(act_fwd *f, char *err, size_t errlen) {
     act_backend *be = f->be;
     const act_model *m = f->m;
@@ -464,10 +470,13 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
     for (int half = 0; half < Bd / B; half++)
         OP(be->memory_assemble(be, act_at(f->lat, (size_t)half * B * E), f->d_qp, f->vis, B, ncam,
                                E, f->pos_mem, m->mem_type, act_at(f->mem, (size_t)half * B * Lm * E)));
-    /* layer 0 starts after its self-attention, with its cross-attention query ready */
+    /* layer 0 starts after its self-attention, with its cross-attention query ready (one
+     * sequence reads both where decoder_prefix left them: cross_attn) */
     mark(f, ACT_SECTION_DECODER);
-    OP(be->gather_rows(be, f->x, f->dec0_x, Bd, (size_t)H * E, 0));
-    OP(be->gather_rows(be, f->q, f->dec0_q, Bd, (size_t)H * E, 0));
+    if (Bd > 1) {
+        OP(be->gather_rows(be, f->x, f->dec0_x, Bd, (size_t)H * E, 0));
+        OP(be->gather_rows(be, f->q, f->dec0_q, Bd, (size_t)H * E, 0));
+    }
     if (f->kv_grouped)
         OP(be->linear_group(be, f->kv_group, c->dec_layers, f->mem, Bd * Lm, f->kv));
     for (int i = 0; i < c->dec_layers; i++) {

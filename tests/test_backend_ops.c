@@ -411,26 +411,30 @@ static void t_attention(const pair *p, const char *name, int Lq, int Lk, int nh,
 
 /* attention + output projection + residual + post-norm: the backend's fused op where it has one
  * (CUDA), else its three parts (the CPU backend), so the CUDA kernel is checked against the
- * composition of the CPU ops. y aliases the residual x, as in the forward pass. */
-typedef struct { att_arg at; const act_linear *out; const act_ln *ln; float eps; } aol_arg;
+ * composition of the CPU ops. y aliases the residual x, as in the forward pass, or (oop) the
+ * residual is an input of its own and y a fresh, poisoned output (decoder layer 0's
+ * cross-attention of one sequence reads its constant input so). */
+typedef struct { att_arg at; const act_linear *out; const act_ln *ln; float eps; int oop; } aol_arg;
 static int f_aol(act_backend *be, act_buf *in, act_buf out, const void *a) {
     const aol_arg *x = a;
     const att_arg *t = &x->at;
     int rows = t->B * t->Lq, E = t->nh * t->dh;
     act_buf k = act_at(in[1], t->koff), v = act_at(in[1], t->voff), pad = t->pad ? in[3] : act_nobuf();
-    if (be->copy(be, out, in[2], (size_t)rows * E)) return -1;
+    act_buf res = x->oop ? in[2] : out;
+    if (!x->oop && be->copy(be, out, in[2], (size_t)rows * E)) return -1;
     if (be->attention_out_ln)
         return be->attention_out_ln(be, in[0], t->qs, k, v, t->kvs, t->B, t->Lq, t->Lk, t->nh, t->dh,
-                                    pad, x->out, out, x->ln, x->eps, out);
+                                    pad, x->out, res, x->ln, x->eps, out);
     act_buf att = be->alloc(be, (size_t)rows * E, ACT_DT_ACT), o = be->alloc(be, (size_t)rows * E, ACT_DT_ACT);
     if (!att.p || !o.p) return -1;
     if (be->attention(be, in[0], t->qs, k, v, t->kvs, t->B, t->Lq, t->Lk, t->nh, t->dh, pad, att) ||
         be->linear(be, x->out, att, rows, ACT_EPI_NONE, o))
         return -1;
-    return be->add_layernorm(be, out, o, x->ln, x->eps, rows, E, out);
+    return be->add_layernorm(be, res, o, x->ln, x->eps, rows, E, out);
 }
 static void t_attention_out_ln(const pair *p, const char *name, int Lq, int Lk, int nh, int E,
-                               int packed, int pad, const act_linear *out, const act_ln *ln, float eps) {
+                               int packed, int pad, const act_linear *out, const act_ln *ln, float eps,
+                               int oop) {
     int B = p->B;
     size_t nq = (size_t)B * Lq * (packed ? 3 * E : E), nkv = packed ? 0 : (size_t)B * Lk * 2 * E;
     size_t nx = (size_t)B * Lq * E;
@@ -439,7 +443,7 @@ static void t_attention_out_ln(const pair *p, const char *name, int Lq, int Lk, 
     uint8_t *m8 = calloc((size_t)B * Lk, 1);
     for (int i = 0; i < B * Lk; i++) m8[i] = (i % Lk) >= 2 && (rnd() & 3) == 0;
     aol_arg a = {{packed ? 3 * E : E, packed ? 3 * E : 2 * E, packed ? E : 0, packed ? 2 * E : E,
-                  B, Lq, Lk, nh, E / nh, pad}, out, ln, eps};
+                  B, Lq, Lk, nh, E / nh, pad}, out, ln, eps, oop};
     input in[4] = {{q, NULL, nq, ACT_DT_ACT}, {packed ? q : kv, NULL, packed ? nq : nkv, ACT_DT_ACT},
                    {x, NULL, nx, ACT_DT_ACT}, {NULL, m8, (size_t)B * Lk, ACT_DT_U8}};
     run_case(p, name, 1, f_aol, &a, in, pad ? 4 : 3, nx, ACT_DT_ACT);
@@ -449,20 +453,25 @@ static void t_attention_out_ln(const pair *p, const char *name, int Lq, int Lk, 
     free(m8);
 }
 
-typedef struct { const act_ln *ln; float eps; int rows, E; } ln_arg;
+typedef struct { const act_ln *ln; float eps; int rows, E, oop; } ln_arg;
 static int f_ln(act_backend *be, act_buf *in, act_buf out, const void *a) {
     const ln_arg *x = a;
     size_t n = (size_t)x->rows * x->E;
-    /* in place, as the forward pass uses it: y aliases x */
+    /* in place, as the forward pass mostly uses it (y aliases x), or into a fresh y (oop: the
+     * unfused path of decoder layer 0's cross-attention of one sequence) */
+    if (x->oop) return be->add_layernorm(be, in[0], in[1], x->ln, x->eps, x->rows, x->E, out);
     if (be->copy(be, out, in[0], n)) return -1;
     return be->add_layernorm(be, out, in[1], x->ln, x->eps, x->rows, x->E, out);
 }
 static void t_add_layernorm(const pair *p, const act_ln *ln, float eps, int rows, int E) {
     size_t n = (size_t)rows * E;
     float *x = rand_arr(n, -1, 3, qdt(p)), *d = rand_arr(n, -1, 1, qdt(p));
-    ln_arg a = {ln, eps, rows, E};
     input in[2] = {{x, NULL, n, ACT_DT_ACT}, {d, NULL, n, ACT_DT_ACT}};
-    run_case(p, "add_layernorm(inplace)", 0, f_ln, &a, in, 2, n, ACT_DT_ACT);
+    for (int oop = 0; oop < 2; oop++) {
+        ln_arg a = {ln, eps, rows, E, oop};
+        run_case(p, oop ? "add_layernorm(x->y)" : "add_layernorm(inplace)", 0, f_ln, &a, in,
+                 2, n, ACT_DT_ACT);
+    }
     free(x);
     free(d);
 }
@@ -630,11 +639,13 @@ static void all_ops(const pair *p, const act_model *m) {
     t_attention(p, "attention masked", 2 + H, 2 + H, c->nheads, E, 1, 1);
     t_add_layernorm(p, &d->ln1, c->ln_eps, B * H, E);
     t_attention_out_ln(p, "attention+out+ln self", H, H, c->nheads, E, 1, 0, &d->self_attn.out,
-                       &d->ln1, c->ln_eps);
+                       &d->ln1, c->ln_eps, 0);
     t_attention_out_ln(p, "attention+out+ln cross", H, 2 + nc, c->nheads, E, 0, 0,
-                       &d->cross_attn.out, &d->ln2, c->ln_eps);
+                       &d->cross_attn.out, &d->ln2, c->ln_eps, 0);
+    t_attention_out_ln(p, "attention+out+ln cross->y", H, 2 + nc, c->nheads, E, 0, 0,
+                       &d->cross_attn.out, &d->ln2, c->ln_eps, 1);
     t_attention_out_ln(p, "attention+out+ln masked", 2 + H, 2 + H, c->nheads, E, 1, 1,
-                       &m->enc[0].attn.out, &m->enc[0].ln1, c->ln_eps);
+                       &m->enc[0].attn.out, &m->enc[0].ln1, c->ln_eps, 0);
     t_head_misc(p, m);
 }
 
