@@ -163,8 +163,9 @@ struct act_backend {
                               int B, int H, int E, act_buf pos, act_buf out);
     /* sinusoid table [L][E] in fp32 exactly as _build_sinusoidal_table (setup time) */
     int (*sinusoid_table)(act_backend *be, int L, int E, act_buf out);
-    /* (de)normalization, F32 in/out: min_max y = 2(x-lo)/max(hi-lo,eps) - 1,
-     * mean_std y = (x-lo)/max(hi,eps); inverse undoes it. x, y [rows][dim] */
+    /* (de)normalization, F32 in, y F32 or the activation dtype: min_max
+     * y = 2(x-lo)/max(hi-lo,eps) - 1, mean_std y = (x-lo)/max(hi,eps); inverse undoes it.
+     * x, y [rows][dim] */
     int (*normalize)(act_backend *be, act_buf x, int rows, int dim, const act_tensor *lo,
                      const act_tensor *hi, act_norm_type type, float eps, int inverse, act_buf y);
     /* ml [B][2L] = mu | logvar -> mu, logvar F32 [B][L], kl F32 [B] (sum over dims), and

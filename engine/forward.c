@@ -25,9 +25,9 @@
  * ACT_FWD_GATHER the frames come from stage.frame_ptrs (be->gather) instead of stage.frames.
  * Profiling marks (only while the session profiles): each section (act_section, finer than
  * the stages) is opened by section_mark(section); section_mark(ACT_SECTION_COUNT) closes the last.
- * Normalization outputs are F32; the linears that read them take F32 input (the
- * backend converts it for a 16-bit GEMM), and the action head writes F32 for denormalization,
- * so no op only copies between dtypes. */
+ * The normalized qpos and actions are written in the activation dtype, which the linears that
+ * read them take as it is (F32 would cost a 16-bit backend a conversion node per linear); the
+ * action head writes F32 for denormalization; so no op only copies between dtypes. */
 #include <stdlib.h>
 #include <string.h>
 #include "forward.h"
@@ -156,9 +156,9 @@ int act_fwd_create(act_backend *be, const act_model *m, int max_batch, act_fwd *
     ALLOC(f->tok, NI * c->vision_dim, ACT_DT_ACT);
     /* inputs and normalization */
     ALLOC(f->qpos, MB * c->obs_dim, ACT_DT_F32);
-    ALLOC(f->qn, MB * c->obs_dim, ACT_DT_F32);
+    ALLOC(f->qn, MB * c->obs_dim, ACT_DT_ACT);
     ALLOC(f->acts, MB * H * A, ACT_DT_F32);
-    ALLOC(f->an, MB * H * A, ACT_DT_F32);
+    ALLOC(f->an, MB * H * A, ACT_DT_ACT);
     ALLOC(f->pad, MB * Lp, ACT_DT_U8);
     ALLOC(f->seed8, 8, ACT_DT_U8);
     if (be->gather) ALLOC(f->frame_ptrs, NI * sizeof(uint64_t), ACT_DT_U8);

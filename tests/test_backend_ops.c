@@ -556,6 +556,11 @@ static void t_head_misc(const pair *p, const act_model *m) {
         input ni[1] = {{an, NULL, na, ACT_DT_F32}};
         run_case(p, inv ? "normalize(inverse)" : "normalize", 0, f_nrm, &na_, ni, 1, na, ACT_DT_F32);
     }
+    /* the forward pass's normalized qpos and actions: F32 in, the activation dtype out (what the
+     * linears that read them take without a conversion) */
+    nrm_arg nact = {m, B * H, A, 0};
+    input ni[1] = {{an, NULL, na, ACT_DT_F32}};
+    run_case(p, "normalize(->act)", 0, f_nrm, &nact, ni, 1, na, ACT_DT_ACT);
 
     float *ml = rand_arr((size_t)B * 2 * L, -1.5f, 1.5f, qdt(p));
     uint8_t seed[8];
