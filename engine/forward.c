@@ -185,7 +185,8 @@ int act_fwd_create(act_backend *be, const act_model *m, int max_batch, act_fwd *
     ALLOC(f->ml, MB * 2 * L, ACT_DT_ACT);
     ALLOC(f->lat_out, 2 * MB * L + MB, ACT_DT_F32);
     ALLOC(f->z, 2 * MB * L, ACT_DT_ACT);
-    ALLOC(f->lat, 2 * MB * E, ACT_DT_ACT);
+    ALLOC(f->lat, MB * E, ACT_DT_ACT);
+    ALLOC(f->lat_prior, MB * E, ACT_DT_ACT);
     ALLOC(f->d_qp, MB * E, ACT_DT_ACT);
     ALLOC(f->vis, NI * E, ACT_DT_ACT);
     ALLOC(f->outs, 2 * 2 * MB * H * A, ACT_DT_F32);
@@ -204,9 +205,12 @@ int act_fwd_create(act_backend *be, const act_model *m, int max_batch, act_fwd *
     HALLOC(s->outs, 2 * 2 * MB * H * A * sizeof(float));
     HALLOC(s->lat_out, (2 * MB * L + MB) * sizeof(float));
 
+    /* constants: the position tables, and the prior's latent token for every sample (it is
+     * latent_out_proj(z = 0), the bias: no step computes or broadcasts it) */
     if (be->sinusoid_table(be, (int)Lp, (int)E, f->pos_post) ||
-        be->sinusoid_table(be, (int)pm_rows, (int)E, f->pos_mem) || be->sync(be)) {
-        act_errf(err, errlen, "forward setup: sinusoid tables: %s", be->err);
+        be->sinusoid_table(be, (int)pm_rows, (int)E, f->pos_mem) ||
+        be->broadcast_rows(be, m->latent_out.b, (int)MB, 1, (int)E, f->lat_prior) || be->sync(be)) {
+        act_errf(err, errlen, "forward setup: sinusoid tables, prior latent token: %s", be->err);
         goto fail;
     }
     if (decoder_prefix(f, err, errlen)) goto fail;
@@ -456,20 +460,20 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
     }
 
     mark(f, ACT_SECTION_LATENT);
-    /* the prior's latent token is latent_out_proj(z = 0): its bias, broadcast (no GEMM of zeros) */
-    if (prior) OP(be->broadcast_rows(be, m->latent_out.b, B, 1, E, f->lat));
     if (post) {
         if (posterior(f, B, (mode & ACT_FWD_SAMPLE) != 0, act_at(f->z, (size_t)zoff * L), err, errlen))
             return -1;
-        OP(be->linear(be, &m->latent_out, act_at(f->z, (size_t)zoff * L), B, ACT_EPI_NONE,
-                      act_at(f->lat, (size_t)zoff * E)));
+        OP(be->linear(be, &m->latent_out, act_at(f->z, (size_t)zoff * L), B, ACT_EPI_NONE, f->lat));
     }
     mark(f, ACT_SECTION_MEMORY);
     OP(be->linear(be, &m->dec_qpos, f->qn, B, ACT_EPI_NONE, f->d_qp));
     OP(be->linear(be, &m->visual_proj, f->tok, NB, ACT_EPI_NONE, f->vis));
-    for (int half = 0; half < Bd / B; half++)
-        OP(be->memory_assemble(be, act_at(f->lat, (size_t)half * B * E), f->d_qp, f->vis, B, ncam,
-                               E, f->pos_mem, m->mem_type, act_at(f->mem, (size_t)half * B * Lm * E)));
+    /* the prior's latent token is the constant lat_prior (set up once), the posterior's in lat */
+    for (int half = 0; half < Bd / B; half++) {
+        act_buf lat = prior && half == 0 ? f->lat_prior : f->lat;
+        OP(be->memory_assemble(be, lat, f->d_qp, f->vis, B, ncam, E, f->pos_mem, m->mem_type,
+                               act_at(f->mem, (size_t)half * B * Lm * E)));
+    }
     /* layer 0 starts after its self-attention, with its cross-attention query ready (one
      * sequence reads both where decoder_prefix left them: cross_attn) */
     mark(f, ACT_SECTION_DECODER);

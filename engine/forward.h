@@ -75,6 +75,8 @@ struct act_fwd {
     act_buf pos_post, pos_mem;
     act_buf x, qkv, att, o, ff, q, kv, mem;
     act_buf e_qp, e_act, cls_rows, ml, lat_out, z, lat, d_qp, vis, outs;
+    act_buf lat_prior;                 /* constant: the prior's latent token, max_batch rows (lat:
+                                        * the posterior's) */
     act_buf dec0_x, dec0_q;            /* constants: decoder layer 0 after self-attention, its cross-attention query */
 };
 
