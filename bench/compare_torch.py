@@ -369,7 +369,8 @@ def print_report(rep: dict) -> None:
           f"after {rep['warmup']} warmup, median = p50")
     print("both sides start each step from frames in DMA-able host memory: torch's pool is pinned on CUDA, "
           "act-infer runs with --staged-inputs")
-    hdr = f"{'who':<30} {'prec':<5} {'batch':>5} {'p50 ms':>9} {'min ms':>9} {'steps/s':>10} {'ours x':>8}"
+    hdr = (f"{'who':<30} {'prec':<5} {'batch':>5} {'p50 ms':>9} {'min ms':>9} {'steps/s':>10} {'ours x':>8} "
+           f"{'first s':>8}")
     print(hdr)
     print("-" * len(hdr))
     for row in rep["rows"]:
@@ -377,9 +378,12 @@ def print_report(rep: dict) -> None:
             print(f"{row['who']:<30} {row['precision']:<5} {'':>5} {row['status']}")
             continue
         ratio = f"{row['speedup']:.2f}x" if row.get("speedup") else ""
+        first = f"{row['first_s']:.3f}" if row.get("first_s") is not None else ""
         print(f"{row['who']:<30} {row['precision']:<5} {row['batch']:>5} {row['p50']:>9.3f} {row['min']:>9.3f} "
-              f"{row['steps_per_s']:>10.1f} {ratio:>8}")
+              f"{row['steps_per_s']:>10.1f} {ratio:>8} {first:>8}")
     print("\n'ours x' = the peer's p50 / act-infer's p50 at the same batch and precision (> 1: act-infer is faster)")
+    print("'first s' = the first call at that batch size: torch's includes compiling (torch.compile), "
+          "act-infer's its plans and algorithm measurements")
     print("\noutput check: chunk of the first input vs torch eager fp32, ||x - ref|| / ||ref||")
     for c in rep["checks"]:
         verdict = "ok" if c["ok"] else "FAIL"
@@ -517,6 +521,12 @@ def main(argv=None) -> int:
         for r in res["results"]:
             row = {"who": who, "precision": prec, "batch": r["batch"], "p50": r["latency_ms"]["p50"],
                    "min": r["latency_ms"]["min"], "mean": r["latency_ms"]["mean"], "steps_per_s": r["steps_per_s"]}
+            # the first call at this batch size (s): torch's includes compiling, act-infer's its plans
+            # and algorithm measurements (its first warmup step)
+            if r.get("first_call_s") is not None:
+                row["first_s"] = r["first_call_s"]
+            elif r.get("first_steps_ms"):
+                row["first_s"] = r["first_steps_ms"][0] / 1e3
             mine = next((x for x in (ours_res or {}).get("results", []) if x["batch"] == r["batch"]), None)
             if mine and ours_res is not res:
                 row["speedup"] = r["latency_ms"]["p50"] / mine["latency_ms"]["p50"]

@@ -223,7 +223,7 @@ def test_compare_torch_runs_and_checks_outputs(act_infer, small_model, repo_root
     out = tmp_path / "compare.json"
     p = _run([sys.executable, repo_root / "bench" / "compare_torch.py", "--device", "cpu",
               "--ckpt", small_model.ckpt, "--config", small_model.config, "--stats", small_model.stats,
-              "--model", small_model.model, "--batch", "1,2", "--iters", 2, "--warmup", 0,
+              "--model", small_model.model, "--batch", "1,2", "--iters", 2, "--warmup", 1,
               "--peers", "eager,channels_last,compile-default",
               "--act-infer", act_infer, "--workdir", tmp_path / "work", "--json", out])
     assert p.returncode == 0, p.stdout + p.stderr
@@ -240,6 +240,9 @@ def test_compare_torch_runs_and_checks_outputs(act_infer, small_model, repo_root
 
     if not hasattr(torch, "compile"):
         assert compiled["status"].startswith("n/a")
+    # every side's first call at each batch size (torch: first_call_s; act-infer: its first warmup step)
+    assert all(row["first_s"] > 0 for row in r["rows"] if row.get("p50")), r["rows"]
+    assert "first s" in p.stdout, p.stdout
     for row in r["rows"]:
         if row["who"] != "act-infer" and row.get("p50"):
             assert row["speedup"] == pytest.approx(
