@@ -40,6 +40,17 @@ static inline act_buf act_nobuf(void) { act_buf r = {0, ACT_DT_F32}; return r; }
 
 typedef enum { ACT_EPI_NONE = 0, ACT_EPI_RELU = 1, ACT_EPI_GELU = 2 } act_epilogue;
 
+/* a normalization that rides along with another op's launch (preprocess's side jobs): F32 x
+ * [rows][dim] -> y (F32 or the activation dtype), forward only, as the normalize op computes it */
+typedef struct {
+    act_buf x, y;
+    int rows, dim;
+    const act_tensor *lo, *hi;
+    act_norm_type type;
+    float eps;
+} act_norm_job;
+#define ACT_MAX_NORM_JOBS 2
+
 typedef struct act_backend act_backend;
 struct act_backend {
     const char *name;
@@ -105,9 +116,11 @@ struct act_backend {
     int (*lane_wait)(act_backend *be, int ticket);
 
     /* ---- vision ---- */
-    /* frames u8 [B][hi][wi][3] -> out image [B][3][ho][wo] (logical), cfg gives resize/crop/imagenet */
+    /* frames u8 [B][hi][wi][3] -> out image [B][3][ho][wo] (logical), cfg gives resize/crop/imagenet;
+     * and the nside (<= ACT_MAX_NORM_JOBS) normalizations in side, in the same launch (the
+     * step's qpos and recorded actions: one graph node fewer each) */
     int (*preprocess)(act_backend *be, act_buf frames, int B, int hi, int wi,
-                      const act_config *cfg, act_buf out);
+                      const act_config *cfg, act_buf out, const act_norm_job *side, int nside);
     /* y = epi(conv(x) + b + residual); x [N][cin][H][W] -> y [N][cout][Ho][Wo]; residual may be empty */
     int (*conv2d)(act_backend *be, const act_conv *c, act_buf x, int N, int H, int W,
                   act_buf residual, act_epilogue epi, act_buf y);

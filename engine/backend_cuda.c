@@ -690,8 +690,23 @@ static int cu_download(act_backend *be, float *host, act_buf src, size_t n) {
 
 /* ---------------- vision ---------------- */
 
+_Static_assert(ACT_K_NORM_SIDES == ACT_MAX_NORM_JOBS, "preprocess's side jobs: one limit");
+
 static int cu_preprocess(act_backend *be, act_buf frames, int B, int hi, int wi,
-                         const act_config *cfg, act_buf out) {
+                         const act_config *cfg, act_buf out, const act_norm_job *side, int nside) {
+    act_k_norm_side ks[ACT_K_NORM_SIDES];
+    if (nside < 0 || nside > ACT_K_NORM_SIDES) {
+        snprintf(be->err, sizeof be->err, "preprocess: %d side normalizations (at most %d)",
+                 nside, ACT_K_NORM_SIDES);
+        return fail(be);
+    }
+    if (nside) TRY(weights_ready(be));
+    for (int k = 0; k < nside; k++) {
+        const act_norm_job *j = &side[k];
+        act_k_norm_side q = {j->x.p, j->y.p, wf(be, j->lo), wf(be, j->hi), (int)j->x.dt,
+                             (int)j->y.dt, j->rows, j->dim, (int)j->type, j->eps};
+        ks[k] = q;
+    }
     int rh = cfg->input_h, rw = cfg->input_w, ho = rh, wo = rw, top = 0, left = 0;
     if (cfg->crop_h > 0 && cfg->crop_w > 0) {
         if (cfg->crop_h > rh || cfg->crop_w > rw) {
@@ -705,7 +720,8 @@ static int cu_preprocess(act_backend *be, act_buf frames, int B, int hi, int wi,
         left = (int)nearbyint((rw - wo) / 2.0);
     }
     TRY(act_k_preprocess((const unsigned char *)frames.p, B, hi, wi, rh, rw, top, left, ho, wo,
-                         cfg->imagenet_norm, CTX(be)->nhwc, out.p, out.dt, CTX(be)->st, KE));
+                         cfg->imagenet_norm, CTX(be)->nhwc, out.p, out.dt, ks, nside,
+                         CTX(be)->st, KE));
     return 0;
 }
 

@@ -171,7 +171,7 @@ static inline const char *act_cpu_clone_name(void) { return "compiler's default 
 void act_cpu_conv_epilogue(float *o, const float *g, size_t n, float b, const float *r,
                            act_epilogue epi);
 int cpu_preprocess(act_backend *be, act_buf frames, int B, int hi, int wi, const act_config *cfg,
-                   act_buf out);
+                   act_buf out, const act_norm_job *side, int nside);
 int cpu_conv2d(act_backend *be, const act_conv *c, act_buf x, int N, int H, int W,
                act_buf residual, act_epilogue epi, act_buf y);
 int cpu_groupnorm(act_backend *be, act_buf x, int N, int C, int HW, int groups,

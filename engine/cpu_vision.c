@@ -129,15 +129,18 @@ static void preprocess_task(void *arg, int t, int lo, int hi_) {
 /* uint8 HWC -> /255 -> bilinear resize to (input_h, input_w) -> center crop (torchvision
  * CenterCrop: top = int(round((H - ch) / 2.0)), round half to even, which rintf does in the
  * default rounding mode) -> ImageNet (x - mean) / std. Only the cropped window is computed;
- * output rows are spread over the backend's threads. */
+ * output rows are spread over the backend's threads. The side normalizations follow. */
 int cpu_preprocess(act_backend *be, act_buf frames, int B, int hi, int wi, const act_config *cfg,
-                   act_buf out) {
+                   act_buf out, const act_norm_job *side, int nside) {
     int rh = cfg->input_h, rw = cfg->input_w;
     int oh = cfg->crop_h > 0 ? cfg->crop_h : rh, ow = cfg->crop_w > 0 ? cfg->crop_w : rw;
     if (hi < 1 || wi < 1 || rh < 1 || rw < 1 || oh > rh || ow > rw)
         return act_errf(be->err, sizeof be->err,
                         "cpu preprocess: frame %dx%d, resize %dx%d, crop %dx%d is not a valid "
                         "pipeline", hi, wi, rh, rw, oh, ow);
+    if (nside < 0 || nside > ACT_MAX_NORM_JOBS)
+        return act_errf(be->err, sizeof be->err, "cpu preprocess: %d side normalizations (at "
+                        "most %d)", nside, ACT_MAX_NORM_JOBS);
     pre_job q = {(const uint8_t *)frames.p, f32(out), hi, wi, oh, ow,
                  (int)rintf((float)(rh - oh) / 2.0f), (int)rintf((float)(rw - ow) / 2.0f),
                  cfg->imagenet_norm, (float)hi / (float)rh, (float)wi / (float)rw, {0}, {{0}}};
@@ -147,6 +150,11 @@ int cpu_preprocess(act_backend *be, act_buf frames, int B, int hi, int wi, const
             q.un[c][v] = q.norm ? (q.u[v] - pre_mean[c]) / pre_std[c] : q.u[v];
     }
     act_pool_run(((act_cpu_ctx *)be->ctx)->pool, preprocess_task, &q, B * oh);
+    for (int j = 0; j < nside; j++) {   /* the side normalizations: one launch on CUDA */
+        const act_norm_job *n = &side[j];
+        if (cpu_normalize(be, n->x, n->rows, n->dim, n->lo, n->hi, n->type, n->eps, 0, n->y))
+            return -1;
+    }
     return 0;
 }
 

@@ -3,7 +3,8 @@
  *
  * One step, for a batch of B:
  *   upload (frames of every camera, qpos; recorded actions, key padding, seed for the posterior)
- *   -> preprocess all num_cams*B frames in one call -> ResNet18 trunk(s): a shared trunk takes
+ *   -> preprocess all num_cams*B frames in one call (which normalizes the qpos and recorded
+ *   actions too: a launch fewer each) -> ResNet18 trunk(s): a shared trunk takes
  *   all images in one batched pass (image c*B + b is camera c of sample b), separate trunks take
  *   their camera's B images -> SpatialSoftmax -> Linear + ReLU: one token per image
  *   At batches of at least the backend's pipeline_min_batch the vision part runs per camera
@@ -435,13 +436,12 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
     }
 
     mark(f, ACT_SECTION_PREPROCESS);
-    if (!lanes) OP(be->preprocess(be, f->frames, NB, c->image_h, c->image_w, c, f->img));
-    OP(be->normalize(be, f->qpos, B, c->obs_dim, m->qpos_lo, m->qpos_hi, c->norm_type, c->norm_eps,
-                     0, f->qn));
-    if (post) {
-        OP(be->normalize(be, f->acts, B * H, A, m->action_lo, m->action_hi, c->norm_type,
-                         c->norm_eps, 0, f->an));
-    }
+    /* the qpos (and recorded actions) are normalized by the first preprocess launch */
+    act_norm_job side[ACT_MAX_NORM_JOBS] = {
+        {f->qpos, f->qn, B, c->obs_dim, m->qpos_lo, m->qpos_hi, c->norm_type, c->norm_eps},
+        {f->acts, f->an, B * H, A, m->action_lo, m->action_hi, c->norm_type, c->norm_eps}};
+    int nside = post ? 2 : 1;
+    if (!lanes) OP(be->preprocess(be, f->frames, NB, c->image_h, c->image_w, c, f->img, side, nside));
 
     if (m->n_trunks == 1 && !lanes) {
         if (trunk(f, 0, f->img, NB, f->tok, err, errlen)) return -1;
@@ -451,7 +451,7 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
             if (lanes) {
                 OP(be->lane_wait(be, cam));
                 OP(be->preprocess(be, act_at(f->frames, (size_t)cam * B * fsz), B, c->image_h,
-                                  c->image_w, c, img));
+                                  c->image_w, c, img, side, cam == 0 ? nside : 0));
             }
             if (trunk(f, m->n_trunks == 1 ? 0 : cam, img, B,
                       act_at(f->tok, (size_t)cam * B * c->vision_dim), err, errlen))

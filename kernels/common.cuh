@@ -1,6 +1,6 @@
 /* common.cuh - what every kernel file shares: dtype-generic loads/stores, grid sizing, and the
  * checked-call macros that turn a CUDA error into a "file:line: call: message" string.
- * defines: KDT_*, kld, kst, CEIL_DIV, act_grid, act_kerr, KCHECK, KLAUNCH
+ * defines: KDT_*, kld, kst, act_norm_value, CEIL_DIV, act_grid, act_kerr, KCHECK, KLAUNCH
  *
  * Kernels take their buffers as void * plus a dtype code (the values of act_dtype: 0 F32,
  * 1 BF16, 2 F16) and convert on load/store, so one kernel serves every precision and any mix of
@@ -69,6 +69,17 @@ static __device__ __forceinline__ float block_sum(float v, float *shared32) {
     __syncthreads();
     v = lane < nw ? shared32[lane] : 0.0f;
     return warp_sum(v);
+}
+/* (de)normalization of value v of dimension d (the normalize op's formula; type 0 min_max with
+ * lo/hi = min/max, 1 mean_std with lo/hi = mean/std) */
+static __device__ __forceinline__ float act_norm_value(float v, float lo, float hi, int type,
+                                                       float eps, int inverse) {
+    if (type == 0) {
+        float range = fmaxf(hi - lo, eps);
+        return inverse ? (v + 1.0f) / 2.0f * range + lo : 2.0f * (v - lo) / range - 1.0f;
+    }
+    float sd = fmaxf(hi, eps);
+    return inverse ? v * sd + lo : (v - lo) / sd;
 }
 static __device__ __forceinline__ float act_gelu(float x) {
     return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));

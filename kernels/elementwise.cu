@@ -33,15 +33,7 @@ static __global__ void normalize_kernel(const void *x, int xdt, void *y, int ydt
     int n = rows * dim;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         int d = i % dim;
-        float v = kld(x, xdt, i), r;
-        if (type == 0) {
-            float range = fmaxf(hi[d] - lo[d], eps);
-            r = inverse ? (v + 1.0f) / 2.0f * range + lo[d] : 2.0f * (v - lo[d]) / range - 1.0f;
-        } else {
-            float sd = fmaxf(hi[d], eps);
-            r = inverse ? v * sd + lo[d] : (v - lo[d]) / sd;
-        }
-        kst(y, ydt, i, r);
+        kst(y, ydt, i, act_norm_value(kld(x, xdt, i), lo[d], hi[d], type, eps, inverse));
     }
 }
 

@@ -8,21 +8,41 @@
  * camera the kernel is far from any bandwidth limit, so no shared-memory staging. The output is
  * NCHW, or NHWC when nhwc is set (the feature-map layout the backend chose).
  * gather brings frames that lie in the clients' page-locked host memory (one block column per
- * frame) into one dense device buffer first; preprocess then reads that as it reads an upload. */
+ * frame) into one dense device buffer first; preprocess then reads that as it reads an upload.
+ * The threads past the image's elements normalize the side jobs (the step's qpos and actions),
+ * so those ride along instead of costing a launch (a graph node) each. */
 #include <stdint.h>
+#include <string.h>
 #include "preprocess.cuh"
 
 static __device__ __forceinline__ float px(const unsigned char *f, int wi, int y, int x, int c) {
     return (float)f[((size_t)y * wi + x) * 3 + c] / 255.0f;
 }
 
+/* the side jobs by value (kernel parameters), nside of them used */
+typedef struct { act_k_norm_side j[ACT_K_NORM_SIDES]; int n; } norm_sides;
+
 static __global__ void preprocess_kernel(const unsigned char *frames, int B, int hi, int wi,
                                          int rh, int rw, int top, int left, int ho, int wo,
-                                         int imagenet, int nhwc, void *out, int odt) {
-    size_t n = (size_t)B * 3 * ho * wo;
+                                         int imagenet, int nhwc, void *out, int odt,
+                                         norm_sides side) {
+    size_t n = (size_t)B * 3 * ho * wo, total = n;
+    for (int k = 0; k < side.n; k++) total += (size_t)side.j[k].rows * side.j[k].dim;
     float sh = (float)hi / (float)rh, sw = (float)wi / (float)rw;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
+        if (i >= n) {   /* past the image: the side jobs' elements, one after another */
+            size_t e = i - n;
+            const act_k_norm_side *q = &side.j[0];
+            while (e >= (size_t)q->rows * q->dim) {
+                e -= (size_t)q->rows * q->dim;
+                q++;
+            }
+            int d = (int)(e % q->dim);
+            kst(q->y, q->ydt, e, act_norm_value(kld(q->x, q->xdt, e), q->lo[d], q->hi[d], q->type,
+                                                q->eps, 0));
+            continue;
+        }
         int x, y, c;
         if (nhwc) {
             c = (int)(i % 3);
@@ -53,11 +73,24 @@ static __global__ void preprocess_kernel(const unsigned char *frames, int B, int
 
 int act_k_preprocess(const unsigned char *frames, int B, int hi, int wi, int rh, int rw, int top,
                      int left, int ho, int wo, int imagenet, int nhwc, void *out, int odt,
-                     cudaStream_t st, char *err, size_t errlen) {
+                     const act_k_norm_side *side, int nside, cudaStream_t st, char *err,
+                     size_t errlen) {
+    if (nside < 0 || nside > ACT_K_NORM_SIDES) {
+        snprintf(err, errlen, "preprocess: %d side normalizations (at most %d)", nside,
+                 ACT_K_NORM_SIDES);
+        return -1;
+    }
+    norm_sides ns;
+    memset(&ns, 0, sizeof ns);
     size_t n = (size_t)B * 3 * ho * wo;
+    for (int k = 0; k < nside; k++)
+        if (side[k].rows > 0 && side[k].dim > 0) {   /* empty jobs are left out */
+            ns.j[ns.n++] = side[k];
+            n += (size_t)side[k].rows * side[k].dim;
+        }
     if (n == 0) return 0;
     preprocess_kernel<<<act_grid(n), 256, 0, st>>>(
-        frames, B, hi, wi, rh, rw, top, left, ho, wo, imagenet, nhwc, out, odt);
+        frames, B, hi, wi, rh, rw, top, left, ho, wo, imagenet, nhwc, out, odt, ns);
     KLAUNCH(preprocess_kernel);
     return 0;
 }

@@ -7,13 +7,27 @@
 extern "C" {
 #endif
 
+/* a normalization done by the same launch: y[r][d] = act_norm_value(x[r][d], lo[d], hi[d],
+ * type, eps, 0) for r < rows, d < dim (x dtype xdt, y ydt) */
+typedef struct {
+    const void *x;
+    void *y;
+    const float *lo, *hi;
+    int xdt, ydt, rows, dim, type;
+    float eps;
+} act_k_norm_side;
+#define ACT_K_NORM_SIDES 2
+
 /* frames u8 [B][hi][wi][3] -> /255 -> bilinear resize to rh x rw (half-pixel centers, no
  * antialias) -> window [top, top+ho) x [left, left+wo) of the resized image (the center crop;
  * top = left = 0 and ho, wo = rh, rw without crop) -> optional ImageNet mean/std ->
- * out [B][3][ho][wo] (NCHW; nhwc: [B][ho][wo][3]), dtype odt. */
+ * out [B][3][ho][wo] (NCHW; nhwc: [B][ho][wo][3]), dtype odt; and the nside (at most
+ * ACT_K_NORM_SIDES) normalizations of side, by the same grid (the step's qpos and actions: a
+ * launch fewer each). */
 int act_k_preprocess(const unsigned char *frames, int B, int hi, int wi, int rh, int rw, int top,
                      int left, int ho, int wo, int imagenet, int nhwc, void *out, int odt,
-                     cudaStream_t st, char *err, size_t errlen);
+                     const act_k_norm_side *side, int nside, cudaStream_t st, char *err,
+                     size_t errlen);
 
 /* dst[i * item_bytes + j] = ptrs[i][j] for i < items, j < item_bytes: frames read where they lie
  * (page-locked mapped host memory, over PCIe) into one dense device buffer. ptrs: `items`

@@ -28,7 +28,7 @@
 enum { NPREC = 4 };
 static const char *PREC_NAME[NPREC] = {"fp32", "tf32", "bf16", "fp16"};
 
-#define MAX_OPS 48
+#define MAX_OPS 64
 static const char *g_op[MAX_OPS];
 static double g_err[MAX_OPS][NPREC];
 static int g_bad[MAX_OPS][NPREC], g_nops;
@@ -203,21 +203,56 @@ static void run_case(const pair *p, const char *name, int gemm, op_fn fn, const 
 
 /* ---------------- the ops ---------------- */
 
-typedef struct { const act_config *cfg; int B, hi, wi; } pre_arg;
+/* part -1: preprocess alone; 0-2: with the step's two side normalizations (qpos [B][obs],
+ * actions [B*H][A], F32 in, the activation dtype out, as the forward pass asks), the output
+ * checked being the image (0), the normalized qpos (1) or actions (2); the others go to
+ * buffers of their own */
+typedef struct { const act_model *m; int B, hi, wi, part; } pre_arg;
 static int f_pre(act_backend *be, act_buf *in, act_buf out, const void *a) {
     const pre_arg *x = a;
-    return be->preprocess(be, in[0], x->B, x->hi, x->wi, x->cfg, out);
+    const act_config *c = &x->m->cfg;
+    if (x->part < 0) return be->preprocess(be, in[0], x->B, x->hi, x->wi, c, out, NULL, 0);
+    size_t nq = (size_t)x->B * c->obs_dim, na = (size_t)x->B * c->pred_horizon * c->action_dim;
+    act_buf img = out, qn = out, an = out;
+    if (x->part != 0) {
+        int ho = c->crop_h ? c->crop_h : c->input_h, wo = c->crop_w ? c->crop_w : c->input_w;
+        img = be->alloc(be, (size_t)x->B * 3 * ho * wo, ACT_DT_ACT);
+    }
+    if (x->part != 1) qn = be->alloc(be, nq, ACT_DT_ACT);
+    if (x->part != 2) an = be->alloc(be, na, ACT_DT_ACT);
+    if (!img.p || !qn.p || !an.p) return -1;
+    act_norm_job side[2] = {
+        {in[1], qn, x->B, c->obs_dim, x->m->qpos_lo, x->m->qpos_hi, c->norm_type, c->norm_eps},
+        {in[2], an, x->B * c->pred_horizon, c->action_dim, x->m->action_lo, x->m->action_hi,
+         c->norm_type, c->norm_eps}};
+    return be->preprocess(be, in[0], x->B, x->hi, x->wi, c, img, side, 2);
 }
-static void t_preprocess(const pair *p, const char *name, const act_config *c) {
+static void t_preprocess(const pair *p, const char *name, const act_model *m, int sides) {
+    const act_config *c = &m->cfg;
     size_t n = (size_t)p->B * c->image_h * c->image_w * 3;
+    size_t nq = (size_t)p->B * c->obs_dim, na = (size_t)p->B * c->pred_horizon * c->action_dim;
     uint8_t *f = malloc(n);
     for (size_t i = 0; i < n; i++) f[i] = (uint8_t)(rnd() >> 56);
+    float *q = rand_arr(nq, -2, 2, ACT_DT_F32), *ac = rand_arr(na, -2, 2, ACT_DT_F32);
     int ho = c->crop_h ? c->crop_h : c->input_h, wo = c->crop_w ? c->crop_w : c->input_w;
-    pre_arg a = {c, p->B, c->image_h, c->image_w};
-    input in[1] = {{NULL, f, n, ACT_DT_U8}};
-    fmap fout = {3, (size_t)ho * wo};
-    run_case_fm(p, name, 0, f_pre, &a, in, NULL, 1, (size_t)p->B * 3 * ho * wo, ACT_DT_ACT, fout);
+    input in[3] = {{NULL, f, n, ACT_DT_U8}, {q, NULL, nq, ACT_DT_F32}, {ac, NULL, na, ACT_DT_F32}};
+    fmap fout = {3, (size_t)ho * wo}, none = {0, 0};
+    if (!sides) {
+        pre_arg a = {m, p->B, c->image_h, c->image_w, -1};
+        run_case_fm(p, name, 0, f_pre, &a, in, NULL, 1, (size_t)p->B * 3 * ho * wo, ACT_DT_ACT, fout);
+    } else {
+        static const char *names[3] = {"preprocess+norm:image", "preprocess+norm:qpos",
+                                       "preprocess+norm:actions"};
+        size_t nout[3] = {(size_t)p->B * 3 * ho * wo, nq, na};
+        for (int part = 0; part < 3; part++) {
+            pre_arg a = {m, p->B, c->image_h, c->image_w, part};
+            run_case_fm(p, names[part], 0, f_pre, &a, in, NULL, 3, nout[part], ACT_DT_ACT,
+                        part == 0 ? fout : none);
+        }
+    }
     free(f);
+    free(q);
+    free(ac);
 }
 
 /* gather (frames read where they lie, each in a host block of its own, registered with the
@@ -241,7 +276,8 @@ static int f_frames_gather(act_backend *be, act_buf *in, act_buf out, const void
         act_buf t = put_u8(be, (const uint8_t *)tab, (size_t)x->items * sizeof *tab);
         act_buf fr = be->alloc(be, (size_t)x->items * fsz, ACT_DT_U8);
         rc = !fr.p || be->gather(be, fr, t, x->items, fsz) ||
-             be->preprocess(be, fr, x->items, c->image_h, c->image_w, c, out) || be->sync(be);
+             be->preprocess(be, fr, x->items, c->image_h, c->image_w, c, out, NULL, 0) ||
+             be->sync(be);
     }
     while (n-- > 0) be->host_unregister(be, x->blk[n]);
     free(tab);
@@ -604,7 +640,7 @@ static void gn_ops(const pair *p, const act_model *mg) {
     act_trunk_geom g;
     char err[512];
     if (act_trunk_geometry(mg, &g, err, sizeof err)) { fprintf(stderr, "FAIL geometry: %s\n", err); exit(1); }
-    t_preprocess(p, "preprocess(crop+imagenet)", &mg->cfg);
+    t_preprocess(p, "preprocess(crop+imagenet)", mg, 0);
     t_groupnorm(p, &mg->trunks[0].conv1, g.c1_h * g.c1_w);
     t_groupnorm(p, &mg->trunks[1].blocks[3][1].conv2, mg->cfg.feat_h * mg->cfg.feat_w);
 }
@@ -616,7 +652,8 @@ static void all_ops(const pair *p, const act_model *m) {
     char err[512];
     if (act_trunk_geometry(m, &g, err, sizeof err)) { fprintf(stderr, "FAIL geometry: %s\n", err); exit(1); }
     int B = p->B, nc = c->num_cams, N = B * nc;
-    t_preprocess(p, "preprocess", c);
+    t_preprocess(p, "preprocess", m, 0);
+    t_preprocess(p, "preprocess+norm", m, 1);
     t_gather(p, c);
     t_conv(p, "conv 7x7/2 +relu", &tr->conv1, B, g.in_h, g.in_w, ACT_EPI_RELU, 0);
     int h1 = g.pool_h, w1 = g.pool_w;

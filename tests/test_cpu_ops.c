@@ -125,7 +125,7 @@ static void test_preprocess(act_backend *be, int B, int hi, int wi, int rh, int 
     act_buf fb = {fr, ACT_DT_U8};
     char what[96];
     snprintf(what, sizeof what, "preprocess %dx%d -> %dx%d crop %dx%d inet %d", hi, wi, rh, rw, ch, cw, inet);
-    check_rc(what, be->preprocess(be, fb, B, hi, wi, &cfg, fbuf(got)), be);
+    check_rc(what, be->preprocess(be, fb, B, hi, wi, &cfg, fbuf(got), NULL, 0), be);
     check_close(what, got, want, nout);
     free(fr);
     free(got);
