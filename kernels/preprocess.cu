@@ -19,28 +19,31 @@ static __device__ __forceinline__ float px(const unsigned char *f, int wi, int y
     return (float)f[((size_t)y * wi + x) * 3 + c] / 255.0f;
 }
 
-/* the side jobs by value (kernel parameters), nside of them used */
+/* the side jobs by value (kernel parameters), n of them used; read with constant indices only
+ * (an address taken or a variable index would copy the whole struct to every thread's local
+ * memory) */
 typedef struct { act_k_norm_side j[ACT_K_NORM_SIDES]; int n; } norm_sides;
+static_assert(ACT_K_NORM_SIDES == 2, "preprocess_kernel reads side jobs 0 and 1 by name");
+
+static __device__ __forceinline__ void norm_side_elem(const act_k_norm_side &q, size_t e) {
+    int d = (int)(e % q.dim);
+    kst(q.y, q.ydt, e, act_norm_value(kld(q.x, q.xdt, e), q.lo[d], q.hi[d], q.type, q.eps, 0));
+}
 
 static __global__ void preprocess_kernel(const unsigned char *frames, int B, int hi, int wi,
                                          int rh, int rw, int top, int left, int ho, int wo,
                                          int imagenet, int nhwc, void *out, int odt,
                                          norm_sides side) {
     size_t n = (size_t)B * 3 * ho * wo, total = n;
-    for (int k = 0; k < side.n; k++) total += (size_t)side.j[k].rows * side.j[k].dim;
+    if (side.n > 0) total += (size_t)side.j[0].rows * side.j[0].dim;
+    if (side.n > 1) total += (size_t)side.j[1].rows * side.j[1].dim;
     float sh = (float)hi / (float)rh, sw = (float)wi / (float)rw;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
         if (i >= n) {   /* past the image: the side jobs' elements, one after another */
-            size_t e = i - n;
-            const act_k_norm_side *q = &side.j[0];
-            while (e >= (size_t)q->rows * q->dim) {
-                e -= (size_t)q->rows * q->dim;
-                q++;
-            }
-            int d = (int)(e % q->dim);
-            kst(q->y, q->ydt, e, act_norm_value(kld(q->x, q->xdt, e), q->lo[d], q->hi[d], q->type,
-                                                q->eps, 0));
+            size_t e = i - n, n0 = (size_t)side.j[0].rows * side.j[0].dim;
+            if (e < n0) norm_side_elem(side.j[0], e);
+            else norm_side_elem(side.j[1], e - n0);
             continue;
         }
         int x, y, c;
@@ -95,15 +98,23 @@ int act_k_preprocess(const unsigned char *frames, int B, int hi, int wi, int rh,
     return 0;
 }
 
+/* word q (0..3) of a, b, c, d by selects: an array indexed by q would live in local memory */
+static __device__ __forceinline__ unsigned pick4(unsigned q, unsigned a, unsigned b, unsigned c,
+                                                 unsigned d) {
+    return q == 0 ? a : q == 1 ? b : q == 2 ? c : d;
+}
+
 /* Bytes sh..sh+15 of the 32 bytes a:b (little endian), sh in 0..15. */
 static __device__ __forceinline__ uint4 shifted16(uint4 a, uint4 b, unsigned sh) {
-    unsigned w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
     unsigned q = sh >> 2, r = (sh & 3) * 8;
+    unsigned w0 = pick4(q, a.x, a.y, a.z, a.w), w1 = pick4(q, a.y, a.z, a.w, b.x);
+    unsigned w2 = pick4(q, a.z, a.w, b.x, b.y), w3 = pick4(q, a.w, b.x, b.y, b.z);
+    unsigned w4 = pick4(q, b.x, b.y, b.z, b.w);
     uint4 o;
-    o.x = __funnelshift_r(w[q], w[q + 1], r);
-    o.y = __funnelshift_r(w[q + 1], w[q + 2], r);
-    o.z = __funnelshift_r(w[q + 2], w[q + 3], r);
-    o.w = __funnelshift_r(w[q + 3], w[q + 4], r);
+    o.x = __funnelshift_r(w0, w1, r);
+    o.y = __funnelshift_r(w1, w2, r);
+    o.z = __funnelshift_r(w2, w3, r);
+    o.w = __funnelshift_r(w3, w4, r);
     return o;
 }
 

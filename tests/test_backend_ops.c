@@ -289,8 +289,10 @@ static void t_gather(const pair *p, const act_config *c) {
     uint8_t **blk = malloc((size_t)items * sizeof *blk), *frames = malloc((size_t)items * fsz);
     size_t *off = malloc((size_t)items * sizeof *off);
     for (int i = 0; i < items; i++) {
-        static const size_t offs[4] = {0, 16, 1, 13};   /* aligned, and shifted by 1 and 13 bytes */
-        off[i] = offs[i % 4];
+        /* aligned, and shifted by 1, 13, 6 and 10 bytes (a word of 0-3 bytes into each of the
+         * four 4-byte words of a 16-byte load) */
+        static const size_t offs[6] = {0, 16, 1, 13, 6, 10};
+        off[i] = offs[i % 6];
         /* blocks in memory in no particular order, each on pages of its own (the driver pins
          * whole pages, so two registrations cannot share one) */
         if (posix_memalign((void **)&blk[items - 1 - i], 4096, (fsz + 16 + 4095) / 4096 * 4096)) exit(1);
