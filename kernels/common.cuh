@@ -1,6 +1,6 @@
 /* common.cuh - what every kernel file shares: dtype-generic loads/stores, grid sizing, and the
  * checked-call macros that turn a CUDA error into a "file:line: call: message" string.
- * defines: KDT_*, kld, kst, act_norm_value, CEIL_DIV, act_grid, act_kerr, KCHECK, KLAUNCH
+ * defines: KDT_*, kld, kst, k_pack16, pk_get, pk_set, act_norm_value, CEIL_DIV, act_grid, act_kerr, KCHECK, KLAUNCH
  *
  * Kernels take their buffers as void * plus a dtype code (the values of act_dtype: 0 F32,
  * 1 BF16, 2 F16) and convert on load/store, so one kernel serves every precision and any mix of
@@ -51,6 +51,20 @@ static __device__ __forceinline__ void kst(void *p, int dt, size_t i, float v) {
     if (dt == KDT_BF16) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
     else if (dt == KDT_F16) ((__half *)p)[i] = __float2half_rn(v);
     else ((float *)p)[i] = v;
+}
+/* 16 bytes of a tensor as one load or store: 4 fp32 or 8 bf16/fp16 values (their bits), read
+ * and written through pk_get/pk_set with indices known at compile time, so the pack stays in
+ * registers (a union: the one type pun C++ compilers define; a cast pointer would not be) */
+union k_pack16 { uint4 u; float f[4]; unsigned short s[8]; };
+template <int DT> static __device__ __forceinline__ float pk_get(const k_pack16 &p, int k) {
+    if (DT == KDT_F32) return p.f[k];
+    if (DT == KDT_BF16) return __uint_as_float((unsigned)p.s[k] << 16);
+    return __half2float(__ushort_as_half(p.s[k]));
+}
+template <int DT> static __device__ __forceinline__ void pk_set(k_pack16 &p, int k, float v) {
+    if (DT == KDT_F32) p.f[k] = v;
+    else if (DT == KDT_BF16) p.s[k] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+    else p.s[k] = __half_as_ushort(__float2half_rn(v));
 }
 static __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

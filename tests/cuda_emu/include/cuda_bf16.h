@@ -21,6 +21,12 @@ static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
     return h;
 }
 static inline __nv_bfloat16 __float2bfloat16(float f) { return __float2bfloat16_rn(f); }
+static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.x; }
+static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) {
+    __nv_bfloat16 h;
+    h.x = u;
+    return h;
+}
 /* a pair, 4-byte aligned as CUDA's, for two-element loads */
 struct __attribute__((aligned(4))) __nv_bfloat162 { __nv_bfloat16 x, y; };
 static inline float2 __bfloat1622float2(__nv_bfloat162 h) {

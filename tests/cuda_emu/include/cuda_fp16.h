@@ -19,6 +19,12 @@ static inline __half __float2half_rn(float f) {
     return h;
 }
 static inline __half __float2half(float f) { return __float2half_rn(f); }
+static inline unsigned short __half_as_ushort(__half h) { return h.x; }
+static inline __half __ushort_as_half(unsigned short u) {
+    __half h;
+    h.x = u;
+    return h;
+}
 /* a pair, 4-byte aligned as CUDA's, for two-element loads */
 struct __attribute__((aligned(4))) __half2 { __half x, y; };
 static inline float2 __half22float2(__half2 h) {

@@ -22,6 +22,10 @@ static inline float2 make_float2(float x, float y) {
 
 /* four 32-bit words, 16-byte aligned as on a GPU (a kernel's 16-byte loads) */
 typedef struct __attribute__((aligned(16))) uint4 { unsigned x, y, z, w; } uint4;
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
+    uint4 u = {x, y, z, w};
+    return u;
+}
 
 #define CUDA_EMULATOR 1
 #define CUDART_CB

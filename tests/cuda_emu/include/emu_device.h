@@ -78,6 +78,16 @@ template <class T> static inline T __shfl_up_sync(unsigned m, T v, unsigned d, i
 
 /* device math spelled the CUDA way (glibc already declares __expf and __logf as expf/logf) */
 static inline float __fdividef(float a, float b) { return a / b; }
+static inline float __uint_as_float(unsigned u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline unsigned __float_as_uint(float f) {
+    unsigned u;
+    memcpy(&u, &f, 4);
+    return u;
+}
 /* the low 32 bits of (hi:lo) >> (shift & 31) */
 static inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned shift) {
     shift &= 31;
