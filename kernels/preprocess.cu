@@ -1,4 +1,4 @@
-/* preprocess.cu - one thread per output pixel and channel.
+/* preprocess.cu - one thread per output pixel (its three channels).
  * The arithmetic follows PyTorch's CPU upsample_bilinear2d (align_corners=False) on the float
  * image: scale = in/out in float, src = scale*(dst+0.5)-0.5 clamped at 0, taps x0 and
  * x0+1 (clamped to the edge), weights l1 = src - x0, l0 = 1 - l1, combined as
@@ -34,7 +34,7 @@ static __global__ void preprocess_kernel(const unsigned char *frames, int B, int
                                          int rh, int rw, int top, int left, int ho, int wo,
                                          int imagenet, int nhwc, void *out, int odt,
                                          norm_sides side) {
-    size_t n = (size_t)B * 3 * ho * wo, total = n;
+    size_t hw = (size_t)ho * wo, n = (size_t)B * hw, total = n;   /* n output pixels */
     if (side.n > 0) total += (size_t)side.j[0].rows * side.j[0].dim;
     if (side.n > 1) total += (size_t)side.j[1].rows * side.j[1].dim;
     float sh = (float)hi / (float)rh, sw = (float)wi / (float)rw;
@@ -46,31 +46,26 @@ static __global__ void preprocess_kernel(const unsigned char *frames, int B, int
             else norm_side_elem(side.j[1], e - n0);
             continue;
         }
-        int x, y, c;
-        if (nhwc) {
-            c = (int)(i % 3);
-            x = (int)((i / 3) % wo);
-            y = (int)((i / ((size_t)3 * wo)) % ho);
-        } else {
-            x = (int)(i % wo);
-            y = (int)((i / wo) % ho);
-            c = (int)((i / ((size_t)wo * ho)) % 3);
-        }
-        int b = (int)(i / ((size_t)3 * wo * ho));
-        const unsigned char *f = frames + (size_t)b * hi * wi * 3;
+        /* pixel i = (b, y, x): two divisions for its three values, the taps and weights shared */
+        size_t b = i / hw;
+        int q = (int)(i - b * hw), y = q / wo, x = q - y * wo;
+        const unsigned char *f = frames + b * hi * wi * 3;
         float sy = fmaxf(sh * ((float)(y + top) + 0.5f) - 0.5f, 0.0f);
         float sx = fmaxf(sw * ((float)(x + left) + 0.5f) - 0.5f, 0.0f);
         int y0 = (int)sy, x0 = (int)sx;
         int y1 = y0 + (y0 < hi - 1 ? 1 : 0), x1 = x0 + (x0 < wi - 1 ? 1 : 0);
         float h1 = sy - (float)y0, h0 = 1.0f - h1, w1 = sx - (float)x0, w0 = 1.0f - w1;
-        float v = h0 * (w0 * px(f, wi, y0, x0, c) + w1 * px(f, wi, y0, x1, c)) +
-                  h1 * (w0 * px(f, wi, y1, x0, c) + w1 * px(f, wi, y1, x1, c));
-        if (imagenet) {
-            float mean = c == 0 ? 0.485f : (c == 1 ? 0.456f : 0.406f);
-            float sd = c == 0 ? 0.229f : (c == 1 ? 0.224f : 0.225f);
-            v = (v - mean) / sd;
+#pragma unroll
+        for (int c = 0; c < 3; c++) {
+            float v = h0 * (w0 * px(f, wi, y0, x0, c) + w1 * px(f, wi, y0, x1, c)) +
+                      h1 * (w0 * px(f, wi, y1, x0, c) + w1 * px(f, wi, y1, x1, c));
+            if (imagenet) {
+                float mean = c == 0 ? 0.485f : (c == 1 ? 0.456f : 0.406f);
+                float sd = c == 0 ? 0.229f : (c == 1 ? 0.224f : 0.225f);
+                v = (v - mean) / sd;
+            }
+            kst(out, odt, nhwc ? i * 3 + c : (b * 3 + c) * hw + q, v);
         }
-        kst(out, odt, i, v);
     }
 }
 
@@ -85,7 +80,7 @@ int act_k_preprocess(const unsigned char *frames, int B, int hi, int wi, int rh,
     }
     norm_sides ns;
     memset(&ns, 0, sizeof ns);
-    size_t n = (size_t)B * 3 * ho * wo;
+    size_t n = (size_t)B * ho * wo;   /* a thread per output pixel */
     for (int k = 0; k < nside; k++)
         if (side[k].rows > 0 && side[k].dim > 0) {   /* empty jobs are left out */
             ns.j[ns.n++] = side[k];
