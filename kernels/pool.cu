@@ -5,6 +5,7 @@
  * order follows the same layout, so consecutive threads stay on consecutive addresses). */
 #include "pool.cuh"
 #include <math.h>
+#include <stdint.h>
 
 static __global__ void maxpool_kernel(const void *x, int xdt, int N, int C, int H, int W, int Ho,
                                       int Wo, int nhwc, void *y, int ydt) {
@@ -40,11 +41,60 @@ static __global__ void maxpool_kernel(const void *x, int xdt, int N, int C, int 
     }
 }
 
+/* NHWC with the channels in 16-byte packs (8 bf16/fp16 or 4 fp32 of one pixel): a thread per
+ * output pack, two divisions and nine 16-byte loads for its P values instead of four divisions
+ * and nine 2-byte loads per value. The maximum is exact, so the values are the scalar kernel's. */
+template <int DT, int P>
+static __device__ __forceinline__ void maxpool_pack(const uint4 *x, uint4 *y, unsigned i,
+                                                    unsigned cpk, int H, int W, int Ho, int Wo) {
+    unsigned pix = i / cpk, cp = i - pix * cpk;     /* pix = (img * Ho + oy) * Wo + ox */
+    unsigned row = pix / Wo, img = row / Ho;
+    int ox = (int)(pix - row * Wo), oy = (int)(row - img * Ho);
+    float m[P];
+#pragma unroll
+    for (int k = 0; k < P; k++) m[k] = -INFINITY;
+    for (int ky = 0; ky < 3; ky++) {
+        int iy = oy * 2 - 1 + ky;
+        if (iy < 0 || iy >= H) continue;
+        for (int kx = 0; kx < 3; kx++) {
+            int ix = ox * 2 - 1 + kx;
+            if (ix < 0 || ix >= W) continue;
+            k_pack16 t;
+            t.u = x[(((size_t)img * H + iy) * W + ix) * cpk + cp];
+#pragma unroll
+            for (int k = 0; k < P; k++) m[k] = fmaxf(m[k], pk_get<DT>(t, k));
+        }
+    }
+    k_pack16 o;
+#pragma unroll
+    for (int k = 0; k < P; k++) pk_set<DT>(o, k, m[k]);
+    y[i] = o.u;
+}
+
+static __global__ void maxpool_vec_kernel(const uint4 *x, int dt, unsigned n, unsigned cpk, int H,
+                                          int W, int Ho, int Wo, uint4 *y) {
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        if (dt == KDT_BF16) maxpool_pack<KDT_BF16, 8>(x, y, i, cpk, H, W, Ho, Wo);
+        else if (dt == KDT_F16) maxpool_pack<KDT_F16, 8>(x, y, i, cpk, H, W, Ho, Wo);
+        else maxpool_pack<KDT_F32, 4>(x, y, i, cpk, H, W, Ho, Wo);
+    }
+}
+
 int act_k_maxpool(const void *x, int xdt, int N, int C, int H, int W, int nhwc, void *y, int ydt,
                   cudaStream_t st, char *err, size_t errlen) {
     int Ho = (H - 1) / 2 + 1, Wo = (W - 1) / 2 + 1;
     size_t n = (size_t)N * C * Ho * Wo;
     if (n == 0) return 0;
+    int per = xdt == KDT_F32 ? 4 : 8;
+    if (nhwc && xdt == ydt && xdt <= KDT_F16 && C % per == 0 && n / per <= 0xffffffffu &&
+        (((uintptr_t)x | (uintptr_t)y) & 15) == 0) {
+        size_t np = n / per;
+        maxpool_vec_kernel<<<act_grid(np), 256, 0, st>>>((const uint4 *)x, xdt, (unsigned)np,
+                                                         (unsigned)(C / per), H, W, Ho, Wo,
+                                                         (uint4 *)y);
+        KLAUNCH(maxpool_vec_kernel);
+        return 0;
+    }
     maxpool_kernel<<<act_grid(n), 256, 0, st>>>(x, xdt, N, C, H, W, Ho, Wo, nhwc, y, ydt);
     KLAUNCH(maxpool_kernel);
     return 0;
