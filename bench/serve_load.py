@@ -31,6 +31,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -121,6 +122,23 @@ def _client(idx, addr, n_req, max_seconds, barrier, out_q):
             break
     s.close()
     out_q.put((idx, None, rtt, server))
+
+
+# what the run is doing, and where the servers' logs are: said if a time limit stops it
+_STATE = {"phase": "starting", "work": None}
+
+
+def _stopped(signum, frame):
+    """SIGTERM (a caller's time limit, such as timeout(1)): say where the run stood and what the
+    servers logged, so a stopped run leaves a diagnosis, then exit 124 like timeout"""
+    print(f"serve_load: stopped by signal {signum} while {_STATE['phase']}", file=sys.stderr)
+    work = _STATE["work"]
+    for log in sorted(Path(work).glob("serve-*.log")) if work else []:
+        lines = log.read_text(errors="replace").splitlines()
+        print(f"serve_load: last lines of {log.name} ({len(lines)} in all):", file=sys.stderr)
+        for line in lines[-15:]:
+            print(f"  {line}", file=sys.stderr)
+    raise SystemExit(124)
 
 
 def _start_server(args, max_batch, workdir):
@@ -223,9 +241,14 @@ def main(argv=None):
         raise SystemExit(f"serve_load: --transports '{args.transports}': expected tcp and/or shm")
     rows = []
     startup = {}
+    signal.signal(signal.SIGTERM, _stopped)
     with tempfile.TemporaryDirectory() as work:
+        _STATE["work"] = work
         for mode in args.modes.split(","):
-            proc, port, path, startup_s = _start_server(args, args.max_batch if mode == "on" else 1, work)
+            mb = args.max_batch if mode == "on" else 1
+            _STATE["phase"] = f"act-serve (batching {mode}, max-batch {mb}) started and warming up"
+            print(f"  batching {mode:3s}: starting act-serve (max-batch {mb})", file=sys.stderr)
+            proc, port, path, startup_s = _start_server(args, mb, work)
             ready_rss = _peak_rss_mib(proc.pid)
             startup[mode] = startup_s
             print(f"  batching {mode:3s}: act-serve ready in {startup_s:.2f} s"
@@ -233,6 +256,7 @@ def main(argv=None):
             try:
                 for c in levels:
                     for t in transports:
+                        _STATE["phase"] = f"batching {mode}: {c} {t} client(s) running"
                         r = _run_level(path if t == "shm" else port, c, args.requests, args.max_seconds)
                         r["batching"], r["transport"], r["server_startup_s"] = mode, t, startup_s
                         # the server's peak so far: VmHWM never goes down, so a row shows the most any

@@ -31,14 +31,10 @@ double act_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-void act_serve_log(const act_server *s, const char *fmt, ...)
+static void serve_vlog(const char *fmt, va_list ap)
 {
-    if (!s->o.verbose) return;
     char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
     int n = vsnprintf(line, sizeof line - 1, fmt, ap);
-    va_end(ap);
     if (n < 0) return;
     if ((size_t)n > sizeof line - 2) n = (int)sizeof line - 2;
     line[n] = '\n';
@@ -48,6 +44,23 @@ void act_serve_log(const act_server *s, const char *fmt, ...)
     fputs("act-serve: ", stderr);
     fputs(line, stderr);
     funlockfile(stderr);
+}
+
+void act_serve_log(const act_server *s, const char *fmt, ...)
+{
+    if (!s->o.verbose) return;
+    va_list ap;
+    va_start(ap, fmt);
+    serve_vlog(fmt, ap);
+    va_end(ap);
+}
+
+void act_serve_say(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    serve_vlog(fmt, ap);
+    va_end(ap);
 }
 
 void act_io_wake(act_io *io)

@@ -355,9 +355,18 @@ int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
             placed = NULL;
         }
     }
-    for (int pass = 0; pass < (placed ? 2 : 1) && !rc; pass++)
+    int passes = placed ? 2 : 1;
+    double t0 = act_now();
+    if (dev == ACT_DEVICE_CUDA)
+        act_serve_say("warm-up: batch sizes 1-%d, %d step(s) each: planned (algorithms measured "
+                      "unless the algorithm cache has them), then captured as CUDA graphs%s",
+                      last, reps * passes, placed ? ", then again with frames read in place" : "");
+    for (int pass = 0; pass < passes && !rc; pass++)
         for (int r = 0; r < reps * last && !rc && !atomic_load(&s->stop_flag); r++) {
             int n = r % last + 1;
+            if (dev == ACT_DEVICE_CUDA && n == 1 && (pass || r) && last > 1)
+                act_serve_say("warm-up: %d of %d sweeps over the batch sizes done (%.1f s)",
+                              pass * reps + r / last, passes * reps, act_now() - t0);
             act_inputs in;
             act_outputs out;
             memset(&in, 0, sizeof in);
