@@ -302,8 +302,11 @@ elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && [ -x "$BUILD/ac
         --act-serve "$BUILD/act-serve" --device cuda --clients 1,8,32 --requests "$(it 50)" --max-seconds 20 \
         --transports tcp,shm --json "$LOG/serve_load.json" >"$LOG/serve.log" 2>&1
     rc=$?
-    row serve "$([ $rc = 0 ] && echo ok || echo rc$rc)" \
-        "$(grep -E '^(overhead|speedup_32_clients_vs|startup_s)' "$LOG/serve.log" | tr '\n' ' ' | cut -c1-220)"
+    fig=$(grep -E '^(overhead|speedup_32_clients_vs|startup_s)' "$LOG/serve.log" | tr '\n' ' ' | cut -c1-220)
+    # cut short: where it stood (serve_load's last words and act-serve's last warm-up line)
+    ((rc == 0)) || fig="$fig$(grep -E 'serve_load: (stopped|act-serve did not start)|warm-up: [0-9]+ of' \
+        "$LOG/serve.log" | tail -2 | sed 's/^ *//' | paste -sd' ' | cut -c1-220)"
+    row serve "$([ $rc = 0 ] && echo ok || echo rc$rc)" "$fig"
 else
     row serve SKIP "no bench/serve_load.py, act-serve, full model or time"
 fi
