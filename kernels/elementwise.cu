@@ -57,7 +57,7 @@ int act_k_bias_res_act(void *y, int ydt, const float *bias, const void *res, int
                        char *err, size_t errlen) {
     size_t n = outer * (size_t)C * inner;
     if (n == 0 || (!bias && !res && epi == 0)) return 0;
-    int per = ydt == KDT_F32 ? 4 : 8;   /* values in 16 bytes */
+    int per = ydt == KDT_F32 ? 4 : 8;   /* values in 16 bytes; packs below 2^31 (32-bit stride) */
     if (inner == 1 && C % per == 0 && n / per <= 0x7fffffffu && (!res || rdt == ydt) &&
         ((uintptr_t)y & 15) == 0 && ((uintptr_t)res & 15) == 0 && ydt <= KDT_F16) {
         size_t npk = n / per;

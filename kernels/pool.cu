@@ -85,8 +85,8 @@ int act_k_maxpool(const void *x, int xdt, int N, int C, int H, int W, int nhwc, 
     int Ho = (H - 1) / 2 + 1, Wo = (W - 1) / 2 + 1;
     size_t n = (size_t)N * C * Ho * Wo;
     if (n == 0) return 0;
-    int per = xdt == KDT_F32 ? 4 : 8;
-    if (nhwc && xdt == ydt && xdt <= KDT_F16 && C % per == 0 && n / per <= 0xffffffffu &&
+    int per = xdt == KDT_F32 ? 4 : 8;   /* packs below 2^31: the 32-bit grid stride cannot wrap */
+    if (nhwc && xdt == ydt && xdt <= KDT_F16 && C % per == 0 && n / per <= 0x7fffffffu &&
         (((uintptr_t)x | (uintptr_t)y) & 15) == 0) {
         size_t np = n / per;
         maxpool_vec_kernel<<<act_grid(np), 256, 0, st>>>((const uint4 *)x, xdt, (unsigned)np,
