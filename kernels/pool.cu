@@ -7,6 +7,12 @@
 #include <math.h>
 #include <stdint.h>
 
+/* the input rows (or columns) [lo, hi) of output o's 3-wide, stride-2, pad-1 window */
+static __device__ __forceinline__ void pool_window(int o, int n, int *lo, int *hi) {
+    *lo = o * 2 - 1 < 0 ? 0 : o * 2 - 1;
+    *hi = o * 2 + 2 > n ? n : o * 2 + 2;
+}
+
 static __global__ void maxpool_kernel(const void *x, int xdt, int N, int C, int H, int W, int Ho,
                                       int Wo, int nhwc, void *y, int ydt) {
     size_t n = (size_t)N * C * Ho * Wo;
@@ -27,16 +33,13 @@ static __global__ void maxpool_kernel(const void *x, int xdt, int N, int C, int 
             xb = i / ((size_t)Wo * Ho) * H * W;        /* plane n * C + c */
             step = 1;
         }
+        int y0, y1, x0, x1;
+        pool_window(oy, H, &y0, &y1);
+        pool_window(ox, W, &x0, &x1);
         float m = -INFINITY;
-        for (int ky = 0; ky < 3; ky++) {
-            int iy = oy * 2 - 1 + ky;
-            if (iy < 0 || iy >= H) continue;
-            for (int kx = 0; kx < 3; kx++) {
-                int ix = ox * 2 - 1 + kx;
-                if (ix < 0 || ix >= W) continue;
+        for (int iy = y0; iy < y1; iy++)
+            for (int ix = x0; ix < x1; ix++)
                 m = fmaxf(m, kld(x, xdt, xb + ((size_t)iy * W + ix) * step));
-            }
-        }
         kst(y, ydt, i, m);
     }
 }
@@ -50,21 +53,19 @@ static __device__ __forceinline__ void maxpool_pack(const uint4 *x, uint4 *y, un
     unsigned pix = i / cpk, cp = i - pix * cpk;     /* pix = (img * Ho + oy) * Wo + ox */
     unsigned row = pix / Wo, img = row / Ho;
     int ox = (int)(pix - row * Wo), oy = (int)(row - img * Ho);
+    int y0, y1, x0, x1;
+    pool_window(oy, H, &y0, &y1);
+    pool_window(ox, W, &x0, &x1);
     float m[P];
 #pragma unroll
     for (int k = 0; k < P; k++) m[k] = -INFINITY;
-    for (int ky = 0; ky < 3; ky++) {
-        int iy = oy * 2 - 1 + ky;
-        if (iy < 0 || iy >= H) continue;
-        for (int kx = 0; kx < 3; kx++) {
-            int ix = ox * 2 - 1 + kx;
-            if (ix < 0 || ix >= W) continue;
+    for (int iy = y0; iy < y1; iy++)
+        for (int ix = x0; ix < x1; ix++) {
             k_pack16 t;
             t.u = x[(((size_t)img * H + iy) * W + ix) * cpk + cp];
 #pragma unroll
             for (int k = 0; k < P; k++) m[k] = fmaxf(m[k], pk_get<DT>(t, k));
         }
-    }
     k_pack16 o;
 #pragma unroll
     for (int k = 0; k < P; k++) pk_set<DT>(o, k, m[k]);
