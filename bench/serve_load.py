@@ -130,7 +130,9 @@ _STATE = {"phase": "starting", "work": None}
 
 def _stopped(signum, frame):
     """SIGTERM (a caller's time limit, such as timeout(1)): say where the run stood and what the
-    servers logged, so a stopped run leaves a diagnosis, then exit 124 like timeout"""
+    servers logged, so a stopped run leaves a diagnosis, then exit 124 like timeout (which signals
+    this process and then its whole group: the second one is ignored)"""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     print(f"serve_load: stopped by signal {signum} while {_STATE['phase']}", file=sys.stderr)
     work = _STATE["work"]
     for log in sorted(Path(work).glob("serve-*.log")) if work else []:
