@@ -1,6 +1,7 @@
 /* common.cuh - what every kernel file shares: dtype-generic loads/stores, grid sizing, and the
  * checked-call macros that turn a CUDA error into a "file:line: call: message" string.
- * defines: KDT_*, kld, kst, k_pack16, pk_get, pk_set, act_norm_value, CEIL_DIV, act_grid, act_kerr, KCHECK, KLAUNCH
+ * defines: KDT_*, kld, kst, k_pack16, pk_get, pk_set, act_norm_value, CEIL_DIV, act_grid,
+ *          act_kerr, KCHECK, KLAUNCH
  *
  * Kernels take their buffers as void * plus a dtype code (the values of act_dtype: 0 F32,
  * 1 BF16, 2 F16) and convert on load/store, so one kernel serves every precision and any mix of
