@@ -19,10 +19,10 @@ static __device__ __forceinline__ float px(const unsigned char *f, int wi, int y
     return (float)f[((size_t)y * wi + x) * 3 + c] / 255.0f;
 }
 
-/* the side jobs by value (kernel parameters), n of them used; read with constant indices only
- * (an address taken or a variable index would copy the whole struct to every thread's local
+/* the side jobs by value (kernel parameters; unused ones empty); read with constant indices
+ * only (an address taken or a variable index would copy the whole struct to every thread's local
  * memory) */
-typedef struct { act_k_norm_side j[ACT_K_NORM_SIDES]; int n; } norm_sides;
+typedef struct { act_k_norm_side j[ACT_K_NORM_SIDES]; } norm_sides;
 static_assert(ACT_K_NORM_SIDES == 2, "preprocess_kernel reads side jobs 0 and 1 by name");
 
 static __device__ __forceinline__ void norm_side_elem(const act_k_norm_side &q, size_t e) {
@@ -33,10 +33,9 @@ static __device__ __forceinline__ void norm_side_elem(const act_k_norm_side &q, 
 static __global__ void preprocess_kernel(const unsigned char *frames, int B, int hi, int wi,
                                          int rh, int rw, int top, int left, int ho, int wo,
                                          int imagenet, int nhwc, void *out, int odt,
-                                         norm_sides side) {
-    size_t hw = (size_t)ho * wo, n = (size_t)B * hw, total = n;   /* n output pixels */
-    if (side.n > 0) total += (size_t)side.j[0].rows * side.j[0].dim;
-    if (side.n > 1) total += (size_t)side.j[1].rows * side.j[1].dim;
+                                         norm_sides side, size_t total) {
+    /* n output pixels, then total - n side elements */
+    size_t hw = (size_t)ho * wo, n = (size_t)B * hw;
     float sh = (float)hi / (float)rh, sw = (float)wi / (float)rw;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -80,15 +79,15 @@ int act_k_preprocess(const unsigned char *frames, int B, int hi, int wi, int rh,
     }
     norm_sides ns;
     memset(&ns, 0, sizeof ns);
-    size_t n = (size_t)B * ho * wo;   /* a thread per output pixel */
-    for (int k = 0; k < nside; k++)
+    size_t n = (size_t)B * ho * wo;   /* a thread per output pixel, then per side element */
+    for (int k = 0, used = 0; k < nside; k++)
         if (side[k].rows > 0 && side[k].dim > 0) {   /* empty jobs are left out */
-            ns.j[ns.n++] = side[k];
+            ns.j[used++] = side[k];
             n += (size_t)side[k].rows * side[k].dim;
         }
     if (n == 0) return 0;
     preprocess_kernel<<<act_grid(n), 256, 0, st>>>(
-        frames, B, hi, wi, rh, rw, top, left, ho, wo, imagenet, nhwc, out, odt, ns);
+        frames, B, hi, wi, rh, rw, top, left, ho, wo, imagenet, nhwc, out, odt, ns, n);
     KLAUNCH(preprocess_kernel);
     return 0;
 }

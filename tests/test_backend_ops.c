@@ -207,17 +207,14 @@ static void run_case(const pair *p, const char *name, int gemm, op_fn fn, const 
  * actions [B*H][A], F32 in, the activation dtype out, as the forward pass asks), the output
  * checked being the image (0), the normalized qpos (1) or actions (2); the others go to
  * buffers of their own */
-typedef struct { const act_model *m; int B, hi, wi, part; } pre_arg;
+typedef struct { const act_model *m; int B, hi, wi, part; size_t nimg; } pre_arg;
 static int f_pre(act_backend *be, act_buf *in, act_buf out, const void *a) {
     const pre_arg *x = a;
     const act_config *c = &x->m->cfg;
     if (x->part < 0) return be->preprocess(be, in[0], x->B, x->hi, x->wi, c, out, NULL, 0);
     size_t nq = (size_t)x->B * c->obs_dim, na = (size_t)x->B * c->pred_horizon * c->action_dim;
     act_buf img = out, qn = out, an = out;
-    if (x->part != 0) {
-        int ho = c->crop_h ? c->crop_h : c->input_h, wo = c->crop_w ? c->crop_w : c->input_w;
-        img = be->alloc(be, (size_t)x->B * 3 * ho * wo, ACT_DT_ACT);
-    }
+    if (x->part != 0) img = be->alloc(be, x->nimg, ACT_DT_ACT);
     if (x->part != 1) qn = be->alloc(be, nq, ACT_DT_ACT);
     if (x->part != 2) an = be->alloc(be, na, ACT_DT_ACT);
     if (!img.p || !qn.p || !an.p) return -1;
@@ -236,16 +233,17 @@ static void t_preprocess(const pair *p, const char *name, const act_model *m, in
     float *q = rand_arr(nq, -2, 2, ACT_DT_F32), *ac = rand_arr(na, -2, 2, ACT_DT_F32);
     int ho = c->crop_h ? c->crop_h : c->input_h, wo = c->crop_w ? c->crop_w : c->input_w;
     input in[3] = {{NULL, f, n, ACT_DT_U8}, {q, NULL, nq, ACT_DT_F32}, {ac, NULL, na, ACT_DT_F32}};
+    size_t nimg = (size_t)p->B * 3 * ho * wo;
     fmap fout = {3, (size_t)ho * wo}, none = {0, 0};
     if (!sides) {
-        pre_arg a = {m, p->B, c->image_h, c->image_w, -1};
-        run_case_fm(p, name, 0, f_pre, &a, in, NULL, 1, (size_t)p->B * 3 * ho * wo, ACT_DT_ACT, fout);
+        pre_arg a = {m, p->B, c->image_h, c->image_w, -1, nimg};
+        run_case_fm(p, name, 0, f_pre, &a, in, NULL, 1, nimg, ACT_DT_ACT, fout);
     } else {
         static const char *names[3] = {"preprocess+norm:image", "preprocess+norm:qpos",
                                        "preprocess+norm:actions"};
-        size_t nout[3] = {(size_t)p->B * 3 * ho * wo, nq, na};
+        size_t nout[3] = {nimg, nq, na};
         for (int part = 0; part < 3; part++) {
-            pre_arg a = {m, p->B, c->image_h, c->image_w, part};
+            pre_arg a = {m, p->B, c->image_h, c->image_w, part, nimg};
             run_case_fm(p, names[part], 0, f_pre, &a, in, NULL, 3, nout[part], ACT_DT_ACT,
                         part == 0 ? fout : none);
         }

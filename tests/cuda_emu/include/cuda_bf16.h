@@ -3,18 +3,13 @@
 #ifndef EMU_CUDA_BF16_H
 #define EMU_CUDA_BF16_H
 #include <stdint.h>
-#include <string.h>
-#include "cuda_runtime.h"
+#include "cuda_runtime.h"   /* emu_device.h's bit casts */
 struct __nv_bfloat16 { uint16_t x; };
 static inline float __bfloat162float(__nv_bfloat16 h) {
-    uint32_t b = (uint32_t)h.x << 16;
-    float f;
-    memcpy(&f, &b, 4);
-    return f;
+    return __uint_as_float((uint32_t)h.x << 16);
 }
 static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
-    uint32_t b;
-    memcpy(&b, &f, 4);
+    uint32_t b = __float_as_uint(f);
     __nv_bfloat16 h;
     if ((b & 0x7fffffffu) > 0x7f800000u) h.x = (uint16_t)((b >> 16) | 0x40u);   /* quiet NaN */
     else h.x = (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
