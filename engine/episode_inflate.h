@@ -1,12 +1,13 @@
 /* episode_inflate.h - gzip frame chunks of an episode decompressed on several threads.
  * defines: act_ep_scratch, act_ep_deflate_frames_per_chunk, act_ep_inflate_threads,
- *          act_ep_read_deflate, act_ep_scratch_free
+ *          act_ep_inflater, act_ep_read_deflate, act_ep_scratch_free
  *
  * libhdf5 runs its deflate filter on the calling thread, one chunk after another, and at ~1-5 ms
  * per 256x256 frame triple that single thread caps batch evaluation at a few hundred timesteps per
  * second, far below a GPU's rate. For a camera dataset chunked in whole frames with gzip as its
  * only filter, the raw chunks are read through HDF5 (H5Dread_chunk: I/O only) and inflated with
- * zlib on the engine's pool threads. Anything else takes HDF5's own path (episode.c). */
+ * libdeflate (or zlib) on the engine's pool threads. Anything else takes HDF5's own path
+ * (episode.c). */
 #ifndef ACT_EPISODE_INFLATE_H
 #define ACT_EPISODE_INFLATE_H
 
@@ -23,10 +24,16 @@ void act_ep_scratch_free(act_ep_scratch *s);
 /* ACT_EPISODE_THREADS, else the online cores (at most 8); 1 = HDF5's own path always */
 int act_ep_inflate_threads(void);
 
+/* the inflater those threads use: "libdeflate" (when built with it, unless ACT_EPISODE_INFLATE=zlib),
+ * "zlib", "hdf5" (built with neither, or without HDF5); NULL when ACT_EPISODE_INFLATE names one
+ * this build lacks (act_ep_read_deflate then fails saying so) */
+const char *act_ep_inflater(void);
+
 #ifdef ACT_WITH_HDF5
 #include <hdf5.h>
 /* > 0: the dataset (T, H, W, 3) uint8 is chunked as (k, H, W, 3) with gzip alone and k frames
- * are at most 32 MiB, so act_ep_read_deflate can read it; 0: it cannot (built without zlib too). */
+ * are at most 32 MiB, so act_ep_read_deflate can read it; 0: it cannot (also when built without
+ * zlib and libdeflate). */
 int act_ep_deflate_frames_per_chunk(hid_t ds, int H, int W);
 /* Frames [t0, t0 + n) into dst. 0: done; -1: error in err (file, dataset, timestep); 1: a chunk
  * this path does not handle (unallocated, or stored with its filter skipped): use H5Dread. */

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${1:-build}; shift || true
 
-pkgs=(build-essential cmake pkg-config libopenblas-dev libhdf5-dev libzstd-dev zlib1g-dev
+pkgs=(build-essential cmake pkg-config libopenblas-dev libhdf5-dev libzstd-dev zlib1g-dev libdeflate-dev
       python3 python3-numpy python3-h5py python3-pytest python3-yaml python3-matplotlib
       python3-zstandard python3-torch python3-torchvision python3-pip python3-setuptools
       python3-wheel haproxy)

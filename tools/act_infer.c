@@ -40,7 +40,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "--version")) {
         /* the optional parts this binary was built with, for scripts and tests to check */
-        printf("act-infer %s (features:%s%s%s)\n", ACT_VERSION,
+        printf("act-infer %s (features:%s%s%s%s)\n", ACT_VERSION,
 #ifdef ACT_WITH_CUDA
                " cuda",
 #else
@@ -52,7 +52,12 @@ int main(int argc, char **argv) {
                "",
 #endif
 #ifdef ACT_WITH_ZSTD
-               " zstd"
+               " zstd",
+#else
+               "",
+#endif
+#if defined(ACT_WITH_HDF5) && defined(ACT_WITH_LIBDEFLATE)
+               " libdeflate"   /* gzip episode frames inflated by libdeflate (episode_inflate.c) */
 #else
                ""
 #endif
