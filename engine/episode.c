@@ -5,15 +5,18 @@
  * enough for one chunk, so a file chunked per frame or per many frames is decompressed once per
  * chunk, not once per hyperslab read. */
 #include "episode.h"
+#include "episode_direct.h"
 #include "episode_inflate.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #ifdef ACT_WITH_HDF5
 #include <hdf5.h>
@@ -23,6 +26,10 @@ typedef struct h5_episode {
     hid_t img[ACT_MAX_CAMS];
     char img_name[ACT_MAX_CAMS][ACT_NAME_LEN + 32];
     int deflate_t[ACT_MAX_CAMS];   /* > 0: gzip chunks of this many whole frames (episode_inflate.c) */
+    int direct_ok[ACT_MAX_CAMS];   /* 1: raw frames read by pread (episode_direct.c) */
+    act_ep_direct direct[ACT_MAX_CAMS];
+    int fd;                        /* the file for those reads, or -1 */
+    uint64_t file_size;
     act_ep_scratch scratch;
 } h5_episode;
 
@@ -183,6 +190,60 @@ static hid_t frame_access(hid_t file, const char *name) {
     return dapl;
 }
 
+/* Frames [t0, t0 + n) of camera cam by HDF5 itself (a hyperslab read). */
+static int h5_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *dst, char *err, size_t errlen) {
+    h5_episode *h = ep->impl;
+    hsize_t start[4] = {(hsize_t)t0, 0, 0, 0};
+    hsize_t count[4] = {(hsize_t)n, (hsize_t)ep->image_h, (hsize_t)ep->image_w, 3};
+    hid_t fspace = H5Dget_space(h->img[cam]);
+    hid_t mspace = H5Screate_simple(4, count, NULL);
+    int rc = 0;
+    if (fspace < 0 || mspace < 0 ||
+        H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL) < 0 ||
+        H5Dread(h->img[cam], H5T_NATIVE_UCHAR, mspace, fspace, H5P_DEFAULT, dst) < 0)
+        rc = ep_fail(err, errlen, ep->path, "dataset '%s': frames [%d, %d) cannot be read (truncated or corrupt file)",
+                     h->img_name[cam], t0, t0 + n);
+    if (mspace >= 0) H5Sclose(mspace);
+    if (fspace >= 0) H5Sclose(fspace);
+    return rc;
+}
+
+/* Raw frames of camera c read by pread (episode_direct.c) when its layout allows it and frame 0
+ * read that way equals frame 0 read by HDF5: a check of the addresses' meaning that costs one
+ * frame per camera; anything short of that leaves the camera to HDF5, which says what is wrong.
+ * (A read that fails here says nothing: the camera simply stays with HDF5.) */
+static void direct_setup(act_episode *ep, int c) {
+    h5_episode *h = ep->impl;
+    struct stat st;
+    if (h->fd == -1) {
+        h->fd = open(ep->path, O_RDONLY | O_CLOEXEC);
+        if (h->fd < 0 || fstat(h->fd, &st) != 0) {
+            if (h->fd >= 0) close(h->fd);
+            h->fd = -2;   /* tried */
+        } else {
+            h->file_size = (uint64_t)st.st_size;
+        }
+    }
+    if (h->fd < 0 ||
+        !act_ep_direct_probe(h->file, h->img[c], ep->T, ep->image_h, ep->image_w, h->file_size, &h->direct[c]))
+        return;
+    size_t frame = (size_t)ep->image_h * ep->image_w * 3;
+    uint8_t *a = malloc(frame), *b = malloc(frame);
+    char e[256];
+    int ok = a && b && !h5_read_frames(ep, c, 0, 1, a, e, sizeof e);
+    /* chunk addresses from the end of the user block (HDF5 1.10), else from the file's start */
+    for (int tries = h->direct[c].k > 0 && h->direct[c].base > 0 ? 2 : 1; ok && tries > 0; tries--) {
+        h->direct_ok[c] = !act_ep_read_direct(&h->direct[c], h->fd, h->file_size, h->img[c], ep->path,
+                                              h->img_name[c], 0, 1, frame, b, e, sizeof e) &&
+                          !memcmp(a, b, frame);
+        if (h->direct_ok[c]) break;
+        h->direct[c].base = 0;
+    }
+    H5Eclear2(H5E_DEFAULT);
+    free(a);
+    free(b);
+}
+
 int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
                      char *err, size_t errlen) {
     *out = NULL;
@@ -221,6 +282,7 @@ int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
     snprintf(ep->path, sizeof ep->path, "%s", path);
     ep->impl = h;
     h->file = file;
+    h->fd = -1;
     for (int c = 0; c < ACT_MAX_CAMS; c++) h->img[c] = -1;
     ep->obs_dim = cfg->obs_dim;
     ep->action_dim = cfg->action_dim;
@@ -270,6 +332,7 @@ int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
             goto fail;
         }
         h->deflate_t[c] = act_ep_deflate_frames_per_chunk(h->img[c], cfg->image_h, cfg->image_w);
+        if (!h->deflate_t[c] && act_ep_inflate_threads() > 1) direct_setup(ep, c);
     }
     *out = ep;
     return 0;
@@ -286,24 +349,33 @@ int act_episode_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *ds
                  ep->path, t0, t0 + n, cam, ep->T);
         return -1;
     }
+    size_t frame = (size_t)ep->image_h * ep->image_w * 3;
     if (h->deflate_t[cam] > 0 && act_ep_inflate_threads() > 1) {
         int r = act_ep_read_deflate(h->img[cam], h->deflate_t[cam], ep->path, h->img_name[cam], t0, n,
-                                    (size_t)ep->image_h * ep->image_w * 3, dst, &h->scratch, err, errlen);
+                                    frame, dst, &h->scratch, err, errlen);
         if (r <= 0) return r;   /* 1: a chunk that path leaves to HDF5 */
     }
-    hsize_t start[4] = {(hsize_t)t0, 0, 0, 0};
-    hsize_t count[4] = {(hsize_t)n, (hsize_t)ep->image_h, (hsize_t)ep->image_w, 3};
-    hid_t fspace = H5Dget_space(h->img[cam]);
-    hid_t mspace = H5Screate_simple(4, count, NULL);
-    int rc = 0;
-    if (fspace < 0 || mspace < 0 ||
-        H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL) < 0 ||
-        H5Dread(h->img[cam], H5T_NATIVE_UCHAR, mspace, fspace, H5P_DEFAULT, dst) < 0)
-        rc = ep_fail(err, errlen, ep->path, "dataset '%s': frames [%d, %d) cannot be read (truncated or corrupt file)",
-                     h->img_name[cam], t0, t0 + n);
-    if (mspace >= 0) H5Sclose(mspace);
-    if (fspace >= 0) H5Sclose(fspace);
-    return rc;
+    if (h->direct_ok[cam]) {
+        int r = act_ep_read_direct(&h->direct[cam], h->fd, h->file_size, h->img[cam], ep->path,
+                                   h->img_name[cam], t0, n, frame, dst, err, errlen);
+        if (r <= 0) return r;   /* 1: a chunk that path leaves to HDF5 */
+    }
+    return h5_read_frames(ep, cam, t0, n, dst, err, errlen);
+}
+
+void act_episode_reader(const act_episode *ep, int cam, char *buf, size_t len) {
+    const h5_episode *h = ep->impl;
+    const char *inf = act_ep_inflater();
+    if (cam < 0 || cam >= ep->num_cams)
+        snprintf(buf, len, "no camera %d", cam);
+    else if (h->deflate_t[cam] > 0 && act_ep_inflate_threads() > 1 && inf)
+        snprintf(buf, len, "%s, gzip chunks of %d frames", inf, h->deflate_t[cam]);
+    else if (h->direct_ok[cam] && h->direct[cam].k > 0)
+        snprintf(buf, len, "pread, chunks of %d frames", h->direct[cam].k);
+    else if (h->direct_ok[cam])
+        snprintf(buf, len, "pread, contiguous");
+    else
+        snprintf(buf, len, "hdf5");
 }
 
 void act_episode_close(act_episode *ep) {
@@ -313,6 +385,7 @@ void act_episode_close(act_episode *ep) {
         for (int c = 0; c < ACT_MAX_CAMS; c++)
             if (h->img[c] >= 0) H5Dclose(h->img[c]);
         if (h->file >= 0) H5Fclose(h->file);
+        if (h->fd >= 0) close(h->fd);
         H5Eclear2(H5E_DEFAULT);
         act_ep_scratch_free(&h->scratch);
         free(h);
@@ -336,6 +409,11 @@ int act_episode_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *ds
                             char *err, size_t errlen) {
     snprintf(err, errlen, "act-engine was built without HDF5");
     return -1;
+}
+
+void act_episode_reader(const act_episode *ep, int cam, char *buf, size_t len) {
+    (void)ep, (void)cam;
+    snprintf(buf, len, "none (built without HDF5)");
 }
 
 void act_episode_close(act_episode *ep) { (void)ep; }

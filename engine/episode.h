@@ -1,6 +1,6 @@
 /* episode.h - socket-peg HDF5 episodes: validation, timestep-window reads, episode listing.
- * defines: act_episode_open, act_episode_read_frames, act_episode_close, act_episode_list,
- *          act_episode_free_list, act_episode_stem
+ * defines: act_episode_open, act_episode_read_frames, act_episode_reader, act_episode_close,
+ *          act_episode_list, act_episode_free_list, act_episode_stem
  * An episode file holds `action` (T, action_dim) float, `observations/qpos` (T, obs_dim) float and
  * `observations/images/<cam>` (T, H, W, 3) uint8 for every camera of the model (gzip or raw,
  * chunked or contiguous). act_episode_open checks all of it against the model's config and
@@ -30,6 +30,10 @@ int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
 /* Frames of timesteps [t0, t0 + n) of camera `cam` (config order) into dst [n][H][W][3]. */
 int act_episode_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *dst,
                             char *err, size_t errlen);
+/* How camera `cam`'s frames are read, for logs and tests: "pread, contiguous", "pread, chunks of
+ * K frames" (episode_direct.c), "LIB, gzip chunks of K frames" (episode_inflate.c: LIB is
+ * libdeflate or zlib), or "hdf5" (HDF5 itself). */
+void act_episode_reader(const act_episode *ep, int cam, char *buf, size_t len);
 void act_episode_close(act_episode *ep);
 
 /* Expands arguments into episode paths: a directory becomes its episode_*.hdf5 files sorted by

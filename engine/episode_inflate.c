@@ -1,5 +1,5 @@
 /* episode_inflate.c - gzip frame chunks inflated on the pool's threads (design: episode_inflate.h).
- * defines: act_ep_scratch_free, act_ep_inflate_threads, act_ep_inflater,
+ * defines: act_ep_scratch_free, act_ep_inflate_threads, act_ep_pool_run, act_ep_inflater,
  *          act_ep_deflate_frames_per_chunk, act_ep_read_deflate
  *
  * A read of frames [t0, t0 + n) covers chunks first..last. Their compressed bytes are read one by
@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pool.h"
 
 void act_ep_scratch_free(act_ep_scratch *s) {
     free(s->raw);
@@ -33,6 +32,16 @@ int act_ep_inflate_threads(void) {
     static int n = 0;
     if (!n) n = act_pool_env_threads("ACT_EPISODE_THREADS", act_pool_cores() < 8 ? act_pool_cores() : 8);
     return n;
+}
+
+static act_pool *g_pool;
+static pthread_mutex_t g_pool_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void act_ep_pool_run(act_pool_task fn, void *arg, int items) {
+    pthread_mutex_lock(&g_pool_mu);
+    if (!g_pool) g_pool = act_pool_create(act_ep_inflate_threads());
+    act_pool_run(g_pool, fn, arg, items);
+    pthread_mutex_unlock(&g_pool_mu);
 }
 
 const char *act_ep_inflater(void) {
@@ -97,7 +106,7 @@ typedef struct inflate_job { chunk_job *c; size_t want; int libdeflate; } inflat
 #ifdef ACT_WITH_LIBDEFLATE
 #define MAX_POOL_THREADS 64   /* act_pool_env_threads' bound */
 /* one decompressor per pool thread (index = the pool's thread number), made at its first use and
- * kept: runs of the pool are serialized by g_pool_mu, so a thread's slot is only its own */
+ * kept: act_ep_pool_run serializes the pool's runs, so a thread's slot is only its own */
 static struct libdeflate_decompressor *g_dec[MAX_POOL_THREADS];
 
 static int inflate_libdeflate(int th, chunk_job *c, size_t want) {
@@ -133,9 +142,6 @@ static void inflate_task(void *arg, int th, int lo, int hi) {
 #endif
     }
 }
-
-static act_pool *g_pool;
-static pthread_mutex_t g_pool_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static int grow(uint8_t **p, size_t *cap, size_t want) {
     if (want <= *cap) return 0;
@@ -209,10 +215,7 @@ int act_ep_read_deflate(hid_t ds, int k, const char *path, const char *name, int
     }
     if (rc == 0) {
         inflate_job q = {c, chunk_bytes, !strcmp(inflater, "libdeflate")};
-        pthread_mutex_lock(&g_pool_mu);
-        if (!g_pool) g_pool = act_pool_create(act_ep_inflate_threads());
-        act_pool_run(g_pool, inflate_task, &q, nch);
-        pthread_mutex_unlock(&g_pool_mu);
+        act_ep_pool_run(inflate_task, &q, nch);
         for (int i = 0; i < nch && rc == 0; i++) {
             int v = c[i].verdict;
             if (v != INF_OK || c[i].got != chunk_bytes) {

@@ -1,6 +1,6 @@
 /* episode_inflate.h - gzip frame chunks of an episode decompressed on several threads.
  * defines: act_ep_scratch, act_ep_deflate_frames_per_chunk, act_ep_inflate_threads,
- *          act_ep_inflater, act_ep_read_deflate, act_ep_scratch_free
+ *          act_ep_pool_run, act_ep_inflater, act_ep_read_deflate, act_ep_scratch_free
  *
  * libhdf5 runs its deflate filter on the calling thread, one chunk after another, and at ~1-5 ms
  * per 256x256 frame triple that single thread caps batch evaluation at a few hundred timesteps per
@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pool.h"
+
 typedef struct act_ep_scratch {   /* per open episode: reused across reads */
     uint8_t *raw, *tmp;
     size_t raw_cap, tmp_cap;
@@ -23,6 +25,10 @@ void act_ep_scratch_free(act_ep_scratch *s);
 
 /* ACT_EPISODE_THREADS, else the online cores (at most 8); 1 = HDF5's own path always */
 int act_ep_inflate_threads(void);
+
+/* runs fn over [0, items) on the episode readers' pool (act_ep_inflate_threads threads, made at
+ * the first call), one run at a time; shared by the gzip path and episode_direct.c */
+void act_ep_pool_run(act_pool_task fn, void *arg, int items);
 
 /* the inflater those threads use: "libdeflate" (when built with it, unless ACT_EPISODE_INFLATE=zlib),
  * "zlib", "hdf5" (built with neither, or without HDF5); NULL when ACT_EPISODE_INFLATE names one

@@ -1,0 +1,103 @@
+/* episode_read.c - how fast the episode reader alone delivers frames: every episode's frames
+ * read in windows of --batch timesteps, camera by camera, as act-infer eval's reader thread does
+ * (engine/episode.c: raw frames by pread on the pool's threads, gzip by libdeflate/zlib on them,
+ * or HDF5 itself), nothing else running. Figures: timesteps/s and GB/s per round; the variables
+ * ACT_EPISODE_THREADS / ACT_EPISODE_INFLATE pick the path, so alternate them to compare.
+ *
+ *   build/bench_episode_read --model M.actw --episodes DIR [--batch 64] [--rounds 3]
+ *
+ * The model is read for its contract only (cameras, image size, dims). The page cache is not
+ * dropped between rounds: the first round of a fresh file may read from disk. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "act.h"
+#include "episode.h"
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int usage(int rc) {
+    fprintf(rc ? stderr : stdout,
+            "usage: bench_episode_read --model M.actw --episodes DIR|FILE... [--batch 64] [--rounds 3]\n"
+            "Reads every episode's frames in windows of --batch timesteps (the reader of act-infer eval,\n"
+            "alone) and prints timesteps/s per round. ACT_EPISODE_THREADS=1 is HDF5's own path;\n"
+            "ACT_EPISODE_INFLATE=zlib|libdeflate picks the gzip inflater.\n");
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    const char *model = NULL;
+    char *eps[256];
+    int neps = 0, batch = 64, rounds = 3;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(0);
+        if (i + 1 >= argc) return usage(2);
+        if (!strcmp(argv[i], "--model")) model = argv[++i];
+        else if (!strcmp(argv[i], "--batch")) batch = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--episodes")) {
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) && neps < 256) eps[neps++] = argv[++i];
+        } else return usage(2);
+    }
+    if (!model || !neps || batch < 1 || rounds < 1) return usage(2);
+    char err[1024];
+    act_model *m = NULL;
+    char **paths = NULL;
+    int npaths = 0;
+    if (act_model_load(model, &m, err, sizeof err) ||
+        act_episode_list(eps, neps, &paths, &npaths, err, sizeof err)) {
+        fprintf(stderr, "bench_episode_read: %s\n", err);
+        return 1;
+    }
+    const act_config *c = act_model_config(m);
+    size_t frame = (size_t)c->image_h * c->image_w * 3;
+    uint8_t *buf = malloc(frame * (size_t)batch);
+    if (!buf) {
+        fprintf(stderr, "bench_episode_read: out of memory\n");
+        return 1;
+    }
+    const char *th = getenv("ACT_EPISODE_THREADS"), *inf = getenv("ACT_EPISODE_INFLATE");
+    printf("episodes %d, batch %d, ACT_EPISODE_THREADS=%s ACT_EPISODE_INFLATE=%s\n", npaths, batch,
+           th ? th : "(default)", inf ? inf : "(default)");
+    int rc = 0;
+    for (int r = 0; r < rounds && !rc; r++) {
+        long steps = 0;
+        double t0 = now_s();
+        for (int e = 0; e < npaths && !rc; e++) {
+            act_episode *ep = NULL;
+            if (act_episode_open(paths[e], c, &ep, err, sizeof err)) {
+                rc = 1;
+                break;
+            }
+            if (r == 0 && e == 0)   /* how the first episode's cameras are read */
+                for (int k = 0; k < c->num_cams; k++) {
+                    char how[128];
+                    act_episode_reader(ep, k, how, sizeof how);
+                    printf("reader  %s: %s\n", c->camera_names[k], how);
+                }
+            for (int t = 0; t < ep->T && !rc; t += batch) {
+                int n = ep->T - t < batch ? ep->T - t : batch;
+                for (int k = 0; k < c->num_cams && !rc; k++)
+                    rc = act_episode_read_frames(ep, k, t, n, buf, err, sizeof err) ? 1 : 0;
+                steps += n;
+            }
+            act_episode_close(ep);
+        }
+        double s = now_s() - t0;
+        if (!rc)
+            printf("round %d: %ld timesteps in %.3f s: %.0f timesteps/s, %.2f GB/s of frames\n", r + 1,
+                   steps, s, steps / s, steps * (double)frame * c->num_cams / s / 1e9);
+    }
+    if (rc) fprintf(stderr, "bench_episode_read: %s\n", err);
+    free(buf);
+    act_episode_free_list(paths, npaths);
+    act_model_free(m);
+    return rc;
+}

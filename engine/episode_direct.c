@@ -1,0 +1,167 @@
+/* episode_direct.c - raw frames read with pread on the episode pool's threads (design:
+ * episode_direct.h).
+ * defines: act_ep_direct_probe, act_ep_read_direct
+ *
+ * A read of frames [t0, t0 + n) is split by frames over the pool's threads; each thread preads
+ * its frames, one call per run of frames that lie together in the file (its whole share for a
+ * contiguous dataset, the part of each chunk for a chunked one). Every place is checked against
+ * the file's size before it is read, and a read that comes back short is an error naming the
+ * dataset and the frame, as HDF5's path would give for a truncated file. */
+#define _POSIX_C_SOURCE 200809L
+#include "episode_direct.h"
+#include "episode_inflate.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef ACT_WITH_HDF5
+
+#define CHUNK_INFO H5_VERSION_GE(1, 10, 5)   /* H5Dget_chunk_info_by_coord */
+
+int act_ep_direct_probe(hid_t file, hid_t ds, int T, int H, int W, uint64_t file_size, act_ep_direct *d) {
+    int ok = 0;
+    size_t frame = (size_t)H * W * 3;
+    hid_t dcpl = H5Dget_create_plist(ds), fapl = H5Fget_access_plist(file);
+    memset(d, 0, sizeof *d);
+    /* one file (the default sec2 driver): HDF5's addresses are offsets into it */
+    if (dcpl < 0 || fapl < 0 || H5Pget_driver(fapl) != H5FD_SEC2 || H5Pget_nfilters(dcpl) != 0 ||
+        H5Pget_external_count(dcpl) != 0)
+        goto out;
+    H5D_layout_t layout = H5Pget_layout(dcpl);
+    if (layout == H5D_CONTIGUOUS) {
+        haddr_t a = H5Dget_offset(ds);   /* from the start of the file, user block included */
+        if (a == HADDR_UNDEF || (uint64_t)a > file_size || (uint64_t)T * frame > file_size - (uint64_t)a)
+            goto out;
+        d->base = (uint64_t)a;
+        ok = 1;
+    } else if (layout == H5D_CHUNKED && CHUNK_INFO) {
+        hsize_t cd[4];
+        if (H5Pget_chunk(dcpl, 4, cd) != 4 || cd[1] != (hsize_t)H || cd[2] != (hsize_t)W || cd[3] != 3 ||
+            cd[0] < 1 || cd[0] > (hsize_t)T)
+            goto out;
+        hid_t fcpl = H5Fget_create_plist(file);
+        hsize_t ub = 0;
+        if (fcpl < 0 || H5Pget_userblock(fcpl, &ub) < 0) ub = 0;
+        if (fcpl >= 0) H5Pclose(fcpl);
+        d->k = (int)cd[0];
+        d->base = (uint64_t)ub;
+        ok = 1;
+    }
+out:
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (fapl >= 0) H5Pclose(fapl);
+    H5Eclear2(H5E_DEFAULT);
+    return ok;
+}
+
+typedef struct direct_job {
+    int fd;
+    int t0, k;                /* k == 0: contiguous from base */
+    uint64_t base;
+    const uint64_t *addr;     /* chunked: the file offset of chunk (t0 / k + i) */
+    size_t frame;
+    uint8_t *dst;
+    int bad_t[64];            /* per pool thread (at most 64): the frame that failed, or -1 */
+    int bad_errno[64];        /* its errno (0: the file ended) */
+} direct_job;
+
+/* n bytes at off into p; 0, or -1 with errno (0 when the file ended first) */
+static int pread_all(int fd, uint8_t *p, size_t n, uint64_t off) {
+    while (n) {
+        ssize_t got = pread(fd, p, n, (off_t)off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            if (got == 0) errno = 0;
+            return -1;
+        }
+        p += got;
+        n -= (size_t)got;
+        off += (uint64_t)got;
+    }
+    return 0;
+}
+
+static void direct_task(void *arg, int th, int lo, int hi) {
+    direct_job *q = arg;
+    for (int i = lo; i < hi;) {
+        int t = q->t0 + i, run = hi - i;
+        uint64_t off;
+        if (q->k == 0) {
+            off = q->base + (uint64_t)t * q->frame;
+        } else {   /* up to the end of t's chunk */
+            int in = t % q->k, left = q->k - in;
+            if (run > left) run = left;
+            off = q->addr[t / q->k - q->t0 / q->k] + (uint64_t)in * q->frame;
+        }
+        if (pread_all(q->fd, q->dst + (size_t)i * q->frame, (size_t)run * q->frame, off)) {
+            q->bad_t[th] = t;
+            q->bad_errno[th] = errno;
+            return;
+        }
+        i += run;
+    }
+}
+
+int act_ep_read_direct(const act_ep_direct *d, int fd, uint64_t file_size, hid_t ds, const char *path,
+                       const char *name, int t0, int n, size_t frame, uint8_t *dst, char *err,
+                       size_t errlen) {
+    direct_job q;
+    memset(&q, 0, sizeof q);
+    q.fd = fd;
+    q.t0 = t0;
+    q.k = d->k;
+    q.base = d->base;
+    q.frame = frame;
+    q.dst = dst;
+    for (int th = 0; th < 64; th++) q.bad_t[th] = -1;
+    uint64_t *addr = NULL;
+    if (d->k > 0) {
+#if CHUNK_INFO
+        int first = t0 / d->k, nch = (t0 + n - 1) / d->k - first + 1;
+        uint64_t chunk_bytes = (uint64_t)d->k * frame;
+        if (!(addr = malloc(sizeof *addr * (size_t)nch))) {
+            snprintf(err, errlen, "%s: out of memory reading '%s'", path, name);
+            return -1;
+        }
+        for (int i = 0; i < nch; i++) {
+            hsize_t o[4] = {(hsize_t)(first + i) * (hsize_t)d->k, 0, 0, 0}, size = 0;
+            haddr_t a = HADDR_UNDEF;
+            unsigned mask = 0;
+            if (H5Dget_chunk_info_by_coord(ds, o, &mask, &a, &size) < 0 || a == HADDR_UNDEF || size != chunk_bytes) {
+                H5Eclear2(H5E_DEFAULT);
+                free(addr);
+                return 1;   /* unallocated (HDF5 fills it) or not k frames of raw bytes */
+            }
+            a += (haddr_t)d->base;
+            if ((uint64_t)a > file_size || chunk_bytes > file_size - (uint64_t)a) {
+                snprintf(err, errlen, "%s: dataset '%s': the chunk at timestep %d lies past the end of "
+                         "the file (truncated file)", path, name, (first + i) * d->k);
+                free(addr);
+                return -1;
+            }
+            addr[i] = (uint64_t)a;
+        }
+        q.addr = addr;
+#else
+        (void)ds, (void)file_size;
+        return 1;
+#endif
+    }
+    act_ep_pool_run(direct_task, &q, n);
+    free(addr);
+    int bad = -1, bad_errno = 0;
+    for (int th = 0; th < 64; th++)
+        if (q.bad_t[th] >= 0 && (bad < 0 || q.bad_t[th] < bad)) {
+            bad = q.bad_t[th];
+            bad_errno = q.bad_errno[th];
+        }
+    if (bad < 0) return 0;
+    snprintf(err, errlen, "%s: dataset '%s': frame %d cannot be read: %s", path, name, bad,
+             bad_errno ? strerror(bad_errno) : "the file ends before it (truncated file)");
+    return -1;
+}
+
+#endif

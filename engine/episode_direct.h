@@ -1,0 +1,41 @@
+/* episode_direct.h - frames of uncompressed camera datasets read with pread on several threads.
+ * defines: act_ep_direct, act_ep_direct_probe, act_ep_read_direct
+ *
+ * HDF5 reads a hyperslab on the calling thread: for raw frames that is one copy out of the page
+ * cache at ~5.5 GB/s on one core (bench/NOTES.md), ~6-9k timesteps of three 256x256 frames per
+ * second, well under what a GPU takes in batch evaluation. A dataset stored without filters,
+ * either contiguous or chunked in whole frames, has each frame at a known place in the file, so
+ * the frames of a read are copied by pread straight into the caller's buffer on the episode pool's
+ * threads (act_ep_pool_run). HDF5 still says where: H5Dget_offset for a contiguous dataset, and
+ * H5Dget_chunk_info_by_coord, once per chunk per read, for a chunked one (episode.c checks frame 0
+ * read both ways before it trusts the addresses). Anything else (filters,
+ * external storage, another file driver, unallocated chunks) takes HDF5's own path (episode.c). */
+#ifndef ACT_EPISODE_DIRECT_H
+#define ACT_EPISODE_DIRECT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct act_ep_direct {
+    uint64_t base;   /* k == 0: the file offset of frame 0 (contiguous); k > 0: what to add to
+                        HDF5's chunk addresses (HDF5 1.10 gives them from the end of the user
+                        block, while H5Dget_offset counts from the start of the file) */
+    int k;           /* > 0: chunks of k whole frames, no filters */
+} act_ep_direct;
+
+#ifdef ACT_WITH_HDF5
+#include <hdf5.h>
+/* 1: the (T, H, W, 3) uint8 dataset `ds` of `file` can be read directly (d filled); 0: it cannot,
+ * or a contiguous dataset's frames would pass the end of the file (file_size): HDF5 then reads it
+ * and reports what is wrong. */
+int act_ep_direct_probe(hid_t file, hid_t ds, int T, int H, int W, uint64_t file_size, act_ep_direct *d);
+
+/* Frames [t0, t0 + n) of the dataset into dst, by pread on fd (the episode's file). 0: done;
+ * -1: error in err (file, dataset, frames: a short read is a truncated file); 1: a chunk this path
+ * does not handle (unallocated, or not k frames of raw bytes): use H5Dread. */
+int act_ep_read_direct(const act_ep_direct *d, int fd, uint64_t file_size, hid_t ds, const char *path,
+                       const char *name, int t0, int n, size_t frame, uint8_t *dst, char *err,
+                       size_t errlen);
+#endif
+
+#endif

@@ -1,0 +1,59 @@
+"""Helpers shared by the episode reader tests (test_episode_inflate.py, test_episode_direct.py):
+a small model with camera-like frames, episodes written in a chosen storage layout, and
+act-infer predict with a chosen reader configuration (ACT_EPISODE_THREADS=1 is HDF5's own path,
+the reference every faster path must match byte for byte)."""
+import os
+import subprocess
+
+import h5py
+import numpy as np
+
+T = 11
+
+
+def write_episode(path, qpos, action, images, chunk=None, gzip=False, userblock=0, unwritten=()):
+    """images: camera -> (T, H, W, 3) uint8. chunk None: contiguous; else chunks of `chunk` frames,
+    gzip level 4 when asked. userblock: bytes of user block before HDF5's data. unwritten: the
+    timesteps of chunks never written (HDF5 reads them as zeros)."""
+    with h5py.File(path, "w", userblock_size=userblock) if userblock else h5py.File(path, "w") as f:
+        f["action"] = action
+        f["observations/qpos"] = qpos
+        for cam, frames in images.items():
+            kw = {}
+            if chunk is not None:
+                kw = {"chunks": (chunk,) + frames.shape[1:]}
+                if gzip:
+                    kw.update(compression="gzip", compression_opts=4)
+            if unwritten:
+                d = f.create_dataset(f"observations/images/{cam}", shape=frames.shape, dtype=np.uint8, **kw)
+                for t in range(frames.shape[0]):
+                    if t not in unwritten:
+                        d[t] = frames[t]
+            else:
+                f.create_dataset(f"observations/images/{cam}", data=frames, **kw)
+
+
+def predict(act_infer, model, ep, out, threads, inflater=None):
+    env = dict(os.environ, ACT_EPISODE_THREADS=str(threads))
+    env.pop("ACT_EPISODE_INFLATE", None)
+    if inflater:
+        env["ACT_EPISODE_INFLATE"] = inflater
+    return subprocess.run([str(act_infer), "predict", "--model", str(model), "--episode", str(ep), "--out", str(out),
+                           "--device", "cpu", "--batch", "4"], capture_output=True, text=True, timeout=600, env=env)
+
+
+def make_episode_data(make_model, make_cfg, tmp_path, rng):
+    """(model path, qpos, action, images) for a small model: frames are smooth gradients plus
+    noise, so gzip has something to compress and no two frames are alike."""
+    cfg = make_cfg()
+    model, _ = make_model(tmp_path, cfg, 5)
+    size = cfg["vision_backbone"]["image_shape"][0]
+    yy, xx = np.mgrid[0:size, 0:size]
+    images = {}
+    for c in cfg["camera_names"]:
+        base = (yy[None, :, :, None] * 2 + xx[None, :, :, None] + np.arange(T)[:, None, None, None] * 7) % 256
+        noise = rng.integers(0, 24, (T, size, size, 3))
+        images[c] = ((base + noise) % 256).astype(np.uint8)
+    qpos = rng.standard_normal((T, cfg["obs_dim"])).astype(np.float32)
+    action = rng.standard_normal((T, cfg["action_dim"])).astype(np.float32)
+    return model, qpos, action, images
