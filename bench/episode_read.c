@@ -54,6 +54,7 @@ int main(int argc, char **argv) {
     if (act_model_load(model, &m, err, sizeof err) ||
         act_episode_list(eps, neps, &paths, &npaths, err, sizeof err)) {
         fprintf(stderr, "bench_episode_read: %s\n", err);
+        act_model_free(m);
         return 1;
     }
     const act_config *c = act_model_config(m);
@@ -61,6 +62,8 @@ int main(int argc, char **argv) {
     uint8_t *buf = malloc(frame * (size_t)batch);
     if (!buf) {
         fprintf(stderr, "bench_episode_read: out of memory\n");
+        act_episode_free_list(paths, npaths);
+        act_model_free(m);
         return 1;
     }
     const char *th = getenv("ACT_EPISODE_THREADS"), *inf = getenv("ACT_EPISODE_INFLATE");

@@ -9,14 +9,12 @@
 #include "episode_inflate.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #ifdef ACT_WITH_HDF5
 #include <hdf5.h>
@@ -28,7 +26,7 @@ typedef struct h5_episode {
     int deflate_t[ACT_MAX_CAMS];   /* > 0: gzip chunks of this many whole frames (episode_inflate.c) */
     int direct_ok[ACT_MAX_CAMS];   /* 1: raw frames read by pread (episode_direct.c) */
     act_ep_direct direct[ACT_MAX_CAMS];
-    int fd;                        /* the file for those reads, or -1 */
+    int fd;                        /* HDF5's descriptor of the file, for those reads; < 0: none */
     uint64_t file_size;
     act_ep_scratch scratch;
 } h5_episode;
@@ -208,46 +206,72 @@ static int h5_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *dst,
     return rc;
 }
 
-/* Raw frames of camera c read by pread (episode_direct.c) when its layout allows it and frame 0
- * read that way equals frame 0 read by HDF5: a check of the addresses' meaning that costs one
- * frame per camera; anything short of that leaves the camera to HDF5, which says what is wrong.
- * (A read that fails here says nothing: the camera simply stays with HDF5.) */
+/* 1 when frames 0 and T-1 of camera c read by pread at d equal HDF5's (ref: those two frames) */
+static int direct_agrees(act_episode *ep, int c, const act_ep_direct *d, const uint8_t *ref, uint8_t *got) {
+    h5_episode *h = ep->impl;
+    size_t frame = (size_t)ep->image_h * ep->image_w * 3;
+    char e[256];
+    int ok = 1;
+    for (int i = 0; i < 2 && ok; i++)
+        ok = !act_ep_read_direct(d, h->fd, h->file_size, h->img[c], ep->path, h->img_name[c],
+                                 i ? ep->T - 1 : 0, 1, frame, got, e, sizeof e) &&
+             !memcmp(ref + (size_t)i * frame, got, frame);
+    return ok;
+}
+
+/* Raw frames of camera c read by pread (episode_direct.c) on HDF5's own file descriptor, when
+ * the layout allows it and the first and last frames read that way equal HDF5's: a check of what
+ * the addresses mean, at two frames per camera. A chunked dataset in a file with a user block
+ * has two candidate bases (HDF5 1.10 counts chunk addresses from the block's end, later
+ * versions may count from the file's start): exactly one may agree. Anything short of that
+ * leaves the camera to HDF5, which says what is wrong. */
+/* gzip frames of camera cam go to episode_inflate.c */
+static int inflated(const h5_episode *h, int cam) {
+    return h->deflate_t[cam] > 0 && act_ep_inflate_threads() > 1;
+}
+
 static void direct_setup(act_episode *ep, int c) {
     h5_episode *h = ep->impl;
-    struct stat st;
     if (h->fd == -1) {
-        h->fd = open(ep->path, O_RDONLY | O_CLOEXEC);
-        if (h->fd < 0 || fstat(h->fd, &st) != 0) {
-            if (h->fd >= 0) close(h->fd);
-            h->fd = -2;   /* tried */
-        } else {
+        int *handle = NULL;
+        struct stat st;
+        hid_t fapl = H5Fget_access_plist(h->file);
+        h->fd = -2;   /* tried */
+        if (fapl >= 0 && H5Pget_driver(fapl) == H5FD_SEC2 && H5Fget_vfd_handle(h->file, fapl, (void **)&handle) >= 0 &&
+            handle && *handle >= 0 && fstat(*handle, &st) == 0) {
+            h->fd = *handle;
             h->file_size = (uint64_t)st.st_size;
         }
+        if (fapl >= 0) H5Pclose(fapl);
+        H5Eclear2(H5E_DEFAULT);
     }
-    if (h->fd < 0 ||
-        !act_ep_direct_probe(h->file, h->img[c], ep->T, ep->image_h, ep->image_w, h->file_size, &h->direct[c]))
+    act_ep_direct d;
+    if (h->fd < 0 || !act_ep_direct_probe(h->file, h->img[c], ep->T, ep->image_h, ep->image_w, h->file_size, &d))
         return;
     size_t frame = (size_t)ep->image_h * ep->image_w * 3;
-    uint8_t *a = malloc(frame), *b = malloc(frame);
+    uint8_t *ref = malloc(2 * frame), *got = malloc(frame);
     char e[256];
-    int ok = a && b && !h5_read_frames(ep, c, 0, 1, a, e, sizeof e);
-    /* chunk addresses from the end of the user block (HDF5 1.10), else from the file's start */
-    for (int tries = h->direct[c].k > 0 && h->direct[c].base > 0 ? 2 : 1; ok && tries > 0; tries--) {
-        h->direct_ok[c] = !act_ep_read_direct(&h->direct[c], h->fd, h->file_size, h->img[c], ep->path,
-                                              h->img_name[c], 0, 1, frame, b, e, sizeof e) &&
-                          !memcmp(a, b, frame);
-        if (h->direct_ok[c]) break;
-        h->direct[c].base = 0;
+    if (ref && got && !h5_read_frames(ep, c, 0, 1, ref, e, sizeof e) &&
+        !h5_read_frames(ep, c, ep->T - 1, 1, ref + frame, e, sizeof e)) {
+        act_ep_direct alt = d;
+        alt.base = 0;
+        int a = direct_agrees(ep, c, &d, ref, got);
+        int b = d.k > 0 && d.base > 0 && direct_agrees(ep, c, &alt, ref, got);
+        if (a != b) {
+            h->direct[c] = a ? d : alt;
+            h->direct_ok[c] = 1;
+        }
     }
     H5Eclear2(H5E_DEFAULT);
-    free(a);
-    free(b);
+    free(ref);
+    free(got);
 }
 
 int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
                      char *err, size_t errlen) {
     *out = NULL;
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    if (act_ep_inflater_check(err, errlen)) return -1;   /* a misspelt ACT_EPISODE_INFLATE */
     struct stat st;
     if (stat(path, &st) != 0) {
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
@@ -350,7 +374,7 @@ int act_episode_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *ds
         return -1;
     }
     size_t frame = (size_t)ep->image_h * ep->image_w * 3;
-    if (h->deflate_t[cam] > 0 && act_ep_inflate_threads() > 1) {
+    if (inflated(h, cam)) {
         int r = act_ep_read_deflate(h->img[cam], h->deflate_t[cam], ep->path, h->img_name[cam], t0, n,
                                     frame, dst, &h->scratch, err, errlen);
         if (r <= 0) return r;   /* 1: a chunk that path leaves to HDF5 */
@@ -368,8 +392,8 @@ void act_episode_reader(const act_episode *ep, int cam, char *buf, size_t len) {
     const char *inf = act_ep_inflater();
     if (cam < 0 || cam >= ep->num_cams)
         snprintf(buf, len, "no camera %d", cam);
-    else if (h->deflate_t[cam] > 0 && act_ep_inflate_threads() > 1 && inf)
-        snprintf(buf, len, "%s, gzip chunks of %d frames", inf, h->deflate_t[cam]);
+    else if (inflated(h, cam))
+        snprintf(buf, len, "%s, gzip chunks of %d frames", inf ? inf : "?", h->deflate_t[cam]);
     else if (h->direct_ok[cam] && h->direct[cam].k > 0)
         snprintf(buf, len, "pread, chunks of %d frames", h->direct[cam].k);
     else if (h->direct_ok[cam])
@@ -385,7 +409,6 @@ void act_episode_close(act_episode *ep) {
         for (int c = 0; c < ACT_MAX_CAMS; c++)
             if (h->img[c] >= 0) H5Dclose(h->img[c]);
         if (h->file >= 0) H5Fclose(h->file);
-        if (h->fd >= 0) close(h->fd);
         H5Eclear2(H5E_DEFAULT);
         act_ep_scratch_free(&h->scratch);
         free(h);
@@ -399,6 +422,7 @@ void act_episode_close(act_episode *ep) {
 
 int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
                      char *err, size_t errlen) {
+    (void)cfg;
     *out = NULL;
     snprintf(err, errlen, "%s: act-engine was built without HDF5, episodes cannot be read "
              "(install libhdf5-dev and rebuild)", path);
@@ -407,6 +431,7 @@ int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
 
 int act_episode_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *dst,
                             char *err, size_t errlen) {
+    (void)ep, (void)cam, (void)t0, (void)n, (void)dst;
     snprintf(err, errlen, "act-engine was built without HDF5");
     return -1;
 }

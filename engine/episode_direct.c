@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef ACT_WITH_HDF5
@@ -37,17 +38,12 @@ int act_ep_direct_probe(hid_t file, hid_t ds, int T, int H, int W, uint64_t file
             goto out;
         d->base = (uint64_t)a;
         ok = 1;
-    } else if (layout == H5D_CHUNKED && CHUNK_INFO) {
-        hsize_t cd[4];
-        if (H5Pget_chunk(dcpl, 4, cd) != 4 || cd[1] != (hsize_t)H || cd[2] != (hsize_t)W || cd[3] != 3 ||
-            cd[0] < 1 || cd[0] > (hsize_t)T)
-            goto out;
+    } else if (layout == H5D_CHUNKED && CHUNK_INFO && (d->k = act_ep_frame_chunk(dcpl, H, W)) > 0) {
         hid_t fcpl = H5Fget_create_plist(file);
         hsize_t ub = 0;
         if (fcpl < 0 || H5Pget_userblock(fcpl, &ub) < 0) ub = 0;
         if (fcpl >= 0) H5Pclose(fcpl);
-        d->k = (int)cd[0];
-        d->base = (uint64_t)ub;
+        d->base = (uint64_t)ub;   /* HDF5 1.10's count; episode.c tries 0 as well */
         ok = 1;
     }
 out:
@@ -64,24 +60,23 @@ typedef struct direct_job {
     const uint64_t *addr;     /* chunked: the file offset of chunk (t0 / k + i) */
     size_t frame;
     uint8_t *dst;
-    int bad_t[64];            /* per pool thread (at most 64): the frame that failed, or -1 */
-    int bad_errno[64];        /* its errno (0: the file ended) */
+    int bad_t[ACT_POOL_MAX_THREADS];      /* per pool thread: the frame that failed, or -1 */
+    int bad_errno[ACT_POOL_MAX_THREADS];  /* its errno (0: the file ended) */
 } direct_job;
 
-/* n bytes at off into p; 0, or -1 with errno (0 when the file ended first) */
-static int pread_all(int fd, uint8_t *p, size_t n, uint64_t off) {
-    while (n) {
-        ssize_t got = pread(fd, p, n, (off_t)off);
+/* n bytes at off into p: the bytes read (n, or fewer with errno set: 0 when the file ended) */
+static size_t pread_all(int fd, uint8_t *p, size_t n, uint64_t off) {
+    size_t done = 0;
+    while (done < n) {
+        ssize_t got = pread(fd, p + done, n - done, (off_t)(off + done));
         if (got < 0 && errno == EINTR) continue;
         if (got <= 0) {
             if (got == 0) errno = 0;
-            return -1;
+            break;
         }
-        p += got;
-        n -= (size_t)got;
-        off += (uint64_t)got;
+        done += (size_t)got;
     }
-    return 0;
+    return done;
 }
 
 static void direct_task(void *arg, int th, int lo, int hi) {
@@ -96,8 +91,9 @@ static void direct_task(void *arg, int th, int lo, int hi) {
             if (run > left) run = left;
             off = q->addr[t / q->k - q->t0 / q->k] + (uint64_t)in * q->frame;
         }
-        if (pread_all(q->fd, q->dst + (size_t)i * q->frame, (size_t)run * q->frame, off)) {
-            q->bad_t[th] = t;
+        size_t want = (size_t)run * q->frame, got = pread_all(q->fd, q->dst + (size_t)i * q->frame, want, off);
+        if (got < want) {   /* the frame the read stopped in */
+            q->bad_t[th] = t + (int)(got / q->frame);
             q->bad_errno[th] = errno;
             return;
         }
@@ -116,7 +112,7 @@ int act_ep_read_direct(const act_ep_direct *d, int fd, uint64_t file_size, hid_t
     q.base = d->base;
     q.frame = frame;
     q.dst = dst;
-    for (int th = 0; th < 64; th++) q.bad_t[th] = -1;
+    for (int th = 0; th < ACT_POOL_MAX_THREADS; th++) q.bad_t[th] = -1;
     uint64_t *addr = NULL;
     if (d->k > 0) {
 #if CHUNK_INFO
@@ -136,6 +132,9 @@ int act_ep_read_direct(const act_ep_direct *d, int fd, uint64_t file_size, hid_t
                 return 1;   /* unallocated (HDF5 fills it) or not k frames of raw bytes */
             }
             a += (haddr_t)d->base;
+            struct stat st;   /* past the size seen at open: the file may have grown since */
+            if (((uint64_t)a > file_size || chunk_bytes > file_size - (uint64_t)a) && !fstat(fd, &st))
+                file_size = (uint64_t)st.st_size;
             if ((uint64_t)a > file_size || chunk_bytes > file_size - (uint64_t)a) {
                 snprintf(err, errlen, "%s: dataset '%s': the chunk at timestep %d lies past the end of "
                          "the file (truncated file)", path, name, (first + i) * d->k);
@@ -153,7 +152,7 @@ int act_ep_read_direct(const act_ep_direct *d, int fd, uint64_t file_size, hid_t
     act_ep_pool_run(direct_task, &q, n);
     free(addr);
     int bad = -1, bad_errno = 0;
-    for (int th = 0; th < 64; th++)
+    for (int th = 0; th < ACT_POOL_MAX_THREADS; th++)
         if (q.bad_t[th] >= 0 && (bad < 0 || q.bad_t[th] < bad)) {
             bad = q.bad_t[th];
             bad_errno = q.bad_errno[th];

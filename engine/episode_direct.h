@@ -7,8 +7,8 @@
  * either contiguous or chunked in whole frames, has each frame at a known place in the file, so
  * the frames of a read are copied by pread straight into the caller's buffer on the episode pool's
  * threads (act_ep_pool_run). HDF5 still says where: H5Dget_offset for a contiguous dataset, and
- * H5Dget_chunk_info_by_coord, once per chunk per read, for a chunked one (episode.c checks frame 0
- * read both ways before it trusts the addresses). Anything else (filters,
+ * H5Dget_chunk_info_by_coord, once per chunk per read, for a chunked one (episode.c reads the
+ * first and last frames both ways before it trusts the addresses). Anything else (filters,
  * external storage, another file driver, unallocated chunks) takes HDF5's own path (episode.c). */
 #ifndef ACT_EPISODE_DIRECT_H
 #define ACT_EPISODE_DIRECT_H

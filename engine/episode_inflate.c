@@ -1,6 +1,6 @@
 /* episode_inflate.c - gzip frame chunks inflated on the pool's threads (design: episode_inflate.h).
  * defines: act_ep_scratch_free, act_ep_inflate_threads, act_ep_pool_run, act_ep_inflater,
- *          act_ep_deflate_frames_per_chunk, act_ep_read_deflate
+ *          act_ep_inflater_check, act_ep_frame_chunk, act_ep_deflate_frames_per_chunk, act_ep_read_deflate
  *
  * A read of frames [t0, t0 + n) covers chunks first..last. Their compressed bytes are read one by
  * one through HDF5 (the library is not thread-safe; this is I/O only), side by side in one
@@ -59,6 +59,31 @@ const char *act_ep_inflater(void) {
 #endif
 }
 
+int act_ep_inflater_check(char *err, size_t errlen) {
+    if (act_ep_inflater()) return 0;
+    snprintf(err, errlen, "ACT_EPISODE_INFLATE='%s' names no inflater of this build: it has %s",
+             getenv("ACT_EPISODE_INFLATE"),
+#if defined(ACT_WITH_LIBDEFLATE) && defined(ACT_WITH_ZLIB)
+             "libdeflate and zlib"
+#elif defined(ACT_WITH_LIBDEFLATE)
+             "libdeflate only"
+#else
+             "zlib only"
+#endif
+    );
+    return -1;
+}
+
+#ifdef ACT_WITH_HDF5
+int act_ep_frame_chunk(hid_t dcpl, int H, int W) {
+    hsize_t cd[4];
+    if (H5Pget_layout(dcpl) != H5D_CHUNKED || H5Pget_chunk(dcpl, 4, cd) != 4 || cd[1] != (hsize_t)H ||
+        cd[2] != (hsize_t)W || cd[3] != 3 || cd[0] < 1 || cd[0] > (1u << 20))
+        return 0;
+    return (int)cd[0];
+}
+#endif
+
 #if defined(ACT_WITH_HDF5) && (defined(ACT_WITH_ZLIB) || defined(ACT_WITH_LIBDEFLATE))
 #ifdef ACT_WITH_ZLIB
 #include <zlib.h>
@@ -73,16 +98,14 @@ int act_ep_deflate_frames_per_chunk(hid_t ds, int H, int W) {
     int k = 0;
     hid_t dcpl = H5Dget_create_plist(ds);
     if (dcpl < 0) goto out;
-    hsize_t cd[4];
-    if (H5Pget_layout(dcpl) != H5D_CHUNKED || H5Pget_chunk(dcpl, 4, cd) != 4 || cd[1] != (hsize_t)H ||
-        cd[2] != (hsize_t)W || cd[3] != 3 || cd[0] < 1 ||
-        cd[0] * (hsize_t)H * (hsize_t)W * 3 > MAX_CHUNK_BYTES || H5Pget_nfilters(dcpl) != 1)
+    int kc = act_ep_frame_chunk(dcpl, H, W);
+    if (kc < 1 || (size_t)kc * (size_t)H * (size_t)W * 3 > MAX_CHUNK_BYTES || H5Pget_nfilters(dcpl) != 1)
         goto out;
     unsigned flags, cdv[8];
     size_t ncd = 8;
     char fname[64];
     if (H5Pget_filter2(dcpl, 0, &flags, &ncd, cdv, sizeof fname, fname, NULL) == H5Z_FILTER_DEFLATE)
-        k = (int)cd[0];
+        k = kc;
 out:
     if (dcpl >= 0) H5Pclose(dcpl);
     H5Eclear2(H5E_DEFAULT);
@@ -104,10 +127,9 @@ typedef struct chunk_job {
 typedef struct inflate_job { chunk_job *c; size_t want; int libdeflate; } inflate_job;
 
 #ifdef ACT_WITH_LIBDEFLATE
-#define MAX_POOL_THREADS 64   /* act_pool_env_threads' bound */
 /* one decompressor per pool thread (index = the pool's thread number), made at its first use and
  * kept: act_ep_pool_run serializes the pool's runs, so a thread's slot is only its own */
-static struct libdeflate_decompressor *g_dec[MAX_POOL_THREADS];
+static struct libdeflate_decompressor *g_dec[ACT_POOL_MAX_THREADS];
 
 static int inflate_libdeflate(int th, chunk_job *c, size_t want) {
     if (!g_dec[th] && !(g_dec[th] = libdeflate_alloc_decompressor())) return INF_NOMEM;
@@ -157,18 +179,7 @@ int act_ep_read_deflate(hid_t ds, int k, const char *path, const char *name, int
     int first = t0 / k, last = (t0 + n - 1) / k, nch = last - first + 1;
     size_t chunk_bytes = (size_t)k * frame, max_src = chunk_bytes + (chunk_bytes >> 6) + 4096;
     const char *inflater = act_ep_inflater();
-    if (!inflater) {
-        snprintf(err, errlen, "ACT_EPISODE_INFLATE='%s': this build has %s", getenv("ACT_EPISODE_INFLATE"),
-#if defined(ACT_WITH_LIBDEFLATE) && defined(ACT_WITH_ZLIB)
-                 "libdeflate and zlib"
-#elif defined(ACT_WITH_LIBDEFLATE)
-                 "libdeflate only"
-#else
-                 "zlib only"
-#endif
-        );
-        return -1;
-    }
+    if (!inflater) return act_ep_inflater_check(err, errlen);
     chunk_job *c = calloc((size_t)nch, sizeof *c);
     if (!c) {
         snprintf(err, errlen, "%s: out of memory reading '%s'", path, name);
@@ -220,9 +231,9 @@ int act_ep_read_deflate(hid_t ds, int k, const char *path, const char *name, int
             int v = c[i].verdict;
             if (v != INF_OK || c[i].got != chunk_bytes) {
                 snprintf(err, errlen, "%s: dataset '%s': the gzip chunk at timestep %d cannot be read: "
-                         "%s (%s: %s)", path, name, c[i].t, v == INF_NOMEM ? "out of memory" : "it is corrupt",
-                         inflater, v == INF_OK ? "wrong size" : v == INF_BAD_DATA ? "bad data or checksum"
-                         : v == INF_TOO_LONG ? "longer than the chunk" : "out of memory");
+                         "%s (%s%s)", path, name, c[i].t, v == INF_NOMEM ? "out of memory" : "it is corrupt",
+                         inflater, v == INF_NOMEM ? "" : v == INF_OK ? ": wrong size" : v == INF_BAD_DATA
+                         ? ": bad data or checksum" : ": longer than the chunk");
                 rc = -1;
                 break;
             }

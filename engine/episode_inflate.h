@@ -1,6 +1,8 @@
 /* episode_inflate.h - gzip frame chunks of an episode decompressed on several threads.
- * defines: act_ep_scratch, act_ep_deflate_frames_per_chunk, act_ep_inflate_threads,
- *          act_ep_pool_run, act_ep_inflater, act_ep_read_deflate, act_ep_scratch_free
+ * defines: act_ep_scratch, act_ep_frame_chunk, act_ep_deflate_frames_per_chunk,
+ *          act_ep_inflate_threads, act_ep_pool_run, act_ep_inflater, act_ep_inflater_check,
+ *          act_ep_read_deflate,
+ *          act_ep_scratch_free
  *
  * libhdf5 runs its deflate filter on the calling thread, one chunk after another, and at ~1-5 ms
  * per 256x256 frame triple that single thread caps batch evaluation at a few hundred timesteps per
@@ -34,9 +36,14 @@ void act_ep_pool_run(act_pool_task fn, void *arg, int items);
  * "zlib", "hdf5" (built with neither, or without HDF5); NULL when ACT_EPISODE_INFLATE names one
  * this build lacks (act_ep_read_deflate then fails saying so) */
 const char *act_ep_inflater(void);
+/* 0, or -1 with err naming ACT_EPISODE_INFLATE's value and the inflaters this build has */
+int act_ep_inflater_check(char *err, size_t errlen);
 
 #ifdef ACT_WITH_HDF5
 #include <hdf5.h>
+/* k when the dataset creation list dcpl chunks (T, H, W, 3) frames as (k, H, W, 3), k whole frames
+ * (1 <= k <= 2^20), whatever its filters; else 0 (shared by the gzip and the pread paths) */
+int act_ep_frame_chunk(hid_t dcpl, int H, int W);
 /* > 0: the dataset (T, H, W, 3) uint8 is chunked as (k, H, W, 3) with gzip alone and k frames
  * are at most 32 MiB, so act_ep_read_deflate can read it; 0: it cannot (also when built without
  * zlib and libdeflate). */

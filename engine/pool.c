@@ -104,6 +104,7 @@ act_pool *act_pool_create(int threads) {
     act_pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     if (threads < 1) threads = 1;
+    if (threads > ACT_POOL_MAX_THREADS) threads = ACT_POOL_MAX_THREADS;
     p->n = 1;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->go, NULL);
@@ -179,6 +180,6 @@ int act_pool_env_threads(const char *env, int dflt) {
     const char *e = getenv(env);
     char *end;
     long v = e && *e ? strtol(e, &end, 10) : 0;
-    if (e && *e && !*end && v >= 1 && v <= 64) return (int)v;
-    return dflt < 1 ? 1 : dflt > 64 ? 64 : dflt;
+    if (e && *e && !*end && v >= 1 && v <= ACT_POOL_MAX_THREADS) return (int)v;
+    return dflt < 1 ? 1 : dflt > ACT_POOL_MAX_THREADS ? ACT_POOL_MAX_THREADS : dflt;
 }

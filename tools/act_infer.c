@@ -40,7 +40,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "--version")) {
         /* the optional parts this binary was built with, for scripts and tests to check */
-        printf("act-infer %s (features:%s%s%s%s)\n", ACT_VERSION,
+        printf("act-infer %s (features:%s%s%s%s%s)\n", ACT_VERSION,
 #ifdef ACT_WITH_CUDA
                " cuda",
 #else
@@ -57,7 +57,12 @@ int main(int argc, char **argv) {
                "",
 #endif
 #if defined(ACT_WITH_HDF5) && defined(ACT_WITH_LIBDEFLATE)
-               " libdeflate"   /* gzip episode frames inflated by libdeflate (episode_inflate.c) */
+               " libdeflate",  /* gzip episode frames inflated by libdeflate (episode_inflate.c) */
+#else
+               "",
+#endif
+#if defined(ACT_WITH_HDF5) && defined(ACT_WITH_ZLIB)
+               " zlib"         /* ... or by zlib */
 #else
                ""
 #endif

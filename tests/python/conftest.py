@@ -70,6 +70,12 @@ def act_serve(build_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def bench_read(build_dir) -> Path:
+    """bench/episode_read.c (built with HDF5): it names the path each camera's frames take"""
+    return _binary(build_dir, "bench_episode_read")
+
+
+@pytest.fixture(scope="session")
 def ref():
     return act_reference
 

@@ -42,6 +42,20 @@ def predict(act_infer, model, ep, out, threads, inflater=None):
                            "--device", "cpu", "--batch", "4"], capture_output=True, text=True, timeout=600, env=env)
 
 
+def readers(bench_read, model, ep, threads, inflater=None):
+    """camera -> how bench_episode_read (the engine's episode reader) reads its frames:
+    'pread, contiguous', 'libdeflate, gzip chunks of 1 frames', 'hdf5', ..."""
+    env = dict(os.environ, ACT_EPISODE_THREADS=str(threads))
+    env.pop("ACT_EPISODE_INFLATE", None)
+    if inflater:
+        env["ACT_EPISODE_INFLATE"] = inflater
+    p = subprocess.run([str(bench_read), "--model", str(model), "--episodes", str(ep), "--rounds", "1"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    return {line.split()[1].rstrip(":"): line.split(":", 1)[1].strip()
+            for line in p.stdout.splitlines() if line.startswith("reader")}
+
+
 def make_episode_data(make_model, make_cfg, tmp_path, rng):
     """(model path, qpos, action, images) for a small model: frames are smooth gradients plus
     noise, so gzip has something to compress and no two frames are alike."""

@@ -4,39 +4,19 @@ three frames (windows of 4 cut them), files with a user block before HDF5's data
 never written (left to HDF5, which fills them). bench_episode_read names the path each camera
 took, so a silent fallback to HDF5 fails these tests instead of passing them. A file cut short
 is a clear error, never a crash or made-up frames: HDF5 refuses it at open (its stored end of
-file says so); a file cut after it was opened is tests/test_episode_reader.c's case."""
+file says so), before any pread; a file cut after it was opened, where the pread path meets the
+end of the file, is tests/test_episode_reader.c's case."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-
 import numpy as np
 import pytest
-from episode_util import make_episode_data, predict, write_episode
+from episode_util import make_episode_data, predict, readers, write_episode
 
 
 @pytest.fixture
 def episode_data(make_model, make_cfg, tmp_path, rng):
     return make_episode_data(make_model, make_cfg, tmp_path, rng)
-
-
-@pytest.fixture(scope="session")
-def bench_read(build_dir):
-    path = build_dir / "bench_episode_read"
-    if not path.is_file():
-        pytest.skip(f"bench_episode_read is not built at {path} (built with HDF5)")
-    return path
-
-
-def _readers(bench_read, model, ep, threads):
-    """camera -> how its frames were read ('pread, contiguous', 'hdf5', ...)"""
-    env = dict(os.environ, ACT_EPISODE_THREADS=str(threads))
-    p = subprocess.run([str(bench_read), "--model", str(model), "--episodes", str(ep), "--rounds", "1"],
-                       capture_output=True, text=True, timeout=300, env=env)
-    assert p.returncode == 0, p.stderr
-    return {line.split()[1].rstrip(":"): line.split(":", 1)[1].strip()
-            for line in p.stdout.splitlines() if line.startswith("reader")}
 
 
 LAYOUTS = {   # name: (write_episode arguments, the reader every camera must take)
@@ -54,8 +34,8 @@ def test_pread_gives_hdf5s_frames(act_infer, bench_read, episode_data, tmp_path,
     kw, want_reader = LAYOUTS[layout]
     ep = tmp_path / "ep.hdf5"
     write_episode(ep, qpos, action, images, **kw)
-    assert set(_readers(bench_read, model, ep, 3).values()) == {want_reader}
-    assert set(_readers(bench_read, model, ep, 1).values()) == {"hdf5"}
+    assert set(readers(bench_read, model, ep, 3).values()) == {want_reader}
+    assert set(readers(bench_read, model, ep, 1).values()) == {"hdf5"}
     p = predict(act_infer, model, ep, tmp_path / "want.npy", 1)
     assert p.returncode == 0, p.stderr
     p = predict(act_infer, model, ep, tmp_path / "got.npy", 3)
@@ -67,7 +47,7 @@ def test_unwritten_chunks_are_left_to_hdf5(act_infer, bench_read, episode_data, 
     model, qpos, action, images = episode_data
     ep = tmp_path / "ep.hdf5"
     write_episode(ep, qpos, action, images, chunk=2, unwritten=(4, 5))   # chunk [4, 6) never stored
-    assert set(_readers(bench_read, model, ep, 3).values()) == {"pread, chunks of 2 frames"}
+    assert set(readers(bench_read, model, ep, 3).values()) == {"pread, chunks of 2 frames"}
     p = predict(act_infer, model, ep, tmp_path / "want.npy", 1)
     assert p.returncode == 0, p.stderr
     p = predict(act_infer, model, ep, tmp_path / "got.npy", 3)
@@ -83,7 +63,7 @@ def test_unwritten_chunks_are_left_to_hdf5(act_infer, bench_read, episode_data, 
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "chunks-3"])
-def test_a_file_cut_short_is_a_clear_error(act_infer, episode_data, tmp_path, layout):
+def test_a_truncated_file_is_refused_at_open(act_infer, episode_data, tmp_path, layout):
     model, qpos, action, images = episode_data
     ep = tmp_path / "ep.hdf5"
     write_episode(ep, qpos, action, images, **LAYOUTS[layout][0])
