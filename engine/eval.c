@@ -178,7 +178,9 @@ int act_eval_write_json(const act_eval_summary *s, const char *path, char *err, 
     put_num(f, el > 0 ? (double)s->timesteps / el : NAN);
     fprintf(f, ", \"images_per_s\": ");
     put_num(f, el > 0 ? (double)s->timesteps * s->num_cams / el : NAN);
-    fprintf(f, ", \"elapsed_s\": %.17g, \"elapsed_max_s\": %.17g}\n  },\n  \"episodes\": [", el, s->elapsed_max_s);
+    fprintf(f, ", \"elapsed_s\": %.17g, \"elapsed_max_s\": %.17g, \"reader_wait_s\": ", el, s->elapsed_max_s);
+    put_num(f, s->reader_wait_s);
+    fprintf(f, "}\n  },\n  \"episodes\": [");
     for (int i = 0; i < s->n_episodes; i++) {
         const act_eval_episode *e = &s->episodes[i];
         fprintf(f, "%s\n    {\"name\": ", i ? "," : "");
@@ -302,6 +304,7 @@ static int read_tree(const act_json *r, const char *path, act_eval_summary *s, c
     s->elapsed_s = act_json_num(tp, "elapsed_s");
     s->elapsed_max_s = act_json_num(tp, "elapsed_max_s");
     if (!isfinite(s->elapsed_s) || !isfinite(s->elapsed_max_s)) BAD("\"overall.throughput\" incomplete");
+    s->reader_wait_s = act_json_num(tp, "reader_wait_s");   /* NaN when absent (older summaries) */
     const act_json *eps = act_json_get(r, "episodes");
     if (!eps || eps->type != ACT_JSON_ARR) BAD("\"episodes\" missing");
     s->n_episodes = eps->n;
@@ -424,6 +427,7 @@ int act_eval_merge(const act_eval_summary *in, int n, act_eval_summary *out, cha
             return -1;
         }
         out->elapsed_s += b->elapsed_s;
+        out->reader_wait_s = i ? out->reader_wait_s + b->reader_wait_s : b->reader_wait_s;
         if (b->elapsed_max_s > out->elapsed_max_s) out->elapsed_max_s = b->elapsed_max_s;
         for (int k = 0; k < b->n_episodes; k++, e++) {
             double *jl = out->episodes[e].s.joint_l1;

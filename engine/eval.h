@@ -51,6 +51,8 @@ typedef struct act_eval_summary {
     int64_t timesteps;         /* of the episodes that succeeded */
     double elapsed_s;          /* sum over runs of the evaluation wall time */
     double elapsed_max_s;      /* the slowest run (the wall time of a parallel sharded eval) */
+    double reader_wait_s;      /* sum over runs of the time spent waiting for the episode reader's
+                                  next batch (NaN: a summary written before it was kept) */
 } act_eval_summary;
 
 int act_eval_init(act_eval_summary *s, const act_config *cfg, const char *device, const char *precision,

@@ -141,6 +141,7 @@ int main(void) {
     for (int i = 0; i < NEP; i++) feed(&one, i, i, &eps[i], 1 + (int)(urand() * 6), &c);
     for (int i = 0; i < NEP; i++) check_direct(&one.episodes[i], &eps[i]);
     one.elapsed_s = one.elapsed_max_s = 1.5;
+    one.reader_wait_s = 0.375;
 
     /* 2. round trip */
     char p_one[128], p_s0[128], p_s1[128], p_m[128], p_bad[128];
@@ -153,9 +154,24 @@ int main(void) {
     act_eval_summary back;
     CHECK(act_eval_read_json(p_one, &back, err, sizeof err) == 0, "read: %s", err);
     CHECK(back.n_episodes == NEP && back.timesteps == one.timesteps, "round trip counts");
+    CHECK(back.reader_wait_s == one.reader_wait_s, "reader wait %g after the round trip", back.reader_wait_s);
     for (int i = 0; i < NEP && i < back.n_episodes; i++)
         CHECK(same_episode(&one.episodes[i], &back.episodes[i]), "episode %d differs after the round trip", i);
     act_eval_free(&back);
+    { /* a summary written before reader_wait_s was kept still reads (the wait unknown: NaN) */
+        size_t n = 0;
+        char *t = read_text(p_one, &n), *k = t ? strstr(t, ", \"reader_wait_s\": ") : NULL;
+        char *end = k ? strchr(k, '}') : NULL;
+        CHECK(k && end, "no reader_wait_s in the summary written");
+        if (k && end) {
+            memmove(k, end, strlen(end) + 1);
+            write_text(p_bad, t, strlen(t));
+            int rr = act_eval_read_json(p_bad, &back, err, sizeof err);
+            CHECK(rr == 0 && isnan(back.reader_wait_s), "a summary without reader_wait_s: %s", rr ? err : "not NaN");
+            if (rr == 0) act_eval_free(&back);
+        }
+        free(t);
+    }
 
     /* 3. shards 0/2 (episodes 0, 2, 4) and 1/2 (1, 3), merged in the wrong order */
     act_eval_summary sh[2], merged;
@@ -164,6 +180,7 @@ int main(void) {
         act_eval_init(&sh[s], &c, "cpu", "fp32", s, 2, n, err, sizeof err);
         for (int k = 0; k < n; k++) feed(&sh[s], k, s + 2 * k, &eps[s + 2 * k], 3, &c);
         sh[s].elapsed_s = sh[s].elapsed_max_s = 1.0 + s;
+        sh[s].reader_wait_s = 0.25 + 0.5 * s;
     }
     act_eval_write_json(&sh[0], p_s0, err, sizeof err);
     act_eval_write_json(&sh[1], p_s1, err, sizeof err);
@@ -175,6 +192,7 @@ int main(void) {
     for (int i = 0; i < NEP && i < merged.n_episodes; i++)
         CHECK(same_episode(&one.episodes[i], &merged.episodes[i]), "merged episode %d differs from the single run", i);
     CHECK(merged.elapsed_s == 3.0 && merged.elapsed_max_s == 2.0, "merged timings %g %g", merged.elapsed_s, merged.elapsed_max_s);
+    CHECK(merged.reader_wait_s == 1.0, "merged reader wait %g (the shards' sum, 1)", merged.reader_wait_s);
     act_eval_write_json(&merged, p_m, err, sizeof err);
 
     /* 5. refusals */

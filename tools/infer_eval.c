@@ -235,10 +235,25 @@ static void print_overall(const act_eval_summary *s) {
            "val_l1 %.6g  val_kl %.6g  val_loss %.6g\n", s->n_episodes, failed, (long long)s->timesteps,
            m.action_l1, m.action_mse, m.val_l1, m.val_kl, m.val_loss);
     free(o.joint_l1);
-    if (s->elapsed_s > 0)
+    if (s->elapsed_s > 0) {
         printf("throughput: %.1f timesteps/s, %.1f images/s (%s, %s, model %s)\n",
                (double)s->timesteps / s->elapsed_s, (double)s->timesteps * s->num_cams / s->elapsed_s,
                s->device, s->precision, s->model_hash);
+        double share = s->reader_wait_s / s->elapsed_s;
+        if (isfinite(share))
+            printf("reader: waited %.2f s of %.2f s (%.0f%%) for frames%s\n", s->reader_wait_s, s->elapsed_s,
+                   100.0 * share, share > 0.25 ? ": reading the episodes sets the pace (docs/EVAL.md: how frames "
+                   "are read, ACT_EPISODE_THREADS)" : "");
+    }
+}
+
+/* act_stream_next, with the time it waited for the reader added to *wait: when that is a large
+ * part of the eval, reading the episodes (not the model) sets the pace */
+static const act_ep_batch *next_batch(act_stream *st, double *wait) {
+    double t = now_s();
+    const act_ep_batch *b = act_stream_next(st);
+    *wait += now_s() - t;
+    return b;
 }
 
 /* On CUDA a batch's frames are read where the episode reader put them: its two buffers are
@@ -331,7 +346,7 @@ int act_cmd_eval(int argc, char **argv) {
     int skip = -1, done_eps = 0, any_failed = 0, aborted = 0;
     size_t chunk = (size_t)cfg->pred_horizon * cfg->action_dim;
     const act_ep_batch *b;
-    while (!aborted && (b = act_stream_next(st)) != NULL) {
+    while (!aborted && (b = next_batch(st, &sum.reader_wait_s)) != NULL) {
         act_eval_episode *e = &sum.episodes[b->episode];
         if (b->episode == skip) continue;
         e->steps = b->T;

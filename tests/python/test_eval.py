@@ -122,6 +122,7 @@ def test_metrics_match_the_pytorch_reference(setup):
     assert o["timesteps"] == sum(T for T, _, _ in EPISODES.values())
     tp = o["throughput"]
     assert tp["timesteps_per_s"] > 0 and tp["images_per_s"] == pytest.approx(3 * tp["timesteps_per_s"])
+    assert 0 < tp["reader_wait_s"] < tp["elapsed_s"]   # at least the first batch is waited for
     assert s["device"] == "cpu" and s["precision"] == "fp32" and len(s["model_hash"]) == 16
     assert isinstance(s["device_name"], str) and s["device_name"]
 
@@ -176,6 +177,8 @@ def test_shards_merged_equal_a_single_run(setup, act_infer, tmp_path):
     b["shard_count"] = 3
     assert a == b  # bit-identical metrics and sums, episodes in the single run's order
     assert m["overall"]["throughput"]["timesteps_per_s"] > 0
+    waits = [json.loads(p.read_text())["overall"]["throughput"]["reader_wait_s"] for p in parts]
+    assert m["overall"]["throughput"]["reader_wait_s"] == pytest.approx(sum(waits))
     assert m["overall"]["timesteps"] == single["overall"]["timesteps"]
 
 
