@@ -6,7 +6,9 @@
  *   2. a file cut short after it was opened (another process rewriting it mid-eval): each read
  *      past the cut is an error naming the dataset and saying "truncated", never stale or zero
  *      frames, and reads before the cut still work;
- *   3. gzip chunks (inflated on the pool) read the same bytes.
+ *   3. gzip chunks (inflated on the pool) read the same bytes;
+ *   4. eight more episodes of a random length (8-30 timesteps) in random layouts: contiguous or
+ *      chunks of 1-8 frames, raw or gzip, user blocks of 0-4096 bytes, through 1-3.
  * Frames are fresh random bytes each run (the seed is printed; ACT_TEST_SEED replays a run).
  * Built without HDF5, it reports itself skipped. */
 #define _POSIX_C_SOURCE 200809L
@@ -26,10 +28,11 @@ int main(void) {
 #else
 #include <hdf5.h>
 
-enum { T = 17, IH = 12, IW = 10, CAMS = 2, OBS = 3, ACTD = 2 };
+enum { IH = 12, IW = 10, CAMS = 2, OBS = 3, ACTD = 2 };
+static int T = 17;   /* timesteps of the episode being checked */
 #define FRAME ((size_t)IH * IW * 3)
 
-typedef struct { int chunk, gzip; hsize_t userblock; const char *want; } layout;
+typedef struct { int chunk, gzip; hsize_t userblock; char want[64]; } layout;
 
 static void fill(uint8_t *p, size_t n) {
     for (size_t i = 0; i < n; i++) p[i] = (uint8_t)rnd();
@@ -42,7 +45,8 @@ static int write_episode(const char *path, const layout *l, uint8_t *frames[CAMS
     hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, fcpl, H5P_DEFAULT);
     H5Pclose(fcpl);
     if (f < 0) return -1;
-    float tab[T * OBS];
+    float *tab = malloc(sizeof(float) * (size_t)T * OBS);
+    if (!tab) return -1;
     for (int i = 0; i < T * OBS; i++) tab[i] = urand(-1.0f, 1.0f);
     hsize_t d2[2] = {T, OBS}, d2a[2] = {T, ACTD};
     hid_t s = H5Screate_simple(2, d2, NULL), sa = H5Screate_simple(2, d2a, NULL);
@@ -72,6 +76,7 @@ static int write_episode(const char *path, const layout *l, uint8_t *frames[CAMS
     H5Sclose(sa);
     H5Gclose(gi);
     H5Gclose(g);
+    free(tab);
     return H5Fclose(f) < 0 ? -1 : 0;
 }
 
@@ -177,6 +182,20 @@ int main(void) {
         {2, 1, 512, "gzip chunks of 2 frames"},
     };
     for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++) check_layout(&layouts[i], path);
+    /* and episodes of a random length (8-30) in random layouts */
+    static const int chunks[] = {0, 1, 2, 4, 5, 7, 8};
+    static const hsize_t blocks[] = {0, 512, 1024, 4096};
+    for (int i = 0; i < 8; i++) {
+        layout l;
+        memset(&l, 0, sizeof l);
+        T = 8 + (int)(rnd() % 23);
+        l.chunk = chunks[rnd() % 7];
+        l.gzip = l.chunk && rnd() % 3 == 0;
+        l.userblock = blocks[rnd() % 4];
+        if (!l.chunk) snprintf(l.want, sizeof l.want, "pread, contiguous");
+        else snprintf(l.want, sizeof l.want, "%s chunks of %d frames", l.gzip ? "gzip" : "pread,", l.chunk);
+        check_layout(&l, path);
+    }
     printf("test_episode_reader: %d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;
 }
