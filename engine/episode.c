@@ -206,30 +206,42 @@ static int h5_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *dst,
     return rc;
 }
 
-/* 1 when frames 0 and T-1 of camera c read by pread at d equal HDF5's (ref: those two frames) */
-static int direct_agrees(act_episode *ep, int c, const act_ep_direct *d, const uint8_t *ref, uint8_t *got) {
-    h5_episode *h = ep->impl;
-    size_t frame = (size_t)ep->image_h * ep->image_w * 3;
-    char e[256];
-    int ok = 1;
-    for (int i = 0; i < 2 && ok; i++)
-        ok = !act_ep_read_direct(d, h->fd, h->file_size, h->img[c], ep->path, h->img_name[c],
-                                 i ? ep->T - 1 : 0, 1, frame, got, e, sizeof e) &&
-             !memcmp(ref + (size_t)i * frame, got, frame);
-    return ok;
-}
-
-/* Raw frames of camera c read by pread (episode_direct.c) on HDF5's own file descriptor, when
- * the layout allows it and the first and last frames read that way equal HDF5's: a check of what
- * the addresses mean, at two frames per camera. A chunked dataset in a file with a user block
- * has two candidate bases (HDF5 1.10 counts chunk addresses from the block's end, later
- * versions may count from the file's start): exactly one may agree. Anything short of that
- * leaves the camera to HDF5, which says what is wrong. */
 /* gzip frames of camera cam go to episode_inflate.c */
 static int inflated(const h5_episode *h, int cam) {
     return h->deflate_t[cam] > 0 && act_ep_inflate_threads() > 1;
 }
 
+/* Frames [t0, t0 + n) of camera c on the pool's threads: gzip chunks inflated (their compressed
+ * bytes fetched by pread when d locates them, else through HDF5), or raw frames by pread at d.
+ * As act_ep_read_deflate / act_ep_read_direct: 0, -1 (err), 1 (leave it to HDF5). */
+static int pool_read(act_episode *ep, int c, const act_ep_direct *d, int t0, int n, uint8_t *dst,
+                     char *err, size_t errlen) {
+    h5_episode *h = ep->impl;
+    size_t frame = (size_t)ep->image_h * ep->image_w * 3;
+    if (inflated(h, c))
+        return act_ep_read_deflate(h->img[c], h->deflate_t[c], d, d ? h->fd : -1, h->file_size, ep->path,
+                                   h->img_name[c], t0, n, frame, dst, &h->scratch, err, errlen);
+    return act_ep_read_direct(d, h->fd, h->file_size, h->img[c], ep->path, h->img_name[c], t0, n, frame, dst,
+                              err, errlen);
+}
+
+/* 1 when frames 0 and T-1 of camera c read through locator d equal HDF5's (ref: those two) */
+static int direct_agrees(act_episode *ep, int c, const act_ep_direct *d, const uint8_t *ref, uint8_t *got) {
+    size_t frame = (size_t)ep->image_h * ep->image_w * 3;
+    char e[256];
+    int ok = 1;
+    for (int i = 0; i < 2 && ok; i++)
+        ok = !pool_read(ep, c, d, i ? ep->T - 1 : 0, 1, got, e, sizeof e) && !memcmp(ref + (size_t)i * frame, got, frame);
+    return ok;
+}
+
+/* Camera c's frames (raw), or its gzip chunks' compressed bytes, read by pread (episode_direct.c)
+ * on HDF5's own file descriptor, when the layout allows it and the first and last frames read
+ * that way equal HDF5's: a check of what the addresses mean, at two frames per camera. A chunked
+ * dataset in a file with a user block has two candidate bases (HDF5 1.10 counts chunk addresses
+ * from the block's end, later versions may count from the file's start): exactly one may agree.
+ * Anything short of that leaves the camera to HDF5 (or, for gzip, to H5Dread_chunk), which says
+ * what is wrong. */
 static void direct_setup(act_episode *ep, int c) {
     h5_episode *h = ep->impl;
     if (h->fd == -1) {
@@ -246,7 +258,8 @@ static void direct_setup(act_episode *ep, int c) {
         H5Eclear2(H5E_DEFAULT);
     }
     act_ep_direct d;
-    if (h->fd < 0 || !act_ep_direct_probe(h->file, h->img[c], ep->T, ep->image_h, ep->image_w, h->file_size, &d))
+    if (h->fd < 0 ||
+        !act_ep_direct_probe(h->file, h->img[c], ep->T, ep->image_h, ep->image_w, h->file_size, inflated(h, c), &d))
         return;
     size_t frame = (size_t)ep->image_h * ep->image_w * 3;
     uint8_t *ref = malloc(2 * frame), *got = malloc(frame);
@@ -356,7 +369,7 @@ int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
             goto fail;
         }
         h->deflate_t[c] = act_ep_deflate_frames_per_chunk(h->img[c], cfg->image_h, cfg->image_w);
-        if (!h->deflate_t[c] && act_ep_inflate_threads() > 1) direct_setup(ep, c);
+        if (act_ep_inflate_threads() > 1 && act_ep_pread_on()) direct_setup(ep, c);
     }
     *out = ep;
     return 0;
@@ -373,15 +386,8 @@ int act_episode_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *ds
                  ep->path, t0, t0 + n, cam, ep->T);
         return -1;
     }
-    size_t frame = (size_t)ep->image_h * ep->image_w * 3;
-    if (inflated(h, cam)) {
-        int r = act_ep_read_deflate(h->img[cam], h->deflate_t[cam], ep->path, h->img_name[cam], t0, n,
-                                    frame, dst, &h->scratch, err, errlen);
-        if (r <= 0) return r;   /* 1: a chunk that path leaves to HDF5 */
-    }
-    if (h->direct_ok[cam]) {
-        int r = act_ep_read_direct(&h->direct[cam], h->fd, h->file_size, h->img[cam], ep->path,
-                                   h->img_name[cam], t0, n, frame, dst, err, errlen);
+    if (inflated(h, cam) || h->direct_ok[cam]) {
+        int r = pool_read(ep, cam, h->direct_ok[cam] ? &h->direct[cam] : NULL, t0, n, dst, err, errlen);
         if (r <= 0) return r;   /* 1: a chunk that path leaves to HDF5 */
     }
     return h5_read_frames(ep, cam, t0, n, dst, err, errlen);
@@ -393,7 +399,8 @@ void act_episode_reader(const act_episode *ep, int cam, char *buf, size_t len) {
     if (cam < 0 || cam >= ep->num_cams)
         snprintf(buf, len, "no camera %d", cam);
     else if (inflated(h, cam))
-        snprintf(buf, len, "%s, gzip chunks of %d frames", inf ? inf : "?", h->deflate_t[cam]);
+        snprintf(buf, len, "%s, gzip chunks of %d frames%s", inf ? inf : "?", h->deflate_t[cam],
+                 h->direct_ok[cam] ? ", pread" : "");
     else if (h->direct_ok[cam] && h->direct[cam].k > 0)
         snprintf(buf, len, "pread, chunks of %d frames", h->direct[cam].k);
     else if (h->direct_ok[cam])

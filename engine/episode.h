@@ -31,8 +31,9 @@ int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
 int act_episode_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *dst,
                             char *err, size_t errlen);
 /* How camera `cam`'s frames are read, for logs and tests: "pread, contiguous", "pread, chunks of
- * K frames" (episode_direct.c), "LIB, gzip chunks of K frames" (episode_inflate.c: LIB is
- * libdeflate or zlib), or "hdf5" (HDF5 itself). */
+ * K frames" (episode_direct.c), "LIB, gzip chunks of K frames[, pread]" (episode_inflate.c: LIB
+ * is libdeflate or zlib; pread: the compressed bytes fetched by it, else through HDF5), or
+ * "hdf5" (HDF5 itself). */
 void act_episode_reader(const act_episode *ep, int cam, char *buf, size_t len);
 void act_episode_close(act_episode *ep);
 

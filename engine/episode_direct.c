@@ -1,6 +1,6 @@
 /* episode_direct.c - raw frames read with pread on the episode pool's threads (design:
  * episode_direct.h).
- * defines: act_ep_direct_probe, act_ep_read_direct
+ * defines: act_ep_pread_on, act_ep_pread, act_ep_direct_probe, act_ep_read_direct
  *
  * A read of frames [t0, t0 + n) is split by frames over the pool's threads; each thread preads
  * its frames, one call per run of frames that lie together in the file (its whole share for a
@@ -18,21 +18,41 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+int act_ep_pread_on(void) {
+    const char *e = getenv("ACT_EPISODE_PREAD");
+    return !(e && !strcmp(e, "0"));
+}
+
+size_t act_ep_pread(int fd, uint8_t *p, size_t n, uint64_t off) {
+    size_t done = 0;
+    while (done < n) {
+        ssize_t got = pread(fd, p + done, n - done, (off_t)(off + done));
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            if (got == 0) errno = 0;
+            break;
+        }
+        done += (size_t)got;
+    }
+    return done;
+}
+
 #ifdef ACT_WITH_HDF5
 
-#define CHUNK_INFO H5_VERSION_GE(1, 10, 5)   /* H5Dget_chunk_info_by_coord */
+#define CHUNK_INFO ACT_EP_CHUNK_INFO
 
-int act_ep_direct_probe(hid_t file, hid_t ds, int T, int H, int W, uint64_t file_size, act_ep_direct *d) {
+int act_ep_direct_probe(hid_t file, hid_t ds, int T, int H, int W, uint64_t file_size, int filtered,
+                        act_ep_direct *d) {
     int ok = 0;
     size_t frame = (size_t)H * W * 3;
     hid_t dcpl = H5Dget_create_plist(ds), fapl = H5Fget_access_plist(file);
     memset(d, 0, sizeof *d);
     /* one file (the default sec2 driver): HDF5's addresses are offsets into it */
-    if (dcpl < 0 || fapl < 0 || H5Pget_driver(fapl) != H5FD_SEC2 || H5Pget_nfilters(dcpl) != 0 ||
+    if (dcpl < 0 || fapl < 0 || H5Pget_driver(fapl) != H5FD_SEC2 || (H5Pget_nfilters(dcpl) != 0) != !!filtered ||
         H5Pget_external_count(dcpl) != 0)
         goto out;
     H5D_layout_t layout = H5Pget_layout(dcpl);
-    if (layout == H5D_CONTIGUOUS) {
+    if (layout == H5D_CONTIGUOUS && !filtered) {
         haddr_t a = H5Dget_offset(ds);   /* from the start of the file, user block included */
         if (a == HADDR_UNDEF || (uint64_t)a > file_size || (uint64_t)T * frame > file_size - (uint64_t)a)
             goto out;
@@ -64,21 +84,6 @@ typedef struct direct_job {
     int bad_errno[ACT_POOL_MAX_THREADS];  /* its errno (0: the file ended) */
 } direct_job;
 
-/* n bytes at off into p: the bytes read (n, or fewer with errno set: 0 when the file ended) */
-static size_t pread_all(int fd, uint8_t *p, size_t n, uint64_t off) {
-    size_t done = 0;
-    while (done < n) {
-        ssize_t got = pread(fd, p + done, n - done, (off_t)(off + done));
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) {
-            if (got == 0) errno = 0;
-            break;
-        }
-        done += (size_t)got;
-    }
-    return done;
-}
-
 static void direct_task(void *arg, int th, int lo, int hi) {
     direct_job *q = arg;
     for (int i = lo; i < hi;) {
@@ -91,7 +96,7 @@ static void direct_task(void *arg, int th, int lo, int hi) {
             if (run > left) run = left;
             off = q->addr[t / q->k - q->t0 / q->k] + (uint64_t)in * q->frame;
         }
-        size_t want = (size_t)run * q->frame, got = pread_all(q->fd, q->dst + (size_t)i * q->frame, want, off);
+        size_t want = (size_t)run * q->frame, got = act_ep_pread(q->fd, q->dst + (size_t)i * q->frame, want, off);
         if (got < want) {   /* the frame the read stopped in */
             q->bad_t[th] = t + (int)(got / q->frame);
             q->bad_errno[th] = errno;

@@ -1,5 +1,6 @@
 /* episode_direct.h - frames of uncompressed camera datasets read with pread on several threads.
- * defines: act_ep_direct, act_ep_direct_probe, act_ep_read_direct
+ * defines: act_ep_direct, ACT_EP_CHUNK_INFO, act_ep_pread_on, act_ep_pread, act_ep_direct_probe,
+ *          act_ep_read_direct
  *
  * HDF5 reads a hyperslab on the calling thread: for raw frames that is one copy out of the page
  * cache at ~5.5 GB/s on one core (bench/NOTES.md), ~6-9k timesteps of three 256x256 frames per
@@ -23,12 +24,25 @@ typedef struct act_ep_direct {
     int k;           /* > 0: chunks of k whole frames, no filters */
 } act_ep_direct;
 
+/* 0 when ACT_EPISODE_PREAD=0: frames (and gzip chunks) are then read through HDF5 alone, for
+ * comparisons; else 1 */
+int act_ep_pread_on(void);
+
+/* n bytes at file offset off into p, by pread (EINTR retried): the bytes read, n or fewer with
+ * errno set (0 when the file ended first) */
+size_t act_ep_pread(int fd, uint8_t *p, size_t n, uint64_t off);
+
 #ifdef ACT_WITH_HDF5
 #include <hdf5.h>
+#define ACT_EP_CHUNK_INFO H5_VERSION_GE(1, 10, 5)   /* H5Dget_chunk_info_by_coord */
+
 /* 1: the (T, H, W, 3) uint8 dataset `ds` of `file` can be read directly (d filled); 0: it cannot,
  * or a contiguous dataset's frames would pass the end of the file (file_size): HDF5 then reads it
- * and reports what is wrong. */
-int act_ep_direct_probe(hid_t file, hid_t ds, int T, int H, int W, uint64_t file_size, act_ep_direct *d);
+ * and reports what is wrong. filtered = 1: the dataset's chunks are compressed (gzip, read by
+ * episode_inflate.c): d locates the compressed chunks instead, which pread then fetches on the
+ * inflating threads. */
+int act_ep_direct_probe(hid_t file, hid_t ds, int T, int H, int W, uint64_t file_size, int filtered,
+                        act_ep_direct *d);
 
 /* Frames [t0, t0 + n) of the dataset into dst, by pread on fd (the episode's file). 0: done;
  * -1: error in err (file, dataset, frames: a short read is a truncated file); 1: a chunk this path

@@ -15,11 +15,14 @@
  * in a libdeflate build (for comparisons). Both check the stream's Adler-32. */
 #define _POSIX_C_SOURCE 200809L
 #include "episode_inflate.h"
+#include "episode_direct.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 
 void act_ep_scratch_free(act_ep_scratch *s) {
@@ -112,11 +115,13 @@ out:
     return k;
 }
 
-enum { INF_OK, INF_BAD_DATA, INF_TOO_LONG, INF_NOMEM };   /* an inflate's verdict */
+enum { INF_OK, INF_BAD_DATA, INF_TOO_LONG, INF_NOMEM, INF_SHORT_READ };   /* an inflate's verdict */
 
 typedef struct chunk_job {
-    const uint8_t *src;
+    uint8_t *src;             /* the compressed bytes (scratch) */
     size_t src_len;
+    uint64_t file_off;        /* with a locator: where they are in the file (pread by the task) */
+    int read_errno;           /* INF_SHORT_READ: pread's errno (0: the file ended) */
     uint8_t *dst;             /* the window (whole chunk inside it) or scratch */
     int t;                    /* the chunk's first timestep */
     int partial;              /* 1: only part of it is in the window (dst is scratch) */
@@ -124,7 +129,7 @@ typedef struct chunk_job {
     size_t got;               /* bytes it inflated to */
 } chunk_job;
 
-typedef struct inflate_job { chunk_job *c; size_t want; int libdeflate; } inflate_job;
+typedef struct inflate_job { chunk_job *c; size_t want; int libdeflate; int fd; } inflate_job;   /* fd < 0: src read */
 
 #ifdef ACT_WITH_LIBDEFLATE
 /* one decompressor per pool thread (index = the pool's thread number), made at its first use and
@@ -153,6 +158,11 @@ static void inflate_task(void *arg, int th, int lo, int hi) {
     inflate_job *q = arg;
     (void)th;
     for (int i = lo; i < hi; i++) {
+        if (q->fd >= 0 && act_ep_pread(q->fd, q->c[i].src, q->c[i].src_len, q->c[i].file_off) < q->c[i].src_len) {
+            q->c[i].read_errno = errno;
+            q->c[i].verdict = INF_SHORT_READ;
+            continue;
+        }
 #ifdef ACT_WITH_LIBDEFLATE
         if (q->libdeflate) {
             q->c[i].verdict = inflate_libdeflate(th, &q->c[i], q->want);
@@ -174,12 +184,35 @@ static int grow(uint8_t **p, size_t *cap, size_t want) {
     return 0;
 }
 
-int act_ep_read_deflate(hid_t ds, int k, const char *path, const char *name, int t0, int n,
-                        size_t frame, uint8_t *dst, act_ep_scratch *s, char *err, size_t errlen) {
+/* the compressed size, file offset and filter mask of the chunk at timestep t: from HDF5's
+ * chunk index with a locator (loc), else the size alone (the bytes then come by H5Dread_chunk).
+ * 0, or 1 when the chunk is not stored (HDF5 fills it) */
+static int chunk_place(hid_t ds, const act_ep_direct *loc, int t, hsize_t *size, uint64_t *off, unsigned *mask) {
+    hsize_t o[4] = {(hsize_t)t, 0, 0, 0};
+    *size = 0;
+    *off = 0;
+    *mask = 0;
+#if ACT_EP_CHUNK_INFO
+    if (loc) {
+        haddr_t a = HADDR_UNDEF;
+        if (H5Dget_chunk_info_by_coord(ds, o, mask, &a, size) < 0 || a == HADDR_UNDEF || *size == 0) return 1;
+        *off = (uint64_t)a + loc->base;
+        return 0;
+    }
+#else
+    (void)loc;
+#endif
+    return H5Dget_chunk_storage_size(ds, o, size) < 0 || *size == 0;
+}
+
+int act_ep_read_deflate(hid_t ds, int k, const act_ep_direct *loc, int fd, uint64_t file_size,
+                        const char *path, const char *name, int t0, int n, size_t frame, uint8_t *dst,
+                        act_ep_scratch *s, char *err, size_t errlen) {
     int first = t0 / k, last = (t0 + n - 1) / k, nch = last - first + 1;
     size_t chunk_bytes = (size_t)k * frame, max_src = chunk_bytes + (chunk_bytes >> 6) + 4096;
     const char *inflater = act_ep_inflater();
     if (!inflater) return act_ep_inflater_check(err, errlen);
+    if (fd < 0) loc = NULL;
     chunk_job *c = calloc((size_t)nch, sizeof *c);
     if (!c) {
         snprintf(err, errlen, "%s: out of memory reading '%s'", path, name);
@@ -188,21 +221,34 @@ int act_ep_read_deflate(hid_t ds, int k, const char *path, const char *name, int
     int rc = 0, partial = 0;
     size_t off = 0;
     for (int i = 0; i < nch && rc == 0; i++) {   /* sizes first: one scratch block for all */
-        hsize_t o[4] = {(hsize_t)(first + i) * (hsize_t)k, 0, 0, 0};
         hsize_t sz = 0;
+        unsigned mask = 0;
         c[i].t = (first + i) * k;
-        if (H5Dget_chunk_storage_size(ds, o, &sz) < 0 || sz == 0) rc = 1;   /* unallocated: HDF5 fills */
-        else if (sz > max_src) {
+        if (chunk_place(ds, loc, c[i].t, &sz, &c[i].file_off, &mask)) {
+            rc = 1;   /* unallocated: HDF5 fills */
+        } else if (mask) {
+            rc = 1;   /* stored with its filter skipped: HDF5's path knows what to do */
+        } else if (sz > max_src) {
             snprintf(err, errlen, "%s: dataset '%s': the gzip chunk at timestep %d claims %llu bytes, "
                      "more than %zu frames can compress to (corrupt file)", path, name, c[i].t,
                      (unsigned long long)sz, (size_t)k);
             rc = -1;
+        } else if (loc) {
+            struct stat st;   /* past the size seen at open: the file may have grown since */
+            if ((c[i].file_off > file_size || sz > file_size - c[i].file_off) && !fstat(fd, &st))
+                file_size = (uint64_t)st.st_size;
+            if (c[i].file_off > file_size || sz > file_size - c[i].file_off) {
+                snprintf(err, errlen, "%s: dataset '%s': the gzip chunk at timestep %d lies past the end "
+                         "of the file (truncated file)", path, name, c[i].t);
+                rc = -1;
+            }
         }
         c[i].src_len = (size_t)sz;
         off += (size_t)sz;
         c[i].partial = c[i].t < t0 || c[i].t + k > t0 + n;
         partial += c[i].partial;
     }
+    H5Eclear2(H5E_DEFAULT);
     if (rc == 0 && (grow(&s->raw, &s->raw_cap, off) || grow(&s->tmp, &s->tmp_cap, (size_t)partial * chunk_bytes))) {
         snprintf(err, errlen, "%s: out of memory reading '%s'", path, name);
         rc = -1;
@@ -213,7 +259,7 @@ int act_ep_read_deflate(hid_t ds, int k, const char *path, const char *name, int
         hsize_t o[4] = {(hsize_t)c[i].t, 0, 0, 0};
         uint32_t mask = 0;
         c[i].src = s->raw + off;
-        if (H5Dread_chunk(ds, H5P_DEFAULT, o, &mask, s->raw + off) < 0) {
+        if (!loc && H5Dread_chunk(ds, H5P_DEFAULT, o, &mask, s->raw + off) < 0) {   /* else the task preads */
             H5Eclear2(H5E_DEFAULT);
             snprintf(err, errlen, "%s: dataset '%s': the chunk at timestep %d cannot be read "
                      "(truncated or corrupt file)", path, name, c[i].t);
@@ -225,10 +271,17 @@ int act_ep_read_deflate(hid_t ds, int k, const char *path, const char *name, int
         c[i].dst = c[i].partial ? s->tmp + (size_t)p++ * chunk_bytes : dst + (size_t)(c[i].t - t0) * frame;
     }
     if (rc == 0) {
-        inflate_job q = {c, chunk_bytes, !strcmp(inflater, "libdeflate")};
+        inflate_job q = {c, chunk_bytes, !strcmp(inflater, "libdeflate"), loc ? fd : -1};
         act_ep_pool_run(inflate_task, &q, nch);
         for (int i = 0; i < nch && rc == 0; i++) {
             int v = c[i].verdict;
+            if (v == INF_SHORT_READ) {
+                snprintf(err, errlen, "%s: dataset '%s': the gzip chunk at timestep %d cannot be read: %s",
+                         path, name, c[i].t, c[i].read_errno ? strerror(c[i].read_errno)
+                         : "the file ends before it (truncated file)");
+                rc = -1;
+                break;
+            }
             if (v != INF_OK || c[i].got != chunk_bytes) {
                 snprintf(err, errlen, "%s: dataset '%s': the gzip chunk at timestep %d cannot be read: "
                          "%s (%s%s)", path, name, c[i].t, v == INF_NOMEM ? "out of memory" : "it is corrupt",
@@ -255,9 +308,11 @@ int act_ep_deflate_frames_per_chunk(hid_t ds, int H, int W) {
     return 0;   /* built without zlib or libdeflate: HDF5's own path */
 }
 
-int act_ep_read_deflate(hid_t ds, int k, const char *path, const char *name, int t0, int n,
-                        size_t frame, uint8_t *dst, act_ep_scratch *s, char *err, size_t errlen) {
-    (void)ds, (void)k, (void)path, (void)name, (void)t0, (void)n, (void)frame, (void)dst, (void)s;
+int act_ep_read_deflate(hid_t ds, int k, const act_ep_direct *loc, int fd, uint64_t file_size,
+                        const char *path, const char *name, int t0, int n, size_t frame, uint8_t *dst,
+                        act_ep_scratch *s, char *err, size_t errlen) {
+    (void)ds, (void)k, (void)loc, (void)fd, (void)file_size, (void)path, (void)name, (void)t0, (void)n;
+    (void)frame, (void)dst, (void)s;
     (void)err, (void)errlen;
     return 1;
 }

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "episode_direct.h"
 #include "pool.h"
 
 typedef struct act_ep_scratch {   /* per open episode: reused across reads */
@@ -48,10 +49,14 @@ int act_ep_frame_chunk(hid_t dcpl, int H, int W);
  * are at most 32 MiB, so act_ep_read_deflate can read it; 0: it cannot (also when built without
  * zlib and libdeflate). */
 int act_ep_deflate_frames_per_chunk(hid_t ds, int H, int W);
-/* Frames [t0, t0 + n) into dst. 0: done; -1: error in err (file, dataset, timestep); 1: a chunk
- * this path does not handle (unallocated, or stored with its filter skipped): use H5Dread. */
-int act_ep_read_deflate(hid_t ds, int k, const char *path, const char *name, int t0, int n,
-                        size_t frame, uint8_t *dst, act_ep_scratch *s, char *err, size_t errlen);
+/* Frames [t0, t0 + n) into dst. With a locator loc (episode_direct.h: the chunks' user-block
+ * base, checked at open) and the file's descriptor fd, each chunk's compressed bytes are fetched
+ * by pread on the inflating thread itself; without (loc NULL), one by one through H5Dread_chunk
+ * first. 0: done; -1: error in err (file, dataset, timestep); 1: a chunk this path does not handle
+ * (unallocated, or stored with its filter skipped): use H5Dread. */
+int act_ep_read_deflate(hid_t ds, int k, const act_ep_direct *loc, int fd, uint64_t file_size,
+                        const char *path, const char *name, int t0, int n, size_t frame, uint8_t *dst,
+                        act_ep_scratch *s, char *err, size_t errlen);
 #endif
 
 #endif

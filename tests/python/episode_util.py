@@ -33,22 +33,29 @@ def write_episode(path, qpos, action, images, chunk=None, gzip=False, userblock=
                 f.create_dataset(f"observations/images/{cam}", data=frames, **kw)
 
 
-def predict(act_infer, model, ep, out, threads, inflater=None):
+def reader_env(threads, inflater=None, pread=True):
+    """the environment of a run whose episode reader uses `threads` threads (1: HDF5's own path),
+    the gzip inflater named (None: the build's default), pread or not (ACT_EPISODE_PREAD=0)"""
     env = dict(os.environ, ACT_EPISODE_THREADS=str(threads))
     env.pop("ACT_EPISODE_INFLATE", None)
+    env.pop("ACT_EPISODE_PREAD", None)
     if inflater:
         env["ACT_EPISODE_INFLATE"] = inflater
+    if not pread:
+        env["ACT_EPISODE_PREAD"] = "0"
+    return env
+
+
+def predict(act_infer, model, ep, out, threads, inflater=None, pread=True):
+    env = reader_env(threads, inflater, pread)
     return subprocess.run([str(act_infer), "predict", "--model", str(model), "--episode", str(ep), "--out", str(out),
                            "--device", "cpu", "--batch", "4"], capture_output=True, text=True, timeout=600, env=env)
 
 
-def readers(bench_read, model, ep, threads, inflater=None):
+def readers(bench_read, model, ep, threads, inflater=None, pread=True):
     """camera -> how bench_episode_read (the engine's episode reader) reads its frames:
-    'pread, contiguous', 'libdeflate, gzip chunks of 1 frames', 'hdf5', ..."""
-    env = dict(os.environ, ACT_EPISODE_THREADS=str(threads))
-    env.pop("ACT_EPISODE_INFLATE", None)
-    if inflater:
-        env["ACT_EPISODE_INFLATE"] = inflater
+    'pread, contiguous', 'libdeflate, gzip chunks of 1 frames, pread', 'hdf5', ..."""
+    env = reader_env(threads, inflater, pread)
     p = subprocess.run([str(bench_read), "--model", str(model), "--episodes", str(ep), "--rounds", "1"],
                        capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, p.stderr

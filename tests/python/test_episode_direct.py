@@ -36,6 +36,7 @@ def test_pread_gives_hdf5s_frames(act_infer, bench_read, episode_data, tmp_path,
     write_episode(ep, qpos, action, images, **kw)
     assert set(readers(bench_read, model, ep, 3).values()) == {want_reader}
     assert set(readers(bench_read, model, ep, 1).values()) == {"hdf5"}
+    assert set(readers(bench_read, model, ep, 3, pread=False).values()) == {"hdf5"}   # ACT_EPISODE_PREAD=0
     p = predict(act_infer, model, ep, tmp_path / "want.npy", 1)
     assert p.returncode == 0, p.stderr
     p = predict(act_infer, model, ep, tmp_path / "got.npy", 3)

@@ -29,22 +29,25 @@ def inflater(request, act_infer):
     return request.param
 
 
+@pytest.mark.parametrize("pread", [True, False], ids=["pread", "h5dread_chunk"])
 @pytest.mark.parametrize("chunk", [1, 3])
-def test_threaded_inflate_gives_hdf5s_frames(act_infer, bench_read, episode_data, tmp_path, chunk, inflater):
+def test_threaded_inflate_gives_hdf5s_frames(act_infer, bench_read, episode_data, tmp_path, chunk, inflater, pread):
+    """compressed chunks fetched by pread on the inflating threads, or through H5Dread_chunk"""
     model, qpos, action, images = episode_data
     raw, gz = tmp_path / "raw.hdf5", tmp_path / f"gz{chunk}.hdf5"
     write_episode(raw, qpos, action, images)
     write_episode(gz, qpos, action, images, chunk=chunk, gzip=True)
     # the path under test is taken (not HDF5's own, which would pass the comparison as well)
-    assert set(readers(bench_read, model, gz, 3, inflater).values()) == {f"{inflater}, gzip chunks of {chunk} frames"}
-    assert set(readers(bench_read, model, gz, 1, inflater).values()) == {"hdf5"}
+    want = f"{inflater}, gzip chunks of {chunk} frames" + (", pread" if pread else "")
+    assert set(readers(bench_read, model, gz, 3, inflater, pread).values()) == {want}
+    assert set(readers(bench_read, model, gz, 1, inflater, pread).values()) == {"hdf5"}
     p = predict(act_infer, model, raw, tmp_path / "want.npy", 1)
     assert p.returncode == 0, p.stderr
     for threads in (1, 3):   # HDF5's own inflate, then the pool's
-        p = predict(act_infer, model, gz, tmp_path / f"got{threads}.npy", threads, inflater)
+        p = predict(act_infer, model, gz, tmp_path / f"got{threads}.npy", threads, inflater, pread)
         assert p.returncode == 0, p.stderr
         np.testing.assert_array_equal(np.load(tmp_path / f"got{threads}.npy"), np.load(tmp_path / "want.npy"),
-                                      err_msg=f"chunks of {chunk} frames, {threads} threads, {inflater}")
+                                      err_msg=f"chunks of {chunk} frames, {threads} threads, {want}")
 
 
 def test_a_corrupt_gzip_chunk_is_a_clear_error(act_infer, episode_data, tmp_path, inflater):
