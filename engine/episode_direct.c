@@ -45,11 +45,9 @@ int act_ep_direct_probe(hid_t file, hid_t ds, int T, int H, int W, uint64_t file
                         act_ep_direct *d) {
     int ok = 0;
     size_t frame = (size_t)H * W * 3;
-    hid_t dcpl = H5Dget_create_plist(ds), fapl = H5Fget_access_plist(file);
+    hid_t dcpl = H5Dget_create_plist(ds);
     memset(d, 0, sizeof *d);
-    /* one file (the default sec2 driver): HDF5's addresses are offsets into it */
-    if (dcpl < 0 || fapl < 0 || H5Pget_driver(fapl) != H5FD_SEC2 || (H5Pget_nfilters(dcpl) != 0) != !!filtered ||
-        H5Pget_external_count(dcpl) != 0)
+    if (dcpl < 0 || (H5Pget_nfilters(dcpl) != 0) != !!filtered || H5Pget_external_count(dcpl) != 0)
         goto out;
     H5D_layout_t layout = H5Pget_layout(dcpl);
     if (layout == H5D_CONTIGUOUS && !filtered) {
@@ -68,9 +66,36 @@ int act_ep_direct_probe(hid_t file, hid_t ds, int T, int H, int W, uint64_t file
     }
 out:
     if (dcpl >= 0) H5Pclose(dcpl);
-    if (fapl >= 0) H5Pclose(fapl);
     H5Eclear2(H5E_DEFAULT);
     return ok;
+}
+
+int act_ep_chunk_at(const act_ep_direct *d, int fd, uint64_t *file_size, hid_t ds, const char *path,
+                    const char *name, int t, uint64_t *off, uint64_t *size, unsigned *mask, char *err,
+                    size_t errlen) {
+#if CHUNK_INFO
+    hsize_t o[4] = {(hsize_t)(t / d->k) * (hsize_t)d->k, 0, 0, 0}, sz = 0;
+    haddr_t a = HADDR_UNDEF;
+    *mask = 0;
+    if (H5Dget_chunk_info_by_coord(ds, o, mask, &a, &sz) < 0 || a == HADDR_UNDEF || sz == 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return 1;
+    }
+    *off = (uint64_t)a + d->base;
+    *size = (uint64_t)sz;
+    struct stat st;   /* past the size seen at open: the file may have grown since */
+    if ((*off > *file_size || *size > *file_size - *off) && !fstat(fd, &st)) *file_size = (uint64_t)st.st_size;
+    if (*off > *file_size || *size > *file_size - *off) {
+        snprintf(err, errlen, "%s: dataset '%s': the chunk at timestep %d lies past the end of the file "
+                 "(truncated file)", path, name, (int)o[0]);
+        return -1;
+    }
+    return 0;
+#else
+    (void)d, (void)fd, (void)file_size, (void)ds, (void)path, (void)name, (void)t, (void)off, (void)size;
+    (void)mask, (void)err, (void)errlen;
+    return 1;
+#endif
 }
 
 typedef struct direct_job {
@@ -120,39 +145,23 @@ int act_ep_read_direct(const act_ep_direct *d, int fd, uint64_t file_size, hid_t
     for (int th = 0; th < ACT_POOL_MAX_THREADS; th++) q.bad_t[th] = -1;
     uint64_t *addr = NULL;
     if (d->k > 0) {
-#if CHUNK_INFO
         int first = t0 / d->k, nch = (t0 + n - 1) / d->k - first + 1;
-        uint64_t chunk_bytes = (uint64_t)d->k * frame;
         if (!(addr = malloc(sizeof *addr * (size_t)nch))) {
             snprintf(err, errlen, "%s: out of memory reading '%s'", path, name);
             return -1;
         }
         for (int i = 0; i < nch; i++) {
-            hsize_t o[4] = {(hsize_t)(first + i) * (hsize_t)d->k, 0, 0, 0}, size = 0;
-            haddr_t a = HADDR_UNDEF;
+            uint64_t size = 0;
             unsigned mask = 0;
-            if (H5Dget_chunk_info_by_coord(ds, o, &mask, &a, &size) < 0 || a == HADDR_UNDEF || size != chunk_bytes) {
-                H5Eclear2(H5E_DEFAULT);
+            int r = act_ep_chunk_at(d, fd, &file_size, ds, path, name, (first + i) * d->k, &addr[i], &size, &mask,
+                                    err, errlen);
+            if (r == 0 && (mask || size != (uint64_t)d->k * frame)) r = 1;   /* not k frames of raw bytes */
+            if (r) {
                 free(addr);
-                return 1;   /* unallocated (HDF5 fills it) or not k frames of raw bytes */
+                return r;   /* 1: unallocated (HDF5 fills it) or not raw; -1: past the end */
             }
-            a += (haddr_t)d->base;
-            struct stat st;   /* past the size seen at open: the file may have grown since */
-            if (((uint64_t)a > file_size || chunk_bytes > file_size - (uint64_t)a) && !fstat(fd, &st))
-                file_size = (uint64_t)st.st_size;
-            if ((uint64_t)a > file_size || chunk_bytes > file_size - (uint64_t)a) {
-                snprintf(err, errlen, "%s: dataset '%s': the chunk at timestep %d lies past the end of "
-                         "the file (truncated file)", path, name, (first + i) * d->k);
-                free(addr);
-                return -1;
-            }
-            addr[i] = (uint64_t)a;
         }
         q.addr = addr;
-#else
-        (void)ds, (void)file_size;
-        return 1;
-#endif
     }
     act_ep_pool_run(direct_task, &q, n);
     free(addr);

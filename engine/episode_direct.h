@@ -1,6 +1,6 @@
 /* episode_direct.h - frames of uncompressed camera datasets read with pread on several threads.
  * defines: act_ep_direct, ACT_EP_CHUNK_INFO, act_ep_pread_on, act_ep_pread, act_ep_direct_probe,
- *          act_ep_read_direct
+ *          act_ep_chunk_at, act_ep_read_direct
  *
  * HDF5 reads a hyperslab on the calling thread: for raw frames that is one copy out of the page
  * cache at ~5.5 GB/s on one core (bench/NOTES.md), ~6-9k timesteps of three 256x256 frames per
@@ -36,13 +36,24 @@ size_t act_ep_pread(int fd, uint8_t *p, size_t n, uint64_t off);
 #include <hdf5.h>
 #define ACT_EP_CHUNK_INFO H5_VERSION_GE(1, 10, 5)   /* H5Dget_chunk_info_by_coord */
 
-/* 1: the (T, H, W, 3) uint8 dataset `ds` of `file` can be read directly (d filled); 0: it cannot,
+/* 1: the (T, H, W, 3) uint8 dataset `ds` of `file` (opened by HDF5's default sec2 driver, whose
+ * addresses are offsets into the one file: episode.c has checked) can be read directly (d
+ * filled); 0: it cannot,
  * or a contiguous dataset's frames would pass the end of the file (file_size): HDF5 then reads it
  * and reports what is wrong. filtered = 1: the dataset's chunks are compressed (gzip, read by
  * episode_inflate.c): d locates the compressed chunks instead, which pread then fetches on the
  * inflating threads. */
 int act_ep_direct_probe(hid_t file, hid_t ds, int T, int H, int W, uint64_t file_size, int filtered,
                         act_ep_direct *d);
+
+/* Where dataset ds's chunk holding timestep t is stored, through locator d (k > 0): *off its file
+ * offset, *size its stored bytes, *mask its skipped filters. 0; 1: not stored (HDF5 fills it) or
+ * HDF5 1.10.5's chunk index is missing; -1: it lies past the end of the file (err names dataset
+ * and timestep). *file_size is taken again from fd first when the chunk seems past it (the file
+ * may have grown since the open). Shared by the raw and the gzip readers. */
+int act_ep_chunk_at(const act_ep_direct *d, int fd, uint64_t *file_size, hid_t ds, const char *path,
+                    const char *name, int t, uint64_t *off, uint64_t *size, unsigned *mask, char *err,
+                    size_t errlen);
 
 /* Frames [t0, t0 + n) of the dataset into dst, by pread on fd (the episode's file). 0: done;
  * -1: error in err (file, dataset, frames: a short read is a truncated file); 1: a chunk this path

@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 
 void act_ep_scratch_free(act_ep_scratch *s) {
@@ -184,27 +183,6 @@ static int grow(uint8_t **p, size_t *cap, size_t want) {
     return 0;
 }
 
-/* the compressed size, file offset and filter mask of the chunk at timestep t: from HDF5's
- * chunk index with a locator (loc), else the size alone (the bytes then come by H5Dread_chunk).
- * 0, or 1 when the chunk is not stored (HDF5 fills it) */
-static int chunk_place(hid_t ds, const act_ep_direct *loc, int t, hsize_t *size, uint64_t *off, unsigned *mask) {
-    hsize_t o[4] = {(hsize_t)t, 0, 0, 0};
-    *size = 0;
-    *off = 0;
-    *mask = 0;
-#if ACT_EP_CHUNK_INFO
-    if (loc) {
-        haddr_t a = HADDR_UNDEF;
-        if (H5Dget_chunk_info_by_coord(ds, o, mask, &a, size) < 0 || a == HADDR_UNDEF || *size == 0) return 1;
-        *off = (uint64_t)a + loc->base;
-        return 0;
-    }
-#else
-    (void)loc;
-#endif
-    return H5Dget_chunk_storage_size(ds, o, size) < 0 || *size == 0;
-}
-
 int act_ep_read_deflate(hid_t ds, int k, const act_ep_direct *loc, int fd, uint64_t file_size,
                         const char *path, const char *name, int t0, int n, size_t frame, uint8_t *dst,
                         act_ep_scratch *s, char *err, size_t errlen) {
@@ -221,27 +199,23 @@ int act_ep_read_deflate(hid_t ds, int k, const act_ep_direct *loc, int fd, uint6
     int rc = 0, partial = 0;
     size_t off = 0;
     for (int i = 0; i < nch && rc == 0; i++) {   /* sizes first: one scratch block for all */
-        hsize_t sz = 0;
+        uint64_t sz = 0;
         unsigned mask = 0;
         c[i].t = (first + i) * k;
-        if (chunk_place(ds, loc, c[i].t, &sz, &c[i].file_off, &mask)) {
-            rc = 1;   /* unallocated: HDF5 fills */
-        } else if (mask) {
+        if (loc) {   /* located through HDF5's chunk index; the task preads the bytes */
+            rc = act_ep_chunk_at(loc, fd, &file_size, ds, path, name, c[i].t, &c[i].file_off, &sz, &mask, err, errlen);
+        } else {
+            hsize_t o[4] = {(hsize_t)c[i].t, 0, 0, 0}, hs = 0;
+            rc = H5Dget_chunk_storage_size(ds, o, &hs) < 0 || hs == 0;   /* 1: unallocated, HDF5 fills */
+            sz = (uint64_t)hs;
+        }
+        if (rc == 0 && mask) {
             rc = 1;   /* stored with its filter skipped: HDF5's path knows what to do */
-        } else if (sz > max_src) {
+        } else if (rc == 0 && sz > max_src) {
             snprintf(err, errlen, "%s: dataset '%s': the gzip chunk at timestep %d claims %llu bytes, "
                      "more than %zu frames can compress to (corrupt file)", path, name, c[i].t,
                      (unsigned long long)sz, (size_t)k);
             rc = -1;
-        } else if (loc) {
-            struct stat st;   /* past the size seen at open: the file may have grown since */
-            if ((c[i].file_off > file_size || sz > file_size - c[i].file_off) && !fstat(fd, &st))
-                file_size = (uint64_t)st.st_size;
-            if (c[i].file_off > file_size || sz > file_size - c[i].file_off) {
-                snprintf(err, errlen, "%s: dataset '%s': the gzip chunk at timestep %d lies past the end "
-                         "of the file (truncated file)", path, name, c[i].t);
-                rc = -1;
-            }
         }
         c[i].src_len = (size_t)sz;
         off += (size_t)sz;
