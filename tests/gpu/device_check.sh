@@ -15,8 +15,11 @@
 #   deps       (tests/gpu/prepare_devdeps.sh fills .devdeps here) unpack the carried .devdeps/*.deb (OpenBLAS, zstd headers) into /tmp and point
 #              ACT_BLAS_ROOT / ACT_ZSTD_ROOT / LD_LIBRARY_PATH at them; find cuDNN in the torch
 #              wheel (nvidia.cudnn: lib/libcudnn.so.9 has no unversioned link, so make one in
-#              /tmp), headers from the wheel or .devdeps/cudnn/include. HDF5 is left out: the
-#              checks here read no episodes.
+#              /tmp), headers from the wheel or .devdeps/cudnn/include. HDF5 (for the eval rows)
+#              from .devdeps/hdf5, an h5py wheel's libraries: linked only if a probe program
+#              (tests/gpu/hdf5_probe.c) writes and reads a file through it (hdf5_setup)
+#   episodes   (in the background during the build, if HDF5 is there) tools/make_episodes.py:
+#              one raw and one gzip episode of 512 timesteps, hard-linked 8 and 4 times
 #   build      cmake (sm_90, Release) + build -j16 into build-dev/
 #   testdata   tests/make_testdata.py (small models) + a full act_resnet checkpoint -> full.actw
 #   ops        tests/test_backend_ops: every CUDA op vs the CPU backend, 4 precisions x 3 batches
@@ -38,6 +41,9 @@
 #   ncu        Nsight Compute on an eager bf16 batch-1 step: kernel time per step, the kernels that
 #              take most of it and their compute/memory speed of light (a note where the runtime
 #              gives no hardware counters)
+#   eval       act-infer eval over HDF5 episodes: fp32 CUDA vs CPU summaries on two short gzip
+#              episodes (the eval path's parity: frames pulled by the GPU from the reader's
+#              buffers), then bf16 batch 256 timesteps/s and reader wait on raw and gzip episodes
 #   algo-ab    act-infer bench, full model, bf16 at batch 1 and 256 (algo-ab32: fp32, batch 1):
 #              conv algorithms measured by cuDNN's Find at each shape's first step (the default)
 #              vs the heuristics' first choice (ACT_CUDA_CONV_ALGO=heuristic)
@@ -69,6 +75,9 @@
 #              memfds and receive buffers (the default)
 #   io-ab      act-serve, bf16, 1 and 32 TCP clients: every frame received by one I/O thread vs
 #              --io-threads' default (one per 4 cores, at most 4)
+#   eval-ab    act-infer eval, bf16 batch 256: raw frames read by HDF5 on one thread vs pread on
+#              the pool vs pread and copied into the session's inputs (--copy-frames); gzip
+#              chunks fetched by HDF5 (ACT_EPISODE_PREAD=0) vs pread on the inflating threads
 #              (the A/B rows come last and take what time is left: parity and the peer comparison
 #              matter more)
 # The last thing printed is the summary table (check, result, figure); it is also $LOG/summary.txt.
@@ -76,8 +85,8 @@
 # only those rows: a quick second run after a fix, inside the session's device time. The bench
 # row may use all but 90 s of what is left (torch.compile's autotuning), so ncu and the A/B rows
 # may find no time in a first full run: then a second run with
-# ACT_CHECK_ONLY=ncu,algo-ab,gemm-ab,gather-ab,fusion-ab,e2e-fuse16,io-ab,group-ab (the rows that
-# decide a default first) and, time permitting, the other A/B rows.
+# ACT_CHECK_ONLY=ncu,algo-ab,gemm-ab,gather-ab,fusion-ab,e2e-fuse16,io-ab,group-ab,eval,eval-ab (the
+# rows that decide a default first) and, time permitting, the other A/B rows.
 # A rehearsal without a GPU (every row's logic, on the CUDA emulator; no figure means anything):
 #   ACT_CUDA_EMULATOR=$PWD/build-dev/libact_cuda_emu.so ACT_PYTHON=/usr/bin/python3 ACT_E2E_MAX_BATCH=3 \
 #   ACT_CHECK_SLOW=6 ACT_CHECK_ITERS_DIV=50 ACT_CHECK_BUDGET_S=5400 tests/gpu/device_check.sh
@@ -124,6 +133,28 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
 nvcc --version 2>&1 | tail -1
 
 # ---------------- deps ----------------
+# hdf5_setup: HDF5 for the eval rows, from .devdeps/hdf5 (prepare_devdeps.sh: an h5py wheel's
+# libraries, HDF5 1.14, and Debian's 1.10 headers). A probe program writes and reads back a file
+# through it first; only if that works is ACT_HDF5_ROOT exported (the build then reads episodes),
+# so a library that will not load costs the eval rows, never the build.
+hdf5_setup() {
+    local h=/tmp/act_hdf5 src=$ROOT/.devdeps/hdf5 lib v
+    if ! [ -d "$src/lib" ] || ! [ -e "$src/include/hdf5.h" ]; then echo "hdf5: none carried"; return 0; fi
+    rm -rf "$h" && mkdir -p "$h/lib" && ln -sfn "$src/include" "$h/include" || return 0
+    for lib in "$src"/lib/*.so*; do ln -sf "$lib" "$h/lib/"; done
+    lib=$(ls "$h"/lib/libhdf5-*.so.* 2>/dev/null | head -1)
+    [ -n "$lib" ] && ln -sf "$lib" "$h/lib/libhdf5.so"
+    cp "$ROOT/tests/gpu/hdf5_probe.c" "$h/probe.c"
+    if cc -O1 -I"$h/include" "$h/probe.c" -L"$h/lib" -lhdf5 -Wl,-rpath,"$h/lib" -o "$h/probe" &&
+        v=$(LD_LIBRARY_PATH=$h/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} HDF5_DISABLE_VERSION_CHECK=2 \
+            "$h/probe" "$h/probe.h5"); then
+        export ACT_HDF5_ROOT=$h HDF5_DISABLE_VERSION_CHECK=2
+        export LD_LIBRARY_PATH=$h/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+        echo "hdf5: $v ($(basename "${lib:-?}"))"
+    else
+        echo "hdf5: the probe failed: the build reads no episodes"
+    fi
+}
 deps() {
     local dd=/tmp/act_devdeps f
     if [ -d "$ROOT/.devdeps" ]; then
@@ -133,9 +164,10 @@ deps() {
             if command -v dpkg-deb >/dev/null; then dpkg-deb -x "$f" "$dd"
             else local t; t=$(mktemp -d) && (cd "$t" && ar x "$f" && tar -xf data.tar.* -C "$dd"); rm -rf "$t"; fi
         done
-        export ACT_BLAS_ROOT=$dd/usr ACT_ZSTD_ROOT=$dd/usr
+        export ACT_BLAS_ROOT=$dd/usr ACT_ZSTD_ROOT=$dd/usr ACT_LIBDEFLATE_ROOT=$dd/usr
         export LD_LIBRARY_PATH=$dd/usr/lib/x86_64-linux-gnu/openblas-pthread:$dd/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     fi
+    hdf5_setup
     local cp r=/tmp/act_cudnn
     cp=$("$PY" -c "import nvidia.cudnn as m; print(list(m.__path__)[0])" 2>/dev/null)
     mkdir -p "$r/lib"
@@ -154,14 +186,40 @@ deps() {
     echo "cublas: $(ls "$cu"/lib64/libcublas*.so* "$cu"/targets/*/lib/libcublas*.so* 2>/dev/null | head -4 | paste -sd' ')"
     [ -e "$r/lib/libcudnn.so" ] || [ -n "$(ldconfig -p 2>/dev/null | grep libcudnn.so)" ]
 }
-if deps >"$LOG/deps.log" 2>&1; then row deps ok "$(grep '^cudnn' "$LOG/deps.log")"
+if deps >"$LOG/deps.log" 2>&1; then row deps ok "$(grep -E '^(cudnn|hdf5)' "$LOG/deps.log" | paste -sd';' | cut -c1-200)"
 else row deps FAIL "no cuDNN found (see deps.log)"; fi
 # (deps ran in this shell, not a subshell: its exports hold for every step below)
+
+# ---------------- episodes for the eval rows (made in the background while the build runs) ----------------
+# One 512-timestep episode each, raw contiguous and gzip chunked, hard-linked 8 and 4 times (the
+# reader and the step see 4096 and 2048 timesteps; making them takes most of the time here), and
+# two short gzip episodes for the parity check of the eval path.
+EPS=/tmp/act_eps
+EVAL_B=$(it 256)   # the eval rows' batch (a rehearsal divides it, and the episodes' length)
+eps_pid=""
+if [ -n "${ACT_HDF5_ROOT:-}" ] && { want eval || want eval-ab; }; then
+    (
+        set -e
+        # a second run on the same machine keeps what the first made
+        [ -e "$EPS/ready_T$(it 512)" ] && { echo "episodes kept from an earlier run"; exit 0; }
+        rm -rf "$EPS" && mkdir -p "$EPS/raw" "$EPS/gzip" "$EPS/short"
+        "$PY" tools/make_episodes.py --out "$EPS/short" --episodes 2 --T 24 --gzip --chunked --seed 3
+        "$PY" tools/make_episodes.py --out "$EPS/gzip" --episodes 1 --T "$(it 512)" --gzip --chunked --seed 2 &
+        "$PY" tools/make_episodes.py --out "$EPS/raw" --episodes 1 --T "$(it 512)" --contiguous --seed 1
+        wait $!
+        for i in 1 2 3 4 5 6 7; do ln -f "$EPS/raw/episode_0.hdf5" "$EPS/raw/episode_$i.hdf5"; done
+        for i in 1 2 3; do ln -f "$EPS/gzip/episode_0.hdf5" "$EPS/gzip/episode_$i.hdf5"; done
+        touch "$EPS/ready_T$(it 512)"
+        echo "episodes ready after $SECONDS s"
+    ) >"$LOG/episodes.log" 2>&1 &
+    eps_pid=$!
+fi
 
 # ---------------- build ----------------
 built=0
 if timeout "$(limit 180)" bash -c "cmake -S '$ROOT' -B '$BUILD' -DCMAKE_BUILD_TYPE=Release \
-        -DCMAKE_CUDA_ARCHITECTURES=90 -DACT_ENABLE_HDF5=OFF && cmake --build '$BUILD' -j16" \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DACT_ENABLE_HDF5=$([ -n "${ACT_HDF5_ROOT:-}" ] && echo ON || echo OFF) \
+        && cmake --build '$BUILD' -j16" \
         >"$LOG/build.log" 2>&1; then
     if grep -q "CUDA=ON" "$LOG/build.log"; then built=1; row build ok "$(grep -o 'act-engine: .*' "$LOG/build.log" | tail -1)"
     else row build FAIL "configured without CUDA: $(grep -o 'act-engine: .*' "$LOG/build.log" | tail -1)"; fi
@@ -368,6 +426,63 @@ else
     row ncu SKIP "no ncu, build, full model or time"
 fi
 
+# ---------------- batch eval on the GPU: act-infer eval over HDF5 episodes ----------------
+# (needs the carried HDF5: hdf5_setup in deps). First the eval path's parity: on CUDA the step
+# pulls each batch's frames over PCIe from the reader's registered buffers, which no other row
+# runs; fp32 on CUDA vs the CPU over two short gzip episodes, every metric of the summary within
+# 1e-4 relative. Then throughput, bf16 batch 256: raw episodes (frames read by pread on the
+# reader's threads) and gzip ones (inflated by libdeflate), with the share of the time the step
+# waited for the reader. The conv/GEMM algorithms come from one cache (the first run measures).
+eval_ready() {   # the episodes made (waits for the background job, at most the step's limit)
+    local n=0
+    [ -n "$eps_pid" ] || return 1
+    while kill -0 "$eps_pid" 2>/dev/null && ((n < $(limit 60))); do sleep 1; n=$((n + 1)); done
+    wait "$eps_pid" 2>/dev/null
+    [ -e "$EPS/gzip/episode_3.hdf5" ] && [ -e "$EPS/raw/episode_7.hdf5" ]
+}
+eval_run() {   # tag episodes device precision batch [VAR=value... | --copy-frames]: -> eval_TAG.json
+    local tag=$1 dir=$2 dev=$3 prec=$4 batch=$5 a envs=() flags=()
+    shift 5
+    for a in "$@"; do case $a in --*) flags+=("$a");; *) envs+=("$a");; esac; done
+    echo "== eval $tag: ${envs[*]-} ${flags[*]-}" >>"$LOG/eval.log"
+    env ${envs[@]+"${envs[@]}"} ACT_CUDA_ALGO_CACHE="$LOG/eval_algos.cache" timeout "$(limit 60)" \
+        "$BUILD/act-infer" eval --model "$TD/full.actw" --device "$dev" --precision "$prec" --batch "$batch" \
+        --episodes "$EPS/$dir" ${flags[@]+"${flags[@]}"} --json "$LOG/eval_$tag.json" >>"$LOG/eval.log" 2>&1
+}
+eval_fig() {   # tag: "N ts/s (wait P%)" of eval_TAG.json
+    "$PY" -c "
+import json, sys
+t = json.load(open(sys.argv[1]))['overall']['throughput']
+print('%.0f ts/s (wait %.0f%%)' % (t['timesteps_per_s'], 100 * t['reader_wait_s'] / t['elapsed_s']))" \
+        "$LOG/eval_$1.json" 2>/dev/null || echo "? (eval.log)"
+}
+eval_ok=0
+if ! want eval && ! want eval-ab; then :
+elif [ -z "${ACT_HDF5_ROOT:-}" ]; then row eval SKIP "no HDF5 carried or its probe failed (deps.log)"
+elif ! ((built && have_full)) || ! enough 40; then row eval SKIP "no build, full model or time"
+elif ! eval_ready; then row eval FAIL "no episodes: $(tail -1 "$LOG/episodes.log" | cut -c1-150)"
+else
+    eval_ok=1
+    if want eval; then
+        eval_run short_cpu short cpu fp32 16
+        eval_run short_cuda short cuda fp32 16
+        par=$("$PY" - "$LOG/eval_short_cpu.json" "$LOG/eval_short_cuda.json" <<'EOF' 2>&1
+import json, sys
+a, b = (json.load(open(p))["overall"] for p in sys.argv[1:3])
+keys = ["action_l1", "action_mse", "val_l1", "val_kl", "val_loss"]
+rel = {k: abs(a[k] - b[k]) / max(abs(a[k]), 1e-6) for k in keys}
+rel["per_joint_l1"] = max(abs(x - y) / max(abs(x), 1e-6) for x, y in zip(a["per_joint_l1"], b["per_joint_l1"]))
+worst = max(rel, key=rel.get)
+print("%s worst relative %.1e (%s)" % ("PASS" if rel[worst] <= 1e-4 else "FAIL", rel[worst], worst))
+EOF
+)
+        eval_run raw_first raw cuda bf16 "$EVAL_B"
+        eval_run raw raw cuda bf16 "$EVAL_B"
+        eval_run gzip gzip cuda bf16 "$EVAL_B"
+        row eval "$([[ $par == PASS* ]] && echo PASS || echo FAIL)" "fp32 cuda vs cpu: ${par#* }; bf16 b$EVAL_B: raw $(eval_fig raw), gzip $(eval_fig gzip), raw first run $(eval_fig raw_first)"
+    fi
+fi
+
 # ---------------- A/B rows: the same step with one switch flipped (what time is left) ----------------
 ab_p50() {   # precision batch [VAR=value...] [copied|inplace] -> "p50 ms" of act-infer bench (graphs on)
     # (with AB_FIRST=1 also the first warmup step's time: "p50 (1st N)", what measuring costs)
@@ -507,6 +622,21 @@ print('%.0f/%.0f req/s, p50 %.2f/%.2f ms' % (rows[1]['throughput_rps'], rows[32]
     row io-ab ok "bf16 TCP 1/32 clients:$fig"
 else
     row io-ab SKIP "no serve_load, build, full model or time"
+fi
+# the episode reader on the GPU host's cores: raw frames read by HDF5 on one thread
+# (ACT_EPISODE_THREADS=1) vs pread on the pool (default), and frames copied into the session's
+# input buffers (--copy-frames) vs pulled by the GPU from the reader's; gzip chunks fetched by
+# HDF5's H5Dread_chunk on the reader thread (ACT_EPISODE_PREAD=0) vs pread on the inflating threads
+if ! want eval-ab; then :
+elif ((eval_ok)) && enough 40; then
+    eval_run ab_raw_h5 raw cuda bf16 "$EVAL_B" ACT_EPISODE_THREADS=1
+    eval_run ab_raw raw cuda bf16 "$EVAL_B"
+    eval_run ab_raw_copy raw cuda bf16 "$EVAL_B" --copy-frames
+    eval_run ab_gzip_h5 gzip cuda bf16 "$EVAL_B" ACT_EPISODE_PREAD=0
+    eval_run ab_gzip gzip cuda bf16 "$EVAL_B"
+    row eval-ab ok "bf16 b$EVAL_B: raw HDF5 1 thread $(eval_fig ab_raw_h5) / pread $(eval_fig ab_raw) / pread+copy $(eval_fig ab_raw_copy); gzip H5Dread_chunk $(eval_fig ab_gzip_h5) / pread $(eval_fig ab_gzip)"
+else
+    row eval-ab SKIP "no episodes (eval row), or no time"
 fi
 # how often the measured runs of algo-ab and gemm-ab chose another algorithm than the heuristics'
 # first (one "act-engine: algo:" line per measured shape in ab.log, with both times)
