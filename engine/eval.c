@@ -11,6 +11,11 @@
 
 #include "json.h"
 
+double act_eval_steady_rate(const act_eval_summary *s) {
+    double n = (double)s->timesteps - s->first_steps_timesteps, t = s->elapsed_s - s->first_steps_s;
+    return n > 0 && t > 0 ? n / t : NAN;   /* NaN fields fail both tests */
+}
+
 int act_eval_init(act_eval_summary *s, const act_config *cfg, const char *device, const char *precision,
                   int shard_index, int shard_count, int n_episodes, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
@@ -178,7 +183,13 @@ int act_eval_write_json(const act_eval_summary *s, const char *path, char *err, 
     put_num(f, el > 0 ? (double)s->timesteps / el : NAN);
     fprintf(f, ", \"images_per_s\": ");
     put_num(f, el > 0 ? (double)s->timesteps * s->num_cams / el : NAN);
-    fprintf(f, ", \"elapsed_s\": %.17g, \"elapsed_max_s\": %.17g, \"reader_wait_s\": ", el, s->elapsed_max_s);
+    fprintf(f, ", \"elapsed_s\": %.17g, \"elapsed_max_s\": %.17g, \"first_steps_s\": ", el, s->elapsed_max_s);
+    put_num(f, s->first_steps_s);
+    fprintf(f, ", \"first_steps_timesteps\": ");
+    put_num(f, s->first_steps_timesteps);
+    fprintf(f, ", \"steady_timesteps_per_s\": ");
+    put_num(f, act_eval_steady_rate(s));
+    fprintf(f, ", \"reader_wait_s\": ");
     put_num(f, s->reader_wait_s);
     fprintf(f, "}\n  },\n  \"episodes\": [");
     for (int i = 0; i < s->n_episodes; i++) {
@@ -305,6 +316,8 @@ static int read_tree(const act_json *r, const char *path, act_eval_summary *s, c
     s->elapsed_max_s = act_json_num(tp, "elapsed_max_s");
     if (!isfinite(s->elapsed_s) || !isfinite(s->elapsed_max_s)) BAD("\"overall.throughput\" incomplete");
     s->reader_wait_s = act_json_num(tp, "reader_wait_s");   /* NaN when absent (older summaries) */
+    s->first_steps_s = act_json_num(tp, "first_steps_s");   /* (the same) */
+    s->first_steps_timesteps = act_json_num(tp, "first_steps_timesteps");
     const act_json *eps = act_json_get(r, "episodes");
     if (!eps || eps->type != ACT_JSON_ARR) BAD("\"episodes\" missing");
     s->n_episodes = eps->n;
@@ -428,6 +441,8 @@ int act_eval_merge(const act_eval_summary *in, int n, act_eval_summary *out, cha
         }
         out->elapsed_s += b->elapsed_s;
         out->reader_wait_s = i ? out->reader_wait_s + b->reader_wait_s : b->reader_wait_s;
+        out->first_steps_s = i ? out->first_steps_s + b->first_steps_s : b->first_steps_s;
+        out->first_steps_timesteps = i ? out->first_steps_timesteps + b->first_steps_timesteps : b->first_steps_timesteps;
         if (b->elapsed_max_s > out->elapsed_max_s) out->elapsed_max_s = b->elapsed_max_s;
         for (int k = 0; k < b->n_episodes; k++, e++) {
             double *jl = out->episodes[e].s.joint_l1;

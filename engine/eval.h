@@ -1,6 +1,7 @@
 /* eval.h - batch-evaluation metrics: accumulation per episode, the JSON summary, shard merge.
  * defines: act_eval_summary, act_eval_episode, act_eval_init, act_eval_add_batch,
- *          act_eval_overall, act_eval_write_json, act_eval_read_json, act_eval_merge, act_eval_free
+ *          act_eval_overall, act_eval_write_json, act_eval_read_json, act_eval_merge, act_eval_free,
+ *          act_eval_steady_rate
  * Metrics (issue "act-infer eval"), for every timestep t and chunk step k with t + k < T:
  *   action_l1 / action_mse   prior chunk (z = 0) vs action[t+k], denormalized units, mean over
  *                            valid (t, k, joint);  per_joint_l1 the same per joint;
@@ -53,6 +54,10 @@ typedef struct act_eval_summary {
     double elapsed_max_s;      /* the slowest run (the wall time of a parallel sharded eval) */
     double reader_wait_s;      /* sum over runs of the time spent waiting for the episode reader's
                                   next batch (NaN: a summary written before it was kept) */
+    double first_steps_s;      /* sum over runs of the time spent in the first step at each batch
+                                  size (on CUDA: the graph capture and the conv/GEMM algorithm
+                                  choice; NaN: a summary written before it was kept) */
+    double first_steps_timesteps;  /* the timesteps those steps ran (NaN as above) */
 } act_eval_summary;
 
 int act_eval_init(act_eval_summary *s, const act_config *cfg, const char *device, const char *precision,
@@ -78,5 +83,9 @@ act_eval_means act_eval_means_of(const act_eval_sums *s, float kl_weight);
  * free it) and the number of failed episodes. -1: out of memory, or counts past 2^63 (only a
  * forged summary gets there; act_eval_read_json refuses those). */
 int act_eval_overall(const act_eval_summary *s, act_eval_sums *o, int *failed);
+/* Timesteps per second past the first step at each batch size: (timesteps - first_steps_timesteps)
+ * / (elapsed_s - first_steps_s). NaN when unknown (an older summary) or when nothing is left
+ * (every step was a first one). */
+double act_eval_steady_rate(const act_eval_summary *s);
 
 #endif

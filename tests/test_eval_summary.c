@@ -142,6 +142,8 @@ int main(void) {
     for (int i = 0; i < NEP; i++) check_direct(&one.episodes[i], &eps[i]);
     one.elapsed_s = one.elapsed_max_s = 1.5;
     one.reader_wait_s = 0.375;
+    one.first_steps_s = 0.5;
+    one.first_steps_timesteps = 6;
 
     /* 2. round trip */
     char p_one[128], p_s0[128], p_s1[128], p_m[128], p_bad[128];
@@ -155,6 +157,10 @@ int main(void) {
     CHECK(act_eval_read_json(p_one, &back, err, sizeof err) == 0, "read: %s", err);
     CHECK(back.n_episodes == NEP && back.timesteps == one.timesteps, "round trip counts");
     CHECK(back.reader_wait_s == one.reader_wait_s, "reader wait %g after the round trip", back.reader_wait_s);
+    CHECK(back.first_steps_s == 0.5 && back.first_steps_timesteps == 6, "first steps %g s, %g timesteps after "
+          "the round trip", back.first_steps_s, back.first_steps_timesteps);
+    CHECK(act_eval_steady_rate(&back) == (double)(one.timesteps - 6) / 1.0, "steady rate %g, want %g",
+          act_eval_steady_rate(&back), (double)(one.timesteps - 6));
     for (int i = 0; i < NEP && i < back.n_episodes; i++)
         CHECK(same_episode(&one.episodes[i], &back.episodes[i]), "episode %d differs after the round trip", i);
     act_eval_free(&back);
@@ -172,6 +178,26 @@ int main(void) {
         }
         free(t);
     }
+    { /* ... and one written before the first steps were kept: NaN, and no steady rate */
+        size_t n = 0;
+        char *t = read_text(p_one, &n), *k = t ? strstr(t, ", \"first_steps_s\": ") : NULL;
+        char *end = k ? strchr(k, '}') : NULL;
+        CHECK(k && end, "no first_steps_s in the summary written");
+        if (k && end) {
+            memmove(k, end, strlen(end) + 1);
+            write_text(p_bad, t, strlen(t));
+            int rr = act_eval_read_json(p_bad, &back, err, sizeof err);
+            CHECK(rr == 0 && isnan(back.first_steps_s) && isnan(back.first_steps_timesteps) &&
+                  isnan(act_eval_steady_rate(&back)), "a summary without first_steps_s: %s", rr ? err : "not NaN");
+            if (rr == 0) act_eval_free(&back);
+        }
+        free(t);
+    }
+    { /* every step a first one: no steady rate */
+        act_eval_summary all = one;
+        all.first_steps_timesteps = (double)one.timesteps;
+        CHECK(isnan(act_eval_steady_rate(&all)), "steady rate %g with no step left", act_eval_steady_rate(&all));
+    }
 
     /* 3. shards 0/2 (episodes 0, 2, 4) and 1/2 (1, 3), merged in the wrong order */
     act_eval_summary sh[2], merged;
@@ -181,6 +207,8 @@ int main(void) {
         for (int k = 0; k < n; k++) feed(&sh[s], k, s + 2 * k, &eps[s + 2 * k], 3, &c);
         sh[s].elapsed_s = sh[s].elapsed_max_s = 1.0 + s;
         sh[s].reader_wait_s = 0.25 + 0.5 * s;
+        sh[s].first_steps_s = 0.125 + 0.25 * s;
+        sh[s].first_steps_timesteps = 2 + s;
     }
     act_eval_write_json(&sh[0], p_s0, err, sizeof err);
     act_eval_write_json(&sh[1], p_s1, err, sizeof err);
@@ -193,6 +221,8 @@ int main(void) {
         CHECK(same_episode(&one.episodes[i], &merged.episodes[i]), "merged episode %d differs from the single run", i);
     CHECK(merged.elapsed_s == 3.0 && merged.elapsed_max_s == 2.0, "merged timings %g %g", merged.elapsed_s, merged.elapsed_max_s);
     CHECK(merged.reader_wait_s == 1.0, "merged reader wait %g (the shards' sum, 1)", merged.reader_wait_s);
+    CHECK(merged.first_steps_s == 0.5 && merged.first_steps_timesteps == 5, "merged first steps %g s, %g "
+          "timesteps (the shards' sums, 0.5 and 5)", merged.first_steps_s, merged.first_steps_timesteps);
     act_eval_write_json(&merged, p_m, err, sizeof err);
 
     /* 5. refusals */

@@ -239,6 +239,11 @@ static void print_overall(const act_eval_summary *s) {
         printf("throughput: %.1f timesteps/s, %.1f images/s (%s, %s, model %s)\n",
                (double)s->timesteps / s->elapsed_s, (double)s->timesteps * s->num_cams / s->elapsed_s,
                s->device, s->precision, s->model_hash);
+        double steady = act_eval_steady_rate(s);
+        if (isfinite(steady) && s->first_steps_s > 0.05 * s->elapsed_s)
+            printf("steady: %.1f timesteps/s past the first step at each batch size (those took %.2f s of "
+                   "%.2f s%s)\n", steady, s->first_steps_s, s->elapsed_s,
+                   strcmp(s->device, "cuda") ? "" : ": graph capture, conv/GEMM algorithm choice");
         double share = s->reader_wait_s / s->elapsed_s;
         if (isfinite(share))
             printf("reader: waited %.2f s of %.2f s (%.0f%%) for frames%s\n", s->reader_wait_s, s->elapsed_s,
@@ -313,6 +318,7 @@ int act_cmd_eval(int argc, char **argv) {
     int n_reg = 0;   /* reader buffers registered with the session */
     infer_buffers bufs = {0};
     float *tnorm = NULL;
+    unsigned char *seen = NULL;   /* [batch + 1]: batch sizes stepped at least once */
     act_npy *pf = NULL;
     rc = INFER_EXIT_FAIL;
     if (!sel || !sel_index) { fprintf(stderr, "act-infer eval: out of memory\n"); goto done; }
@@ -327,7 +333,8 @@ int act_cmd_eval(int argc, char **argv) {
     if (act_eval_init(&sum, cfg, infer_device_name(ctx.device), infer_precision_name(ctx.precision),
                       a.shard_i, a.shard_n, nsel, err, sizeof err) != 0 ||
         infer_buffers_alloc(&ctx, &bufs) != 0 ||
-        !(tnorm = malloc(sizeof(float) * (size_t)ctx.batch * cfg->pred_horizon * cfg->action_dim))) {
+        !(tnorm = malloc(sizeof(float) * (size_t)ctx.batch * cfg->pred_horizon * cfg->action_dim)) ||
+        !(seen = calloc((size_t)ctx.batch + 1, 1))) {
         fprintf(stderr, "act-infer eval: %s\n", err[0] ? err : "out of memory");
         goto done;
     }
@@ -359,7 +366,17 @@ int act_cmd_eval(int argc, char **argv) {
             int64_t shape[3] = {b->T, cfg->pred_horizon, cfg->action_dim};
             bad = act_npy_open(p, shape, 3, &pf, e->error, sizeof e->error) != 0;
         }
-        if (!bad) bad = infer_run_batch(&ctx, b, 1, &bufs, e->error, sizeof e->error) != 0;
+        if (!bad) {
+            /* the first step at each batch size also captures its graph and (CUDA) chooses its
+             * conv/GEMM algorithms: its time is kept apart for the steady rate */
+            double ts = now_s();
+            bad = infer_run_batch(&ctx, b, 1, &bufs, e->error, sizeof e->error) != 0;
+            if (!bad && b->n > 0 && b->n <= ctx.batch && !seen[b->n]) {
+                seen[b->n] = 1;
+                sum.first_steps_s += now_s() - ts;
+                sum.first_steps_timesteps += b->n;
+            }
+        }
         if (!bad && pf) bad = act_npy_write(pf, bufs.actions, (size_t)b->n * chunk, e->error, sizeof e->error) != 0;
         if (bad) {
             e->failed = 1;
@@ -412,6 +429,7 @@ done:
     unregister_reader(&ctx, reg_blocks, &n_reg);
     act_stream_close(st);
     free(tnorm);
+    free(seen);
     infer_buffers_free(&bufs);
     act_eval_free(&sum);
     if (ctx.model) infer_close(&ctx);

@@ -449,11 +449,12 @@ eval_run() {   # tag episodes device precision batch [VAR=value... | --copy-fram
         "$BUILD/act-infer" eval --model "$TD/full.actw" --device "$dev" --precision "$prec" --batch "$batch" \
         --episodes "$EPS/$dir" ${flags[@]+"${flags[@]}"} --json "$LOG/eval_$tag.json" >>"$LOG/eval.log" 2>&1
 }
-eval_fig() {   # tag: "N ts/s (wait P%)" of eval_TAG.json
+eval_fig() {   # tag: "N ts/s (wall M, wait P%)" of eval_TAG.json: N past the first step at each batch size
     "$PY" -c "
 import json, sys
 t = json.load(open(sys.argv[1]))['overall']['throughput']
-print('%.0f ts/s (wait %.0f%%)' % (t['timesteps_per_s'], 100 * t['reader_wait_s'] / t['elapsed_s']))" \
+print('%.0f ts/s (wall %.0f, wait %.0f%%)' % (t.get('steady_timesteps_per_s') or float('nan'), t['timesteps_per_s'],
+      100 * t['reader_wait_s'] / t['elapsed_s']))" \
         "$LOG/eval_$1.json" 2>/dev/null || echo "? (eval.log)"
 }
 eval_ok=0
