@@ -19,7 +19,8 @@
 #              from .devdeps/hdf5, an h5py wheel's libraries: linked only if a probe program
 #              (tests/gpu/hdf5_probe.c) writes and reads a file through it (hdf5_setup)
 #   episodes   (in the background during the build, if HDF5 is there) tools/make_episodes.py:
-#              one raw and one gzip episode of 512 timesteps, hard-linked 8 and 4 times
+#              two short gzip episodes, then one raw and one gzip episode of 512 timesteps,
+#              hard-linked 8 and 4 times
 #   build      cmake (sm_90, Release) + build -j16 into build-dev/
 #   testdata   tests/make_testdata.py (small models) + a full act_resnet checkpoint -> full.actw
 #   ops        tests/test_backend_ops: every CUDA op vs the CPU backend, 4 precisions x 3 batches
@@ -31,6 +32,8 @@
 #   e2e-lanes  the same, small models, batches 2-3 through the per-camera upload lane
 #   e2e-fuse16 the same, full size, with bf16/fp16 convs through cuDNN's fused bias+ReLU
 #              (if ops or e2e fail: the op table again with the fused epilogues off)
+#   eval       act-infer eval over two short gzip HDF5 episodes, fp32: CUDA vs CPU summaries within
+#              1e-4 (the eval path's parity: frames pulled by the GPU from the reader's buffers)
 #   memcheck   compute-sanitizer memcheck on full-size steps (eager, captured and replayed)
 #   racecheck  compute-sanitizer racecheck on the attention and norm kernels
 #   bench      bench/compare_torch.py --device cuda (if present): ours vs PyTorch eager/compile
@@ -41,9 +44,8 @@
 #   ncu        Nsight Compute on an eager bf16 batch-1 step: kernel time per step, the kernels that
 #              take most of it and their compute/memory speed of light (a note where the runtime
 #              gives no hardware counters)
-#   eval       act-infer eval over HDF5 episodes: fp32 CUDA vs CPU summaries on two short gzip
-#              episodes (the eval path's parity: frames pulled by the GPU from the reader's
-#              buffers), then bf16 batch 256 timesteps/s and reader wait on raw and gzip episodes
+#   eval-speed act-infer eval over HDF5 episodes, bf16 batch 256: the steady timesteps/s (past each
+#              batch size's first step), the wall rate and the reader-wait share, on raw and gzip
 #   algo-ab    act-infer bench, full model, bf16 at batch 1 and 256 (algo-ab32: fp32, batch 1):
 #              conv algorithms measured by cuDNN's Find at each shape's first step (the default)
 #              vs the heuristics' first choice (ACT_CUDA_CONV_ALGO=heuristic)
@@ -85,8 +87,8 @@
 # only those rows: a quick second run after a fix, inside the session's device time. The bench
 # row may use all but 90 s of what is left (torch.compile's autotuning), so ncu and the A/B rows
 # may find no time in a first full run: then a second run with
-# ACT_CHECK_ONLY=ncu,algo-ab,gemm-ab,gather-ab,fusion-ab,e2e-fuse16,io-ab,group-ab,eval,eval-ab (the
-# rows that decide a default first) and, time permitting, the other A/B rows.
+# ACT_CHECK_ONLY=ncu,algo-ab,gemm-ab,gather-ab,fusion-ab,e2e-fuse16,io-ab,group-ab,eval-speed,eval-ab
+# (the rows that decide a default first) and, time permitting, the other A/B rows.
 # A rehearsal without a GPU (every row's logic, on the CUDA emulator; no figure means anything):
 #   ACT_CUDA_EMULATOR=$PWD/build-dev/libact_cuda_emu.so ACT_PYTHON=/usr/bin/python3 ACT_E2E_MAX_BATCH=3 \
 #   ACT_CHECK_SLOW=6 ACT_CHECK_ITERS_DIV=50 ACT_CHECK_BUDGET_S=5400 tests/gpu/device_check.sh
@@ -191,25 +193,32 @@ else row deps FAIL "no cuDNN found (see deps.log)"; fi
 # (deps ran in this shell, not a subshell: its exports hold for every step below)
 
 # ---------------- episodes for the eval rows (made in the background while the build runs) ----------------
-# One 512-timestep episode each, raw contiguous and gzip chunked, hard-linked 8 and 4 times (the
-# reader and the step see 4096 and 2048 timesteps; making them takes most of the time here), and
-# two short gzip episodes for the parity check of the eval path.
+# Two short gzip episodes for the eval path's parity (row eval; ready first), then one 512-timestep
+# episode each, raw contiguous and gzip chunked, hard-linked 8 and 4 times (eval-speed, eval-ab:
+# the reader and the step see 4096 and 2048 timesteps; making them takes most of the time here).
+# Each set gets a marker file when whole; a second run on the same machine keeps what is there.
 EPS=/tmp/act_eps
-EVAL_B=$(it 256)   # the eval rows' batch (a rehearsal divides it, and the episodes' length)
+EVAL_B=$(it 256)   # eval-speed's and eval-ab's batch (a rehearsal divides it, and the episodes' length)
+EPS_BIG=ready_T$(it 512)
 eps_pid=""
-if [ -n "${ACT_HDF5_ROOT:-}" ] && { want eval || want eval-ab; }; then
+if [ -n "${ACT_HDF5_ROOT:-}" ] && { want eval || want eval-speed || want eval-ab; }; then
     (
         set -e
-        # a second run on the same machine keeps what the first made
-        [ -e "$EPS/ready_T$(it 512)" ] && { echo "episodes kept from an earlier run"; exit 0; }
-        rm -rf "$EPS" && mkdir -p "$EPS/raw" "$EPS/gzip" "$EPS/short"
-        "$PY" tools/make_episodes.py --out "$EPS/short" --episodes 2 --T 24 --gzip --chunked --seed 3
-        "$PY" tools/make_episodes.py --out "$EPS/gzip" --episodes 1 --T "$(it 512)" --gzip --chunked --seed 2 &
-        "$PY" tools/make_episodes.py --out "$EPS/raw" --episodes 1 --T "$(it 512)" --contiguous --seed 1
-        wait $!
-        for i in 1 2 3 4 5 6 7; do ln -f "$EPS/raw/episode_0.hdf5" "$EPS/raw/episode_$i.hdf5"; done
-        for i in 1 2 3; do ln -f "$EPS/gzip/episode_0.hdf5" "$EPS/gzip/episode_$i.hdf5"; done
-        touch "$EPS/ready_T$(it 512)"
+        mkdir -p "$EPS"
+        if ! [ -e "$EPS/ready_short" ]; then
+            rm -rf "$EPS/short"
+            "$PY" tools/make_episodes.py --out "$EPS/short" --episodes 2 --T 24 --gzip --chunked --seed 3
+            touch "$EPS/ready_short"
+        fi
+        if ! [ -e "$EPS/$EPS_BIG" ]; then
+            rm -rf "$EPS/raw" "$EPS/gzip" "$EPS"/ready_T*
+            "$PY" tools/make_episodes.py --out "$EPS/gzip" --episodes 1 --T "$(it 512)" --gzip --chunked --seed 2 &
+            "$PY" tools/make_episodes.py --out "$EPS/raw" --episodes 1 --T "$(it 512)" --contiguous --seed 1
+            wait $!
+            for i in 1 2 3 4 5 6 7; do ln -f "$EPS/raw/episode_0.hdf5" "$EPS/raw/episode_$i.hdf5"; done
+            for i in 1 2 3; do ln -f "$EPS/gzip/episode_0.hdf5" "$EPS/gzip/episode_$i.hdf5"; done
+            touch "$EPS/$EPS_BIG"
+        fi
         echo "episodes ready after $SECONDS s"
     ) >"$LOG/episodes.log" 2>&1 &
     eps_pid=$!
@@ -287,6 +296,57 @@ ACT_CUDA_CONV_FUSE_LOWP=1 ACT_E2E_MODELS=full ACT_E2E_MAX_BATCH=3 \
 # with both off (is the fusion the cause)?
 if grep -q "FAIL" "$LOG/ops.log" "$LOG/e2e.log" 2>/dev/null; then
     ACT_CUDA_CONV_UNFUSED=1 ACT_CUDA_GEMM=gemmex run_test ops-unfused "$BUILD/tests/test_backend_ops" 90
+fi
+
+# ---------------- the eval path's parity: act-infer eval over HDF5 episodes, CUDA vs CPU ----------------
+# (needs the carried HDF5: hdf5_setup in deps). On CUDA the eval step pulls each batch's frames
+# over PCIe from the episode reader's registered buffers, which no other row runs: fp32 on CUDA
+# vs the CPU over two short gzip episodes, every metric of the summary within 1e-4 relative.
+eval_can() {   # row marker seconds: the HDF5 build, the full model, time, and the episodes of
+    # that marker (waiting for the background job up to the row's limit); else a row says why
+    local name=$1 mark=$2 secs=$3 n=0
+    if [ -z "${ACT_HDF5_ROOT:-}" ]; then row "$name" SKIP "no HDF5 carried, or its probe failed (deps.log)"; return 1; fi
+    if ! ((built && have_full)) || ! enough "$secs"; then row "$name" SKIP "no build, full model or time"; return 1; fi
+    while ! [ -e "$EPS/$mark" ] && [ -n "$eps_pid" ] && kill -0 "$eps_pid" 2>/dev/null && ((n < $(limit 60))); do
+        sleep 1
+        n=$((n + 1))
+    done
+    [ -e "$EPS/$mark" ] && return 0
+    row "$name" FAIL "no episodes: $(tail -1 "$LOG/episodes.log" 2>/dev/null | cut -c1-150)"
+    return 1
+}
+eval_run() {   # tag episodes device precision batch [VAR=value... | --copy-frames]: -> eval_TAG.json
+    local tag=$1 dir=$2 dev=$3 prec=$4 batch=$5 a envs=() flags=()
+    shift 5
+    for a in "$@"; do case $a in --*) flags+=("$a");; *) envs+=("$a");; esac; done
+    echo "== eval $tag: ${envs[*]-} ${flags[*]-}" >>"$LOG/eval.log"
+    env ${envs[@]+"${envs[@]}"} ACT_CUDA_ALGO_CACHE="$LOG/eval_algos.cache" timeout "$(limit 60)" \
+        "$BUILD/act-infer" eval --model "$TD/full.actw" --device "$dev" --precision "$prec" --batch "$batch" \
+        --episodes "$EPS/$dir" ${flags[@]+"${flags[@]}"} --json "$LOG/eval_$tag.json" >>"$LOG/eval.log" 2>&1
+}
+eval_fig() {   # tag: "N ts/s (wall M, wait P%)" of eval_TAG.json: N past the first step at each batch size
+    "$PY" -c "
+import json, sys
+t = json.load(open(sys.argv[1]))['overall']['throughput']
+print('%.0f ts/s (wall %.0f, wait %.0f%%)' % (t.get('steady_timesteps_per_s') or float('nan'), t['timesteps_per_s'],
+      100 * t['reader_wait_s'] / t['elapsed_s']))" \
+        "$LOG/eval_$1.json" 2>/dev/null || echo "? (eval.log)"
+}
+if ! want eval; then :
+elif eval_can eval ready_short 20; then
+    eval_run short_cpu short cpu fp32 16
+    eval_run short_cuda short cuda fp32 16
+    par=$("$PY" - "$LOG/eval_short_cpu.json" "$LOG/eval_short_cuda.json" <<'EOF' 2>&1
+import json, sys
+a, b = (json.load(open(p))["overall"] for p in sys.argv[1:3])
+keys = ["action_l1", "action_mse", "val_l1", "val_kl", "val_loss"]
+rel = {k: abs(a[k] - b[k]) / max(abs(a[k]), 1e-6) for k in keys}
+rel["per_joint_l1"] = max(abs(x - y) / max(abs(x), 1e-6) for x, y in zip(a["per_joint_l1"], b["per_joint_l1"]))
+worst = max(rel, key=rel.get)
+print("%s worst relative %.1e (%s)" % ("PASS" if rel[worst] <= 1e-4 else "FAIL", rel[worst], worst))
+EOF
+)
+    row eval "$([[ $par == PASS* ]] && echo PASS || echo FAIL)" "fp32 cuda vs cpu, summaries of 2 gzip episodes: ${par#* }"
 fi
 
 # ---------------- sanitizers ----------------
@@ -426,62 +486,17 @@ else
     row ncu SKIP "no ncu, build, full model or time"
 fi
 
-# ---------------- batch eval on the GPU: act-infer eval over HDF5 episodes ----------------
-# (needs the carried HDF5: hdf5_setup in deps). First the eval path's parity: on CUDA the step
-# pulls each batch's frames over PCIe from the reader's registered buffers, which no other row
-# runs; fp32 on CUDA vs the CPU over two short gzip episodes, every metric of the summary within
-# 1e-4 relative. Then throughput, bf16 batch 256: raw episodes (frames read by pread on the
-# reader's threads) and gzip ones (inflated by libdeflate), with the share of the time the step
-# waited for the reader. The conv/GEMM algorithms come from one cache (the first run measures).
-eval_ready() {   # the episodes made (waits for the background job, at most the step's limit)
-    local n=0
-    [ -n "$eps_pid" ] || return 1
-    while kill -0 "$eps_pid" 2>/dev/null && ((n < $(limit 60))); do sleep 1; n=$((n + 1)); done
-    wait "$eps_pid" 2>/dev/null
-    [ -e "$EPS/gzip/episode_3.hdf5" ] && [ -e "$EPS/raw/episode_7.hdf5" ]
-}
-eval_run() {   # tag episodes device precision batch [VAR=value... | --copy-frames]: -> eval_TAG.json
-    local tag=$1 dir=$2 dev=$3 prec=$4 batch=$5 a envs=() flags=()
-    shift 5
-    for a in "$@"; do case $a in --*) flags+=("$a");; *) envs+=("$a");; esac; done
-    echo "== eval $tag: ${envs[*]-} ${flags[*]-}" >>"$LOG/eval.log"
-    env ${envs[@]+"${envs[@]}"} ACT_CUDA_ALGO_CACHE="$LOG/eval_algos.cache" timeout "$(limit 60)" \
-        "$BUILD/act-infer" eval --model "$TD/full.actw" --device "$dev" --precision "$prec" --batch "$batch" \
-        --episodes "$EPS/$dir" ${flags[@]+"${flags[@]}"} --json "$LOG/eval_$tag.json" >>"$LOG/eval.log" 2>&1
-}
-eval_fig() {   # tag: "N ts/s (wall M, wait P%)" of eval_TAG.json: N past the first step at each batch size
-    "$PY" -c "
-import json, sys
-t = json.load(open(sys.argv[1]))['overall']['throughput']
-print('%.0f ts/s (wall %.0f, wait %.0f%%)' % (t.get('steady_timesteps_per_s') or float('nan'), t['timesteps_per_s'],
-      100 * t['reader_wait_s'] / t['elapsed_s']))" \
-        "$LOG/eval_$1.json" 2>/dev/null || echo "? (eval.log)"
-}
-eval_ok=0
-if ! want eval && ! want eval-ab; then :
-elif [ -z "${ACT_HDF5_ROOT:-}" ]; then row eval SKIP "no HDF5 carried or its probe failed (deps.log)"
-elif ! ((built && have_full)) || ! enough 40; then row eval SKIP "no build, full model or time"
-elif ! eval_ready; then row eval FAIL "no episodes: $(tail -1 "$LOG/episodes.log" | cut -c1-150)"
-else
-    eval_ok=1
-    if want eval; then
-        eval_run short_cpu short cpu fp32 16
-        eval_run short_cuda short cuda fp32 16
-        par=$("$PY" - "$LOG/eval_short_cpu.json" "$LOG/eval_short_cuda.json" <<'EOF' 2>&1
-import json, sys
-a, b = (json.load(open(p))["overall"] for p in sys.argv[1:3])
-keys = ["action_l1", "action_mse", "val_l1", "val_kl", "val_loss"]
-rel = {k: abs(a[k] - b[k]) / max(abs(a[k]), 1e-6) for k in keys}
-rel["per_joint_l1"] = max(abs(x - y) / max(abs(x), 1e-6) for x, y in zip(a["per_joint_l1"], b["per_joint_l1"]))
-worst = max(rel, key=rel.get)
-print("%s worst relative %.1e (%s)" % ("PASS" if rel[worst] <= 1e-4 else "FAIL", rel[worst], worst))
-EOF
-)
-        eval_run raw_first raw cuda bf16 "$EVAL_B"
-        eval_run raw raw cuda bf16 "$EVAL_B"
-        eval_run gzip gzip cuda bf16 "$EVAL_B"
-        row eval "$([[ $par == PASS* ]] && echo PASS || echo FAIL)" "fp32 cuda vs cpu: ${par#* }; bf16 b$EVAL_B: raw $(eval_fig raw), gzip $(eval_fig gzip), raw first run $(eval_fig raw_first)"
-    fi
+# ---------------- batch eval on the GPU: throughput over HDF5 episodes ----------------
+# bf16 batch 256: raw episodes (frames read by pread on the reader's threads) and gzip ones
+# (inflated by libdeflate), the steady rate (past each batch size's first step) with the wall rate
+# and the share of the time the step waited for the reader. The conv/GEMM algorithms come from one
+# cache: the first run measures them (its wall rate says what that costs), the others load them.
+if ! want eval-speed; then :
+elif eval_can eval-speed "$EPS_BIG" 30; then
+    eval_run raw_first raw cuda bf16 "$EVAL_B"
+    eval_run raw raw cuda bf16 "$EVAL_B"
+    eval_run gzip gzip cuda bf16 "$EVAL_B"
+    row eval-speed ok "bf16 b$EVAL_B: raw $(eval_fig raw), gzip $(eval_fig gzip); first run, measuring: raw $(eval_fig raw_first)"
 fi
 
 # ---------------- A/B rows: the same step with one switch flipped (what time is left) ----------------
@@ -629,15 +644,13 @@ fi
 # input buffers (--copy-frames) vs pulled by the GPU from the reader's; gzip chunks fetched by
 # HDF5's H5Dread_chunk on the reader thread (ACT_EPISODE_PREAD=0) vs pread on the inflating threads
 if ! want eval-ab; then :
-elif ((eval_ok)) && enough 40; then
+elif eval_can eval-ab "$EPS_BIG" 40; then
     eval_run ab_raw_h5 raw cuda bf16 "$EVAL_B" ACT_EPISODE_THREADS=1
     eval_run ab_raw raw cuda bf16 "$EVAL_B"
     eval_run ab_raw_copy raw cuda bf16 "$EVAL_B" --copy-frames
     eval_run ab_gzip_h5 gzip cuda bf16 "$EVAL_B" ACT_EPISODE_PREAD=0
     eval_run ab_gzip gzip cuda bf16 "$EVAL_B"
     row eval-ab ok "bf16 b$EVAL_B: raw HDF5 1 thread $(eval_fig ab_raw_h5) / pread $(eval_fig ab_raw) / pread+copy $(eval_fig ab_raw_copy); gzip H5Dread_chunk $(eval_fig ab_gzip_h5) / pread $(eval_fig ab_gzip)"
-else
-    row eval-ab SKIP "no episodes (eval row), or no time"
 fi
 # how often the measured runs of algo-ab and gemm-ab chose another algorithm than the heuristics'
 # first (one "act-engine: algo:" line per measured shape in ab.log, with both times)
