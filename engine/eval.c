@@ -12,8 +12,7 @@
 #include "json.h"
 
 double act_eval_steady_rate(const act_eval_summary *s) {
-    double n = (double)s->timesteps - s->first_steps_timesteps, t = s->elapsed_s - s->first_steps_s;
-    return n > 0 && t > 0 ? n / t : NAN;   /* NaN fields fail both tests */
+    return s->steady_timesteps > 0 && s->steady_s > 0 ? s->steady_timesteps / s->steady_s : NAN;
 }
 
 int act_eval_init(act_eval_summary *s, const act_config *cfg, const char *device, const char *precision,
@@ -183,10 +182,10 @@ int act_eval_write_json(const act_eval_summary *s, const char *path, char *err, 
     put_num(f, el > 0 ? (double)s->timesteps / el : NAN);
     fprintf(f, ", \"images_per_s\": ");
     put_num(f, el > 0 ? (double)s->timesteps * s->num_cams / el : NAN);
-    fprintf(f, ", \"elapsed_s\": %.17g, \"elapsed_max_s\": %.17g, \"first_steps_s\": ", el, s->elapsed_max_s);
-    put_num(f, s->first_steps_s);
-    fprintf(f, ", \"first_steps_timesteps\": ");
-    put_num(f, s->first_steps_timesteps);
+    fprintf(f, ", \"elapsed_s\": %.17g, \"elapsed_max_s\": %.17g, \"steady_s\": ", el, s->elapsed_max_s);
+    put_num(f, s->steady_s);
+    fprintf(f, ", \"steady_timesteps\": ");
+    put_num(f, s->steady_timesteps);
     fprintf(f, ", \"steady_timesteps_per_s\": ");
     put_num(f, act_eval_steady_rate(s));
     fprintf(f, ", \"reader_wait_s\": ");
@@ -316,8 +315,8 @@ static int read_tree(const act_json *r, const char *path, act_eval_summary *s, c
     s->elapsed_max_s = act_json_num(tp, "elapsed_max_s");
     if (!isfinite(s->elapsed_s) || !isfinite(s->elapsed_max_s)) BAD("\"overall.throughput\" incomplete");
     s->reader_wait_s = act_json_num(tp, "reader_wait_s");   /* NaN when absent (older summaries) */
-    s->first_steps_s = act_json_num(tp, "first_steps_s");   /* (the same) */
-    s->first_steps_timesteps = act_json_num(tp, "first_steps_timesteps");
+    s->steady_s = act_json_num(tp, "steady_s");   /* (the same) */
+    s->steady_timesteps = act_json_num(tp, "steady_timesteps");
     const act_json *eps = act_json_get(r, "episodes");
     if (!eps || eps->type != ACT_JSON_ARR) BAD("\"episodes\" missing");
     s->n_episodes = eps->n;
@@ -441,8 +440,8 @@ int act_eval_merge(const act_eval_summary *in, int n, act_eval_summary *out, cha
         }
         out->elapsed_s += b->elapsed_s;
         out->reader_wait_s = i ? out->reader_wait_s + b->reader_wait_s : b->reader_wait_s;
-        out->first_steps_s = i ? out->first_steps_s + b->first_steps_s : b->first_steps_s;
-        out->first_steps_timesteps = i ? out->first_steps_timesteps + b->first_steps_timesteps : b->first_steps_timesteps;
+        out->steady_s = i ? out->steady_s + b->steady_s : b->steady_s;
+        out->steady_timesteps = i ? out->steady_timesteps + b->steady_timesteps : b->steady_timesteps;
         if (b->elapsed_max_s > out->elapsed_max_s) out->elapsed_max_s = b->elapsed_max_s;
         for (int k = 0; k < b->n_episodes; k++, e++) {
             double *jl = out->episodes[e].s.joint_l1;

@@ -54,10 +54,11 @@ typedef struct act_eval_summary {
     double elapsed_max_s;      /* the slowest run (the wall time of a parallel sharded eval) */
     double reader_wait_s;      /* sum over runs of the time spent waiting for the episode reader's
                                   next batch (NaN: a summary written before it was kept) */
-    double first_steps_s;      /* sum over runs of the time spent in the first step at each batch
-                                  size (on CUDA: the graph capture and the conv/GEMM algorithm
-                                  choice; NaN: a summary written before it was kept) */
-    double first_steps_timesteps;  /* the timesteps those steps ran (NaN as above) */
+    double steady_s;           /* sum over runs of the time of the steady iterations: from the third
+                                  step at each batch size on (the first sets up plans and, on CUDA,
+                                  measures algorithms, the second captures the graph), each from
+                                  the end of the one before; NaN: a summary written before it */
+    double steady_timesteps;   /* the timesteps of those iterations (NaN as above) */
 } act_eval_summary;
 
 int act_eval_init(act_eval_summary *s, const act_config *cfg, const char *device, const char *precision,
@@ -83,9 +84,8 @@ act_eval_means act_eval_means_of(const act_eval_sums *s, float kl_weight);
  * free it) and the number of failed episodes. -1: out of memory, or counts past 2^63 (only a
  * forged summary gets there; act_eval_read_json refuses those). */
 int act_eval_overall(const act_eval_summary *s, act_eval_sums *o, int *failed);
-/* Timesteps per second past the first step at each batch size: (timesteps - first_steps_timesteps)
- * / (elapsed_s - first_steps_s). NaN when unknown (an older summary) or when nothing is left
- * (every step was a first one). */
+/* steady_timesteps / steady_s: NaN when unknown (an older summary) or when no iteration was
+ * steady (fewer than three steps at every batch size). */
 double act_eval_steady_rate(const act_eval_summary *s);
 
 #endif

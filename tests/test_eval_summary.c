@@ -142,25 +142,25 @@ int main(void) {
     for (int i = 0; i < NEP; i++) check_direct(&one.episodes[i], &eps[i]);
     one.elapsed_s = one.elapsed_max_s = 1.5;
     one.reader_wait_s = 0.375;
-    one.first_steps_s = 0.5;
-    one.first_steps_timesteps = 6;
+    one.steady_s = 0.5;
+    one.steady_timesteps = 6;
 
     /* 2. round trip */
-    char p_one[128], p_s0[128], p_s1[128], p_m[128], p_bad[128];
+    char p_one[128], p_s0[128], p_s1[128], p_m[128], p_bad[128], p_old[128];
     snprintf(p_one, sizeof p_one, "%s/one.json", dir);
     snprintf(p_s0, sizeof p_s0, "%s/s0.json", dir);
     snprintf(p_s1, sizeof p_s1, "%s/s1.json", dir);
     snprintf(p_m, sizeof p_m, "%s/m.json", dir);
     snprintf(p_bad, sizeof p_bad, "%s/bad.json", dir);
+    snprintf(p_old, sizeof p_old, "%s/old.json", dir);
     CHECK(act_eval_write_json(&one, p_one, err, sizeof err) == 0, "write: %s", err);
     act_eval_summary back;
     CHECK(act_eval_read_json(p_one, &back, err, sizeof err) == 0, "read: %s", err);
     CHECK(back.n_episodes == NEP && back.timesteps == one.timesteps, "round trip counts");
     CHECK(back.reader_wait_s == one.reader_wait_s, "reader wait %g after the round trip", back.reader_wait_s);
-    CHECK(back.first_steps_s == 0.5 && back.first_steps_timesteps == 6, "first steps %g s, %g timesteps after "
-          "the round trip", back.first_steps_s, back.first_steps_timesteps);
-    CHECK(act_eval_steady_rate(&back) == (double)(one.timesteps - 6) / 1.0, "steady rate %g, want %g",
-          act_eval_steady_rate(&back), (double)(one.timesteps - 6));
+    CHECK(back.steady_s == 0.5 && back.steady_timesteps == 6, "steady %g s, %g timesteps after the round trip",
+          back.steady_s, back.steady_timesteps);
+    CHECK(act_eval_steady_rate(&back) == 12.0, "steady rate %g, want 12", act_eval_steady_rate(&back));
     for (int i = 0; i < NEP && i < back.n_episodes; i++)
         CHECK(same_episode(&one.episodes[i], &back.episodes[i]), "episode %d differs after the round trip", i);
     act_eval_free(&back);
@@ -178,25 +178,26 @@ int main(void) {
         }
         free(t);
     }
-    { /* ... and one written before the first steps were kept: NaN, and no steady rate */
+    { /* ... and one of session 19 (reader wait, no steady figures): those NaN, and no steady rate */
         size_t n = 0;
-        char *t = read_text(p_one, &n), *k = t ? strstr(t, ", \"first_steps_s\": ") : NULL;
-        char *end = k ? strchr(k, '}') : NULL;
-        CHECK(k && end, "no first_steps_s in the summary written");
+        char *t = read_text(p_one, &n), *k = t ? strstr(t, ", \"steady_s\": ") : NULL;
+        char *end = k ? strstr(k, ", \"reader_wait_s\": ") : NULL;
+        CHECK(k && end, "no steady_s before reader_wait_s in the summary written");
         if (k && end) {
             memmove(k, end, strlen(end) + 1);
-            write_text(p_bad, t, strlen(t));
-            int rr = act_eval_read_json(p_bad, &back, err, sizeof err);
-            CHECK(rr == 0 && isnan(back.first_steps_s) && isnan(back.first_steps_timesteps) &&
-                  isnan(act_eval_steady_rate(&back)), "a summary without first_steps_s: %s", rr ? err : "not NaN");
+            CHECK(!strstr(t, "steady"), "a steady key left after the cut");
+            write_text(p_old, t, strlen(t));
+            int rr = act_eval_read_json(p_old, &back, err, sizeof err);
+            CHECK(rr == 0 && isnan(back.steady_s) && isnan(back.steady_timesteps) && isnan(act_eval_steady_rate(&back)) &&
+                  back.reader_wait_s == one.reader_wait_s, "a summary without steady_s: %s", rr ? err : "wrong fields");
             if (rr == 0) act_eval_free(&back);
         }
         free(t);
     }
-    { /* every step a first one: no steady rate */
-        act_eval_summary all = one;
-        all.first_steps_timesteps = (double)one.timesteps;
-        CHECK(isnan(act_eval_steady_rate(&all)), "steady rate %g with no step left", act_eval_steady_rate(&all));
+    { /* no steady iteration: no steady rate */
+        act_eval_summary none = one;
+        none.steady_s = none.steady_timesteps = 0;
+        CHECK(isnan(act_eval_steady_rate(&none)), "steady rate %g with no steady step", act_eval_steady_rate(&none));
     }
 
     /* 3. shards 0/2 (episodes 0, 2, 4) and 1/2 (1, 3), merged in the wrong order */
@@ -207,8 +208,8 @@ int main(void) {
         for (int k = 0; k < n; k++) feed(&sh[s], k, s + 2 * k, &eps[s + 2 * k], 3, &c);
         sh[s].elapsed_s = sh[s].elapsed_max_s = 1.0 + s;
         sh[s].reader_wait_s = 0.25 + 0.5 * s;
-        sh[s].first_steps_s = 0.125 + 0.25 * s;
-        sh[s].first_steps_timesteps = 2 + s;
+        sh[s].steady_s = 0.125 + 0.25 * s;
+        sh[s].steady_timesteps = 2 + s;
     }
     act_eval_write_json(&sh[0], p_s0, err, sizeof err);
     act_eval_write_json(&sh[1], p_s1, err, sizeof err);
@@ -221,9 +222,33 @@ int main(void) {
         CHECK(same_episode(&one.episodes[i], &merged.episodes[i]), "merged episode %d differs from the single run", i);
     CHECK(merged.elapsed_s == 3.0 && merged.elapsed_max_s == 2.0, "merged timings %g %g", merged.elapsed_s, merged.elapsed_max_s);
     CHECK(merged.reader_wait_s == 1.0, "merged reader wait %g (the shards' sum, 1)", merged.reader_wait_s);
-    CHECK(merged.first_steps_s == 0.5 && merged.first_steps_timesteps == 5, "merged first steps %g s, %g "
-          "timesteps (the shards' sums, 0.5 and 5)", merged.first_steps_s, merged.first_steps_timesteps);
+    CHECK(merged.steady_s == 0.5 && merged.steady_timesteps == 5, "merged steady %g s, %g timesteps (the "
+          "shards' sums, 0.5 and 5)", merged.steady_s, merged.steady_timesteps);
     act_eval_write_json(&merged, p_m, err, sizeof err);
+    { /* a shard of session 19 beside a new one: the sums unknown (null), the rest merged */
+        act_eval_summary mix[2], mm;
+        int r0 = act_eval_read_json(p_s1, &mix[0], err, sizeof err) != 0;
+        int r1 = act_eval_read_json(p_s0, &mix[1], err, sizeof err) != 0;
+        CHECK(!r0 && !r1, "reread: %s", err);
+        if (!r0 && !r1) {
+            mix[1].steady_s = mix[1].steady_timesteps = NAN;
+            CHECK(act_eval_merge(mix, 2, &mm, err, sizeof err) == 0, "merge: %s", err);
+            CHECK(isnan(mm.steady_s) && isnan(mm.steady_timesteps) && isnan(act_eval_steady_rate(&mm)) &&
+                  mm.reader_wait_s == 1.0, "merged with an old shard: steady %g s, %g timesteps", mm.steady_s,
+                  mm.steady_timesteps);
+            char p_mm[140];
+            snprintf(p_mm, sizeof p_mm, "%s/mm.json", dir);
+            CHECK(act_eval_write_json(&mm, p_mm, err, sizeof err) == 0, "write: %s", err);
+            size_t n = 0;
+            char *t = read_text(p_mm, &n);
+            CHECK(t && strstr(t, "\"steady_s\": null") && strstr(t, "\"steady_timesteps_per_s\": null"),
+                  "unknown steady figures not written as null");
+            free(t);
+            act_eval_free(&mm);
+        }
+        if (!r0) act_eval_free(&mix[0]);
+        if (!r1) act_eval_free(&mix[1]);
+    }
 
     /* 5. refusals */
     act_eval_summary bad;
