@@ -451,3 +451,26 @@ void act_episode_reader(const act_episode *ep, int cam, char *buf, size_t len) {
 void act_episode_close(act_episode *ep) { (void)ep; }
 
 #endif
+
+/* appends to buf[len] at *at (stops writing, but keeps counting, once it is full) */
+static void append(char *buf, size_t len, size_t *at, const char *a, const char *b) {
+    int w = snprintf(*at < len ? buf + *at : NULL, *at < len ? len - *at : 0, "%s%s", a, b);
+    if (w > 0) *at += (size_t)w;
+}
+
+void act_episode_readers(const act_episode *ep, const act_config *cfg, char *buf, size_t len) {
+    char how[ACT_MAX_CAMS][128];
+    int n = ep->num_cams < ACT_MAX_CAMS ? ep->num_cams : ACT_MAX_CAMS, done[ACT_MAX_CAMS] = {0};
+    size_t at = 0;
+    if (len) buf[0] = '\0';
+    for (int k = 0; k < n; k++) act_episode_reader(ep, k, how[k], sizeof how[k]);
+    for (int k = 0; k < n; k++) {
+        if (done[k]) continue;
+        for (int j = k; j < n; j++) {   /* every camera read as k is, in config order */
+            if (done[j] || strcmp(how[j], how[k])) continue;
+            done[j] = 1;
+            append(buf, len, &at, j == k ? (at ? "; " : "") : ", ", cfg->camera_names[j]);
+        }
+        append(buf, len, &at, ": ", how[k]);
+    }
+}

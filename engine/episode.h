@@ -1,5 +1,6 @@
 /* episode.h - socket-peg HDF5 episodes: validation, timestep-window reads, episode listing.
- * defines: act_episode_open, act_episode_read_frames, act_episode_reader, act_episode_close,
+ * defines: act_episode_open, act_episode_read_frames, act_episode_reader, act_episode_readers,
+ *          act_episode_close,
  *          act_episode_list, act_episode_free_list, act_episode_stem
  * An episode file holds `action` (T, action_dim) float, `observations/qpos` (T, obs_dim) float and
  * `observations/images/<cam>` (T, H, W, 3) uint8 for every camera of the model (gzip or raw,
@@ -35,6 +36,9 @@ int act_episode_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *ds
  * is libdeflate or zlib; pread: the compressed bytes fetched by it, else through HDF5), or
  * "hdf5" (HDF5 itself). */
 void act_episode_reader(const act_episode *ep, int cam, char *buf, size_t len);
+/* Every camera's reader, cameras with the same one grouped in config order: "l_vis, r_vis,
+ * front: pread, contiguous" or "l_vis: hdf5; r_vis, front: pread, contiguous". */
+void act_episode_readers(const act_episode *ep, const act_config *cfg, char *buf, size_t len);
 void act_episode_close(act_episode *ep);
 
 /* Expands arguments into episode paths: a directory becomes its episode_*.hdf5 files sorted by

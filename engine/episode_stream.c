@@ -75,6 +75,7 @@ static int publish_failure(act_stream *s, int e, int T, const char *msg) {
     b->t0 = b->n = 0;
     b->first = b->last = 1;
     b->failed = 1;
+    b->reader[0] = '\0';
     snprintf(b->err, sizeof b->err, "%s", msg);
     publish(s, sl);
     return 1;
@@ -102,6 +103,8 @@ static void *reader_main(void *arg) {
             b->last = t0 + b->n == ep->T;
             b->failed = 0;
             b->err[0] = '\0';
+            b->reader[0] = '\0';
+            if (b->first) act_episode_readers(ep, c, b->reader, sizeof b->reader);
             int bad = 0;
             for (int cam = 0; cam < c->num_cams && !bad; cam++)
                 bad = act_episode_read_frames(ep, cam, t0, b->n, sl->frames[cam], err, sizeof err) != 0;

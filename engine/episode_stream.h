@@ -24,6 +24,7 @@ typedef struct act_ep_batch {
     const uint8_t *images[ACT_MAX_CAMS];  /* per camera [n][H][W][3] */
     float *targets;     /* [n][pred_horizon][action_dim]: action[t:t+H], padded with the last action */
     uint8_t *is_pad;    /* [n][pred_horizon]: 1 where t + step >= T */
+    char reader[256];   /* first batch of an episode: how its frames are read (act_episode_readers) */
 } act_ep_batch;
 
 typedef struct act_stream act_stream;

@@ -197,6 +197,10 @@ int act_eval_write_json(const act_eval_summary *s, const char *path, char *err, 
         act_json_write_string(f, e->name);
         fprintf(f, ", \"index\": %d, \"steps\": %d, \"status\": \"%s\"", e->index, e->steps,
                 e->failed ? "failed" : "ok");
+        if (e->reader[0]) {
+            fprintf(f, ", \"reader\": ");
+            act_json_write_string(f, e->reader);
+        }
         if (e->failed) {
             fprintf(f, ", \"error\": ");
             act_json_write_string(f, e->error);
@@ -339,6 +343,7 @@ static int read_tree(const act_json *r, const char *path, act_eval_summary *s, c
         }
         d->steps = (int)v;
         d->failed = strcmp(status, "ok") != 0;
+        if (get_str(e, "reader", d->reader, sizeof d->reader)) d->reader[0] = '\0';   /* older summaries */
         if (d->failed) {
             get_str(e, "error", d->error, sizeof d->error);
         } else if (read_sums(e, &d->s, s->action_dim) != 0) {

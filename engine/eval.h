@@ -35,6 +35,7 @@ typedef struct act_eval_episode {
     int steps;                 /* T */
     int failed;
     char error[ACT_ERR_LEN];
+    char reader[256];          /* how its frames were read ("" if unknown: an older summary) */
     act_eval_sums s;
 } act_eval_episode;
 

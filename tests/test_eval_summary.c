@@ -99,7 +99,8 @@ static void check_direct(const act_eval_episode *ep, const episode_data *e) {
 }
 
 static int same_episode(const act_eval_episode *a, const act_eval_episode *b) {
-    if (strcmp(a->name, b->name) || a->index != b->index || a->steps != b->steps || a->failed != b->failed) return 0;
+    if (strcmp(a->name, b->name) || strcmp(a->reader, b->reader) || a->index != b->index || a->steps != b->steps ||
+        a->failed != b->failed) return 0;
     if (a->s.l1 != b->s.l1 || a->s.sq != b->s.sq || a->s.count != b->s.count || a->s.val_l1 != b->s.val_l1 ||
         a->s.kl != b->s.kl || a->s.kl_count != b->s.kl_count) return 0;
     return memcmp(a->s.joint_l1, b->s.joint_l1, sizeof(double) * A) == 0;
@@ -142,6 +143,7 @@ int main(void) {
     for (int i = 0; i < NEP; i++) check_direct(&one.episodes[i], &eps[i]);
     one.elapsed_s = one.elapsed_max_s = 1.5;
     one.reader_wait_s = 0.375;
+    snprintf(one.episodes[1].reader, sizeof one.episodes[1].reader, "l_vis, front: pread, contiguous; r_vis: hdf5");
     one.steady_s = 0.5;
     one.steady_timesteps = 6;
 
@@ -209,6 +211,7 @@ int main(void) {
         sh[s].elapsed_s = sh[s].elapsed_max_s = 1.0 + s;
         sh[s].reader_wait_s = 0.25 + 0.5 * s;
         sh[s].steady_s = 0.125 + 0.25 * s;
+        if (s == 1) memcpy(sh[1].episodes[0].reader, one.episodes[1].reader, sizeof one.episodes[1].reader);
         sh[s].steady_timesteps = 2 + s;
     }
     act_eval_write_json(&sh[0], p_s0, err, sizeof err);

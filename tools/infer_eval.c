@@ -226,6 +226,28 @@ static void print_table(const act_eval_summary *s) {
     }
 }
 
+/* How the episodes' frames were read: the most common way, and how many episodes were read
+ * otherwise (each episode's own is in the summary's episodes[].reader). */
+static void print_readers(const act_eval_summary *s) {
+    int best = -1, best_n = 0, known = 0;
+    for (int i = 0; i < s->n_episodes; i++) {
+        const char *r = s->episodes[i].reader;
+        if (!r[0]) continue;
+        known++;
+        int first = 1, n = 0;   /* counted at its first occurrence only */
+        for (int j = 0; j < s->n_episodes; j++) {
+            if (strcmp(s->episodes[j].reader, r)) continue;
+            if (j < i) { first = 0; break; }
+            n++;
+        }
+        if (first && n > best_n) best = i, best_n = n;
+    }
+    if (best < 0) return;
+    printf("frames read: %s", s->episodes[best].reader);
+    if (known > best_n) printf(" (%d of %d episodes; each episode's own: episodes[].reader in the summary)", best_n, known);
+    printf("\n");
+}
+
 static void print_overall(const act_eval_summary *s) {
     act_eval_sums o;
     int failed;
@@ -250,6 +272,7 @@ static void print_overall(const act_eval_summary *s) {
                    100.0 * share, share > 0.25 ? ": reading the episodes sets the pace (docs/EVAL.md: how frames "
                    "are read, ACT_EPISODE_THREADS)" : "");
     }
+    print_readers(s);
 }
 
 /* act_stream_next, with the time it waited for the reader added to *wait: when that is a large
@@ -366,6 +389,7 @@ int act_cmd_eval(int argc, char **argv) {
             continue;
         }
         e->steps = b->T;
+        if (b->first && b->reader[0]) snprintf(e->reader, sizeof e->reader, "%s", b->reader);
         int bad = b->failed;
         if (bad) snprintf(e->error, sizeof e->error, "%s", b->err);
         if (!bad && b->first && preds) {

@@ -9,6 +9,10 @@ end of the file, is tests/test_episode_reader.c's case."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+
+import h5py
 import numpy as np
 import pytest
 from episode_util import make_episode_data, predict, readers, write_episode
@@ -76,3 +80,26 @@ def test_a_truncated_file_is_refused_at_open(act_infer, episode_data, tmp_path, 
         assert p.returncode != 0, f"{layout}, {threads} threads: a truncated file was read"
         assert "ep.hdf5" in p.stderr and "truncated" in p.stderr, p.stderr
         assert "Traceback" not in p.stderr and not out.exists()
+
+
+def test_eval_names_each_cameras_reader(act_infer, episode_data, tmp_path):
+    """An episode whose cameras are stored differently: eval's summary groups the cameras by how
+    their frames were read (config order), so a slow camera is named, not averaged away."""
+    model, qpos, action, images = episode_data
+    cams = list(images)
+    assert len(cams) >= 2
+    ep = tmp_path / "episode_0.hdf5"
+    write_episode(ep, qpos, action, images)   # contiguous, then the second camera gzip'd instead
+    with h5py.File(ep, "a") as f:
+        name = f"observations/images/{cams[1]}"
+        del f[name]
+        f.create_dataset(name, data=images[cams[1]], chunks=(1,) + images[cams[1]].shape[1:], compression="gzip")
+    out = tmp_path / "eval.json"
+    p = subprocess.run([str(act_infer), "eval", "--model", str(model), "--episodes", str(ep), "--device", "cpu",
+                        "--batch", "4", "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    reader = json.loads(out.read_text())["episodes"][0]["reader"]
+    raw = ", ".join(c for i, c in enumerate(cams) if i != 1)
+    assert reader.startswith(f"{raw}: pread, contiguous; {cams[1]}: "), reader
+    assert reader.endswith("gzip chunks of 1 frames, pread"), reader
+    assert f"frames read: {reader}\n" in p.stdout, p.stdout

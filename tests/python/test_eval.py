@@ -138,6 +138,21 @@ def test_metrics_match_the_pytorch_reference(setup):
     assert isinstance(s["device_name"], str) and s["device_name"]
 
 
+def test_summary_names_how_frames_were_read(setup):
+    """Each episode's summary says how its cameras' frames were read (cameras grouped when they
+    share a way), and the printout names the most common way with the count of the others."""
+    cams = ", ".join(setup["cfg"]["camera_names"])
+    ways = set()
+    for e in setup["single"]["episodes"]:
+        T, gz, chunked = EPISODES[int(e["name"][len("episode_"):-len(".hdf5")])]
+        want = "gzip chunks of 1 frames" if gz else "pread, chunks of 1 frames" if chunked else "pread, contiguous"
+        assert e["reader"].startswith(cams + ": ") and want in e["reader"], (e["name"], e["reader"])
+        ways.add(e["reader"])
+    assert len(ways) == 3   # gzip, raw chunked, raw contiguous
+    line = [l for l in setup["stdout"].splitlines() if l.startswith("frames read: ")]
+    assert len(line) == 1 and "gzip chunks of 1 frames" in line[0] and "(2 of 4 episodes;" in line[0], line
+
+
 def test_episodes_run_in_episode_number_order(setup):
     names = [e["name"] for e in setup["single"]["episodes"]]
     assert names == [f"episode_{i}.hdf5" for i in sorted(EPISODES)]
