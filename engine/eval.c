@@ -444,9 +444,9 @@ int act_eval_merge(const act_eval_summary *in, int n, act_eval_summary *out, cha
             return -1;
         }
         out->elapsed_s += b->elapsed_s;
-        out->reader_wait_s = i ? out->reader_wait_s + b->reader_wait_s : b->reader_wait_s;
-        out->steady_s = i ? out->steady_s + b->steady_s : b->steady_s;
-        out->steady_timesteps = i ? out->steady_timesteps + b->steady_timesteps : b->steady_timesteps;
+        out->reader_wait_s += b->reader_wait_s;   /* from act_eval_init's 0; NaN (unknown) stays NaN */
+        out->steady_s += b->steady_s;
+        out->steady_timesteps += b->steady_timesteps;
         if (b->elapsed_max_s > out->elapsed_max_s) out->elapsed_max_s = b->elapsed_max_s;
         for (int k = 0; k < b->n_episodes; k++, e++) {
             double *jl = out->episodes[e].s.joint_l1;

@@ -125,6 +125,22 @@ static void write_text(const char *path, const char *t, size_t n) {
     fclose(f);
 }
 
+/* src's text less [from, until) (until searched after from) into dst, read back into out: the
+ * read's return, or -2 when src lacks either key */
+static int reread_cut(const char *src, const char *from, const char *until, const char *dst, act_eval_summary *out,
+                      char *err, size_t errlen) {
+    size_t n = 0;
+    char *t = read_text(src, &n), *k = t ? strstr(t, from) : NULL, *end = k ? strstr(k, until) : NULL;
+    int rr = -2;
+    if (end) {
+        memmove(k, end, strlen(end) + 1);
+        write_text(dst, t, strlen(t));
+        rr = act_eval_read_json(dst, out, err, errlen);
+    }
+    free(t);
+    return rr;
+}
+
 int main(void) {
     rng_state = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)getpid();
     if (!rng_state) rng_state = 1;
@@ -167,34 +183,21 @@ int main(void) {
         CHECK(same_episode(&one.episodes[i], &back.episodes[i]), "episode %d differs after the round trip", i);
     act_eval_free(&back);
     { /* a summary written before reader_wait_s was kept still reads (the wait unknown: NaN) */
-        size_t n = 0;
-        char *t = read_text(p_one, &n), *k = t ? strstr(t, ", \"reader_wait_s\": ") : NULL;
-        char *end = k ? strchr(k, '}') : NULL;
-        CHECK(k && end, "no reader_wait_s in the summary written");
-        if (k && end) {
-            memmove(k, end, strlen(end) + 1);
-            write_text(p_bad, t, strlen(t));
-            int rr = act_eval_read_json(p_bad, &back, err, sizeof err);
-            CHECK(rr == 0 && isnan(back.reader_wait_s), "a summary without reader_wait_s: %s", rr ? err : "not NaN");
-            if (rr == 0) act_eval_free(&back);
-        }
-        free(t);
+        int rr = reread_cut(p_one, ", \"reader_wait_s\": ", "}", p_bad, &back, err, sizeof err);
+        CHECK(rr != -2, "no reader_wait_s in the summary written");
+        CHECK(rr == 0 && isnan(back.reader_wait_s), "a summary without reader_wait_s: %s", rr ? err : "not NaN");
+        if (rr == 0) act_eval_free(&back);
     }
     { /* ... and one of session 19 (reader wait, no steady figures): those NaN, and no steady rate */
+        int rr = reread_cut(p_one, ", \"steady_s\": ", ", \"reader_wait_s\": ", p_old, &back, err, sizeof err);
+        CHECK(rr != -2, "no steady_s before reader_wait_s in the summary written");
         size_t n = 0;
-        char *t = read_text(p_one, &n), *k = t ? strstr(t, ", \"steady_s\": ") : NULL;
-        char *end = k ? strstr(k, ", \"reader_wait_s\": ") : NULL;
-        CHECK(k && end, "no steady_s before reader_wait_s in the summary written");
-        if (k && end) {
-            memmove(k, end, strlen(end) + 1);
-            CHECK(!strstr(t, "steady"), "a steady key left after the cut");
-            write_text(p_old, t, strlen(t));
-            int rr = act_eval_read_json(p_old, &back, err, sizeof err);
-            CHECK(rr == 0 && isnan(back.steady_s) && isnan(back.steady_timesteps) && isnan(act_eval_steady_rate(&back)) &&
-                  back.reader_wait_s == one.reader_wait_s, "a summary without steady_s: %s", rr ? err : "wrong fields");
-            if (rr == 0) act_eval_free(&back);
-        }
+        char *t = read_text(p_old, &n);
+        CHECK(t && !strstr(t, "steady"), "a steady key left after the cut");
         free(t);
+        CHECK(rr == 0 && isnan(back.steady_s) && isnan(back.steady_timesteps) && isnan(act_eval_steady_rate(&back)) &&
+              back.reader_wait_s == one.reader_wait_s, "a summary without steady_s: %s", rr ? err : "wrong fields");
+        if (rr == 0) act_eval_free(&back);
     }
     { /* no steady iteration: no steady rate */
         act_eval_summary none = one;
