@@ -63,10 +63,11 @@ void act_metrics_result(act_metrics *m, double queue_wait_s)
     pthread_mutex_unlock(&m->mu);
 }
 
-int act_metrics_batch(act_metrics *m, int batch, double infer_s, const char *failed_why)
+int act_metrics_batch(act_metrics *m, int batch, int rows, double infer_s, const char *failed_why)
 {
     pthread_mutex_lock(&m->mu);
     m->batches++;
+    if (rows > batch) m->padded_rows += (uint64_t)(rows - batch);
     hist_add(&m->batch_size, batch);
     hist_add(&m->infer_s, infer_s);
     int was = m->failing;
@@ -193,6 +194,10 @@ char *act_metrics_render(act_metrics *m, int ready, int draining, size_t *len)
     sb_printf(&b, "# HELP act_serve_batches_total forward passes run\n"
                   "# TYPE act_serve_batches_total counter\nact_serve_batches_total %llu\n",
               (unsigned long long)m->batches);
+    sb_printf(&b, "# HELP act_serve_padded_rows_total rows computed past the requests, a batch padded up to "
+                  "the next size the server runs (--batch-sizes)\n"
+                  "# TYPE act_serve_padded_rows_total counter\nact_serve_padded_rows_total %llu\n",
+              (unsigned long long)m->padded_rows);
     sb_printf(&b, "# HELP act_serve_errors_total ERROR replies and refused frames, by code\n"
                   "# TYPE act_serve_errors_total counter\n");
     for (int c = 1; c < ACT_METRICS_MAX_CODES; c++)

@@ -25,6 +25,7 @@ enum { ACT_REFUSED_MAX_CLIENTS, ACT_REFUSED_DRAINING, ACT_REFUSED_NO_FDS, ACT_RE
 typedef struct act_metrics {
     pthread_mutex_t mu;
     uint64_t requests, results, batches;
+    uint64_t padded_rows;                    /* rows run past the requests, padding a batch up to a size */
     uint64_t errors[ACT_METRICS_MAX_CODES];  /* by act_err_code */
     uint64_t conns_total, conns_dropped;     /* accepted; closed by the server for misbehaviour */
     uint64_t conns_refused[ACT_REFUSED_N];   /* accepted only to be refused at once, by reason */
@@ -42,9 +43,10 @@ void act_metrics_destroy(act_metrics *m);
 void act_metrics_request(act_metrics *m);
 void act_metrics_error(act_metrics *m, int code);
 void act_metrics_result(act_metrics *m, double queue_wait_s);
-/* one forward pass: its size, duration, and why it failed (NULL: it succeeded). Returns whether
- * the pass before had failed, so the caller can log the transitions. */
-int act_metrics_batch(act_metrics *m, int batch, double infer_s, const char *failed_why);
+/* one forward pass: its requests, its rows (requests padded up to a batch size the server runs),
+ * duration, and why it failed (NULL: it succeeded). Returns whether the pass before had failed,
+ * so the caller can log the transitions. */
+int act_metrics_batch(act_metrics *m, int batch, int rows, double infer_s, const char *failed_why);
 void act_metrics_conn(act_metrics *m, int delta, int dropped);   /* +1 open, -1 close */
 void act_metrics_refused(act_metrics *m, int reason);            /* ACT_REFUSED_* */
 void act_metrics_inflight(act_metrics *m, int delta);

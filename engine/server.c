@@ -352,9 +352,24 @@ int act_server_create(const act_server_opts *opts, act_server **out, char *err, 
         return fail(err, errlen, "act-serve: max-batch, max-clients, max-queue and per-connection limits must be >= 1, "
                                  "max-wait-us and frame-timeout-ms >= 0, max-out-bytes >= 4096, io-threads 0 (auto) "
                                  "to %d", ACT_IO_MAX);
+    /* the sizes' syntax now, before the model loads; which "auto" means waits for the device */
+    int *sizes = malloc(((size_t)opts->max_batch + 1) * sizeof *sizes);
+    if (!sizes) return fail(err, errlen, "act-serve: out of memory");
+    if (act_serve_batch_sizes(opts->batch_sizes, opts->max_batch, ACT_DEVICE_CPU, sizes, err, errlen) < 0) {
+        free(sizes);
+        return -1;
+    }
     act_server *s = calloc(1, sizeof *s);
-    if (!s) return fail(err, errlen, "act-serve: out of memory");
+    char *spec = strdup(opts->batch_sizes ? opts->batch_sizes : "auto");
+    if (!s || !spec) {
+        free(sizes);
+        free(s);
+        free(spec);
+        return fail(err, errlen, "act-serve: out of memory");
+    }
     s->o = *opts;
+    s->pad_to = sizes;
+    s->o.batch_sizes = spec;
     snprintf(s->host, sizeof s->host, "%s", opts->host ? opts->host : "127.0.0.1");
     s->o.host = s->host;
     s->lfd = s->mfd = s->spare_fd = s->ufd = -1;
@@ -423,6 +438,7 @@ int act_server_create(const act_server_opts *opts, act_server **out, char *err, 
 
 int act_server_io_threads(const act_server *s) { return s->n_io; }
 double act_server_warmup_seconds(const act_server *s) { return s->warmup_s; }
+const char *act_server_batch_sizes(const act_server *s) { return s->sizes_str; }
 
 int act_server_attach(act_server *s, const act_model *m, act_session *sess, act_device device,
                       char *err, size_t errlen)
@@ -435,6 +451,9 @@ int act_server_attach(act_server *s, const act_model *m, act_session *sess, act_
     s->req_bytes = sizeof(act_req) + (size_t)s->cfg->pred_horizon * s->cfg->action_dim * sizeof(float) +
                    act_proto_predict_bytes(s->cfg);
     if (!s->info_frame) return fail(err, errlen, "act-serve: out of memory");
+    s->n_sizes = act_serve_batch_sizes(s->o.batch_sizes, s->o.max_batch, device, s->pad_to, err, errlen);
+    if (s->n_sizes < 0) return -1;
+    act_serve_batch_sizes_str(s->pad_to, s->o.max_batch, s->sizes_str, sizeof s->sizes_str);
     double t0 = act_now();
     if (act_infer_warmup(s, device, err, errlen)) return -1;
     s->warmup_s = act_now() - t0;
@@ -520,6 +539,8 @@ void act_server_free(act_server *s)
     if (s->spare_fd >= 0) close(s->spare_fd);
     if (s->audit) fclose(s->audit);
     free(s->info_frame);
+    free(s->pad_to);
+    free((char *)s->o.batch_sizes);
     free(s->conns);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);

@@ -30,6 +30,8 @@ typedef struct act_server_opts {
     int metrics_port;          /* -1 = no HTTP side port, 0 = any free port */
     int max_batch;             /* requests per forward pass (<= the session's max_batch) */
     int max_wait_us;           /* how long a batch may wait for more requests */
+    const char *batch_sizes;   /* the sizes batches run at, a batch padded up to the next:
+                                * "auto" (NULL too), "all" or a list (act_serve_batch_sizes) */
     int copy_frames;           /* 1: copy every batch's frames into the session's input buffers,
                                 * instead of registering the memory they arrived in (shared
                                 * memory, receive buffers) with the session and reading them
@@ -51,7 +53,7 @@ typedef struct act_server act_server;
 act_server_opts act_server_default_opts(void);
 int act_server_create(const act_server_opts *opts, act_server **out, char *err, size_t errlen);
 /* Binds the model and a session (created with max_batch >= opts.max_batch), warms up every
- * batch size the device will see (CUDA) or batch 1 (CPU), then starts serving. */
+ * batch size the server runs (CUDA) or batch 1 (CPU), then starts serving. */
 int act_server_attach(act_server *s, const act_model *m, act_session *sess, act_device device,
                       char *err, size_t errlen);
 void act_server_stop(act_server *s);       /* async-signal-safe */
@@ -64,5 +66,17 @@ int act_server_io_threads(const act_server *s);
 /* how long act_server_attach's warm-up took (seconds): on CUDA it plans, measures (unless the
  * choices come from ACT_CUDA_ALGO_CACHE) and captures every batch size */
 double act_server_warmup_seconds(const act_server *s);
+
+/* The batch sizes act-serve runs (on CUDA each one is warmed up and captured at start): a batch of
+ * n requests runs at pad_to[n], the smallest of them >= n, its extra rows copies of the first
+ * request's inputs whose results are dropped. spec: "auto" (NULL too; CUDA: 1, 2, 4 and every
+ * multiple of 8; CPU: every size), "all" (1..max_batch) or sizes separated by commas; 1 and
+ * max_batch are always run. Fills pad_to[0..max_batch]; returns how many sizes, or -1 with a
+ * message naming what was wrong. */
+int act_serve_batch_sizes(const char *spec, int max_batch, act_device dev, int *pad_to, char *err, size_t errlen);
+/* "1-32" when every size runs, else the sizes with commas */
+void act_serve_batch_sizes_str(const int *pad_to, int max_batch, char *buf, size_t len);
+/* the sizes the attached server runs (act_serve_batch_sizes_str) */
+const char *act_server_batch_sizes(const act_server *s);
 
 #endif

@@ -164,8 +164,8 @@ static void audit_line(act_server *s, act_conn *c, uint64_t id, int code, const 
             (long long)ts.tv_sec, ts.tv_nsec / 1000, c->peer, c->client, (unsigned long long)id,
             code ? act_err_code_name(code) : "ok");
     if (r && !code)
-        fprintf(s->audit, ",\"batch\":%d,\"queue_ms\":%.3f,\"infer_ms\":%.3f,\"total_ms\":%.3f",
-                r->batch, 1e3 * (r->t_start - r->t_arrive), 1e3 * (r->t_end - r->t_start),
+        fprintf(s->audit, ",\"batch\":%d,\"rows\":%d,\"queue_ms\":%.3f,\"infer_ms\":%.3f,\"total_ms\":%.3f",
+                r->batch, r->rows, 1e3 * (r->t_start - r->t_arrive), 1e3 * (r->t_end - r->t_start),
                 1e3 * (act_now() - r->t_arrive));
     fputs("}\n", s->audit);
     fflush(s->audit);

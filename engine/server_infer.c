@@ -185,35 +185,39 @@ static void register_frames(act_server *s, act_req **rs, int n)
     }
 }
 
+/* Runs n requests as one forward pass of s->pad_to[n] rows: the rows past n repeat the first
+ * request (its frame pointers, qpos, actions), and their results are dropped. */
 static void run_batch(act_server *s, batch_bufs *b, act_req **rs, int n)
 {
     const act_config *c = s->cfg;
     size_t na = (size_t)c->pred_horizon * c->action_dim;
     int kind = req_kind(rs[0]);
+    int rows = s->pad_to[n];
     act_inputs in;
     act_outputs out;
     memset(&in, 0, sizeof in);
     memset(&out, 0, sizeof out);
-    in.batch = n;
+    in.batch = rows;
     /* frames by pointer, where each request has them: act_run reads them in place when all lie
      * in registered memory, else copies them into its input buffers on its copy threads */
     register_frames(s, rs, n);
     for (int k = 0; k < c->num_cams; k++) {
-        const uint8_t **items = b->items + (size_t)k * n;
-        for (int i = 0; i < n; i++) items[i] = rs[i]->p.images[k];
+        const uint8_t **items = b->items + (size_t)k * rows;
+        for (int i = 0; i < rows; i++) items[i] = rs[i < n ? i : 0]->p.images[k];
         in.image_items[k] = items;
     }
-    if (n == 1) {   /* the rest of a batch of one is laid out as act_run wants it */
+    if (rows == 1) {   /* the rest of a batch of one is laid out as act_run wants it */
         in.qpos = rs[0]->p.qpos;
         in.actions = rs[0]->p.actions;
         in.action_is_pad = rs[0]->p.is_pad;
-    } else {        /* a few hundred bytes per request, into the session's input buffers */
+    } else {           /* a few hundred bytes per row, into the session's input buffers */
         const act_input_buffers *ib = &b->in;
-        for (int i = 0; i < n; i++) {
-            memcpy(ib->qpos + (size_t)i * c->obs_dim, rs[i]->p.qpos, (size_t)c->obs_dim * sizeof(float));
+        for (int i = 0; i < rows; i++) {
+            const act_req *r = rs[i < n ? i : 0];
+            memcpy(ib->qpos + (size_t)i * c->obs_dim, r->p.qpos, (size_t)c->obs_dim * sizeof(float));
             if (kind) {
-                memcpy(ib->actions + (size_t)i * na, rs[i]->p.actions, na * sizeof(float));
-                memcpy(b->is_pad + (size_t)i * c->pred_horizon, rs[i]->p.is_pad, (size_t)c->pred_horizon);
+                memcpy(ib->actions + (size_t)i * na, r->p.actions, na * sizeof(float));
+                memcpy(b->is_pad + (size_t)i * c->pred_horizon, r->p.is_pad, (size_t)c->pred_horizon);
             }
         }
         in.qpos = ib->qpos;
@@ -236,7 +240,7 @@ static void run_batch(act_server *s, batch_bufs *b, act_req **rs, int n)
     double t1 = act_now();
     /* a failing device (a GPU fault is sticky: every later pass fails too) turns /healthz to 503,
      * so a load balancer stops sending work here; one good pass turns it back */
-    int was = act_metrics_batch(&s->metrics, n, t1 - t0, rc ? err : NULL);
+    int was = act_metrics_batch(&s->metrics, n, rows, t1 - t0, rc ? err : NULL);
     if (rc && !was)
         act_serve_log(s, "inference failed: %s; /healthz says failing until a forward pass succeeds", err);
     else if (!rc && was)
@@ -246,6 +250,7 @@ static void run_batch(act_server *s, batch_bufs *b, act_req **rs, int n)
         r->t_start = t0;
         r->t_end = t1;
         r->batch = n;
+        r->rows = rows;
         if (rc) {
             r->code = ACT_E_INTERNAL;
             snprintf(r->msg, sizeof r->msg, "inference failed: %s", err);
@@ -318,17 +323,23 @@ void act_infer_stop(act_server *s)
  * pay for lazy allocation, cuBLAS heuristics or CUDA graph capture: the CUDA backend runs a
  * key's first step eagerly and captures its second, so each size runs twice there - first every
  * size eagerly, then every size captured, because an eager step that grows the conv workspace
- * drops the graphs captured before it. On the CPU nothing is captured per size, so one step at
- * batch 1 suffices. Steps that read frames in place (from clients' shared memory or receive
- * buffers) are keys of their own on CUDA: a second pass warms them. */
+ * drops the graphs captured before it. The sizes are the ones batches are padded up to
+ * (--batch-sizes). On the CPU nothing is captured per size, so one step at batch 1 suffices.
+ * Steps that read frames in place (from clients' shared memory or receive buffers) are keys of
+ * their own on CUDA: a second pass warms them. */
 int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
 {
     const act_config *c = s->cfg;
     batch_bufs b;
-    if (bufs_alloc(&b, s->sess, c, s->o.max_batch)) {
+    int *sizes = malloc((size_t)s->o.max_batch * sizeof *sizes);
+    if (!sizes || bufs_alloc(&b, s->sess, c, s->o.max_batch)) {
+        free(sizes);
         snprintf(err, errlen, "act-serve: out of memory for batch buffers (max-batch %d)", s->o.max_batch);
         return -1;
     }
+    int n_sizes = 0;
+    for (int n = 1; n <= s->o.max_batch; n++)
+        if (s->pad_to[n] == n && (n == 1 || dev == ACT_DEVICE_CUDA)) sizes[n_sizes++] = n;
     uint64_t x = 0x9e3779b97f4a7c15ull;
     size_t frame = (size_t)c->image_h * c->image_w * 3;
     for (size_t i = 0; i < (size_t)s->o.max_batch * c->obs_dim; i++) {
@@ -340,7 +351,7 @@ int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
             x = x * 6364136223846793005ull + 1442695040888963407ull;
             b.in.images[k][i] = (uint8_t)(x >> 56);
         }
-    int last = dev == ACT_DEVICE_CUDA ? s->o.max_batch : 1, rc = 0;
+    int rc = 0;
     int reps = dev == ACT_DEVICE_CUDA ? 2 : 1;
     /* on CUDA, frames read in place are steps of their own (graphs included): warm those too,
      * from a registered copy of the frames (the session's own pinned buffers cannot be) */
@@ -358,15 +369,15 @@ int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
     int passes = placed ? 2 : 1;
     double t0 = act_now();
     if (dev == ACT_DEVICE_CUDA)
-        act_serve_say("warm-up: batch sizes 1-%d, %d step(s) each: planned (algorithms measured "
+        act_serve_say("warm-up: batch sizes %s (--batch-sizes), %d step(s) each: planned (algorithms measured "
                       "unless the algorithm cache has them), then captured as CUDA graphs%s",
-                      last, reps * passes, placed ? ", then again with frames read in place" : "");
+                      s->sizes_str, reps * passes, placed ? ", then again with frames read in place" : "");
     for (int pass = 0; pass < passes && !rc; pass++)
-        for (int r = 0; r < reps * last && !rc && !atomic_load(&s->stop_flag); r++) {
-            int n = r % last + 1;
-            if (dev == ACT_DEVICE_CUDA && n == 1 && (pass || r) && last > 1)
+        for (int r = 0; r < reps * n_sizes && !rc && !atomic_load(&s->stop_flag); r++) {
+            int n = sizes[r % n_sizes];
+            if (dev == ACT_DEVICE_CUDA && n == 1 && (pass || r) && n_sizes > 1)
                 act_serve_say("warm-up: %d of %d sweeps over the batch sizes done (%.1f s)",
-                              pass * reps + r / last, passes * reps, act_now() - t0);
+                              pass * reps + r / n_sizes, passes * reps, act_now() - t0);
             act_inputs in;
             act_outputs out;
             memset(&in, 0, sizeof in);
@@ -393,5 +404,6 @@ int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
         free(placed);
     }
     bufs_free(&b);
+    free(sizes);
     return rc;
 }

@@ -50,7 +50,8 @@ typedef struct act_req {
     uint32_t slot, gen;            /* the connection that asked */
     act_predict p;
     double t_arrive, t_start, t_end;   /* monotonic seconds: last byte read, forward start/end */
-    int batch;
+    int batch;                     /* requests in its forward pass */
+    int rows;                      /* the pass's rows: batch padded up to a size the server runs */
     int code;                      /* 0 = chunk valid, else an act_err_code */
     char msg[ACT_ERR_LEN + 32];
     float kl;
@@ -153,6 +154,9 @@ struct act_server {
 
     act_metrics metrics;
     double warmup_s;                    /* act_server_attach's warm-up */
+    int *pad_to;                   /* [0..max_batch]: the size a batch of n runs at (server_sizes.c) */
+    int n_sizes;                   /* how many sizes run */
+    char sizes_str[512];           /* them, for the log and the ready line */
     FILE *audit;
 
     act_conn *conns;               /* max_clients slots, split among the I/O threads */

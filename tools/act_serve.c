@@ -79,6 +79,7 @@ static int parse(int argc, char **argv, cli *c)
         { "algo-cache", "ACT_CUDA_ALGO_CACHE", F_STR, &c->algo_cache, "GPU: a file of measured conv/GEMM algorithm choices, read at start and appended to, so that a restart or a replica sharing the file measures nothing again and runs the same algorithms (lines of another GPU model or library version are skipped)" },
         { "max-batch", "ACT_SERVE_MAX_BATCH", F_INT, &c->so.max_batch, "requests per forward pass [32]" },
         { "max-wait-us", "ACT_SERVE_MAX_WAIT_US", F_INT, &c->so.max_wait_us, "longest wait for a batch to fill [200]" },
+        { "batch-sizes", "ACT_SERVE_BATCH_SIZES", F_STR, &c->so.batch_sizes, "the batch sizes run, a batch padded up to the next with copies of its first request (results dropped): 'auto' (GPU: 1,2,4 and multiples of 8, each warmed up and captured at start; CPU: every size), 'all' (1..max-batch) or a list like 1,2,4,8,16,32; 1 and max-batch always run [auto]" },
         { "copy-threads", "ACT_SERVE_COPY_THREADS", F_INT, &c->copy_threads, "threads copying a batch's frames into the input buffers, 0 = half the cores, at most 8 [0]" },
         { "copy-frames", "ACT_SERVE_COPY_FRAMES", F_BOOL, &c->so.copy_frames, "copy each batch's frames into the input buffers, instead of reading them where they arrived (shared memory, receive buffers; GPU: pulled over PCIe, no host copy) (1/0) [0]" },
         { "io-threads", "ACT_SERVE_IO_THREADS", F_INT, &c->so.io_threads, "threads receiving frames and answering clients, each with its share of the connections; 0 = one per 4 cores, at most 4 (TCP clients sending many frames want more than one) [0]" },
@@ -212,10 +213,10 @@ int main(int argc, char **argv)
     const act_config *cfg = act_model_config(m);
     char mport[48] = "";
     if (c.so.metrics_port >= 0) snprintf(mport, sizeof mport, ", metrics on port %d", act_server_metrics_port(g_server));
-    fprintf(stderr, "act-serve: ready on %s:%d%s%s (%s, model %s, max-batch %d, max-wait-us %d, io-threads %d, "
-            "warm-up %.1f s)%s\n", c.so.host, act_server_port(g_server), c.so.unix_path ? " and unix:" : "",
+    fprintf(stderr, "act-serve: ready on %s:%d%s%s (%s, model %s, max-batch %d, batch sizes %s, max-wait-us %d, "
+            "io-threads %d, warm-up %.1f s)%s\n", c.so.host, act_server_port(g_server), c.so.unix_path ? " and unix:" : "",
             c.so.unix_path ? c.so.unix_path : "", act_session_device_name(sess), cfg->model_hash,
-            c.so.max_batch, c.so.max_wait_us, act_server_io_threads(g_server),
+            c.so.max_batch, act_server_batch_sizes(g_server), c.so.max_wait_us, act_server_io_threads(g_server),
             act_server_warmup_seconds(g_server), mport);
     if (c.port_file) {
         FILE *f = fopen(c.port_file, "w");

@@ -70,7 +70,11 @@
 #              the pinned input buffers vs read in place by the gather kernel (--in-place-inputs)
 #   serve-warm act-serve's start-to-ready time in bf16 at max-batch 32 (run with copy-ab/io-ab):
 #              measuring every batch size's conv/GEMM algorithms, then with them from the shared
-#              algorithm cache (ACT_CUDA_ALGO_CACHE; every act-serve here uses it)
+#              algorithm cache (ACT_CUDA_ALGO_CACHE; every act-serve here uses it); both for the
+#              default sizes (--batch-sizes auto: 1,2,4,8,16,24,32, a batch padded up to the next)
+#              and for every size 1-32 (all)
+#   sizes-ab   act-serve, bf16, 12 and 20 TCP clients: batches padded up to the next of the
+#              default sizes (12 -> 16, 20 -> 24) vs every size warmed and run as it comes (all)
 #   copy-ab    act-serve, bf16, 1 and 32 clients over shared memory and TCP: a batch's frames
 #              copied into the pinned input buffers by one thread, by --copy-threads' default
 #              (half the cores, at most 8), or not at all: read in place from the registered
@@ -87,7 +91,7 @@
 # only those rows: a quick second run after a fix, inside the session's device time. The bench
 # row may use all but 90 s of what is left (torch.compile's autotuning), so ncu and the A/B rows
 # may find no time in a first full run: then a second run with
-# ACT_CHECK_ONLY=ncu,algo-ab,gemm-ab,gather-ab,fusion-ab,e2e-fuse16,io-ab,group-ab,eval-speed,eval-ab
+# ACT_CHECK_ONLY=ncu,algo-ab,gemm-ab,gather-ab,fusion-ab,e2e-fuse16,io-ab,group-ab,eval-speed,eval-ab,sizes-ab
 # (the rows that decide a default first) and, time permitting, the other A/B rows.
 # A rehearsal without a GPU (every row's logic, on the CUDA emulator; no figure means anything):
 #   ACT_CUDA_EMULATOR=$PWD/build-dev/libact_cuda_emu.so ACT_PYTHON=/usr/bin/python3 ACT_E2E_MAX_BATCH=3 \
@@ -599,22 +603,52 @@ ab_pair gather-ab bf16 "1 32 256" staged "" in-place inplace
 # act-serve's startup in bf16 (what copy-ab and io-ab serve): one server measures the algorithms
 # of every batch size into the shared cache, a second one loads them; both start-to-ready times
 # are the figure, and the two A/B rows below then start as the second did
-if ! want serve-warm && ! want copy-ab && ! want io-ab; then :
+if ! want serve-warm && ! want copy-ab && ! want io-ab && ! want sizes-ab; then :
 elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && enough 60; then
     fig=""
-    for v in measured cached; do
+    # the default sizes (7 at max-batch 32) measured, then cached; then every size 1-32, whose 25
+    # others are measured at its first start (so that sizes-ab's server finds them cached), and
+    # cached
+    vs="measured:auto cached:auto"
+    { want serve-warm || want sizes-ab; } && vs="$vs all-sizes:all"
+    want serve-warm && vs="$vs all-sizes-cached:all"
+    for v in $vs; do
         rm -f "$LOG/serve_warm.json"
-        ACT_CUDA_ALGO_CACHE=$SERVE_ALGOS timeout "$(limit 90)" "$PY" bench/serve_load.py \
+        ACT_SERVE_BATCH_SIZES=${v#*:} ACT_CUDA_ALGO_CACHE=$SERVE_ALGOS timeout "$(limit 90)" "$PY" bench/serve_load.py \
             --model "$TD/full.actw" --act-serve "$BUILD/act-serve" --device cuda --precision bf16 --clients 1 \
             --requests "$(it 20)" --max-seconds 5 --modes on --transports tcp --json "$LOG/serve_warm.json" \
             >>"$LOG/serve_warm.log" 2>&1
         r=$("$PY" -c "import json, sys; print('%.1f s' % json.load(open(sys.argv[1]))['summary']['startup_s_batching_on'])" \
             "$LOG/serve_warm.json" 2>/dev/null)
-        fig="$fig $v ${r:-?};"
+        fig="$fig ${v%%:*} ${r:-?};"
     done
-    row serve-warm ok "bf16 max-batch 32, start to ready:$fig cache $(wc -l <"$SERVE_ALGOS" 2>/dev/null || echo 0) lines"
+    want serve-warm && row serve-warm ok "bf16 max-batch 32, start to ready:$fig cache $(wc -l <"$SERVE_ALGOS" 2>/dev/null || echo 0) lines"
 else
     row serve-warm SKIP "no serve_load, build, full model or time"
+fi
+# what padding a batch up to the next default size costs a busy server: 12 and 20 closed-loop
+# TCP clients, whose batches mostly fall between the sizes 8, 16 and 24 (--batch-sizes auto), vs
+# every size 1-32 warmed and each batch run as it comes. If 'all' serves clearly more, the
+# default's sizes are too sparse for that load (a denser list costs start-up: serve-warm)
+if ! want sizes-ab; then :
+elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && enough 40; then
+    fig=""
+    for v in auto all; do
+        rm -f "$LOG/sizes_ab.json"
+        ACT_SERVE_BATCH_SIZES=$v ACT_CUDA_ALGO_CACHE="$SERVE_ALGOS" timeout "$(limit 60)" "$PY" bench/serve_load.py \
+            --model "$TD/full.actw" --act-serve "$BUILD/act-serve" --device cuda --precision bf16 --clients 12,20 \
+            --requests "$(it 200)" --max-seconds 5 --modes on --transports tcp --json "$LOG/sizes_ab.json" \
+            >>"$LOG/sizes_ab.log" 2>&1
+        r=$("$PY" -c "
+import json, sys
+rows = {r['clients']: r for r in json.load(open(sys.argv[1]))['rows']}
+print('%.0f/%.0f req/s, p50 %.2f/%.2f ms' % (rows[12]['throughput_rps'], rows[20]['throughput_rps'],
+      rows[12]['rtt_p50_ms'], rows[20]['rtt_p50_ms']))" "$LOG/sizes_ab.json" 2>/dev/null)
+        fig="$fig $v ${r:-?};"
+    done
+    row sizes-ab ok "bf16 TCP 12/20 clients:$fig"
+else
+    row sizes-ab SKIP "no serve_load, build, full model or time"
 fi
 # act-serve's batch assembly, 1 and 32 clients, shared memory and TCP: 590 KB of frames per
 # request copied into the pinned input buffers by one thread or by the default (half the cores,

@@ -144,8 +144,10 @@ def test_act_serve_on_cuda_matches_act_infer_predict_on_cpu(act_serve, act_infer
         qpos, actions = f["observations/qpos"][:], f["action"][:]
         images = {c: f[f"observations/images/{c}"][:] for c in cams}
 
-    srv = Server(act_serve, actw, tmp_path, "--precision", "fp32", "--max-batch", 8, "--max-wait-us", 500000,
-                 "--unix", tmp_path / "serve.sock", env=emu_env, device="cuda")
+    # sizes 1 and 4 only: the pairs of requests run padded up to 4 rows (copies of the first),
+    # the frames of one read in place from shared memory, of the other from its receive buffer
+    srv = Server(act_serve, actw, tmp_path, "--precision", "fp32", "--max-batch", 4, "--batch-sizes", "1,4",
+                 "--max-wait-us", 500000, "--unix", tmp_path / "serve.sock", env=emu_env, device="cuda")
     try:
         srv.wait_ready(timeout=300)
         # one TCP client, one with its frames in shared memory: batched together on the device
@@ -161,6 +163,9 @@ def test_act_serve_on_cuda_matches_act_infer_predict_on_cpu(act_serve, act_infer
             np.testing.assert_allclose(got_prior[t], want_prior[t], **TOL, err_msg=f"prior chunk, timestep {t}")
             np.testing.assert_allclose(got_post[t], want_post[t], **TOL, err_msg=f"posterior chunk, timestep {t}")
         assert max(batches) > 1, f"no request shared a forward pass: batches {batches}"
+        assert "warm-up: batch sizes 1,4 (--batch-sizes)" in srv.log(), srv.log()
+        # each prior pass of 2 padded by 2 rows (batches: one entry per request); posteriors add more
+        assert srv.metric("act_serve_padded_rows_total") >= sum(b == 2 for b in batches) > 0, batches
         for kind in ("weights", "activations", "workspace"):
             assert srv.metric(f'act_serve_device_memory_bytes{{kind="{kind}"}}') > 0, srv.http("/metrics")[1]
     finally:

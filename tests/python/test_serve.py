@@ -9,6 +9,7 @@ survives a server killed and restarted under it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -76,11 +77,13 @@ def _obs(rng, cams, obs_dim=5):
             {c: rng.integers(0, 256, (IMAGE, IMAGE, 3), dtype=np.uint8) for c in cams})
 
 
-# a batch's frames copied inline / by 3 threads; the clients read by one I/O thread / one each
-@pytest.mark.parametrize("copy_threads,io_threads", [(1, 1), (3, 3)])
+# a batch's frames copied inline / by 3 threads; the clients read by one I/O thread / one each;
+# batches run at their size (auto on the CPU) / padded up to 5 (sizes 1, 5, 8) with copies of
+# their first request, whose results must not leak into anyone's reply
+@pytest.mark.parametrize("copy_threads,io_threads,batch_sizes", [(1, 1, "auto"), (3, 3, "5")])
 def test_predictions_equal_act_infer_predict_and_batch_across_connections(server, act_infer, tiny, tmp_path,
                                                                          episode_factory, rng, copy_threads,
-                                                                         io_threads):
+                                                                         io_threads, batch_sizes):
     model, cfg = tiny
     cams = cfg["camera_names"]
     T, H = 6, cfg["pred_horizon"]
@@ -99,7 +102,8 @@ def test_predictions_equal_act_infer_predict_and_batch_across_connections(server
 
     # a long batching window: every request of the three clients should share one forward pass
     srv = server("--max-batch", 8, "--max-wait-us", 2_000_000, "--copy-threads", copy_threads,
-                 "--io-threads", io_threads)
+                 "--io-threads", io_threads, "--batch-sizes", batch_sizes, "--audit-log", tmp_path / "audit.jsonl")
+    assert "batch sizes " + ("1-8" if batch_sizes == "auto" else "1,5,8") in srv.log(), srv.log()
     clients = [ActClient("127.0.0.1", srv.port, timeout=120, compress=(i == 1)) for i in range(3)]
     for c in clients:
         c.info()   # handshake first, so the server knows three clients may send
@@ -115,6 +119,13 @@ def test_predictions_equal_act_infer_predict_and_batch_across_connections(server
         np.testing.assert_allclose(got_kl[t], want_kl[t], rtol=1e-4, atol=1e-5, err_msg=f"kl, timestep {t}")
     assert max(batches) > 1, f"no request shared a forward pass: batches {batches}"
     assert srv.metric("act_serve_results_total") == 2 * T
+    # every pass's rows: its requests, or (sizes 1, 5, 8) the next size up; the padding counted
+    audit = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    pad = {1: 1, 2: 5, 3: 5, 4: 5, 5: 5} if batch_sizes == "5" else {b: b for b in range(1, 9)}
+    assert len(audit) == 2 * T and all(a["rows"] == pad[a["batch"]] for a in audit), audit
+    padded = sum((a["rows"] - a["batch"]) / a["batch"] for a in audit)   # each pass counted once
+    assert srv.metric("act_serve_padded_rows_total") == pytest.approx(padded), audit
+    assert (padded > 0) == (batch_sizes == "5"), audit
 
 
 def test_contract_is_checked_at_the_handshake(server, tiny):
@@ -355,13 +366,19 @@ def test_every_flag_has_an_environment_twin_and_the_flag_wins(server, act_serve,
     assert p.returncode == 2 and "ACT_SERVE_PORT" in p.stderr and "seventy" in p.stderr, p.stderr
     p = subprocess.run([str(act_serve), "--help"], capture_output=True, text=True, timeout=60)
     for flag in ("--model", "--port", "--device", "--precision", "--max-batch", "--max-wait-us", "--copy-threads", "--max-clients",
-                 "--io-threads", "--metrics-port", "--audit-log"):
+                 "--io-threads", "--metrics-port", "--audit-log", "--batch-sizes"):
         assert flag in p.stderr and "ACT_SERVE_" + flag[2:].upper().replace("-", "_") in p.stderr, flag
     # an I/O thread count out of range is refused before anything is loaded, naming the range
     for bad in ("-1", "17"):
         p = subprocess.run([str(act_serve), "--model", str(tiny[0]), "--port", "0", "--io-threads", bad],
                            capture_output=True, text=True, timeout=60)
         assert p.returncode != 0 and "io-threads 0 (auto) to 16" in p.stderr, p.stderr
+    # batch sizes that are not sizes, or above max-batch: refused before the model loads
+    for bad, says in (("64", "64 is above --max-batch 32"), ("4,,8", "expected 'auto', 'all' or sizes"),
+                      ("4,", "missing after the last comma")):
+        p = subprocess.run([str(act_serve), "--model", str(tmp_path / "absent.actw"), "--port", "0", "--batch-sizes", bad],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 1 and says in p.stderr and "absent" not in p.stderr, p.stderr
     # out of descriptors while making the third I/O thread's epoll set: an error, not a crash
     import resource
 
