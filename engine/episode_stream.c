@@ -65,6 +65,19 @@ static void fill_targets(const act_episode *ep, const act_config *c, act_ep_batc
     }
 }
 
+/* Rows n..batch-1 of a partial batch: copies of row 0's qpos, targets and key padding, so that a
+ * caller may run the batch at its full size (a step size already planned and captured) and drop
+ * those rows. Their frames are whatever an earlier batch left in the slot (or its zeroed pages):
+ * any frame is valid input, and a row's outputs depend on its own inputs alone. */
+static void fill_stand_ins(const act_config *c, act_ep_batch *b, int batch) {
+    size_t q = (size_t)c->obs_dim, h = (size_t)c->pred_horizon, a = (size_t)c->action_dim;
+    for (int i = b->n; i < batch && b->n > 0; i++) {
+        memcpy(b->qpos + i * q, b->qpos, sizeof(float) * q);
+        memcpy(b->targets + i * h * a, b->targets, sizeof(float) * h * a);
+        memcpy(b->is_pad + i * h, b->is_pad, h);
+    }
+}
+
 /* Delivers a failed-episode batch; returns 0 if the stream was stopped meanwhile. */
 static int publish_failure(act_stream *s, int e, int T, const char *msg) {
     slot *sl = wait_free(s);
@@ -119,6 +132,7 @@ static void *reader_main(void *arg) {
             }
             memcpy(b->qpos, ep->qpos + (size_t)t0 * c->obs_dim, sizeof(float) * (size_t)b->n * c->obs_dim);
             fill_targets(ep, c, b);
+            fill_stand_ins(c, b, s->batch);
             publish(s, sl);
         }
         act_episode_close(ep);

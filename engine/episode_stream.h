@@ -16,7 +16,10 @@
 typedef struct act_ep_batch {
     int episode;        /* index into the stream's path list */
     int T;              /* the episode's timesteps (0 if it failed to open) */
-    int t0, n;          /* this batch holds timesteps [t0, t0 + n) */
+    int t0, n;          /* this batch holds timesteps [t0, t0 + n); the buffers hold the
+                         * stream's batch rows, and a partial batch's rows past n are stand-ins
+                         * (row 0's qpos, targets, is_pad; frames an earlier batch left), so the
+                         * step may run at the full batch size and drop them */
     int first, last;    /* first / last batch of the episode */
     int failed;         /* the episode failed: err says why, no data; no more batches follow for it */
     char err[ACT_ERR_LEN];

@@ -9,7 +9,8 @@
  *   3. gzip chunks (fetched by pread and inflated on the pool) read the same bytes, and a cut
  *      through one is the same error;
  *   4. eight more episodes of a random length (8-30 timesteps) in random layouts: contiguous or
- *      chunks of 1-8 frames, raw or gzip, user blocks of 0-4096 bytes, through 1-3.
+ *      chunks of 1-8 frames, raw or gzip, user blocks of 0-4096 bytes, through 1-3;
+ *   5. each episode through the read-ahead stream in batches of 1-7 (check_stream).
  * Frames are fresh random bytes each run (the seed is printed; ACT_TEST_SEED replays a run).
  * Built without HDF5, it reports itself skipped. */
 #define _POSIX_C_SOURCE 200809L
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "episode.h"
+#include "episode_stream.h"
 #include "test_common.h"
 
 #ifndef ACT_WITH_HDF5
@@ -31,6 +33,7 @@ int main(void) {
 
 enum { IH = 12, IW = 10, CAMS = 2, OBS = 3, ACTD = 2 };
 static int T = 17;   /* timesteps of the episode being checked */
+static float *g_tab; /* its qpos [T][OBS]; its action is the first T x ACTD of the same numbers */
 #define FRAME ((size_t)IH * IW * 3)
 
 typedef struct { int chunk, gzip; hsize_t userblock; char want[64]; } layout;
@@ -46,7 +49,8 @@ static int write_episode(const char *path, const layout *l, uint8_t *frames[CAMS
     hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, fcpl, H5P_DEFAULT);
     H5Pclose(fcpl);
     if (f < 0) return -1;
-    float *tab = malloc(sizeof(float) * (size_t)T * OBS);
+    free(g_tab);
+    float *tab = g_tab = malloc(sizeof(float) * (size_t)T * OBS);
     if (!tab) return -1;
     for (int i = 0; i < T * OBS; i++) tab[i] = urand(-1.0f, 1.0f);
     hsize_t d2[2] = {T, OBS}, d2a[2] = {T, ACTD};
@@ -77,7 +81,6 @@ static int write_episode(const char *path, const layout *l, uint8_t *frames[CAMS
     H5Sclose(sa);
     H5Gclose(gi);
     H5Gclose(g);
-    free(tab);
     return H5Fclose(f) < 0 ? -1 : 0;
 }
 
@@ -132,6 +135,50 @@ static long find_bytes(const uint8_t *hay, size_t n, const uint8_t *needle, size
     return -1;
 }
 
+/* 5: the read-ahead stream (engine/episode_stream.c) over the same file, in batches of 1-7: each
+ * batch holds timesteps [t0, t0 + n) in order, their frames, qpos, targets (action[t + k], the
+ * last action past the end) and key padding; a partial batch's rows past n are stand-ins (row
+ * 0's qpos, targets and is_pad) that a step at the full batch size may read */
+static void check_stream(const char *path, uint8_t *frames[CAMS], const char *how) {
+    enum { H = 4 };
+    act_config cfg = config();
+    cfg.pred_horizon = H;
+    int batch = 1 + (int)(rnd() % 7), t = 0;
+    char *paths[1] = {(char *)path}, err[1024];
+    act_stream *st = NULL;
+    if (act_stream_open(paths, 1, &cfg, batch, &st, err, sizeof err)) {
+        CHECK(0, "%s: stream: %s", how, err);
+        return;
+    }
+    const act_ep_batch *b;
+    while ((b = act_stream_next(st)) != NULL) {
+        int n = T - t < batch ? T - t : batch;
+        CHECK(!b->failed && b->T == T && b->t0 == t && b->n == n && b->first == (t == 0) && b->last == (t + n == T),
+              "%s batch %d: failed %d (%s), T %d, t0 %d, n %d (want %d at %d)", how, batch, b->failed, b->err, b->T,
+              b->t0, b->n, n, t);
+        if (b->failed || b->n != n) break;
+        for (int c = 0; c < CAMS; c++)
+            CHECK(!memcmp(b->images[c], frames[c] + (size_t)t * FRAME, FRAME * (size_t)n),
+                  "%s batch %d at %d: camera %d's frames differ", how, batch, t, c);
+        CHECK(!memcmp(b->qpos, g_tab + (size_t)t * OBS, sizeof(float) * (size_t)n * OBS), "%s at %d: qpos", how, t);
+        for (int i = 0; i < n; i++)
+            for (int k = 0; k < H; k++) {
+                int src = t + i + k < T ? t + i + k : T - 1;
+                CHECK(!memcmp(b->targets + ((size_t)i * H + k) * ACTD, g_tab + (size_t)src * ACTD, sizeof(float) * ACTD) &&
+                          b->is_pad[i * H + k] == (t + i + k >= T),
+                      "%s at %d: target or is_pad of row %d step %d", how, t, i, k);
+            }
+        for (int i = n; i < batch; i++)
+            CHECK(!memcmp(b->qpos + (size_t)i * OBS, b->qpos, sizeof(float) * OBS) &&
+                      !memcmp(b->targets + (size_t)i * H * ACTD, b->targets, sizeof(float) * H * ACTD) &&
+                      !memcmp(b->is_pad + (size_t)i * H, b->is_pad, H),
+                  "%s batch %d at %d: row %d of %d is not a stand-in (row 0's)", how, batch, t, i, n);
+        t += n;
+    }
+    CHECK(t == T, "%s batch %d: the stream delivered %d of %d timesteps", how, batch, t, T);
+    act_stream_close(st);
+}
+
 static void check_layout(const layout *l, const char *path) {
     uint8_t *frames[CAMS], *got = malloc(FRAME * T);
     for (int c = 0; c < CAMS; c++) {
@@ -161,6 +208,7 @@ static void check_layout(const layout *l, const char *path) {
                 CHECK(rc || !memcmp(got, frames[c] + (size_t)t0 * FRAME, FRAME * (size_t)n),
                       "%s camera %d [%d, %d): other bytes than written", how, c, t0, t0 + n);
             }
+    check_stream(path, frames, how);
     /* 2: cut the file short after the open, in the middle of camera 1's frame T-5 (raw) or of the
      * compressed chunk holding its frame T-1 (gzip), found by their bytes in the file */
     {
@@ -233,6 +281,7 @@ int main(void) {
         else snprintf(l.want, sizeof l.want, "pread, chunks of %d frames", l.chunk);
         check_layout(&l, path);
     }
+    free(g_tab);
     printf("test_episode_reader: %d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;
 }

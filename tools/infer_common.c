@@ -74,6 +74,8 @@ int infer_check_run_opts(const char *cmd, const char *usage, const infer_run_opt
         return infer_usage(cmd, usage, "--device must be cpu or cuda, got '%s'", o->device);
     if (o->precision && infer_parse_precision(o->precision, &p) != 0)
         return infer_usage(cmd, usage, "--precision must be fp32, tf32, bf16 or fp16, got '%s'", o->precision);
+    if (o->pad && strcmp(o->pad, "auto") && strcmp(o->pad, "on") && strcmp(o->pad, "off"))
+        return infer_usage(cmd, usage, "--pad-batches must be auto, on or off, got '%s'", o->pad);
     return 0;
 }
 
@@ -99,6 +101,7 @@ int infer_open(const char *cmd, const char *model_path, const infer_run_opts *o,
         return INFER_EXIT_USAGE;
     }
     ctx->batch = o->batch > 0 ? o->batch : (ctx->device == ACT_DEVICE_CUDA ? 128 : 4);
+    ctx->pad = o->pad && strcmp(o->pad, "auto") ? !strcmp(o->pad, "on") : ctx->device == ACT_DEVICE_CUDA;
     if (act_model_load(model_path, &ctx->model, err, sizeof err) != 0) {
         fprintf(stderr, "act-infer %s: %s\n", cmd, err);
         return INFER_EXIT_FAIL;
@@ -148,11 +151,15 @@ void infer_buffers_free(infer_buffers *b) {
     memset(b, 0, sizeof *b);
 }
 
+int infer_batch_rows(const infer_ctx *ctx, const act_ep_batch *b) {
+    return ctx->pad && b->n > 0 ? ctx->batch : b->n;
+}
+
 int infer_run_batch(infer_ctx *ctx, const act_ep_batch *b, int posterior, infer_buffers *out,
                     char *err, size_t errlen) {
     act_inputs in;
     memset(&in, 0, sizeof in);
-    in.batch = b->n;
+    in.batch = infer_batch_rows(ctx, b);
     in.qpos = b->qpos;
     for (int c = 0; c < ctx->cfg->num_cams; c++) in.images[c] = b->images[c];
     act_outputs o;

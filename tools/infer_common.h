@@ -33,6 +33,7 @@ typedef struct infer_run_opts {
     const char *device;      /* NULL: cuda if available, else cpu */
     const char *precision;   /* NULL: fp32 */
     int batch;               /* 0: per-device default */
+    const char *pad;         /* --pad-batches auto|on|off (NULL: auto) */
 } infer_run_opts;
 
 typedef struct infer_ctx {
@@ -42,6 +43,7 @@ typedef struct infer_ctx {
     act_device device;
     act_precision precision;
     int batch;
+    int pad;                 /* run an episode's last, partial batch at the full batch size */
 } infer_ctx;
 
 /* Checks --device / --precision before anything is loaded; returns 0 or a usage error. */
@@ -59,7 +61,16 @@ typedef struct infer_buffers {
 int infer_buffers_alloc(const infer_ctx *ctx, infer_buffers *b);
 void infer_buffers_free(infer_buffers *b);
 
-/* Runs the prior for batch b and, if posterior, the z = mu posterior with b's targets. */
+/* --pad-batches' help line, for the subcommands' usage texts */
+#define INFER_PAD_USAGE \
+    "  --pad-batches auto|on|off  run an episode's last, partial batch at the full --batch size\n" \
+    "                            (the extra rows are dropped) instead of its own; auto: on for cuda,\n" \
+    "                            where a new batch size's first steps plan it, measure its\n" \
+    "                            algorithms and capture its graph; off for cpu, where rows cost time\n"
+/* The rows b runs with: ctx->batch when padding a partial batch, else b->n. */
+int infer_batch_rows(const infer_ctx *ctx, const act_ep_batch *b);
+/* Runs the prior for batch b (infer_batch_rows rows; out holds them all) and, if posterior, the
+ * z = mu posterior with b's targets. */
 int infer_run_batch(infer_ctx *ctx, const act_ep_batch *b, int posterior, infer_buffers *out,
                     char *err, size_t errlen);
 

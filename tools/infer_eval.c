@@ -27,6 +27,7 @@ static const char *USAGE =
     "  --device cpu|cuda         default: cuda when a GPU is usable, else cpu\n"
     "  --precision P             fp32 (default), tf32, bf16, fp16\n"
     "  --batch N                 timesteps per forward (default: cuda 128, cpu 4)\n"
+    INFER_PAD_USAGE
     "  --json SUMMARY.json       write the summary (per episode and overall, with the raw sums)\n"
     "  --save-predictions DIR    write DIR/<episode>.npy: float32 (T, pred_horizon, action_dim) prior chunks\n"
     "  --plots DIR               PNG per episode: recorded vs predicted per joint, error over time\n"
@@ -191,11 +192,11 @@ static int parse_eval_args(int argc, char **argv, eval_args *a) {
             continue;
         }
         const char *names[] = {"--model", "--json", "--save-predictions", "--plots", "--shard",
-                               "--device", "--precision", "--batch"};
+                               "--device", "--precision", "--batch", "--pad-batches"};
         const char **slots[] = {&a->model, &a->json, &a->save, &a->plots, &a->shard,
-                                &a->ro.device, &a->ro.precision, &batch};
+                                &a->ro.device, &a->ro.precision, &batch, &a->ro.pad};
         int matched = 0;
-        for (int k = 0; k < 8 && !matched; k++) {
+        for (int k = 0; k < (int)(sizeof names / sizeof names[0]) && !matched; k++) {
             int r = infer_opt(argc, argv, &i, names[k], &val);
             if (r < 0) return infer_usage("eval", USAGE, "%s needs a value", names[k]);
             if (r > 0) { *slots[k] = val; matched = 1; }
@@ -277,6 +278,30 @@ static void print_overall(const act_eval_summary *s) {
                    "are read, ACT_EPISODE_THREADS)" : "");
     }
     print_readers(s);
+}
+
+/* The batch sizes the steps ran at, and what padding the episodes' last batches cost. */
+static void print_steps(const infer_ctx *ctx, const unsigned char *seen, long long padded_rows) {
+    char sizes[256] = "";
+    size_t at = 0;
+    int n = 0;
+    for (int r = ctx->batch; r >= 1 && at < sizeof sizes; r--)
+        if (seen[r]) {
+            if (++n > 8) {
+                snprintf(sizes + at, sizeof sizes - at, ", ...");
+                break;
+            }
+            int w = snprintf(sizes + at, sizeof sizes - at, "%s%d", at ? ", " : "", r);
+            at += w > 0 ? (size_t)w : 0;
+        }
+    if (!n) return;
+    printf("steps: at batch size%s %s", n > 1 ? "s" : "", sizes);
+    if (padded_rows)
+        printf(" (episodes' last batches padded up to %d: %lld rows computed and dropped; --pad-batches off "
+               "runs them at their own size)", ctx->batch, padded_rows);
+    else if (n > 1 && !ctx->pad)
+        printf(" (each new size is set up at its first step: --pad-batches on runs every step at %d)", ctx->batch);
+    printf("\n");
 }
 
 /* act_stream_next, with the time it waited for the reader added to *wait: when that is a large
@@ -378,6 +403,7 @@ int act_cmd_eval(int argc, char **argv) {
     }
     if (ctx.device == ACT_DEVICE_CUDA && !a.copy_frames) n_reg = register_reader(&ctx, st, reg_blocks);
     int skip = -1, done_eps = 0, any_failed = 0, aborted = 0;
+    long long padded_rows = 0;   /* rows run past the episodes' ends (--pad-batches) */
     size_t chunk = (size_t)cfg->pred_horizon * cfg->action_dim;
     const act_ep_batch *b;
     /* The steady rate: the first step at each batch size runs eagerly and sets up its plans (on
@@ -406,9 +432,11 @@ int act_cmd_eval(int argc, char **argv) {
         int steady = 0;
         if (!bad) {
             bad = infer_run_batch(&ctx, b, 1, &bufs, e->error, sizeof e->error) != 0;
-            if (!bad && b->n > 0 && b->n <= ctx.batch) {
-                steady = seen[b->n] >= 2;
-                if (!steady) seen[b->n]++;
+            int rows = infer_batch_rows(&ctx, b);
+            if (!bad && rows > 0 && rows <= ctx.batch) {
+                steady = seen[rows] >= 2;
+                if (!steady) seen[rows]++;
+                padded_rows += rows - b->n;
             }
         }
         if (!bad && pf) bad = act_npy_write(pf, bufs.actions, (size_t)b->n * chunk, e->error, sizeof e->error) != 0;
@@ -462,6 +490,7 @@ int act_cmd_eval(int argc, char **argv) {
     progress_show(&pg, done_eps, (long long)sum.timesteps, 1);
     print_table(&sum);
     print_overall(&sum);
+    print_steps(&ctx, seen, padded_rows);
     if (a.json && act_eval_write_json(&sum, a.json, err, sizeof err) != 0) {
         fprintf(stderr, "act-infer eval: %s\n", err);
         goto done;

@@ -21,6 +21,7 @@ static const char *USAGE =
     "  --device cpu|cuda       default: cuda when a GPU is usable, else cpu\n"
     "  --precision P           fp32 (default), tf32, bf16, fp16\n"
     "  --batch N               timesteps per forward (default: cuda 128, cpu 4)\n"
+    INFER_PAD_USAGE
     "  --posterior-dir DIR     also write DIR/mu.npy (T,L), logvar.npy (T,L), kl.npy (T,),\n"
     "                          post_actions.npy (T,H,A): the posterior with z = mu, encoding\n"
     "                          action[t:t+H] padded with the last action (is_pad past the end)\n";
@@ -60,10 +61,11 @@ int act_cmd_predict(int argc, char **argv) {
     infer_run_opts ro = {0};
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { fputs(USAGE, stdout); return 0; }
-        const char *names[] = {"--model", "--episode", "--out", "--posterior-dir", "--device", "--precision", "--batch"};
-        const char **slots[] = {&model, &episode, &out, &pdir, &ro.device, &ro.precision, &batch};
+        const char *names[] = {"--model", "--episode", "--out", "--posterior-dir", "--device", "--precision", "--batch",
+                               "--pad-batches"};
+        const char **slots[] = {&model, &episode, &out, &pdir, &ro.device, &ro.precision, &batch, &ro.pad};
         int matched = 0;
-        for (int k = 0; k < 7 && !matched; k++) {
+        for (int k = 0; k < (int)(sizeof names / sizeof names[0]) && !matched; k++) {
             int r = infer_opt(argc, argv, &i, names[k], &val);
             if (r < 0) return infer_usage("predict", USAGE, "%s needs a value", names[k]);
             if (r > 0) { *slots[k] = val; matched = 1; }

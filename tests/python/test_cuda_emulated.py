@@ -112,6 +112,11 @@ def test_act_infer_eval_on_cuda_matches_cpu(act_infer, model, emu_env, tmp_path)
         p = _run([act_infer, "eval", "--model", actw, "--episodes", eps, "--device", dev, "--batch", 4, "--json", out,
                   *extra], dict(emu_env, ACT_EMU_TRACE="2", MALLOC_MMAP_THRESHOLD_="4096"))
         sums[run], logs[run] = json.loads(out.read_text()), p.stderr
+        # cuda pads each episode's last batch (13 = 4+4+4+1, 5 = 4+1) up to 4: one step size
+        steps = [l for l in p.stdout.splitlines() if l.startswith("steps: ")]
+        assert len(steps) == 1 and steps[0].startswith(
+            "steps: at batch sizes 4, 1 (" if dev == "cpu" else "steps: at batch size 4 (episodes' last batches "
+            "padded up to 4: 6 rows computed"), (run, steps)
     assert "gather_kernel" in logs["cuda"] and "frames are copied" not in logs["cuda"], logs["cuda"][-3000:]
     assert "gather_kernel" not in logs["cuda-copy"]
     assert "unmapped while registered" not in logs["cuda"], logs["cuda"][-2000:]

@@ -138,6 +138,50 @@ def test_metrics_match_the_pytorch_reference(setup):
     assert isinstance(s["device_name"], str) and s["device_name"]
 
 
+def test_padded_last_batches_give_the_same_metrics(setup, act_infer, tmp_path):
+    """--pad-batches on (cuda's default): every step runs 4 rows, an episode's last, partial batch
+    padded with stand-in rows that are computed and dropped. The metrics and predictions are the
+    unpadded run's (rows are independent; the CPU's GEMMs round alike up to ~1e-6 across sizes),
+    every step after the second is steady, and the printout counts the padding."""
+    cfg, agent = setup["cfg"], setup["agent"]
+    out, preds = tmp_path / "padded.json", tmp_path / "preds"
+    p = run(act_infer, "eval", "--model", setup["actw"], "--episodes", setup["eps"], "--device", "cpu",
+            "--batch", BATCH, "--pad-batches", "on", "--json", out, "--save-predictions", preds, check_rc=0)
+    s, plain = json.loads(out.read_text()), setup["single"]
+    kw = float(cfg["head"]["kl_weight"])
+    for e, e0 in zip(s["episodes"], plain["episodes"]):
+        m = means(reference_sums(agent, cfg, setup["eps"] / e["name"]), kw)
+        for key in ("action_l1", "action_mse", "val_l1", "val_kl", "val_loss", "per_joint_l1"):
+            ok, detail = close(e[key], m[key])
+            assert ok, (e["name"], key, detail)
+            ok, detail = close(e[key], e0[key], 1e-5)
+            assert ok, (e["name"], key, "padded vs not", detail)
+        np.testing.assert_allclose(np.load(preds / e["name"].replace(".hdf5", ".npy")),
+                                   np.load(setup["preds"] / e["name"].replace(".hdf5", ".npy")), rtol=1e-5, atol=1e-6)
+    # steps of 4 rows: 4 3 | 3 | 4 1 | 4 4 1 real timesteps; all but the first two steady
+    steps = [min(BATCH, T - t) for _, (T, _, _) in sorted(EPISODES.items()) for t in range(0, T, BATCH)]
+    tp = s["overall"]["throughput"]
+    assert tp["steady_timesteps"] == sum(steps[2:]) == 17
+    pad = sum(BATCH - n for n in steps)
+    line = [l for l in p.stdout.splitlines() if l.startswith("steps: ")]
+    assert line == [f"steps: at batch size 4 (episodes' last batches padded up to 4: {pad} rows computed and "
+                    "dropped; --pad-batches off runs them at their own size)"], p.stdout
+    # the CPU's default is off: three sizes, and the line says how to have one
+    line = [l for l in setup["stdout"].splitlines() if l.startswith("steps: ")]
+    assert len(line) == 1 and line[0].startswith("steps: at batch sizes 4, 3, 1 (each new size") and \
+        "--pad-batches on" in line[0], line
+    # predict pads the same way
+    run(act_infer, "predict", "--model", setup["actw"], "--episode", setup["eps"] / "episode_10.hdf5", "--out",
+        tmp_path / "p.npy", "--device", "cpu", "--batch", BATCH, "--pad-batches", "on", check_rc=0)
+    np.testing.assert_allclose(np.load(tmp_path / "p.npy"), np.load(setup["preds"] / "episode_10.npy"), rtol=1e-5,
+                               atol=1e-6)
+    bad = {"eval": ["--episodes", setup["eps"]],
+           "predict": ["--episode", setup["eps"] / "episode_1.hdf5", "--out", tmp_path / "x.npy"]}
+    for cmd, args in bad.items():
+        p = run(act_infer, cmd, "--model", setup["actw"], *args, "--pad-batches", "maybe", check_rc=2)
+        assert "--pad-batches must be auto, on or off, got 'maybe'" in p.stderr, p.stderr
+
+
 def test_summary_names_how_frames_were_read(setup):
     """Each episode's summary says how its cameras' frames were read (cameras grouped when they
     share a way), and the printout names the most common way with the count of the others."""
