@@ -20,7 +20,7 @@
 #              (tests/gpu/hdf5_probe.c) writes and reads a file through it (hdf5_setup)
 #   episodes   (in the background during the build, if HDF5 is there) tools/make_episodes.py:
 #              two short gzip episodes, then one raw and one gzip episode of 512 timesteps,
-#              hard-linked 8 and 4 times
+#              hard-linked 8 and 4 times, then six raw ones of 40-55 timesteps (pad-ab)
 #   build      cmake (sm_90, Release) + build -j16 into build-dev/
 #   testdata   tests/make_testdata.py (small models) + a full act_resnet checkpoint -> full.actw
 #   ops        tests/test_backend_ops: every CUDA op vs the CPU backend, 4 precisions x 3 batches
@@ -81,6 +81,9 @@
 #              memfds and receive buffers (the default)
 #   io-ab      act-serve, bf16, 1 and 32 TCP clients: every frame received by one I/O thread vs
 #              --io-threads' default (one per 4 cores, at most 4)
+#   pad-ab     act-infer eval, bf16 batch 32, 6 episodes of 40-55 timesteps: each episode's last
+#              batch padded up to 32 (--pad-batches auto on CUDA) vs run at its own size, wall time
+#              with a fresh algorithm cache each
 #   eval-ab    act-infer eval, bf16 batch 256: raw frames read by HDF5 on one thread vs pread on
 #              the pool vs pread and copied into the session's inputs (--copy-frames); gzip
 #              chunks fetched by HDF5 (ACT_EPISODE_PREAD=0) vs pread on the inflating threads
@@ -91,7 +94,7 @@
 # only those rows: a quick second run after a fix, inside the session's device time. The bench
 # row may use all but 90 s of what is left (torch.compile's autotuning), so ncu and the A/B rows
 # may find no time in a first full run: then a second run with
-# ACT_CHECK_ONLY=ncu,algo-ab,gemm-ab,gather-ab,fusion-ab,e2e-fuse16,io-ab,group-ab,eval-speed,eval-ab,sizes-ab
+# ACT_CHECK_ONLY=ncu,algo-ab,gemm-ab,gather-ab,fusion-ab,e2e-fuse16,io-ab,group-ab,eval-speed,eval-ab,sizes-ab,pad-ab
 # (the rows that decide a default first) and, time permitting, the other A/B rows.
 # A rehearsal without a GPU (every row's logic, on the CUDA emulator; no figure means anything):
 #   ACT_CUDA_EMULATOR=$PWD/build-dev/libact_cuda_emu.so ACT_PYTHON=/usr/bin/python3 ACT_E2E_MAX_BATCH=3 \
@@ -205,7 +208,7 @@ EPS=/tmp/act_eps
 EVAL_B=$(it 256)   # eval-speed's and eval-ab's batch (a rehearsal divides it, and the episodes' length)
 EPS_BIG=ready_T$(it 512)
 eps_pid=""
-if [ -n "${ACT_HDF5_ROOT:-}" ] && { want eval || want eval-speed || want eval-ab; }; then
+if [ -n "${ACT_HDF5_ROOT:-}" ] && { want eval || want eval-speed || want eval-ab || want pad-ab; }; then
     (
         set -e
         "$PY" -c "import h5py" 2>/dev/null || { echo "no h5py for $PY: no episodes made"; exit 3; }
@@ -223,6 +226,14 @@ if [ -n "${ACT_HDF5_ROOT:-}" ] && { want eval || want eval-speed || want eval-ab
             for i in 1 2 3 4 5 6 7; do ln -f "$EPS/raw/episode_0.hdf5" "$EPS/raw/episode_$i.hdf5"; done
             for i in 1 2 3; do ln -f "$EPS/gzip/episode_0.hdf5" "$EPS/gzip/episode_$i.hdf5"; done
             touch "$EPS/$EPS_BIG"
+        fi
+        if ! [ -e "$EPS/ready_varied" ]; then   # pad-ab: 6 lengths, 6 different last batches at b32
+            rm -rf "$EPS/varied"
+            for i in 0 1 2 3 4 5; do
+                "$PY" tools/make_episodes.py --out "$EPS/varied" --episodes 1 --T $((40 + 3 * i)) --contiguous \
+                    --seed $((10 + i)) --start-index $i
+            done
+            touch "$EPS/ready_varied"
         fi
         echo "episodes ready after $SECONDS s"
     ) >"$LOG/episodes.log" 2>&1 &
@@ -337,7 +348,7 @@ eval_run() {   # tag episodes device precision batch [VAR=value... | --copy-fram
     for a in "$@"; do case $a in --*) flags+=("$a");; *) envs+=("$a");; esac; done
     echo "== eval $tag: ${envs[*]-} ${flags[*]-}" >>"$LOG/eval.log"
     rm -f "$LOG/eval_$tag.json"
-    env ${envs[@]+"${envs[@]}"} ACT_CUDA_ALGO_CACHE="$LOG/eval_algos.cache" timeout "$(limit 60)" \
+    env ACT_CUDA_ALGO_CACHE="$LOG/eval_algos.cache" ${envs[@]+"${envs[@]}"} timeout "$(limit 60)" \
         "$BUILD/act-infer" eval --model "$TD/full.actw" --device "$dev" --precision "$prec" --batch "$batch" \
         --episodes "$EPS/$dir" ${flags[@]+"${flags[@]}"} --json "$LOG/eval_$tag.json" >>"$LOG/eval.log" 2>&1 ||
         { echo "== eval $tag: rc $?" >>"$LOG/eval.log"; EVAL_BAD=$((EVAL_BAD + 1)); }
@@ -709,6 +720,23 @@ elif eval_can eval-ab "$EPS_BIG" 40; then
     eval_run ab_gzip_h5 gzip cuda bf16 "$EVAL_B" ACT_EPISODE_PREAD=0
     eval_run ab_gzip gzip cuda bf16 "$EVAL_B"
     row eval-ab "$( ((EVAL_BAD == bad0)) && echo ok || echo FAIL)" "bf16 b$EVAL_B: raw HDF5 1 thread $(eval_fig ab_raw_h5) / pread $(eval_fig ab_raw) / pread+copy $(eval_fig ab_raw_copy); gzip H5Dread_chunk $(eval_fig ab_gzip_h5) / pread $(eval_fig ab_gzip)"
+fi
+# act-infer eval over episodes of 6 lengths (40-55 timesteps) at b32: each episode's last batch
+# padded up to 32 (the CUDA default) vs run at its own size (6 sizes more, each planned, its
+# algorithms measured and its graph captured); each side with an algorithm cache of its own,
+# so both pay their measurements as a first eval on a machine would. The figure is the wall time
+if ! want pad-ab; then :
+elif eval_can pad-ab ready_varied 30; then
+    bad0=$EVAL_BAD
+    eval_run pad_on varied cuda bf16 32 ACT_CUDA_ALGO_CACHE="$LOG/pad_on.cache"
+    eval_run pad_off varied cuda bf16 32 ACT_CUDA_ALGO_CACHE="$LOG/pad_off.cache" --pad-batches=off
+    pad_fig() {
+        "$PY" -c "
+import json, sys
+t = json.load(open(sys.argv[1]))['overall']['throughput']
+print('%.2f s (%.0f ts/s)' % (t['elapsed_s'], t['timesteps_per_s']))" "$LOG/eval_$1.json" 2>/dev/null || echo "? (eval.log)"
+    }
+    row pad-ab "$( ((EVAL_BAD == bad0)) && echo ok || echo FAIL)" "bf16 b32, 6 episodes of 40-55 ts, wall: padded $(pad_fig pad_on) / own sizes $(pad_fig pad_off)"
 fi
 # how often the measured runs of algo-ab and gemm-ab chose another algorithm than the heuristics'
 # first (one "act-engine: algo:" line per measured shape in ab.log, with both times)
