@@ -64,7 +64,7 @@ int act_server_port(const act_server *s);
 int act_server_metrics_port(const act_server *s);
 int act_server_io_threads(const act_server *s);
 /* how long act_server_attach's warm-up took (seconds): on CUDA it plans, measures (unless the
- * choices come from ACT_CUDA_ALGO_CACHE) and captures every batch size */
+ * choices come from ACT_CUDA_ALGO_CACHE) and captures every batch size it runs (batch_sizes) */
 double act_server_warmup_seconds(const act_server *s);
 
 /* The batch sizes act-serve runs (on CUDA each one is warmed up and captured at start): a batch of

@@ -3,9 +3,11 @@
  * On CUDA every batch size is a step of its own (algorithms measured, a graph captured, again
  * with frames read in place), so warming 1..max-batch costs 4 x max-batch steps at every start.
  * Running a few sizes instead, a batch padded up to the next with copies of its first request
- * (results dropped), cuts that to a handful, as vLLM's CUDA-graph capture sizes do; on a GPU a
- * step is launch-bound at these batch sizes, so the padding rows cost little. The CPU's time
- * grows with every row and nothing is captured there, so it runs every size unpadded. */
+ * (results dropped), cuts that to a handful, as vLLM's CUDA-graph capture sizes do. The bet is
+ * that a GPU step at these batch sizes is bound more by launches than by rows, so that padding
+ * rows cost little (not measured yet: device_check's sizes-ab row). The CPU's time grows with
+ * every row and nothing is captured there, so it runs every size unpadded. */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,10 +33,12 @@ int act_serve_batch_sizes(const char *spec, int max_batch, act_device dev, int *
         for (int n = 1; n <= max_batch; n++) listed[n] = n <= 2 || n == 4 || n % 8 == 0;
     } else {
         for (const char *p = spec; *p;) {
-            char *end;
-            long n = strtol(p, &end, 10);
-            if (end == p || (*end && *end != ',') || n < 1 || n > max_batch) {
-                if (end != p && n > max_batch && (!*end || *end == ','))
+            /* digits only (no sign, no blanks), at most 9 of them: strtol cannot overflow */
+            const char *end = p;
+            while (isdigit((unsigned char)*end) && end - p < 10) end++;
+            long n = end > p && end - p <= 9 ? strtol(p, NULL, 10) : -1;
+            if (n < 0 || (*end && *end != ',') || n < 1 || n > max_batch) {
+                if (n > max_batch && (!*end || *end == ','))
                     snprintf(err, errlen, "act-serve: --batch-sizes '%s': %ld is above --max-batch %d", spec, n,
                              max_batch);
                 else
@@ -63,7 +67,8 @@ int act_serve_batch_sizes(const char *spec, int max_batch, act_device dev, int *
     return count;
 }
 
-/* "1-32" for every size, else "1,2,4,8,16,24,32" */
+/* "1-32" for every size, else "1,2,4,8,16,24,32"; a list too long for buf ends
+ * ",...,MAX (N sizes)" after as many sizes as fit */
 void act_serve_batch_sizes_str(const int *pad_to, int max_batch, char *buf, size_t len)
 {
     int count = 0;
@@ -72,12 +77,21 @@ void act_serve_batch_sizes_str(const int *pad_to, int max_batch, char *buf, size
         snprintf(buf, len, "1-%d", max_batch);
         return;
     }
-    size_t at = 0;
+    char tail[48];
+    snprintf(tail, sizeof tail, ",...,%d (%d sizes)", max_batch, count);
+    size_t at = 0, room = len > strlen(tail) ? len - strlen(tail) : 0;
     buf[0] = 0;
-    for (int n = 1; n <= max_batch && at < len; n++)
-        if (pad_to[n] == n) {
-            int w = snprintf(buf + at, len - at, "%s%d", at ? "," : "", n);
-            if (w < 0) break;
+    for (int n = 1; n <= max_batch; n++) {
+        if (pad_to[n] != n) continue;
+        char one[16];
+        int w = snprintf(one, sizeof one, "%s%d", at ? "," : "", n);
+        /* the last size always fits where the tail would have gone */
+        if (at + (size_t)w < (n == max_batch ? len : room)) {
+            memcpy(buf + at, one, (size_t)w + 1);
             at += (size_t)w;
+        } else {
+            snprintf(buf + at, len - at, "%s", tail);
+            return;
         }
+    }
 }

@@ -77,6 +77,33 @@ int main(void)
     refuse("Auto", 32, "expected");
     refuse(",4", 32, "expected");
     refuse("4 8", 32, "expected");
+    refuse(" 4", 32, "expected");
+    refuse("+4", 32, "expected");
+    refuse("4, 8", 32, "expected");
+    refuse("99999999999999999999", 32, "expected");
+    refuse("999999999", 32, "999999999 is above --max-batch 32");
+
+    /* a list too long for the log line ends with the largest size and the count */
+    {
+        int big = 2048, *tab = malloc(sizeof(int) * (size_t)(big + 1));
+        char line[512];
+        int n = tab ? sizes("auto", big, ACT_DEVICE_CUDA, tab, err) : -1;
+        if (n > 0) act_serve_batch_sizes_str(tab, big, line, sizeof line);
+        size_t l = n > 0 ? strlen(line) : 0;
+        CHECK(n == 3 + big / 8 && l < sizeof line && !strncmp(line, "1,2,4,8,16,", 11) &&
+                  l > 20 && !strcmp(line + l - 20, ",...,2048 (259 sizes)" + 1),
+              "auto at 2048: %d sizes, line '%s'", n, n > 0 ? line : err);
+        char *cut = n > 0 ? strstr(line, ",...") : NULL;   /* whole sizes before it, in order */
+        int prev = 0, ok = cut != NULL;
+        for (char *p = line; ok && p < cut;) {
+            int v = (int)strtol(p, &p, 10);
+            ok = v > prev && tab[v] == v;
+            prev = v;
+            if (*p == ',') p++;
+        }
+        CHECK(ok, "auto at 2048: the sizes before the cut are not whole listed sizes: '%s'", n > 0 ? line : "");
+        free(tab);
+    }
 
     /* random lists against the brute-force next size */
     for (int it = 0; it < 500; it++) {

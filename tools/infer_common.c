@@ -101,7 +101,8 @@ int infer_open(const char *cmd, const char *model_path, const infer_run_opts *o,
         return INFER_EXIT_USAGE;
     }
     ctx->batch = o->batch > 0 ? o->batch : (ctx->device == ACT_DEVICE_CUDA ? 128 : 4);
-    ctx->pad = o->pad && strcmp(o->pad, "auto") ? !strcmp(o->pad, "on") : ctx->device == ACT_DEVICE_CUDA;
+    ctx->pad_auto = !o->pad || !strcmp(o->pad, "auto");
+    ctx->pad = ctx->pad_auto ? ctx->device == ACT_DEVICE_CUDA : !strcmp(o->pad, "on");
     if (act_model_load(model_path, &ctx->model, err, sizeof err) != 0) {
         fprintf(stderr, "act-infer %s: %s\n", cmd, err);
         return INFER_EXIT_FAIL;

@@ -44,6 +44,7 @@ typedef struct infer_ctx {
     act_precision precision;
     int batch;
     int pad;                 /* run an episode's last, partial batch at the full batch size */
+    int pad_auto;            /* pad was chosen by --pad-batches auto (the device) */
 } infer_ctx;
 
 /* Checks --device / --precision before anything is loaded; returns 0 or a usage error. */

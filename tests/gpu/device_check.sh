@@ -121,6 +121,8 @@ left() { echo $((BUDGET - (SECONDS - T0))); }
 # want ROW: ACT_CHECK_ONLY is unset or lists ROW (the rows that are not wanted print nothing)
 want() { [ -z "${ACT_CHECK_ONLY:-}" ] || [[ ",$ACT_CHECK_ONLY," == *",$1,"* ]]; }
 row() { SUMMARY+=("$(printf '%-10s %-5s %s' "$1" "$2" "$3")"); echo "== $1: $2 $3"; pack; }
+# figs_ok FIGURE: "ok", or "FAIL" when a run of the row left no figure ("?")
+figs_ok() { if [[ $1 == *"?"* ]]; then echo FAIL; else echo ok; fi; }
 # pack: the summary so far, every log as one archive and compare.json into $RET (a partial archive
 # never replaces a whole one)
 pack() {
@@ -621,7 +623,7 @@ elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && enough 60; then
     # others are measured at its first start (so that sizes-ab's server finds them cached), and
     # cached
     vs="measured:auto cached:auto"
-    { want serve-warm || want sizes-ab; } && vs="$vs all-sizes:all"
+    { want serve-warm || want sizes-ab; } && vs="$vs all-sizes(25-more-measured):all"
     want serve-warm && vs="$vs all-sizes-cached:all"
     for v in $vs; do
         rm -f "$LOG/serve_warm.json"
@@ -633,8 +635,8 @@ elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && enough 60; then
             "$LOG/serve_warm.json" 2>/dev/null)
         fig="$fig ${v%%:*} ${r:-?};"
     done
-    want serve-warm && row serve-warm ok "bf16 max-batch 32, start to ready:$fig cache $(wc -l <"$SERVE_ALGOS" 2>/dev/null || echo 0) lines"
-else
+    want serve-warm && row serve-warm "$(figs_ok "$fig")" "bf16 max-batch 32, start to ready:$fig cache $(wc -l <"$SERVE_ALGOS" 2>/dev/null || echo 0) lines"
+elif want serve-warm; then
     row serve-warm SKIP "no serve_load, build, full model or time"
 fi
 # what padding a batch up to the next default size costs a busy server: 12 and 20 closed-loop
@@ -657,7 +659,7 @@ print('%.0f/%.0f req/s, p50 %.2f/%.2f ms' % (rows[12]['throughput_rps'], rows[20
       rows[12]['rtt_p50_ms'], rows[20]['rtt_p50_ms']))" "$LOG/sizes_ab.json" 2>/dev/null)
         fig="$fig $v ${r:-?};"
     done
-    row sizes-ab ok "bf16 TCP 12/20 clients:$fig"
+    row sizes-ab "$(figs_ok "$fig")" "bf16 TCP 12/20 clients:$fig"
 else
     row sizes-ab SKIP "no serve_load, build, full model or time"
 fi
@@ -681,7 +683,7 @@ rows = {(r['transport'], r['clients']): r['throughput_rps'] for r in json.load(o
 print(' '.join('%s %.0f/%.0f' % (t, rows[(t, 1)], rows[(t, 32)]) for t in ('shm', 'tcp')))" "$LOG/copy_ab.json" 2>/dev/null)
         fig="$fig ${v%%:*} ${r:-?};"
     done
-    row copy-ab ok "bf16 req/s 1/32 clients:$fig"
+    row copy-ab "$(figs_ok "$fig")" "bf16 req/s 1/32 clients:$fig"
 else
     row copy-ab SKIP "no serve_load, build, full model or time"
 fi
@@ -703,7 +705,7 @@ print('%.0f/%.0f req/s, p50 %.2f/%.2f ms' % (rows[1]['throughput_rps'], rows[32]
       rows[1]['rtt_p50_ms'], rows[32]['rtt_p50_ms']))" "$LOG/io_ab.json" 2>/dev/null)
         fig="$fig ${v%%:*} ${r:-?};"
     done
-    row io-ab ok "bf16 TCP 1/32 clients:$fig"
+    row io-ab "$(figs_ok "$fig")" "bf16 TCP 1/32 clients:$fig"
 else
     row io-ab SKIP "no serve_load, build, full model or time"
 fi
@@ -736,7 +738,22 @@ import json, sys
 t = json.load(open(sys.argv[1]))['overall']['throughput']
 print('%.2f s (%.0f ts/s)' % (t['elapsed_s'], t['timesteps_per_s']))" "$LOG/eval_$1.json" 2>/dev/null || echo "? (eval.log)"
     }
-    row pad-ab "$( ((EVAL_BAD == bad0)) && echo ok || echo FAIL)" "bf16 b32, 6 episodes of 40-55 ts, wall: padded $(pad_fig pad_on) / own sizes $(pad_fig pad_off)"
+    # the padded steps' stand-in rows must not change the metrics: both summaries within bf16's
+    # end-to-end bound (2e-2; the two runs' batch sizes may take other algorithms)
+    same=$("$PY" - "$LOG/eval_pad_on.json" "$LOG/eval_pad_off.json" <<'EOF' 2>/dev/null || echo "FAIL ? (eval.log)"
+import json, sys
+a, b = (json.load(open(p))["overall"] for p in sys.argv[1:3])
+keys = ["action_l1", "action_mse", "val_l1", "val_kl", "val_loss"]
+if a["failed"] or b["failed"] or a["timesteps"] != b["timesteps"] or not a["timesteps"]:
+    print("FAIL episodes failed or timesteps differ")
+    sys.exit(0)
+worst = max(abs(a[k] - b[k]) / max(abs(b[k]), 1e-6) for k in keys)
+print("%s metrics within %.1e" % ("ok" if worst <= 2e-2 else "FAIL", worst))
+EOF
+)
+    st=$( ((EVAL_BAD == bad0)) && echo ok || echo FAIL)
+    [[ $same == FAIL* ]] && st=FAIL
+    row pad-ab "$st" "bf16 b32, 6 episodes of 40-55 ts, wall: padded $(pad_fig pad_on) / own sizes $(pad_fig pad_off); ${same#* }"
 fi
 # how often the measured runs of algo-ab and gemm-ab chose another algorithm than the heuristics'
 # first (one "act-engine: algo:" line per measured shape in ab.log, with both times)

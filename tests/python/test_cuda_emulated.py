@@ -117,6 +117,12 @@ def test_act_infer_eval_on_cuda_matches_cpu(act_infer, model, emu_env, tmp_path)
         assert len(steps) == 1 and steps[0].startswith(
             "steps: at batch sizes 4, 1 (" if dev == "cpu" else "steps: at batch size 4 (episodes' last batches "
             "padded up to 4: 6 rows computed"), (run, steps)
+    # predict on cuda pads (auto) only an episode longer than --batch: 5 = 4 + 1 -> 4, 4; at
+    # batch 8 the one step runs its 5 rows
+    for batch, says in ((4, "5 timesteps in 2 steps of 4 rows (the last padded"), (8, "5 timesteps in 1 step of 5 rows\n")):
+        p = _run([act_infer, "predict", "--model", actw, "--episode", eps / "episode_1.hdf5", "--out",
+                  tmp_path / "p.npy", "--device", "cuda", "--batch", batch], emu_env)
+        assert "act-infer predict: " + says in p.stderr, p.stderr
     assert "gather_kernel" in logs["cuda"] and "frames are copied" not in logs["cuda"], logs["cuda"][-3000:]
     assert "gather_kernel" not in logs["cuda-copy"]
     assert "unmapped while registered" not in logs["cuda"], logs["cuda"][-2000:]
@@ -210,9 +216,10 @@ def test_act_serve_reports_a_device_fault_and_turns_unhealthy(act_serve, model, 
 
 
 def test_act_serve_algo_cache_spares_a_restart_the_measurements(act_serve, model, emu_env, tmp_path):
-    """--algo-cache FILE: the first server's warm-up measures every conv/GEMM shape of batch 1-2
-    and writes one line each; a restart with the same file loads them (ACT_CUDA_ALGO_LOG says
-    so), measures nothing and adds no line. Both give the same chunk."""
+    """--algo-cache FILE: the first server's warm-up measures every conv/GEMM shape of the batch
+    sizes it runs (max-batch 5: auto's 1, 2, 4 and 5) and writes one line each; a restart with the
+    same file loads them (ACT_CUDA_ALGO_LOG says so), measures nothing and adds no line. Both
+    give the same chunk."""
     actw, cfg, _ = model
     cache = tmp_path / "algos.txt"
     env = dict(emu_env, ACT_CUDA_ALGO_LOG="1")
@@ -223,7 +230,7 @@ def test_act_serve_algo_cache_spares_a_restart_the_measurements(act_serve, model
     chunks, logs = [], []
     for start in range(2):
         (tmp_path / f"s{start}").mkdir()
-        srv = Server(act_serve, actw, tmp_path / f"s{start}", "--max-batch", 2, "--precision", "bf16",
+        srv = Server(act_serve, actw, tmp_path / f"s{start}", "--max-batch", 5, "--precision", "bf16",
                      "--algo-cache", cache, env=env, device="cuda")
         try:
             srv.wait_ready(timeout=300)
@@ -234,6 +241,7 @@ def test_act_serve_algo_cache_spares_a_restart_the_measurements(act_serve, model
         logs.append(srv.log())
         if start == 0:
             lines = cache.read_text().splitlines()
+    assert all("warm-up: batch sizes 1,2,4,5 (--batch-sizes)" in log for log in logs), logs[0]
     measured = [l for l in logs[0].splitlines() if l.startswith("act-engine: algo: cu")]
     assert len(measured) >= 4 and len(lines) == len(measured), (measured, lines)
     assert all(l.startswith("act-algo 1 ") for l in lines), lines

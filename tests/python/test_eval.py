@@ -170,11 +170,14 @@ def test_padded_last_batches_give_the_same_metrics(setup, act_infer, tmp_path):
     line = [l for l in setup["stdout"].splitlines() if l.startswith("steps: ")]
     assert len(line) == 1 and line[0].startswith("steps: at batch sizes 4, 3, 1 (each new size") and \
         "--pad-batches on" in line[0], line
-    # predict pads the same way
-    run(act_infer, "predict", "--model", setup["actw"], "--episode", setup["eps"] / "episode_10.hdf5", "--out",
-        tmp_path / "p.npy", "--device", "cpu", "--batch", BATCH, "--pad-batches", "on", check_rc=0)
-    np.testing.assert_allclose(np.load(tmp_path / "p.npy"), np.load(setup["preds"] / "episode_10.npy"), rtol=1e-5,
-                               atol=1e-6)
+    # predict pads the same way (and says how it stepped): T = 9 in steps of 4, 4, 1 -> 4
+    for pad, says in (("on", "9 timesteps in 3 steps of 4 rows (the last padded: --pad-batches)"),
+                      ("off", "9 timesteps in 3 steps of 4 rows, the last of 1")):
+        p = run(act_infer, "predict", "--model", setup["actw"], "--episode", setup["eps"] / "episode_10.hdf5", "--out",
+                tmp_path / "p.npy", "--device", "cpu", "--batch", BATCH, "--pad-batches", pad, check_rc=0)
+        assert "act-infer predict: " + says in p.stderr, p.stderr
+        np.testing.assert_allclose(np.load(tmp_path / "p.npy"), np.load(setup["preds"] / "episode_10.npy"),
+                                   rtol=1e-5, atol=1e-6)
     bad = {"eval": ["--episodes", setup["eps"]],
            "predict": ["--episode", setup["eps"] / "episode_1.hdf5", "--out", tmp_path / "x.npy"]}
     for cmd, args in bad.items():

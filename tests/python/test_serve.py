@@ -78,9 +78,9 @@ def _obs(rng, cams, obs_dim=5):
 
 
 # a batch's frames copied inline / by 3 threads; the clients read by one I/O thread / one each;
-# batches run at their size (auto on the CPU) / padded up to 5 (sizes 1, 5, 8) with copies of
+# batches run at their size (auto on the CPU) or padded up to 5 (sizes 1, 5, 8) with copies of
 # their first request, whose results must not leak into anyone's reply
-@pytest.mark.parametrize("copy_threads,io_threads,batch_sizes", [(1, 1, "auto"), (3, 3, "5")])
+@pytest.mark.parametrize("copy_threads,io_threads,batch_sizes", [(1, 1, "auto"), (3, 3, "auto"), (3, 3, "5")])
 def test_predictions_equal_act_infer_predict_and_batch_across_connections(server, act_infer, tiny, tmp_path,
                                                                          episode_factory, rng, copy_threads,
                                                                          io_threads, batch_sizes):
