@@ -151,6 +151,8 @@ def _start_server(args, max_batch, workdir):
            "--max-wait-us", str(args.max_wait_us), "--precision", args.precision]
     if args.device != "auto":
         cmd += ["--device", args.device]
+    if args.batch_sizes and max_batch > 1:   # a list above max-batch 1 (batching off) is refused
+        cmd += ["--batch-sizes", args.batch_sizes]
     env = dict(os.environ)
     if args.timing_model:
         env["ACT_CPU_TIMING_MODEL"] = args.timing_model
@@ -218,6 +220,8 @@ def main(argv=None):
     ap.add_argument("--max-seconds", type=float, default=60, help="cap per setting and client")
     ap.add_argument("--max-batch", type=int, default=32, help="batching on: this max batch")
     ap.add_argument("--max-wait-us", type=int, default=200)
+    ap.add_argument("--batch-sizes", help="batching on: act-serve's --batch-sizes (auto, all or a list; "
+                    "default: act-serve's own, auto)")
     ap.add_argument("--modes", default="on,off", help="on = --max-batch N, off = --max-batch 1")
     ap.add_argument("--transports", default="tcp",
                     help="tcp (frames in each request) and/or shm (Unix socket, frames in shared memory)")

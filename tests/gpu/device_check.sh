@@ -627,7 +627,7 @@ elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && enough 60; then
     want serve-warm && vs="$vs all-sizes-cached:all"
     for v in $vs; do
         rm -f "$LOG/serve_warm.json"
-        ACT_SERVE_BATCH_SIZES=${v#*:} ACT_CUDA_ALGO_CACHE=$SERVE_ALGOS timeout "$(limit 90)" "$PY" bench/serve_load.py \
+        ACT_CUDA_ALGO_CACHE=$SERVE_ALGOS timeout "$(limit 90)" "$PY" bench/serve_load.py --batch-sizes "${v#*:}" \
             --model "$TD/full.actw" --act-serve "$BUILD/act-serve" --device cuda --precision bf16 --clients 1 \
             --requests "$(it 20)" --max-seconds 5 --modes on --transports tcp --json "$LOG/serve_warm.json" \
             >>"$LOG/serve_warm.log" 2>&1
@@ -648,7 +648,7 @@ elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && enough 40; then
     fig=""
     for v in auto all; do
         rm -f "$LOG/sizes_ab.json"
-        ACT_SERVE_BATCH_SIZES=$v ACT_CUDA_ALGO_CACHE="$SERVE_ALGOS" timeout "$(limit 60)" "$PY" bench/serve_load.py \
+        ACT_CUDA_ALGO_CACHE="$SERVE_ALGOS" timeout "$(limit 60)" "$PY" bench/serve_load.py --batch-sizes "$v" \
             --model "$TD/full.actw" --act-serve "$BUILD/act-serve" --device cuda --precision bf16 --clients 12,20 \
             --requests "$(it 200)" --max-seconds 5 --modes on --transports tcp --json "$LOG/sizes_ab.json" \
             >>"$LOG/sizes_ab.log" 2>&1

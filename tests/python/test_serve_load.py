@@ -17,7 +17,7 @@ def test_serve_load_reports_every_setting(act_serve, make_model, make_cfg, tmp_p
     out = tmp_path / "load.json"
     p = subprocess.run([sys.executable, str(REPO / "bench" / "serve_load.py"), "--model", str(model), "--act-serve",
                         str(act_serve), "--device", "cpu", "--clients", "1,3", "--requests", "2", "--transports", "tcp,shm",
-                        "--json", str(out)],
+                        "--json", str(out), "--batch-sizes", "1,4"],   # on: 3 clients padded to 4; off: size 1
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout + p.stderr
     res = json.loads(out.read_text())
