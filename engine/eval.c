@@ -190,6 +190,8 @@ int act_eval_write_json(const act_eval_summary *s, const char *path, char *err, 
     put_num(f, act_eval_steady_rate(s));
     fprintf(f, ", \"reader_wait_s\": ");
     put_num(f, s->reader_wait_s);
+    fprintf(f, ", \"padded_rows\": ");
+    put_num(f, s->padded_rows);
     fprintf(f, "}\n  },\n  \"episodes\": [");
     for (int i = 0; i < s->n_episodes; i++) {
         const act_eval_episode *e = &s->episodes[i];
@@ -321,6 +323,7 @@ static int read_tree(const act_json *r, const char *path, act_eval_summary *s, c
     s->reader_wait_s = act_json_num(tp, "reader_wait_s");   /* NaN when absent (older summaries) */
     s->steady_s = act_json_num(tp, "steady_s");   /* (the same) */
     s->steady_timesteps = act_json_num(tp, "steady_timesteps");
+    s->padded_rows = act_json_num(tp, "padded_rows");
     const act_json *eps = act_json_get(r, "episodes");
     if (!eps || eps->type != ACT_JSON_ARR) BAD("\"episodes\" missing");
     s->n_episodes = eps->n;
@@ -447,6 +450,7 @@ int act_eval_merge(const act_eval_summary *in, int n, act_eval_summary *out, cha
         out->reader_wait_s += b->reader_wait_s;   /* from act_eval_init's 0; NaN (unknown) stays NaN */
         out->steady_s += b->steady_s;
         out->steady_timesteps += b->steady_timesteps;
+        out->padded_rows += b->padded_rows;
         if (b->elapsed_max_s > out->elapsed_max_s) out->elapsed_max_s = b->elapsed_max_s;
         for (int k = 0; k < b->n_episodes; k++, e++) {
             double *jl = out->episodes[e].s.joint_l1;

@@ -60,6 +60,9 @@ typedef struct act_eval_summary {
                                   measures algorithms, the second captures the graph), each from
                                   the end of the one before; NaN: a summary written before it */
     double steady_timesteps;   /* the timesteps of those iterations (NaN as above) */
+    double padded_rows;        /* sum over runs of the rows computed past the episodes' ends, their
+                                  last batches padded up to the batch size (--pad-batches); NaN: a
+                                  summary written before it was kept */
 } act_eval_summary;
 
 int act_eval_init(act_eval_summary *s, const act_config *cfg, const char *device, const char *precision,

@@ -162,6 +162,7 @@ int main(void) {
     snprintf(one.episodes[1].reader, sizeof one.episodes[1].reader, "l_vis, front: pread, contiguous; r_vis: hdf5");
     one.steady_s = 0.5;
     one.steady_timesteps = 6;
+    one.padded_rows = 7;
 
     /* 2. round trip */
     char p_one[128], p_s0[128], p_s1[128], p_m[128], p_bad[128], p_old[128];
@@ -179,6 +180,7 @@ int main(void) {
     CHECK(back.steady_s == 0.5 && back.steady_timesteps == 6, "steady %g s, %g timesteps after the round trip",
           back.steady_s, back.steady_timesteps);
     CHECK(act_eval_steady_rate(&back) == 12.0, "steady rate %g, want 12", act_eval_steady_rate(&back));
+    CHECK(back.padded_rows == 7, "padded rows %g after the round trip", back.padded_rows);
     for (int i = 0; i < NEP && i < back.n_episodes; i++)
         CHECK(same_episode(&one.episodes[i], &back.episodes[i]), "episode %d differs after the round trip", i);
     act_eval_free(&back);
@@ -186,6 +188,13 @@ int main(void) {
         int rr = reread_cut(p_one, ", \"reader_wait_s\": ", "}", p_bad, &back, err, sizeof err);
         CHECK(rr != -2, "no reader_wait_s in the summary written");
         CHECK(rr == 0 && isnan(back.reader_wait_s), "a summary without reader_wait_s: %s", rr ? err : "not NaN");
+        if (rr == 0) act_eval_free(&back);
+    }
+    { /* one of session 20 (no padded rows): those NaN, the rest as written */
+        int rr = reread_cut(p_one, ", \"padded_rows\": ", "}", p_bad, &back, err, sizeof err);
+        CHECK(rr != -2, "no padded_rows in the summary written");
+        CHECK(rr == 0 && isnan(back.padded_rows) && back.steady_timesteps == 6 && back.reader_wait_s == one.reader_wait_s,
+              "a summary without padded_rows: %s", rr ? err : "wrong fields");
         if (rr == 0) act_eval_free(&back);
     }
     { /* ... and one of session 19 (reader wait, no steady figures): those NaN, and no steady rate */
@@ -216,6 +225,7 @@ int main(void) {
         sh[s].steady_s = 0.125 + 0.25 * s;
         if (s == 1) memcpy(sh[1].episodes[0].reader, one.episodes[1].reader, sizeof one.episodes[1].reader);
         sh[s].steady_timesteps = 2 + s;
+        sh[s].padded_rows = 1 + 2 * s;
     }
     act_eval_write_json(&sh[0], p_s0, err, sizeof err);
     act_eval_write_json(&sh[1], p_s1, err, sizeof err);
@@ -230,6 +240,7 @@ int main(void) {
     CHECK(merged.reader_wait_s == 1.0, "merged reader wait %g (the shards' sum, 1)", merged.reader_wait_s);
     CHECK(merged.steady_s == 0.5 && merged.steady_timesteps == 5, "merged steady %g s, %g timesteps (the "
           "shards' sums, 0.5 and 5)", merged.steady_s, merged.steady_timesteps);
+    CHECK(merged.padded_rows == 4, "merged padded rows %g (the shards' sum, 4)", merged.padded_rows);
     act_eval_write_json(&merged, p_m, err, sizeof err);
     { /* a shard of session 19 beside a new one: the sums unknown (null), the rest merged */
         act_eval_summary mix[2], mm;
@@ -237,9 +248,10 @@ int main(void) {
         int r1 = act_eval_read_json(p_s0, &mix[1], err, sizeof err) != 0;
         CHECK(!r0 && !r1, "reread: %s", err);
         if (!r0 && !r1) {
-            mix[1].steady_s = mix[1].steady_timesteps = NAN;
+            mix[1].steady_s = mix[1].steady_timesteps = mix[1].padded_rows = NAN;
             CHECK(act_eval_merge(mix, 2, &mm, err, sizeof err) == 0, "merge: %s", err);
             CHECK(isnan(mm.steady_s) && isnan(mm.steady_timesteps) && isnan(act_eval_steady_rate(&mm)) &&
+                  isnan(mm.padded_rows) &&
                   mm.reader_wait_s == 1.0, "merged with an old shard: steady %g s, %g timesteps", mm.steady_s,
                   mm.steady_timesteps);
             char p_mm[140];
@@ -247,7 +259,8 @@ int main(void) {
             CHECK(act_eval_write_json(&mm, p_mm, err, sizeof err) == 0, "write: %s", err);
             size_t n = 0;
             char *t = read_text(p_mm, &n);
-            CHECK(t && strstr(t, "\"steady_s\": null") && strstr(t, "\"steady_timesteps_per_s\": null"),
+            CHECK(t && strstr(t, "\"steady_s\": null") && strstr(t, "\"steady_timesteps_per_s\": null") &&
+                      strstr(t, "\"padded_rows\": null"),
                   "unknown steady figures not written as null");
             free(t);
             act_eval_free(&mm);

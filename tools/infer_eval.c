@@ -480,6 +480,7 @@ int act_cmd_eval(int argc, char **argv) {
         progress_show(&pg, done_eps, (long long)sum.timesteps, 0);
     }
     sum.elapsed_s = sum.elapsed_max_s = now_s() - t0;
+    sum.padded_rows = (double)padded_rows;
     unregister_reader(&ctx, reg_blocks, &n_reg);   /* before the stream frees them */
     act_stream_close(st);
     st = NULL;

@@ -163,6 +163,7 @@ def test_padded_last_batches_give_the_same_metrics(setup, act_infer, tmp_path):
     tp = s["overall"]["throughput"]
     assert tp["steady_timesteps"] == sum(steps[2:]) == 17
     pad = sum(BATCH - n for n in steps)
+    assert tp["padded_rows"] == pad == 8 and plain["overall"]["throughput"]["padded_rows"] == 0
     line = [l for l in p.stdout.splitlines() if l.startswith("steps: ")]
     assert line == [f"steps: at batch size 4 (episodes' last batches padded up to 4: {pad} rows computed and "
                     "dropped; --pad-batches off runs them at their own size)"], p.stdout
@@ -252,7 +253,7 @@ def test_shards_merged_equal_a_single_run(setup, act_infer, tmp_path):
     assert m["overall"]["throughput"]["timesteps_per_s"] > 0
     waits = [json.loads(p.read_text())["overall"]["throughput"]["reader_wait_s"] for p in parts]
     assert m["overall"]["throughput"]["reader_wait_s"] == pytest.approx(sum(waits))
-    for k in ("steady_s", "steady_timesteps"):   # the shards' sums
+    for k in ("steady_s", "steady_timesteps", "padded_rows"):   # the shards' sums
         assert m["overall"]["throughput"][k] == pytest.approx(
             sum(json.loads(p.read_text())["overall"]["throughput"][k] for p in parts))
     assert m["overall"]["timesteps"] == single["overall"]["timesteps"]
