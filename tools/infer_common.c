@@ -74,8 +74,8 @@ int infer_check_run_opts(const char *cmd, const char *usage, const infer_run_opt
         return infer_usage(cmd, usage, "--device must be cpu or cuda, got '%s'", o->device);
     if (o->precision && infer_parse_precision(o->precision, &p) != 0)
         return infer_usage(cmd, usage, "--precision must be fp32, tf32, bf16 or fp16, got '%s'", o->precision);
-    if (o->pad && strcmp(o->pad, "auto") && strcmp(o->pad, "on") && strcmp(o->pad, "off"))
-        return infer_usage(cmd, usage, "--pad-batches must be auto, on or off, got '%s'", o->pad);
+    if (o->pad && strcmp(o->pad, "auto") && strcmp(o->pad, "on") && strcmp(o->pad, "off") && strcmp(o->pad, "few"))
+        return infer_usage(cmd, usage, "--pad-batches must be auto, few, on or off, got '%s'", o->pad);
     return 0;
 }
 
@@ -101,8 +101,14 @@ int infer_open(const char *cmd, const char *model_path, const infer_run_opts *o,
         return INFER_EXIT_USAGE;
     }
     ctx->batch = o->batch > 0 ? o->batch : (ctx->device == ACT_DEVICE_CUDA ? 128 : 4);
-    ctx->pad_auto = !o->pad || !strcmp(o->pad, "auto");
-    ctx->pad = ctx->pad_auto ? ctx->device == ACT_DEVICE_CUDA : !strcmp(o->pad, "on");
+    if (!o->pad || !strcmp(o->pad, "auto"))
+        ctx->pad = ctx->device == ACT_DEVICE_CUDA ? INFER_PAD_FEW : INFER_PAD_OFF;
+    else
+        ctx->pad = !strcmp(o->pad, "on") ? INFER_PAD_ON : !strcmp(o->pad, "few") ? INFER_PAD_FEW : INFER_PAD_OFF;
+    if (!(ctx->ran = calloc((size_t)ctx->batch + 1, 1))) {
+        fprintf(stderr, "act-infer %s: out of memory\n", cmd);
+        return INFER_EXIT_FAIL;
+    }
     if (act_model_load(model_path, &ctx->model, err, sizeof err) != 0) {
         fprintf(stderr, "act-infer %s: %s\n", cmd, err);
         return INFER_EXIT_FAIL;
@@ -116,12 +122,15 @@ int infer_open(const char *cmd, const char *model_path, const infer_run_opts *o,
         fprintf(stderr, "act-infer %s: %s\n", cmd, err);
         act_model_free(ctx->model);
         ctx->model = NULL;
+        free(ctx->ran);
+        ctx->ran = NULL;
         return INFER_EXIT_FAIL;
     }
     return INFER_EXIT_OK;
 }
 
 void infer_close(infer_ctx *ctx) {
+    free(ctx->ran);
     act_session_free(ctx->session);
     act_model_free(ctx->model);
     memset(ctx, 0, sizeof *ctx);
@@ -152,15 +161,22 @@ void infer_buffers_free(infer_buffers *b) {
     memset(b, 0, sizeof *b);
 }
 
-int infer_batch_rows(const infer_ctx *ctx, const act_ep_batch *b) {
-    return ctx->pad && b->n > 0 ? ctx->batch : b->n;
+/* The rows b runs with under ctx->pad (infer_common.h: INFER_PAD_*). */
+static int batch_rows(const infer_ctx *ctx, const act_ep_batch *b) {
+    int n = b->n;
+    if (n <= 0 || n >= ctx->batch || ctx->pad == INFER_PAD_OFF) return n;
+    if (ctx->pad == INFER_PAD_ON) return ctx->batch;
+    if (ctx->ran[n] || ctx->n_ran < INFER_PAD_SIZES) return n;
+    while (n < ctx->batch && !ctx->ran[n]) n++;
+    return n;
 }
 
-int infer_run_batch(infer_ctx *ctx, const act_ep_batch *b, int posterior, infer_buffers *out,
+int infer_run_batch(infer_ctx *ctx, const act_ep_batch *b, int posterior, infer_buffers *out, int *rows,
                     char *err, size_t errlen) {
     act_inputs in;
     memset(&in, 0, sizeof in);
-    in.batch = infer_batch_rows(ctx, b);
+    in.batch = batch_rows(ctx, b);
+    if (rows) *rows = in.batch;
     in.qpos = b->qpos;
     for (int c = 0; c < ctx->cfg->num_cams; c++) in.images[c] = b->images[c];
     act_outputs o;
@@ -176,5 +192,10 @@ int infer_run_batch(infer_ctx *ctx, const act_ep_batch *b, int posterior, infer_
         o.logvar = out->logvar;
         o.kl = out->kl;
     }
-    return act_run(ctx->session, &in, &o, err, errlen);
+    int rc = act_run(ctx->session, &in, &o, err, errlen);
+    if (!rc && in.batch > 0 && in.batch <= ctx->batch && !ctx->ran[in.batch]) {
+        ctx->ran[in.batch] = 1;
+        ctx->n_ran++;
+    }
+    return rc;
 }

@@ -33,7 +33,7 @@ typedef struct infer_run_opts {
     const char *device;      /* NULL: cuda if available, else cpu */
     const char *precision;   /* NULL: fp32 */
     int batch;               /* 0: per-device default */
-    const char *pad;         /* --pad-batches auto|on|off (NULL: auto) */
+    const char *pad;         /* --pad-batches auto|on|off|few (NULL: auto) */
 } infer_run_opts;
 
 typedef struct infer_ctx {
@@ -43,9 +43,17 @@ typedef struct infer_ctx {
     act_device device;
     act_precision precision;
     int batch;
-    int pad;                 /* run an episode's last, partial batch at the full batch size */
-    int pad_auto;            /* pad was chosen by --pad-batches auto (the device) */
+    int pad;                 /* an episode's last, partial batch: INFER_PAD_OFF / _ON / _FEW */
+    unsigned char *ran;      /* [batch + 1]: the step sizes run so far (set up, on CUDA) */
+    int n_ran;               /* how many */
 } infer_ctx;
+
+/* --pad-batches: off runs a partial batch at its own size, on at --batch; few at its own size
+ * while that size ran before or fewer than INFER_PAD_SIZES sizes have, else padded up to the
+ * smallest size that ran (or --batch): equal-length episodes pad nothing, and varied lengths set
+ * up at most INFER_PAD_SIZES sizes. auto is few on CUDA, off on the CPU. */
+enum { INFER_PAD_OFF, INFER_PAD_ON, INFER_PAD_FEW };
+#define INFER_PAD_SIZES 4
 
 /* Checks --device / --precision before anything is loaded; returns 0 or a usage error. */
 int infer_check_run_opts(const char *cmd, const char *usage, const infer_run_opts *o);
@@ -62,17 +70,18 @@ typedef struct infer_buffers {
 int infer_buffers_alloc(const infer_ctx *ctx, infer_buffers *b);
 void infer_buffers_free(infer_buffers *b);
 
-/* --pad-batches' help line, for the subcommands' usage texts */
+/* --pad-batches' help lines, for the subcommands' usage texts */
 #define INFER_PAD_USAGE \
-    "  --pad-batches auto|on|off  run an episode's last, partial batch at the full --batch size\n" \
-    "                            (the extra rows are dropped) instead of its own; auto: on for cuda,\n" \
-    "                            where a new batch size's first steps plan it, measure its\n" \
-    "                            algorithms and capture its graph; off for cpu, where rows cost time\n"
-/* The rows b runs with: ctx->batch when padding a partial batch, else b->n. */
-int infer_batch_rows(const infer_ctx *ctx, const act_ep_batch *b);
-/* Runs the prior for batch b (infer_batch_rows rows; out holds them all) and, if posterior, the
- * z = mu posterior with b's targets. */
-int infer_run_batch(infer_ctx *ctx, const act_ep_batch *b, int posterior, infer_buffers *out,
+    "  --pad-batches MODE        an episode's last, partial batch: off runs it at its own size, on\n" \
+    "                            pads it up to --batch (extra rows computed and dropped), few runs\n" \
+    "                            its own size while that size ran before or fewer than 4 have, else\n" \
+    "                            pads it up to the smallest that ran. auto (default): few on cuda,\n" \
+    "                            where a new size's first steps plan it, measure its algorithms and\n" \
+    "                            capture its graph; off on cpu\n"
+/* Runs the prior for batch b and, if posterior, the z = mu posterior with b's targets, at the
+ * rows ctx->pad gives (b->n, a size >= b->n that ran before, or ctx->batch; stored in *rows when
+ * rows is not NULL; out holds them all). */
+int infer_run_batch(infer_ctx *ctx, const act_ep_batch *b, int posterior, infer_buffers *out, int *rows,
                     char *err, size_t errlen);
 
 #endif

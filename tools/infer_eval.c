@@ -297,10 +297,10 @@ static void print_steps(const infer_ctx *ctx, const unsigned char *seen, long lo
     if (!n) return;
     printf("steps: at batch size%s %s", n > 1 ? "s" : "", sizes);
     if (padded_rows)
-        printf(" (episodes' last batches padded up to %d: %lld rows computed and dropped; --pad-batches off "
-               "runs them at their own size)", ctx->batch, padded_rows);
-    else if (n > 1 && !ctx->pad)
-        printf(" (each new size is set up at its first step: --pad-batches on runs every step at %d)", ctx->batch);
+        printf(" (%lld rows computed and dropped, episodes' last batches padded up to a size that ran: "
+               "--pad-batches)", padded_rows);
+    else if (n > 1 && ctx->pad == INFER_PAD_OFF)
+        printf(" (each new size is set up at its first steps: --pad-batches few or on set up fewer)");
     printf("\n");
 }
 
@@ -431,8 +431,8 @@ int act_cmd_eval(int argc, char **argv) {
         }
         int steady = 0;
         if (!bad) {
-            bad = infer_run_batch(&ctx, b, 1, &bufs, e->error, sizeof e->error) != 0;
-            int rows = infer_batch_rows(&ctx, b);
+            int rows = 0;
+            bad = infer_run_batch(&ctx, b, 1, &bufs, &rows, e->error, sizeof e->error) != 0;
             if (!bad && rows > 0 && rows <= ctx.batch) {
                 steady = seen[rows] >= 2;
                 if (!steady) seen[rows]++;

@@ -22,8 +22,6 @@ static const char *USAGE =
     "  --precision P           fp32 (default), tf32, bf16, fp16\n"
     "  --batch N               timesteps per forward (default: cuda 128, cpu 4)\n"
     INFER_PAD_USAGE
-    "                            (predict's auto pads only an episode longer than --batch: a shorter\n"
-    "                            one runs at one size anyway)\n"
     "  --posterior-dir DIR     also write DIR/mu.npy (T,L), logvar.npy (T,L), kl.npy (T,),\n"
     "                          post_actions.npy (T,H,A): the posterior with z = mu, encoding\n"
     "                          action[t:t+H] padded with the last action (is_pad past the end)\n";
@@ -107,15 +105,12 @@ int act_cmd_predict(int argc, char **argv) {
             snprintf(err, sizeof err, "%s", b->err);
             goto done;
         }
-        /* one episode: padding its last batch saves a batch size only if it has a full one too */
-        if (b->first && ctx.pad_auto && b->T <= ctx.batch) ctx.pad = 0;
         if (b->first && open_outputs(out, pdir, ctx.cfg, b->T, files, err, sizeof err) != 0) goto done;
-        if (infer_run_batch(&ctx, b, pdir != NULL, &bufs, err, sizeof err) != 0 ||
+        if (infer_run_batch(&ctx, b, pdir != NULL, &bufs, &last_rows, err, sizeof err) != 0 ||
             write_batch(files, ctx.cfg, b->n, &bufs, err, sizeof err) != 0)
             goto done;
         steps++;
         T = b->T;
-        last_rows = infer_batch_rows(&ctx, b);
     }
     if (steps > 1 && last_rows != ctx.batch)
         fprintf(stderr, "act-infer predict: %d timesteps in %d steps of %d rows, the last of %d\n", T, steps,

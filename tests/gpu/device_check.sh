@@ -81,9 +81,9 @@
 #              memfds and receive buffers (the default)
 #   io-ab      act-serve, bf16, 1 and 32 TCP clients: every frame received by one I/O thread vs
 #              --io-threads' default (one per 4 cores, at most 4)
-#   pad-ab     act-infer eval, bf16 batch 32, 6 episodes of 40-55 timesteps: each episode's last
-#              batch padded up to 32 (--pad-batches auto on CUDA) vs run at its own size, wall time
-#              with a fresh algorithm cache each
+#   pad-ab     act-infer eval, bf16 batch 32, 6 episodes of 40-55 timesteps: the last batches at
+#              --pad-batches auto (few: own sizes until 4 ran, then padded), on (all at 32) and
+#              off (7 sizes), wall time with a fresh algorithm cache each, metrics compared
 #   eval-ab    act-infer eval, bf16 batch 256: raw frames read by HDF5 on one thread vs pread on
 #              the pool vs pread and copied into the session's inputs (--copy-frames); gzip
 #              chunks fetched by HDF5 (ACT_EPISODE_PREAD=0) vs pread on the inflating threads
@@ -723,14 +723,16 @@ elif eval_can eval-ab "$EPS_BIG" 40; then
     eval_run ab_gzip gzip cuda bf16 "$EVAL_B"
     row eval-ab "$( ((EVAL_BAD == bad0)) && echo ok || echo FAIL)" "bf16 b$EVAL_B: raw HDF5 1 thread $(eval_fig ab_raw_h5) / pread $(eval_fig ab_raw) / pread+copy $(eval_fig ab_raw_copy); gzip H5Dread_chunk $(eval_fig ab_gzip_h5) / pread $(eval_fig ab_gzip)"
 fi
-# act-infer eval over episodes of 6 lengths (40-55 timesteps) at b32: each episode's last batch
-# padded up to 32 (the CUDA default) vs run at its own size (6 sizes more, each planned, its
-# algorithms measured and its graph captured); each side with an algorithm cache of its own,
-# so both pay their measurements as a first eval on a machine would. The figure is the wall time
+# act-infer eval over episodes of 6 lengths (40-55 timesteps) at b32: the last batches under
+# --pad-batches auto (CUDA: few; sizes 32, 8, 11, 14 set up, the other three padded up to 32), on
+# (everything at 32) and off (7 sizes, each planned, its algorithms measured and its graph
+# captured); each with an algorithm cache of its own, so each pays its measurements as a first
+# eval on a machine would. The figure is the wall time; the metrics must agree
 if ! want pad-ab; then :
 elif eval_can pad-ab ready_varied 30; then
     bad0=$EVAL_BAD
-    eval_run pad_on varied cuda bf16 32 ACT_CUDA_ALGO_CACHE="$LOG/pad_on.cache"
+    eval_run pad_auto varied cuda bf16 32 ACT_CUDA_ALGO_CACHE="$LOG/pad_auto.cache"
+    eval_run pad_on varied cuda bf16 32 ACT_CUDA_ALGO_CACHE="$LOG/pad_on.cache" --pad-batches=on
     eval_run pad_off varied cuda bf16 32 ACT_CUDA_ALGO_CACHE="$LOG/pad_off.cache" --pad-batches=off
     pad_fig() {
         "$PY" -c "
@@ -740,20 +742,20 @@ print('%.2f s (%.0f ts/s)' % (t['elapsed_s'], t['timesteps_per_s']))" "$LOG/eval
     }
     # the padded steps' stand-in rows must not change the metrics: both summaries within bf16's
     # end-to-end bound (2e-2; the two runs' batch sizes may take other algorithms)
-    same=$("$PY" - "$LOG/eval_pad_on.json" "$LOG/eval_pad_off.json" <<'EOF' 2>/dev/null || echo "FAIL ? (eval.log)"
+    same=$("$PY" - "$LOG/eval_pad_off.json" "$LOG/eval_pad_auto.json" "$LOG/eval_pad_on.json" <<'EOF' 2>/dev/null || echo "FAIL ? (eval.log)"
 import json, sys
-a, b = (json.load(open(p))["overall"] for p in sys.argv[1:3])
+b, *pads = (json.load(open(p))["overall"] for p in sys.argv[1:4])
 keys = ["action_l1", "action_mse", "val_l1", "val_kl", "val_loss"]
-if a["failed"] or b["failed"] or a["timesteps"] != b["timesteps"] or not a["timesteps"]:
+if any(a["failed"] or b["failed"] or a["timesteps"] != b["timesteps"] or not a["timesteps"] for a in pads):
     print("FAIL episodes failed or timesteps differ")
     sys.exit(0)
-worst = max(abs(a[k] - b[k]) / max(abs(b[k]), 1e-6) for k in keys)
+worst = max(abs(a[k] - b[k]) / max(abs(b[k]), 1e-6) for a in pads for k in keys)
 print("%s metrics within %.1e" % ("ok" if worst <= 2e-2 else "FAIL", worst))
 EOF
 )
     st=$( ((EVAL_BAD == bad0)) && echo ok || echo FAIL)
     [[ $same == FAIL* ]] && st=FAIL
-    row pad-ab "$st" "bf16 b32, 6 episodes of 40-55 ts, wall: padded $(pad_fig pad_on) / own sizes $(pad_fig pad_off); ${same#* }"
+    row pad-ab "$st" "bf16 b32, 6 episodes of 40-55 ts, wall: auto (4 sizes) $(pad_fig pad_auto) / on (1) $(pad_fig pad_on) / off (7) $(pad_fig pad_off); ${same#* }"
 fi
 # how often the measured runs of algo-ab and gemm-ab chose another algorithm than the heuristics'
 # first (one "act-engine: algo:" line per measured shape in ab.log, with both times)

@@ -106,20 +106,22 @@ def test_act_infer_eval_on_cuda_matches_cpu(act_infer, model, emu_env, tmp_path)
     sums, logs = {}, {}
     # on cuda the frames are read where the episode reader put them (its buffers registered with
     # the session: the graph gathers them), or copied into the input buffers with --copy-frames
-    for run, dev, extra in (("cpu", "cpu", []), ("cuda", "cuda", []), ("cuda-copy", "cuda", ["--copy-frames"])):
+    # (cuda-pad: every last batch padded up to 4 with stand-in rows, frames read in place)
+    for run, dev, extra in (("cpu", "cpu", []), ("cuda", "cuda", []), ("cuda-copy", "cuda", ["--copy-frames"]),
+                            ("cuda-pad", "cuda", ["--pad-batches", "on"])):
         out = tmp_path / f"{run}.json"
         # frames blocks of their own mappings (freed = unmapped): unregistering freed memory shows
         p = _run([act_infer, "eval", "--model", actw, "--episodes", eps, "--device", dev, "--batch", 4, "--json", out,
                   *extra], dict(emu_env, ACT_EMU_TRACE="2", MALLOC_MMAP_THRESHOLD_="4096"))
         sums[run], logs[run] = json.loads(out.read_text()), p.stderr
-        # cuda pads each episode's last batch (13 = 4+4+4+1, 5 = 4+1) up to 4: one step size
+        # 13 = 4+4+4+1, 5 = 4+1: two sizes (cuda's auto sets up up to 4 before it pads); with
+        # --pad-batches on one, the two last batches padded by 3 rows each
         steps = [l for l in p.stdout.splitlines() if l.startswith("steps: ")]
         assert len(steps) == 1 and steps[0].startswith(
-            "steps: at batch sizes 4, 1 (" if dev == "cpu" else "steps: at batch size 4 (episodes' last batches "
-            "padded up to 4: 6 rows computed"), (run, steps)
-    # predict on cuda pads (auto) only an episode longer than --batch: 5 = 4 + 1 -> 4, 4; at
-    # batch 8 the one step runs its 5 rows
-    for batch, says in ((4, "5 timesteps in 2 steps of 4 rows (the last padded"), (8, "5 timesteps in 1 step of 5 rows\n")):
+            "steps: at batch size 4 (6 rows computed" if run == "cuda-pad" else "steps: at batch sizes 4, 1"), \
+            (run, steps)
+    # predict on cuda: one episode brings two sizes at most, under auto's 4: nothing padded
+    for batch, says in ((4, "5 timesteps in 2 steps of 4 rows, the last of 1"), (8, "5 timesteps in 1 step of 5 rows\n")):
         p = _run([act_infer, "predict", "--model", actw, "--episode", eps / "episode_1.hdf5", "--out",
                   tmp_path / "p.npy", "--device", "cuda", "--batch", batch], emu_env)
         assert "act-infer predict: " + says in p.stderr, p.stderr
@@ -128,7 +130,7 @@ def test_act_infer_eval_on_cuda_matches_cpu(act_infer, model, emu_env, tmp_path)
     assert "unmapped while registered" not in logs["cuda"], logs["cuda"][-2000:]
     cpu_eps = {e["name"]: e for e in sums["cpu"]["episodes"]}
     metrics = ("action_l1", "action_mse", "val_l1", "val_kl", "val_loss")
-    for run in ("cuda", "cuda-copy"):
+    for run in ("cuda", "cuda-copy", "cuda-pad"):
         assert sums[run]["device"] == "cuda" and "emulator" in sums[run]["device_name"]
         assert sorted(cpu_eps) == sorted(e["name"] for e in sums[run]["episodes"])
         for e in sums[run]["episodes"] + [dict(sums[run]["overall"], name="overall")]:

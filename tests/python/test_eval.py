@@ -138,16 +138,23 @@ def test_metrics_match_the_pytorch_reference(setup):
     assert isinstance(s["device_name"], str) and s["device_name"]
 
 
-def test_padded_last_batches_give_the_same_metrics(setup, act_infer, tmp_path):
-    """--pad-batches on (cuda's default): every step runs 4 rows, an episode's last, partial batch
-    padded with stand-in rows that are computed and dropped. The metrics and predictions are the
-    unpadded run's (rows are independent; the CPU's GEMMs round alike up to ~1e-6 across sizes),
-    every step after the second is steady, and the printout counts the padding."""
+def _eval_lines(act_infer, setup, out_dir, *extra):
+    out, preds = out_dir / "s.json", out_dir / "preds"
+    p = run(act_infer, "eval", "--model", setup["actw"], "--episodes", setup["eps"], "--device", "cpu", *extra,
+            "--json", out, "--save-predictions", preds, check_rc=0)
+    return json.loads(out.read_text()), preds, [l for l in p.stdout.splitlines() if l.startswith("steps: ")]
+
+
+@pytest.mark.parametrize("pad,batch", [("on", BATCH), ("few", 8)])
+def test_padded_last_batches_give_the_same_metrics(setup, act_infer, tmp_path, pad, batch):
+    """--pad-batches on: every step runs --batch rows, an episode's last, partial batch padded with
+    stand-in rows that are computed and dropped; few (cuda's auto): a partial batch runs its own
+    size while fewer than 4 sizes ran, then pads up to the smallest that ran. The metrics and
+    predictions are the unpadded run's (rows are independent; the CPU's GEMMs round alike up to
+    ~1e-6 across sizes), and the printout and summary count the padding."""
     cfg, agent = setup["cfg"], setup["agent"]
-    out, preds = tmp_path / "padded.json", tmp_path / "preds"
-    p = run(act_infer, "eval", "--model", setup["actw"], "--episodes", setup["eps"], "--device", "cpu",
-            "--batch", BATCH, "--pad-batches", "on", "--json", out, "--save-predictions", preds, check_rc=0)
-    s, plain = json.loads(out.read_text()), setup["single"]
+    s, preds, line = _eval_lines(act_infer, setup, tmp_path, "--batch", batch, "--pad-batches", pad)
+    plain = setup["single"]
     kw = float(cfg["head"]["kl_weight"])
     for e, e0 in zip(s["episodes"], plain["episodes"]):
         m = means(reference_sums(agent, cfg, setup["eps"] / e["name"]), kw)
@@ -158,22 +165,30 @@ def test_padded_last_batches_give_the_same_metrics(setup, act_infer, tmp_path):
             assert ok, (e["name"], key, "padded vs not", detail)
         np.testing.assert_allclose(np.load(preds / e["name"].replace(".hdf5", ".npy")),
                                    np.load(setup["preds"] / e["name"].replace(".hdf5", ".npy")), rtol=1e-5, atol=1e-6)
-    # steps of 4 rows: 4 3 | 3 | 4 1 | 4 4 1 real timesteps; all but the first two steady
-    steps = [min(BATCH, T - t) for _, (T, _, _) in sorted(EPISODES.items()) for t in range(0, T, BATCH)]
+    # the steps' real timesteps: windows over T = 7, 3, 5, 9 in episode order
+    steps = [min(batch, T - t) for _, (T, _, _) in sorted(EPISODES.items()) for t in range(0, T, batch)]
     tp = s["overall"]["throughput"]
-    assert tp["steady_timesteps"] == sum(steps[2:]) == 17
-    pad = sum(BATCH - n for n in steps)
-    assert tp["padded_rows"] == pad == 8 and plain["overall"]["throughput"]["padded_rows"] == 0
-    line = [l for l in p.stdout.splitlines() if l.startswith("steps: ")]
-    assert line == [f"steps: at batch size 4 (episodes' last batches padded up to 4: {pad} rows computed and "
-                    "dropped; --pad-batches off runs them at their own size)"], p.stdout
-    # the CPU's default is off: three sizes, and the line says how to have one
+    if pad == "on":   # 4 3 | 3 | 4 1 | 4 4 1, every one run at 4: all but the first two steady
+        pad_rows, sizes = sum(batch - n for n in steps), "4"
+        assert tp["steady_timesteps"] == sum(steps[2:]) == 17
+    else:             # 7 | 3 | 5 | 8 1: 7, 3, 5 and 8 run as they are; then 1 is padded up to 3
+        pad_rows, sizes = 2, "8, 7, 5, 3"
+        assert steps == [7, 3, 5, 8, 1] and tp["steady_timesteps"] == 0
+    assert tp["padded_rows"] == pad_rows and plain["overall"]["throughput"]["padded_rows"] == 0
+    assert line == [f"steps: at batch size{'s' if ',' in sizes else ''} {sizes} ({pad_rows} rows computed and "
+                    "dropped, episodes' last batches padded up to a size that ran: --pad-batches)"], line
+    # the CPU's default is off: three sizes, and the line says how to set up fewer
     line = [l for l in setup["stdout"].splitlines() if l.startswith("steps: ")]
-    assert len(line) == 1 and line[0].startswith("steps: at batch sizes 4, 3, 1 (each new size") and \
-        "--pad-batches on" in line[0], line
-    # predict pads the same way (and says how it stepped): T = 9 in steps of 4, 4, 1 -> 4
+    assert line == ["steps: at batch sizes 4, 3, 1 (each new size is set up at its first steps: --pad-batches few "
+                    "or on set up fewer)"], line
+
+
+def test_predict_pads_as_asked_and_says_how_it_stepped(setup, act_infer, tmp_path):
+    """T = 9 in steps of 4, 4, 1: on runs the last at 4; off and few (two sizes: under few's 4)
+    at 1. Predictions alike either way."""
     for pad, says in (("on", "9 timesteps in 3 steps of 4 rows (the last padded: --pad-batches)"),
-                      ("off", "9 timesteps in 3 steps of 4 rows, the last of 1")):
+                      ("off", "9 timesteps in 3 steps of 4 rows, the last of 1"),
+                      ("few", "9 timesteps in 3 steps of 4 rows, the last of 1")):
         p = run(act_infer, "predict", "--model", setup["actw"], "--episode", setup["eps"] / "episode_10.hdf5", "--out",
                 tmp_path / "p.npy", "--device", "cpu", "--batch", BATCH, "--pad-batches", pad, check_rc=0)
         assert "act-infer predict: " + says in p.stderr, p.stderr
@@ -183,7 +198,7 @@ def test_padded_last_batches_give_the_same_metrics(setup, act_infer, tmp_path):
            "predict": ["--episode", setup["eps"] / "episode_1.hdf5", "--out", tmp_path / "x.npy"]}
     for cmd, args in bad.items():
         p = run(act_infer, cmd, "--model", setup["actw"], *args, "--pad-batches", "maybe", check_rc=2)
-        assert "--pad-batches must be auto, on or off, got 'maybe'" in p.stderr, p.stderr
+        assert "--pad-batches must be auto, few, on or off, got 'maybe'" in p.stderr, p.stderr
 
 
 def test_summary_names_how_frames_were_read(setup):
