@@ -451,8 +451,7 @@ int act_server_attach(act_server *s, const act_model *m, act_session *sess, act_
     s->req_bytes = sizeof(act_req) + (size_t)s->cfg->pred_horizon * s->cfg->action_dim * sizeof(float) +
                    act_proto_predict_bytes(s->cfg);
     if (!s->info_frame) return fail(err, errlen, "act-serve: out of memory");
-    s->n_sizes = act_serve_batch_sizes(s->o.batch_sizes, s->o.max_batch, device, s->pad_to, err, errlen);
-    if (s->n_sizes < 0) return -1;
+    if (act_serve_batch_sizes(s->o.batch_sizes, s->o.max_batch, device, s->pad_to, err, errlen) < 0) return -1;
     act_serve_batch_sizes_str(s->pad_to, s->o.max_batch, s->sizes_str, sizeof s->sizes_str);
     double t0 = act_now();
     if (act_infer_warmup(s, device, err, errlen)) return -1;

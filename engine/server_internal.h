@@ -155,7 +155,6 @@ struct act_server {
     act_metrics metrics;
     double warmup_s;                    /* act_server_attach's warm-up */
     int *pad_to;                   /* [0..max_batch]: the size a batch of n runs at (server_sizes.c) */
-    int n_sizes;                   /* how many sizes run */
     char sizes_str[512];           /* them, for the log and the ready line */
     FILE *audit;
 

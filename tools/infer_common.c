@@ -193,9 +193,7 @@ int infer_run_batch(infer_ctx *ctx, const act_ep_batch *b, int posterior, infer_
         o.kl = out->kl;
     }
     int rc = act_run(ctx->session, &in, &o, err, errlen);
-    if (!rc && in.batch > 0 && in.batch <= ctx->batch && !ctx->ran[in.batch]) {
-        ctx->ran[in.batch] = 1;
-        ctx->n_ran++;
-    }
+    if (!rc && in.batch > 0 && in.batch <= ctx->batch && ctx->ran[in.batch] < 255)
+        ctx->n_ran += !ctx->ran[in.batch]++;
     return rc;
 }

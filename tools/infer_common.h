@@ -44,8 +44,9 @@ typedef struct infer_ctx {
     act_precision precision;
     int batch;
     int pad;                 /* an episode's last, partial batch: INFER_PAD_OFF / _ON / _FEW */
-    unsigned char *ran;      /* [batch + 1]: the step sizes run so far (set up, on CUDA) */
-    int n_ran;               /* how many */
+    unsigned char *ran;      /* [batch + 1]: steps run at each size so far (up to 255; a size that
+                              * ran is set up, on CUDA), by infer_run_batch */
+    int n_ran;               /* how many sizes ran */
 } infer_ctx;
 
 /* --pad-batches: off runs a partial batch at its own size, on at --batch; few at its own size

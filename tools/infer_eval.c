@@ -281,12 +281,12 @@ static void print_overall(const act_eval_summary *s) {
 }
 
 /* The batch sizes the steps ran at, and what padding the episodes' last batches cost. */
-static void print_steps(const infer_ctx *ctx, const unsigned char *seen, long long padded_rows) {
+static void print_steps(const infer_ctx *ctx, long long padded_rows) {
     char sizes[256] = "";
     size_t at = 0;
     int n = 0;
     for (int r = ctx->batch; r >= 1 && at < sizeof sizes; r--)
-        if (seen[r]) {
+        if (ctx->ran[r]) {
             if (++n > 8) {
                 snprintf(sizes + at, sizeof sizes - at, ", ...");
                 break;
@@ -370,7 +370,6 @@ int act_cmd_eval(int argc, char **argv) {
     int n_reg = 0;   /* reader buffers registered with the session */
     infer_buffers bufs = {0};
     float *tnorm = NULL;
-    unsigned char *seen = NULL;   /* [batch + 1]: steps run at each batch size, up to 2 */
     act_npy *pf = NULL;
     rc = INFER_EXIT_FAIL;
     if (!sel || !sel_index) { fprintf(stderr, "act-infer eval: out of memory\n"); goto done; }
@@ -385,8 +384,7 @@ int act_cmd_eval(int argc, char **argv) {
     if (act_eval_init(&sum, cfg, infer_device_name(ctx.device), infer_precision_name(ctx.precision),
                       a.shard_i, a.shard_n, nsel, err, sizeof err) != 0 ||
         infer_buffers_alloc(&ctx, &bufs) != 0 ||
-        !(tnorm = malloc(sizeof(float) * (size_t)ctx.batch * cfg->pred_horizon * cfg->action_dim)) ||
-        !(seen = calloc((size_t)ctx.batch + 1, 1))) {
+        !(tnorm = malloc(sizeof(float) * (size_t)ctx.batch * cfg->pred_horizon * cfg->action_dim))) {
         fprintf(stderr, "act-infer eval: %s\n", err[0] ? err : "out of memory");
         goto done;
     }
@@ -434,8 +432,7 @@ int act_cmd_eval(int argc, char **argv) {
             int rows = 0;
             bad = infer_run_batch(&ctx, b, 1, &bufs, &rows, e->error, sizeof e->error) != 0;
             if (!bad && rows > 0 && rows <= ctx.batch) {
-                steady = seen[rows] >= 2;
-                if (!steady) seen[rows]++;
+                steady = ctx.ran[rows] > 2;   /* this size's third step or later */
                 padded_rows += rows - b->n;
             }
         }
@@ -491,7 +488,7 @@ int act_cmd_eval(int argc, char **argv) {
     progress_show(&pg, done_eps, (long long)sum.timesteps, 1);
     print_table(&sum);
     print_overall(&sum);
-    print_steps(&ctx, seen, padded_rows);
+    print_steps(&ctx, padded_rows);
     if (a.json && act_eval_write_json(&sum, a.json, err, sizeof err) != 0) {
         fprintf(stderr, "act-infer eval: %s\n", err);
         goto done;
@@ -503,7 +500,6 @@ done:
     unregister_reader(&ctx, reg_blocks, &n_reg);
     act_stream_close(st);
     free(tnorm);
-    free(seen);
     infer_buffers_free(&bufs);
     act_eval_free(&sum);
     if (ctx.model) infer_close(&ctx);

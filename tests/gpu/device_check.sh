@@ -639,6 +639,25 @@ elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && enough 60; then
 elif want serve-warm; then
     row serve-warm SKIP "no serve_load, build, full model or time"
 fi
+# serve_tcp TAG LIMIT C1 C2 [VAR=value...] [--flag value...]: act-serve (bf16, batching on, the
+# shared algorithm cache) under bench/serve_load.py with C1 and C2 TCP clients, log and JSON in
+# $LOG/TAG.* -> "R1/R2 req/s, p50 P1/P2 ms", nothing if the run left no figures
+serve_tcp() {
+    local tag=$1 lim=$2 c1=$3 c2=$4 envs=()
+    shift 4
+    while (($#)) && [[ $1 != --* ]]; do envs+=("$1"); shift; done
+    rm -f "$LOG/$tag.json"
+    env ACT_CUDA_ALGO_CACHE="$SERVE_ALGOS" ${envs[@]+"${envs[@]}"} timeout "$(limit "$lim")" "$PY" bench/serve_load.py \
+        --model "$TD/full.actw" --act-serve "$BUILD/act-serve" --device cuda --precision bf16 --clients "$c1,$c2" \
+        --requests "$(it 200)" --max-seconds 5 --modes on --transports tcp --json "$LOG/$tag.json" "$@" \
+        >>"$LOG/$tag.log" 2>&1
+    "$PY" -c "
+import json, sys
+rows = {r['clients']: r for r in json.load(open(sys.argv[1]))['rows']}
+a, b = rows[int(sys.argv[2])], rows[int(sys.argv[3])]
+print('%.0f/%.0f req/s, p50 %.2f/%.2f ms' % (a['throughput_rps'], b['throughput_rps'], a['rtt_p50_ms'], b['rtt_p50_ms']))" \
+        "$LOG/$tag.json" "$c1" "$c2" 2>/dev/null
+}
 # what padding a batch up to the next default size costs a busy server: 12 and 20 closed-loop
 # TCP clients, whose batches mostly fall between the sizes 8, 16 and 24 (--batch-sizes auto), vs
 # every size 1-32 warmed and each batch run as it comes. If 'all' serves clearly more, the
@@ -647,16 +666,7 @@ if ! want sizes-ab; then :
 elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && enough 40; then
     fig=""
     for v in auto all; do
-        rm -f "$LOG/sizes_ab.json"
-        ACT_CUDA_ALGO_CACHE="$SERVE_ALGOS" timeout "$(limit 60)" "$PY" bench/serve_load.py --batch-sizes "$v" \
-            --model "$TD/full.actw" --act-serve "$BUILD/act-serve" --device cuda --precision bf16 --clients 12,20 \
-            --requests "$(it 200)" --max-seconds 5 --modes on --transports tcp --json "$LOG/sizes_ab.json" \
-            >>"$LOG/sizes_ab.log" 2>&1
-        r=$("$PY" -c "
-import json, sys
-rows = {r['clients']: r for r in json.load(open(sys.argv[1]))['rows']}
-print('%.0f/%.0f req/s, p50 %.2f/%.2f ms' % (rows[12]['throughput_rps'], rows[20]['throughput_rps'],
-      rows[12]['rtt_p50_ms'], rows[20]['rtt_p50_ms']))" "$LOG/sizes_ab.json" 2>/dev/null)
+        r=$(serve_tcp sizes_ab 60 12 20 --batch-sizes "$v")
         fig="$fig $v ${r:-?};"
     done
     row sizes-ab "$(figs_ok "$fig")" "bf16 TCP 12/20 clients:$fig"
@@ -693,16 +703,7 @@ if ! want io-ab; then :
 elif [ -f bench/serve_load.py ] && ((built)) && ((have_full)) && enough 30; then
     fig=""
     for v in "1-thread:ACT_SERVE_IO_THREADS=1" "auto-threads:ACT_SERVE_IO_THREADS=0"; do
-        rm -f "$LOG/io_ab.json"
-        env ${v#*:} ACT_CUDA_ALGO_CACHE="$SERVE_ALGOS" timeout "$(limit 20)" "$PY" bench/serve_load.py \
-            --model "$TD/full.actw" --act-serve "$BUILD/act-serve" --device cuda --precision bf16 --clients 1,32 \
-            --requests "$(it 200)" --max-seconds 5 --modes on --transports tcp --json "$LOG/io_ab.json" \
-            >>"$LOG/io_ab.log" 2>&1
-        r=$("$PY" -c "
-import json, sys
-rows = {r['clients']: r for r in json.load(open(sys.argv[1]))['rows']}
-print('%.0f/%.0f req/s, p50 %.2f/%.2f ms' % (rows[1]['throughput_rps'], rows[32]['throughput_rps'],
-      rows[1]['rtt_p50_ms'], rows[32]['rtt_p50_ms']))" "$LOG/io_ab.json" 2>/dev/null)
+        r=$(serve_tcp io_ab 20 1 32 ${v#*:})
         fig="$fig ${v%%:*} ${r:-?};"
     done
     row io-ab "$(figs_ok "$fig")" "bf16 TCP 1/32 clients:$fig"
