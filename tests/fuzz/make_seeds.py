@@ -105,7 +105,9 @@ def summary():
     return {"format": "act-eval-summary", "version": 1, "model_hash": "0123456789abcdef",
             "device": "cpu", "precision": "fp32", "device_name": "x86-64", "kl_weight": 10.0,
             "action_dim": 4, "pred_horizon": 6, "num_cams": 3, "shard_count": 2, "shards": [0, 1],
-            "overall": {"timesteps": 40, "throughput": {"elapsed_s": 1.25, "elapsed_max_s": 0.75}},
+            "overall": {"timesteps": 40, "throughput": {"elapsed_s": 1.25, "elapsed_max_s": 0.75,
+                                                        "steady_s": 0.5, "steady_timesteps": 24,
+                                                        "padded_rows": 3}},
             "episodes": [ep(0, "ok"), ep(1, "failed")]}
 
 
