@@ -78,7 +78,50 @@ static const char *class_name(H5T_class_t c) {
     }
 }
 
-/* Opens `name` and checks its rank; dims are returned. want_float: float of any width
+static void fmt_shape(char *buf, size_t len, const hsize_t *d, int n);
+
+/* A dataset whose layout stores fewer bytes than its dataspace and type need is damaged, and
+ * HDF5 1.10 reads past its own buffers for some (fuzz_episode, 2026-12-03: a contiguous dataset
+ * whose read crashed on a null buffer; unfiltered chunks of 48 bytes where the chunk shape says
+ * 12288, copied whole). Compact and contiguous: the stored bytes must cover the shape; chunked
+ * without filters: every stored chunk is exactly one chunk's bytes, so their sum must be the
+ * chunk count times that (chunks never written read as fill values and are fine). Filtered
+ * chunks are checked as they are inflated. 1 (err set) when damaged. */
+static int storage_short(const char *path, hid_t ds, const char *name, const hsize_t *dims, int rank,
+                         size_t elem, char *err, size_t errlen) {
+    hid_t dcpl = H5Dget_create_plist(ds);
+    H5D_layout_t layout = dcpl >= 0 ? H5Pget_layout(dcpl) : H5D_LAYOUT_ERROR;
+    double have = (double)H5Dget_storage_size(ds);
+    char shp[96];
+    fmt_shape(shp, sizeof shp, dims, rank);
+#if ACT_EP_CHUNK_INFO
+    hsize_t cd[8], nchunks = 0;
+    hid_t all = layout == H5D_CHUNKED ? H5Dget_space(ds) : -1;   /* 1.10 refuses H5S_ALL here */
+    int counted = all >= 0 && H5Pget_nfilters(dcpl) == 0 && H5Pget_chunk(dcpl, 8, cd) == rank &&
+                  H5Dget_num_chunks(ds, all, &nchunks) >= 0;
+    if (all >= 0) H5Sclose(all);
+    if (counted) {
+        H5Pclose(dcpl);
+        double chunk = (double)elem;
+        for (int i = 0; i < rank; i++) chunk *= (double)cd[i];
+        if (have == chunk * (double)nchunks) return 0;
+        ep_fail(err, errlen, path, "dataset '%s' %s stores %.0f bytes in %llu unfiltered chunks of %.0f bytes "
+                "each (damaged file)", name, shp, have, (unsigned long long)nchunks, chunk);
+        return 1;
+    }
+#endif
+    if (dcpl >= 0) H5Pclose(dcpl);
+    H5Eclear2(H5E_DEFAULT);
+    if (layout != H5D_COMPACT && layout != H5D_CONTIGUOUS) return 0;
+    double need = (double)elem;   /* double: a damaged shape may overflow 64 bits */
+    for (int i = 0; i < rank; i++) need *= (double)dims[i];
+    if (have >= need) return 0;
+    ep_fail(err, errlen, path, "dataset '%s' stores %.0f bytes, but its shape %s of %zu-byte values needs %.0f "
+            "(damaged file, or data never written)", name, have, shp, elem, need);
+    return 1;
+}
+
+/* Opens `name` and checks its rank and stored size; dims are returned. want_float: float of any width
  * (converted to float32 on read); else uint8. */
 static hid_t open_checked(const char *path, hid_t file, const char *name, int rank, hsize_t *dims,
                           int want_float, char *err, size_t errlen) {
@@ -117,6 +160,7 @@ static hid_t open_checked(const char *path, hid_t file, const char *name, int ra
             H5Sget_simple_extent_dims(space, dims, NULL);
         }
     }
+    if (ok) ok = !storage_short(path, ds, name, dims, rank, H5Tget_size(type), err, errlen);
     if (space >= 0) H5Sclose(space);
     if (type >= 0) H5Tclose(type);
     if (!ok) { H5Dclose(ds); return -1; }
