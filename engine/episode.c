@@ -80,45 +80,50 @@ static const char *class_name(H5T_class_t c) {
 
 static void fmt_shape(char *buf, size_t len, const hsize_t *d, int n);
 
-/* A dataset whose layout stores fewer bytes than its dataspace and type need is damaged, and
- * HDF5 1.10 reads past its own buffers for some (fuzz_episode, 2026-12-03: a contiguous dataset
- * whose read crashed on a null buffer; unfiltered chunks of 48 bytes where the chunk shape says
- * 12288, copied whole). Compact and contiguous: the stored bytes must cover the shape; chunked
- * without filters: every stored chunk is exactly one chunk's bytes, so their sum must be the
- * chunk count times that (chunks never written read as fill values and are fine). Filtered
- * chunks are checked as they are inflated. 1 (err set) when damaged. */
+/* A dataset whose layout stores less than its shape needs: HDF5 1.10 reads past its own buffers
+ * for some of those (fuzz_episode, 2026-12-03: a contiguous dataset with nothing stored, whose
+ * read copied from a null buffer; unfiltered chunks of 48 bytes where the chunk shape says
+ * 12288, copied whole), and reads the others as fill values (zeros) without a word: a recording
+ * interrupted after its datasets were sized. Compact and contiguous: the stored bytes must cover
+ * the shape. Chunked: every chunk the shape spans must be stored, and without filters each is
+ * exactly one chunk's bytes, so their sum is the count times that (filtered chunks are checked
+ * as they are inflated). 1 (err set) when short. */
 static int storage_short(const char *path, hid_t ds, const char *name, const hsize_t *dims, int rank,
                          size_t elem, char *err, size_t errlen) {
     hid_t dcpl = H5Dget_create_plist(ds);
     H5D_layout_t layout = dcpl >= 0 ? H5Pget_layout(dcpl) : H5D_LAYOUT_ERROR;
-    double have = (double)H5Dget_storage_size(ds);
+    double have = (double)H5Dget_storage_size(ds), need = (double)elem;   /* doubles: a damaged */
+    for (int i = 0; i < rank; i++) need *= (double)dims[i];                /* shape may overflow */
     char shp[96];
     fmt_shape(shp, sizeof shp, dims, rank);
+    int bad = 0;
+    if (layout == H5D_COMPACT || layout == H5D_CONTIGUOUS) {
+        if (have < need)
+            bad = ep_fail(err, errlen, path, "dataset '%s' stores %.0f bytes, but its shape %s of %zu-byte "
+                          "values needs %.0f (damaged file, or data never written)", name, have, shp, elem, need);
+    }
 #if ACT_EP_CHUNK_INFO
     hsize_t cd[8], nchunks = 0;
     hid_t all = layout == H5D_CHUNKED ? H5Dget_space(ds) : -1;   /* 1.10 refuses H5S_ALL here */
-    int counted = all >= 0 && H5Pget_nfilters(dcpl) == 0 && H5Pget_chunk(dcpl, 8, cd) == rank &&
-                  H5Dget_num_chunks(ds, all, &nchunks) >= 0;
-    if (all >= 0) H5Sclose(all);
-    if (counted) {
-        H5Pclose(dcpl);
-        double chunk = (double)elem;
-        for (int i = 0; i < rank; i++) chunk *= (double)cd[i];
-        if (have == chunk * (double)nchunks) return 0;
-        ep_fail(err, errlen, path, "dataset '%s' %s stores %.0f bytes in %llu unfiltered chunks of %.0f bytes "
-                "each (damaged file)", name, shp, have, (unsigned long long)nchunks, chunk);
-        return 1;
+    if (all >= 0 && H5Pget_chunk(dcpl, 8, cd) == rank && H5Dget_num_chunks(ds, all, &nchunks) >= 0) {
+        double chunk = (double)elem, spans = 1;
+        for (int i = 0; i < rank; i++) {
+            chunk *= (double)cd[i];
+            spans *= cd[i] ? (double)((dims[i] + cd[i] - 1) / cd[i]) : 0;
+        }
+        if ((double)nchunks < spans)
+            bad = ep_fail(err, errlen, path, "dataset '%s' %s stores %llu of its %.0f chunks: part of it was never "
+                          "written (an interrupted recording?) or the file is damaged", name, shp,
+                          (unsigned long long)nchunks, spans);
+        else if (H5Pget_nfilters(dcpl) == 0 && have != chunk * (double)nchunks)
+            bad = ep_fail(err, errlen, path, "dataset '%s' %s stores %.0f bytes in %llu unfiltered chunks of %.0f "
+                          "bytes each (damaged file)", name, shp, have, (unsigned long long)nchunks, chunk);
     }
+    if (all >= 0) H5Sclose(all);
 #endif
     if (dcpl >= 0) H5Pclose(dcpl);
-    H5Eclear2(H5E_DEFAULT);
-    if (layout != H5D_COMPACT && layout != H5D_CONTIGUOUS) return 0;
-    double need = (double)elem;   /* double: a damaged shape may overflow 64 bits */
-    for (int i = 0; i < rank; i++) need *= (double)dims[i];
-    if (have >= need) return 0;
-    ep_fail(err, errlen, path, "dataset '%s' stores %.0f bytes, but its shape %s of %zu-byte values needs %.0f "
-            "(damaged file, or data never written)", name, have, shp, elem, need);
-    return 1;
+    if (!bad) H5Eclear2(H5E_DEFAULT);
+    return bad ? 1 : 0;
 }
 
 /* Opens `name` and checks its rank and stored size; dims are returned. want_float: float of any width

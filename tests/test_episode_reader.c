@@ -246,6 +246,59 @@ out:
     unlink(path);
 }
 
+/* 6: a recording interrupted after its datasets were sized: camera 1's frames (chunks of 3,
+ * gzip or not) written only up to timestep `upto`, or 'action' created but never written
+ * (contiguous, allocated late). HDF5 would read the rest as zeros; the open must refuse the file
+ * and name the dataset. upto == T writes everything: that file must open. */
+static void check_unwritten(const char *path, int gzip, int upto, int action_unwritten) {
+    uint8_t *frames[CAMS];
+    for (int c = 0; c < CAMS; c++) {
+        frames[c] = malloc(FRAME * T);
+        fill(frames[c], FRAME * T);
+    }
+    layout l = {3, gzip, 0, ""};
+    CHECK(write_episode(path, &l, frames) == 0, "unwritten: cannot write the episode");
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    const char *name = action_unwritten ? "action" : "observations/images/c1";
+    H5Ldelete(f, name, H5P_DEFAULT);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), ds;
+    if (action_unwritten) {
+        hsize_t d2[2] = {T, ACTD};
+        hid_t s2 = H5Screate_simple(2, d2, NULL);
+        H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_LATE);
+        ds = H5Dcreate2(f, name, H5T_IEEE_F32LE, s2, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+        H5Sclose(s2);
+    } else {
+        hsize_t d4[4] = {T, IH, IW, 3}, ch[4] = {3, IH, IW, 3}, start[4] = {0}, count[4] = {(hsize_t)upto, IH, IW, 3};
+        hid_t s4 = H5Screate_simple(4, d4, NULL), ms = H5Screate_simple(4, count, NULL);
+        H5Pset_chunk(dcpl, 4, ch);
+        if (gzip) H5Pset_deflate(dcpl, 4);
+        ds = H5Dcreate2(f, name, H5T_STD_U8LE, s4, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+        H5Sselect_hyperslab(s4, H5S_SELECT_SET, start, NULL, count, NULL);
+        H5Dwrite(ds, H5T_NATIVE_UCHAR, ms, s4, H5P_DEFAULT, frames[1]);
+        H5Sclose(ms);
+        H5Sclose(s4);
+    }
+    H5Dclose(ds);
+    H5Pclose(dcpl);
+    H5Fclose(f);
+    act_config cfg = config();
+    act_episode *ep = NULL;
+    char err[1024] = "";
+    int rc = act_episode_open(path, &cfg, &ep, err, sizeof err);
+    if (!action_unwritten && upto == T) {
+        CHECK(rc == 0, "gzip %d, every frame written: open failed: %s", gzip, err);
+    } else {
+        CHECK(rc != 0, "%s: %s written up to %d of %d: the open succeeded (the rest would read as zeros)",
+              gzip ? "gzip" : "raw", name, action_unwritten ? 0 : upto, T);
+        CHECK(rc == 0 || (strstr(err, name) && strstr(err, "never written")),
+              "the error should name '%s' and say never written: %s", name, err);
+    }
+    if (!rc) act_episode_close(ep);
+    for (int c = 0; c < CAMS; c++) free(frames[c]);
+    unlink(path);
+}
+
 int main(void) {
     seed_rng("test_episode_reader");
     setenv("ACT_EPISODE_THREADS", "3", 1);   /* the pool's paths; 1 would leave all to HDF5 */
@@ -281,6 +334,14 @@ int main(void) {
         else snprintf(l.want, sizeof l.want, "pread, chunks of %d frames", l.chunk);
         check_layout(&l, path);
     }
+    T = 17;
+    for (int gzip = 0; gzip < 2; gzip++) {
+        check_unwritten(path, gzip, T, 0);       /* the control: all of it written */
+        check_unwritten(path, gzip, 9, 0);       /* chunks 0-2 of 6 */
+        check_unwritten(path, gzip, 15, 0);      /* all but the last chunk (frames 15-16); a chunk
+                                                  * written in part is stored whole: not seen */
+    }
+    check_unwritten(path, 0, T, 1);
     free(g_tab);
     printf("test_episode_reader: %d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;
