@@ -85,7 +85,9 @@ static void fmt_shape(char *buf, size_t len, const hsize_t *d, int n);
  * read copied from a null buffer; unfiltered chunks of 48 bytes where the chunk shape says
  * 12288, copied whole), and reads the others as fill values (zeros) without a word: a recording
  * interrupted after its datasets were sized. Compact and contiguous: the stored bytes must cover
- * the shape. Chunked: every chunk the shape spans must be stored, and without filters each is
+ * the shape. Chunked: no chunk longer than a fixed dimension (gzip chunks of a damaged shape of
+ * 4 x 262144 pixels for 4 x 4 frames were copied whole from their 48 inflated bytes), every
+ * chunk the shape spans must be stored, and without filters each is
  * exactly one chunk's bytes, so their sum is the count times that (filtered chunks are checked
  * as they are inflated). 1 (err set) when short. */
 static int storage_short(const char *path, hid_t ds, const char *name, const hsize_t *dims, int rank,
@@ -105,13 +107,22 @@ static int storage_short(const char *path, hid_t ds, const char *name, const hsi
 #if ACT_EP_CHUNK_INFO
     hsize_t cd[8], nchunks = 0;
     hid_t all = layout == H5D_CHUNKED ? H5Dget_space(ds) : -1;   /* 1.10 refuses H5S_ALL here */
-    if (all >= 0 && H5Pget_chunk(dcpl, 8, cd) == rank && H5Dget_num_chunks(ds, all, &nchunks) >= 0) {
+    hsize_t maxd[8];
+    if (all >= 0 && H5Pget_chunk(dcpl, 8, cd) == rank && H5Sget_simple_extent_dims(all, NULL, maxd) == rank &&
+        H5Dget_num_chunks(ds, all, &nchunks) >= 0) {
         double chunk = (double)elem, spans = 1;
+        int over = -1;   /* a chunk longer than a fixed dimension: HDF5 never writes one */
         for (int i = 0; i < rank; i++) {
             chunk *= (double)cd[i];
             spans *= cd[i] ? (double)((dims[i] + cd[i] - 1) / cd[i]) : 0;
+            if (maxd[i] != H5S_UNLIMITED && cd[i] > maxd[i] && over < 0) over = i;
         }
-        if ((double)nchunks < spans)
+        if (over >= 0) {
+            char csh[96];
+            fmt_shape(csh, sizeof csh, cd, rank);
+            bad = ep_fail(err, errlen, path, "dataset '%s' %s has chunks of %s, longer than its fixed dimension %d "
+                          "(damaged file)", name, shp, csh, over);
+        } else if ((double)nchunks < spans)
             bad = ep_fail(err, errlen, path, "dataset '%s' %s stores %llu of its %.0f chunks: part of it was never "
                           "written (an interrupted recording?) or the file is damaged", name, shp,
                           (unsigned long long)nchunks, spans);
