@@ -87,9 +87,9 @@ static void fmt_shape(char *buf, size_t len, const hsize_t *d, int n);
  * interrupted after its datasets were sized. Compact and contiguous: the stored bytes must cover
  * the shape. Chunked: no chunk longer than a fixed dimension (gzip chunks of a damaged shape of
  * 4 x 262144 pixels for 4 x 4 frames were copied whole from their 48 inflated bytes), every
- * chunk the shape spans must be stored, and without filters each is
- * exactly one chunk's bytes, so their sum is the count times that (filtered chunks are checked
- * as they are inflated). 1 (err set) when short. */
+ * chunk the shape spans must be stored, and without filters each is exactly one chunk's bytes,
+ * so their sum is the count times that (a gzip chunk's size is checked as it is inflated).
+ * 1 (err set) when short or damaged. */
 static int storage_short(const char *path, hid_t ds, const char *name, const hsize_t *dims, int rank,
                          size_t elem, char *err, size_t errlen) {
     hid_t dcpl = H5Dget_create_plist(ds);
