@@ -14,7 +14,7 @@ T = 11
 def write_episode(path, qpos, action, images, chunk=None, gzip=False, userblock=0, unwritten=()):
     """images: camera -> (T, H, W, 3) uint8. chunk None: contiguous; else chunks of `chunk` frames,
     gzip level 4 when asked. userblock: bytes of user block before HDF5's data. unwritten: the
-    timesteps of chunks never written (HDF5 reads them as zeros)."""
+    timesteps of chunks never written (HDF5 would read them as zeros; the engine refuses the file)."""
     with h5py.File(path, "w", userblock_size=userblock) if userblock else h5py.File(path, "w") as f:
         f["action"] = action
         f["observations/qpos"] = qpos
