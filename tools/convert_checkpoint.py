@@ -39,17 +39,40 @@ PREFIXES = ("module.", "_orig_mod.")
 
 # ------------------------------------------------------------------ state dict and its keys --
 
-def find_state_dict(top, path):
-    """Returns (state dict, where it was found)."""
+def _tensor_dict(v):
+    return isinstance(v, dict) and v and all(isinstance(x, LazyTensor) for x in v.values())
+
+
+def find_state_dict(top, path, key=None, warnings=None):
+    """Returns (state dict, where it was found). key: a dotted path to the entry to use
+    (--state-dict-key); otherwise the first of SD_ENTRIES, and a warning names any other
+    top-level dict of tensors (an EMA copy, say) that was passed over."""
     if not isinstance(top, dict):
         raise ConvertError(f"{path}: top object is {type(top).__name__}, expected a dict")
-    for key in SD_ENTRIES:
-        if isinstance(top.get(key), dict):
-            return top[key], f"entry '{key}'"
-    if top and all(isinstance(v, LazyTensor) for v in top.values()):
+    if key:
+        node = top
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise ConvertError(f"{path}: --state-dict-key {key}: no entry '{part}'; top-level "
+                                   f"keys are {short_list(map(str, top))}")
+            node = node[part]
+        if not _tensor_dict(node):
+            raise ConvertError(f"{path}: --state-dict-key {key} is not a dict of tensors")
+        return node, f"entry '{key}'"
+    found = next(((k, top[k]) for k in SD_ENTRIES if isinstance(top.get(k), dict)), None)
+    if found is None and _tensor_dict(top):
         return top, "top level"
-    raise ConvertError(f"{path}: no state dict: expected an entry {', '.join(SD_ENTRIES)} or a "
-                       f"bare state dict; top-level keys are {short_list(map(str, top))}")
+    if found is None:
+        raise ConvertError(f"{path}: no state dict: expected an entry {', '.join(SD_ENTRIES)} or "
+                           f"a bare state dict (or name one with --state-dict-key); top-level "
+                           f"keys are {short_list(map(str, top))}")
+    others = [k for k, v in top.items() if k != found[0] and _tensor_dict(v)]
+    for k in others:
+        if warnings is not None:
+            warnings.append(f"WARNING {path}: converting entry '{found[0]}'; the entry '{k}' "
+                            f"({len(top[k])} tensors, an EMA copy?) is not used: pass "
+                            f"--state-dict-key {k} to convert it instead")
+    return found[1], f"entry '{found[0]}'"
 
 
 def strip_prefixes(key):
@@ -185,7 +208,7 @@ def pick_stats(cfg, sources, report, warnings):
 
 # ------------------------------------------------------------------------------- main --
 
-def metadata(cfg, sha):
+def metadata(cfg, sha, norm_eps=NORM_EPS):
     f = lambda x: format(float(x), ".9g")  # noqa: E731
     return {
         "format": "actw", "arch": "act_resnet", "converter_version": CONVERTER_VERSION,
@@ -206,7 +229,7 @@ def metadata(cfg, sha):
         "head.enc_layers": cfg["enc_layers"], "head.dec_layers": cfg["dec_layers"],
         "head.dim_feedforward": cfg["dim_feedforward"], "head.latent_dim": cfg["latent_dim"],
         "head.activation": cfg["activation"], "head.kl_weight": f(cfg["kl_weight"]),
-        "head.layer_norm_eps": f(LN_EPS), "norm.type": cfg["norm_type"], "norm.eps": f(NORM_EPS),
+        "head.layer_norm_eps": f(LN_EPS), "norm.type": cfg["norm_type"], "norm.eps": f(norm_eps),
     }
 
 
@@ -245,16 +268,20 @@ def convert(args):
     with open(args.checkpoint, "rb") as f:
         sha = hashlib.sha256(f.read()).hexdigest()
     top = load_torch_zip(args.checkpoint)
-    sd, where = find_state_dict(top, args.checkpoint)
+    sd, where = find_state_dict(top, args.checkpoint, args.state_dict_key, report["warnings"])
     report["state_dict"] = where
     settings = Settings()
     if isinstance(top.get("config") if isinstance(top, dict) else None, dict):
         agent, root = split_agent(top["config"])
+        unresolved = {}
         settings.add("checkpoint config entry",
-                     settings_from_agent(agent, root, f"{args.checkpoint} config entry"))
+                     settings_from_agent(agent, root, f"{args.checkpoint} config entry",
+                                         unresolved), unresolved)
     if args.config:
         agent, root = load_config_file(args.config)
-        settings.add(args.config, settings_from_agent(agent, root, args.config))
+        unresolved = {}
+        settings.add(args.config, settings_from_agent(agent, root, args.config, unresolved),
+                     unresolved)
     settings.add("command-line flags", flag_settings(args))
     ignore = []
     for p in args.ignore:
@@ -296,8 +323,14 @@ def convert(args):
             report["consumed"][key] = f"statistic not used ({cfg['norm_type']} from " \
                                       f"{report['stats_source']})"
     tensors = build_tensors(model, cfg, stats, report)
-    header = actw.write_actw(args.output, metadata(cfg, sha), tensors, compress=args.compress)
+    unused = [k for k in sd if k not in report["mapped"] and k not in report["consumed"]]
+    if unused:   # every key is placed or refused above; this is the net under that promise
+        raise ConvertError(f"{len(unused)} state-dict keys were read but not converted: "
+                           f"{short_list(unused)}")
+    header = actw.write_actw(args.output, metadata(cfg, sha, args.norm_eps), tensors,
+                             compress=args.compress)
     report.update(model_hash=f"{header['checksum']:016x}", file_size=header["file_size"],
+                  norm_eps=args.norm_eps,
                   n_tensors=len(tensors), n_params=int(sum(a.size for a in tensors.values())),
                   source_sha256=sha, config=cfg,
                   config_sources={k: ("shapes: " + found[k][1]) if k in found
@@ -317,10 +350,20 @@ def summary(r):
         f"  head        E={c['hidden_dim']} heads={c['nheads']} enc={c['enc_layers']} "
         f"dec={c['dec_layers']} ff={c['dim_feedforward']} latent={c['latent_dim']} "
         f"horizon={c['pred_horizon']}",
-        f"  norm        {c['norm_type']} (eps {NORM_EPS:g}) from {r['stats_source']}",
+        f"  norm        {c['norm_type']} (eps {r['norm_eps']:g}) from {r['stats_source']}",
         f"  file        {r['file_size']:,} bytes",
         f"  model hash  {r['model_hash']}",
     ])
+
+
+def _positive(text):
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (0 < v < 1):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected 0 < eps < 1")
+    return v
 
 
 def parse_args(argv):
@@ -331,6 +374,9 @@ def parse_args(argv):
     ap.add_argument("-o", "--output", required=True, help="the .actw file to write")
     ap.add_argument("--config", help="agent config (Hydra agent section, YAML or JSON)")
     ap.add_argument("--stats", help="dataset_stats.pkl (wins over stats in the checkpoint)")
+    ap.add_argument("--state-dict-key", metavar="KEY",
+                    help="the checkpoint entry holding the weights, e.g. ema_state_dict (dotted "
+                         "for nested: ema.module); default: the first of " + ", ".join(SD_ENTRIES))
     ap.add_argument("--key-map", help="JSON {source key or 're:REGEX': new key or null}")
     ap.add_argument("--ignore", action="append", default=[], metavar="REGEX",
                     help="skip state-dict keys matching REGEX (listed in the report)")
@@ -339,6 +385,9 @@ def parse_args(argv):
     ap.add_argument("--crop", help="center crop after resize, HxW or 'none'")
     ap.add_argument("--imagenet-norm", action="store_true", help="ImageNet mean/std after crop")
     ap.add_argument("--normalization", choices=tuple(STAT_KINDS))
+    ap.add_argument("--norm-eps", type=_positive, default=NORM_EPS, metavar="EPS",
+                    help="clamp of (max - min) or std in the qpos/action normalization, as in "
+                         "training (default %(default)g, the seed's); decides constant dims")
     ap.add_argument("--camera-names", help="comma-separated, in token order")
     ap.add_argument("--nheads", type=int)
     ap.add_argument("--activation", choices=("gelu", "relu"))

@@ -7,7 +7,10 @@ entry, the --config file, command-line flags. Each layer is a flat dict of canon
 names (the keys of DEFAULTS); Settings remembers which layer set each value, so a conflict with
 the tensor shapes can say where the wrong value came from. The agent section is read the way
 Hydra would see it: `_target_`, `_partial_`, `defaults` and unknown keys are ignored, and a
-`${...}` interpolation that cannot be resolved inside the given file counts as unset.
+`${...}` interpolation that cannot be resolved inside the given file counts as unset - but it is
+remembered (Settings.unresolved), so the converter can refuse to fall back to a default for a
+setting the weights cannot confirm (camera_names: the seed's act_resnet.yaml says
+`${data.camera_names}`, which only the run's full .hydra/config.yaml resolves).
 """
 
 import json
@@ -22,7 +25,10 @@ DEFAULTS = {
     "vision_norm": "batchnorm", "separate_trunks": 0, "num_keypoints": 32, "output_dim": 64,
     "hidden_dim": 256, "nheads": 8, "enc_layers": 4, "dec_layers": 6, "dim_feedforward": 2048,
     "latent_dim": 32, "activation": "gelu", "kl_weight": 10.0, "norm_type": "min_max",
+    "tokens_per_camera": 1,
 }
+# The trunk the engine runs (ResNetDiffusionBackbone's torchvision name).
+TRUNK = "resnet18"
 
 _INTERP = re.compile(r"^\$\{([^}]*)\}$")
 
@@ -58,21 +64,26 @@ def split_agent(root):
     return root, {"agent": root}
 
 
+class Unresolved(str):
+    """An interpolation (its last `${...}` text) that the file itself cannot resolve."""
+
+
 def _resolve(value, root):
-    """Resolve `${a.b}` against root; anything unresolvable (or still interpolated) is None."""
+    """Resolve `${a.b}` against root; anything unresolvable (or still interpolated) comes back
+    as Unresolved(text)."""
     for _ in range(8):
         if not isinstance(value, str):
             return value
         m = _INTERP.match(value.strip())
         if not m:
-            return None if "${" in value else value
+            return Unresolved(value) if "${" in value else value
         node = root
         for part in m.group(1).split("."):
             if not isinstance(node, dict) or part not in node:
-                return None
+                return Unresolved(value)
             node = node[part]
         value = node
-    return None
+    return Unresolved(str(value))
 
 
 def _pair(value, what, source):
@@ -84,13 +95,22 @@ def _pair(value, what, source):
     return tuple(value[-2:])
 
 
-def settings_from_agent(agent, root, source):
-    """Map an agent section onto canonical setting names (only what it actually sets)."""
-    def get(section, key):
+def settings_from_agent(agent, root, source, unresolved=None):
+    """Map an agent section onto canonical setting names (only what it actually sets).
+    unresolved, when given, receives {setting: (config key, `${...}` text)} for settings the
+    file names but cannot resolve."""
+    unresolved = {} if unresolved is None else unresolved
+
+    def get(section, key, name=None):
         node = agent if section is None else agent.get(section)
         if not isinstance(node, dict):
             return None
-        return _resolve(node.get(key), root)
+        value = _resolve(node.get(key), root)
+        if isinstance(value, Unresolved):
+            where = key if section is None else f"{section}.{key}"
+            unresolved.setdefault(name or key, (where, str(value)))
+            return None
+        return value
 
     out, seen = {}, {}
 
@@ -104,7 +124,7 @@ def settings_from_agent(agent, root, source):
     for key in ("obs_dim", "action_dim", "pred_horizon", "obs_horizon", "num_action_steps",
                 "num_cams"):
         put(key, get(None, key), key)
-    put("num_cams", get("vision_backbone", "num_cameras"), "vision_backbone.num_cameras")
+    put("num_cams", get("vision_backbone", "num_cameras", "num_cams"), "vision_backbone.num_cameras")
     for origin, section in (("camera_names", None), ("vision_backbone.camera_names",
                                                      "vision_backbone")):
         names = get(section, "camera_names")
@@ -112,36 +132,48 @@ def settings_from_agent(agent, root, source):
             if isinstance(names, str):
                 names = [n.strip() for n in names.split(",")]
             put("camera_names", [str(n) for n in names], origin)
-    put("norm_type", get(None, "normalization_type"), "normalization_type")
+    put("norm_type", get(None, "normalization_type", "norm_type"), "normalization_type")
     vb = "vision_backbone"
-    inp = _pair(get(vb, "input_shape"), "vision_backbone.input_shape", source)
+    for key in ("vision_backbone", "backbone", "backbone_name"):
+        trunk = get(vb, key, "trunk")
+        if isinstance(trunk, str) and trunk.strip().lower() != TRUNK:
+            raise ConfigError(f"{source}: {vb}.{key} is {trunk!r}: the engine runs {TRUNK} trunks "
+                              f"only (ResNetDiffusionBackbone's default)")
+    tokens = get(vb, "output_tokens_per_camera", "tokens_per_camera")
+    if tokens is not None:
+        put("tokens_per_camera", int(bool(tokens)), "vision_backbone.output_tokens_per_camera")
+    inp = _pair(get(vb, "input_shape", "input_height"), "vision_backbone.input_shape", source)
     if inp:
         put("input_height", inp[0], "vision_backbone.input_shape")
         put("input_width", inp[1], "vision_backbone.input_shape")
-    img = _pair(get(vb, "image_shape"), "vision_backbone.image_shape", source)
+    img = _pair(get(vb, "image_shape", "image_height"), "vision_backbone.image_shape", source)
     if img:
         put("image_height", img[0], "vision_backbone.image_shape")
         put("image_width", img[1], "vision_backbone.image_shape")
-    crop = get(vb, "crop_shape")
-    if crop is not None or vb in agent and "crop_shape" in (agent.get(vb) or {}):
+    crop = get(vb, "crop_shape", "crop_height")
+    if crop is not None or (vb in agent and "crop_shape" in (agent.get(vb) or {})
+                            and "crop_height" not in unresolved):
         c = _pair(crop, "vision_backbone.crop_shape", source) or (0, 0)
         put("crop_height", c[0], "vision_backbone.crop_shape")
         put("crop_width", c[1], "vision_backbone.crop_shape")
-    norm = get(vb, "image_normalization")
+    norm = get(vb, "image_normalization", "imagenet_norm")
+    if norm is None and vb in agent and "image_normalization" in (agent.get(vb) or {}) \
+            and "imagenet_norm" not in unresolved:
+        norm = "none"   # null: no normalization after the crop
     if norm is not None:
         if norm not in ("imagenet", "none"):
             raise ConfigError(f"{source}: vision_backbone.image_normalization is {norm!r}, "
                               f"expected imagenet or none")
         put("imagenet_norm", int(norm == "imagenet"), "vision_backbone.image_normalization")
-    gn = get(vb, "use_group_norm")
+    gn = get(vb, "use_group_norm", "vision_norm")
     if gn is not None:
         put("vision_norm", "groupnorm" if gn else "batchnorm", "vision_backbone.use_group_norm")
-    sep = get(vb, "use_separate_rgb_encoder_per_camera")
+    sep = get(vb, "use_separate_rgb_encoder_per_camera", "separate_trunks")
     if sep is not None:
         put("separate_trunks", int(bool(sep)), "vision_backbone.use_separate_rgb_encoder_per_camera")
-    put("num_keypoints", get(vb, "spatial_softmax_num_keypoints"),
+    put("num_keypoints", get(vb, "spatial_softmax_num_keypoints", "num_keypoints"),
         "vision_backbone.spatial_softmax_num_keypoints")
-    put("output_dim", get(vb, "output_dim"), "vision_backbone.output_dim")
+    put("output_dim", get(vb, "output_dim", "output_dim"), "vision_backbone.output_dim")
     for key in ("hidden_dim", "nheads", "enc_layers", "dec_layers", "dim_feedforward",
                 "latent_dim", "activation", "kl_weight"):
         put(key, get("head", key), "head." + key)
@@ -157,14 +189,21 @@ def settings_from_agent(agent, root, source):
 
 
 class Settings:
-    """Layered settings: get(name) -> value, source(name) -> which layer set it."""
+    """Layered settings: get(name) -> value, source(name) -> which layer set it;
+    unresolved(name) -> [(layer, config key, `${...}`)] for layers that named it unresolvably."""
 
     def __init__(self):
         self.layers = [("act_resnet.yaml defaults", dict(DEFAULTS))]
+        self._unresolved = {}
 
-    def add(self, source, values):
+    def add(self, source, values, unresolved=None):
         if values:
             self.layers.append((source, dict(values)))
+        for name, (where, text) in (unresolved or {}).items():
+            self._unresolved.setdefault(name, []).append((source, where, text))
+
+    def unresolved(self, name):
+        return self._unresolved.get(name, [])
 
     def get(self, name):
         return self.lookup(name)[0]

@@ -125,8 +125,46 @@ def infer(model):
     return found
 
 
+# Settings that change the computed actions but no tensor shape can confirm, in the order the
+# defaults warning lists them.
+BLIND = ("camera_names", "image_height", "image_width", "input_height", "input_width",
+         "crop_height", "crop_width", "imagenet_norm", "nheads", "activation", "norm_type")
+
+
+def _blind_defaults(settings, found, warnings):
+    """camera_names left to the defaults although a config named it (as `${data.camera_names}`,
+    which only the run's full Hydra config resolves) is an error: a wrong order silently feeds
+    each camera's token to the wrong memory slot. Other settings: one warning, naming each."""
+    names = settings.unresolved("camera_names")
+    if names and not settings.explicit("camera_names"):
+        layer, where, text = names[0]
+        raise ConvertError(f"{layer}: {where} is {text}, which that file cannot resolve, and the "
+                           f"weights cannot tell the camera order: pass the run's full Hydra "
+                           f"config (.hydra/config.yaml, which holds data.camera_names) as "
+                           f"--config, or --camera-names in token order (e.g. "
+                           f"--camera-names {','.join(DEFAULTS['camera_names'])})")
+    for name in BLIND:
+        for layer, where, text in settings.unresolved(name):
+            if not settings.explicit(name):
+                warnings.append(f"WARNING {layer}: {where} is {text}, which that file cannot "
+                                f"resolve; using the default {name} = {settings.get(name)!r}")
+    left = [n for n in BLIND if not settings.explicit(n) and n not in found]
+    if left:
+        warnings.append("WARNING no config set " + ", ".join(
+            f"{n}={settings.get(n)!r}" for n in left) + ": these are act_resnet.yaml's defaults "
+            "and the weights cannot confirm them; if the run used others, pass --config (the "
+            "run's .hydra/config.yaml) or the flags")
+
+
 def resolve(settings, found, trust, strict, warnings):
     """Final config: settings, overridden by what the shapes say; conflicts are errors."""
+    cams = found["num_cams"][0] if "num_cams" in found else settings.get("num_cams")
+    if not settings.get("tokens_per_camera") and cams > 1:
+        raise ConvertError(f"{settings.source('tokens_per_camera')}: vision_backbone."
+                           f"output_tokens_per_camera is false (one token for all {cams} "
+                           f"cameras): the engine takes one token per camera, as act_resnet.yaml "
+                           f"sets")
+    _blind_defaults(settings, found, warnings)
     cfg = {k: settings.get(k) for k in DEFAULTS}
     if not settings.explicit("num_cams") and settings.explicit("camera_names"):
         cfg["num_cams"] = len(cfg["camera_names"])
@@ -300,6 +338,13 @@ def build_tensors(model, cfg, stats, report):
                                    f"{'pool/out' if 'pos' not in name else 'pool.pos_grid'})")
             out[f"vision.{t}.{name}"] = check_tensor(src, model.sd[src].numpy(), shape)
             report["mapped"][src] = f"vision.{t}.{name}"
+    used = {(t, conv) for t in range(n_trunks) for conv, *_ in trunk_convs()}
+    extra = sorted(k for k in model.m.convs if k not in used) + \
+        sorted(k for k in model.m.tensors if k[0] >= n_trunks)
+    if extra:
+        raise ConvertError(f"{len(extra)} vision layers are not part of {n_trunks} ResNet18 "
+                           f"trunk(s): " + short_list(f"vision.{t}.{c}" for t, c in extra) +
+                           " (a deeper backbone such as resnet34? the engine runs resnet18 only)")
     missing = [n for n, _ in expected_head(cfg) if n not in model.m.head]
     if missing:
         raise ConvertError(f"missing tensors (policy_head): {short_list(missing)}")

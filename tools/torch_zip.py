@@ -27,6 +27,9 @@ import zlib
 import numpy as np
 
 
+MAX_EXPANDED = 1 << 26   # elements a stride-0 (expanded) tensor may unfold to
+
+
 class CheckpointError(ValueError):
     """A checkpoint or stats file that cannot be read safely or correctly."""
 
@@ -70,9 +73,12 @@ class LazyTensor(_StandIn):
                 or self.offset < 0:
             raise CheckpointError(f"tensor in storage '{storage.key}' has size {list(self.shape)}, "
                                   f"stride {list(self.stride)}, offset {self.offset}")
-        if math.prod(self.shape) > max(storage.numel, 1):
-            raise CheckpointError(f"tensor of size {list(self.shape)} has more elements than its "
-                                  f"storage '{storage.key}' ({storage.numel}): overlapping strides")
+        # more elements than the storage is fine (x.expand() saves stride 0), but numpy() makes
+        # them real: a bound keeps a hostile file from asking for terabytes
+        if math.prod(self.shape) > max(storage.numel, MAX_EXPANDED):
+            raise CheckpointError(f"tensor of size {list(self.shape)} repeats its storage "
+                                  f"'{storage.key}' ({storage.numel} elements) beyond "
+                                  f"{MAX_EXPANDED} elements")
         if all(self.shape):
             last = self.offset + sum((n - 1) * s for n, s in zip(self.shape, self.stride))
             if last >= storage.numel:
@@ -177,6 +183,13 @@ class _RestrictedUnpickler(pickle.Unpickler):
             if module.split(".")[0] == "omegaconf":
                 hint = (" (an OmegaConf config object: re-save the checkpoint with "
                         "OmegaConf.to_container(cfg) or without it, and pass --config)")
+            elif (module, name) == ("torch.storage", "_load_from_bytes"):
+                hint = (" (torch tensors pickled with pickle.dump: save them with torch.save, "
+                        "or as numpy arrays: {k: v.cpu().numpy() for k, v in stats.items()})")
+            elif module.split(".")[0] not in ("torch", "numpy", "builtins", "os", "posix",
+                                              "subprocess") and name[:1].isupper():
+                hint = (f" (a class of the training code: torch.save of a whole object such as "
+                        f"the agent pickles its class; save agent.state_dict() instead)")
             raise CheckpointError(f"refusing to load global '{module}.{name}' from {self.source}: "
                                   f"only tensors, storages, OrderedDict and numpy arrays are "
                                   f"allowed{hint}")
@@ -268,6 +281,10 @@ def load_torch_zip(path):
 
 
 def load_pickle(path):
-    """Load a plain pickle (e.g. dataset_stats.pkl) with the same restrictions."""
+    """Load a plain pickle (e.g. dataset_stats.pkl) with the same restrictions; a torch.save
+    archive under a .pkl name (stats saved with torch.save) is read as one."""
     with open(path, "rb") as f:
-        return _unpickle(f.read(), path)
+        data = f.read()
+    if data[:4] == b"PK\x03\x04":
+        return load_torch_zip(path)
+    return _unpickle(data, path)

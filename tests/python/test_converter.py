@@ -427,6 +427,123 @@ def test_missing_and_nonfinite_tensors_are_named(bn):
     assert "tensor 'vision_encoder.rgb_encoder.out.weight' holds NaN or Inf" in err
 
 
+# ------------------------------------------------ what a real run's files look like --
+
+def test_deeper_trunk_is_refused_not_truncated(bn):
+    """ResNet34's first two blocks per stage have ResNet18's shapes: the extra blocks must be
+    refused by name, not dropped (the engine would run a different network)."""
+    sd = dict(bn.sd)
+    for key, v in bn.sd.items():
+        if ".backbone.4.1." in key:   # layer1 block 1 -> a third block, as resnet34 has
+            sd[key.replace(".backbone.4.1.", ".backbone.4.2.")] = v.clone()
+    err = convert_fails(bn.save_sd("deeper.pt", sd), bn.dir, "--config", bn.config)
+    assert "2 vision layers are not part of 1 ResNet18 trunk(s)" in err
+    assert "vision.0.layer1.2.conv1" in err and "resnet18 only" in err
+    cfg = json.loads(json.dumps(bn.cfg))
+    cfg["vision_backbone"]["vision_backbone"] = "resnet34"
+    path = bn.dir / "r34.yaml"
+    ar.save_config(cfg, str(path))
+    err = convert_fails(bn.ckpt, bn.dir, "--config", path)
+    assert "vision_backbone.vision_backbone is 'resnet34'" in err
+
+
+def test_unresolvable_camera_names_are_refused_not_defaulted(bn, bn_out):
+    """The seed's act_resnet.yaml says camera_names: ${data.camera_names}; alone it cannot tell
+    the order, and a wrong order feeds each token to the wrong memory slot."""
+    agent = json.loads(json.dumps(bn.cfg))
+    agent["camera_names"] = "${data.camera_names}"
+    agent["vision_backbone"]["camera_names"] = "${agent.camera_names}"
+    agent["vision_backbone"]["num_cameras"] = "${agent.num_cams}"
+    path = bn.dir / "seed_style.json"
+    path.write_text(json.dumps(agent))
+    err = convert_fails(bn.ckpt, bn.dir, "--config", path)
+    assert "camera_names is ${data.camera_names}" in err and ".hydra/config.yaml" in err
+    assert "--camera-names" in err
+    meta, tensors, _, text = convert_ok(bn.ckpt, bn.dir, "--config", path, "--camera-names",
+                                        "l_vis,r_vis,front", name="seed_style")
+    assert meta["camera_names"] == "l_vis,r_vis,front" and "no config set" not in text
+    assert all(np.array_equal(tensors[k], bn_out[1][k]) for k in bn_out[1])
+    # an unresolvable setting the weights do not need to confirm is a warning, not a guess
+    agent["camera_names"] = ["l_vis", "r_vis", "front"]
+    agent["head"]["activation"] = "${train.activation}"
+    path.write_text(json.dumps(agent))
+    _, _, _, text = convert_ok(bn.ckpt, bn.dir, "--config", path, name="seed_style2")
+    assert "head.activation is ${train.activation}" in text and "activation='gelu'" in text
+
+
+def test_defaults_the_weights_cannot_confirm_are_named(bn, bn_out):
+    _, _, _, text = convert_ok(bn.ckpt, bn.dir, "--image-size", "80x80", "--input-size", "64x64",
+                               "--num-action-steps", "3", "--nheads", "4", name="nocfg")
+    assert "WARNING no config set camera_names=['l_vis', 'r_vis', 'front']" in text
+    assert "activation='gelu'" in text and "nheads" not in text.split("no config set")[1]
+    assert "no config set" not in bn_out[3]   # a full config sets every one of them
+
+
+def test_ema_entry_is_named_and_selectable(bn, bn_out):
+    live = {k: v for k, v in bn.sd.items()}
+    ema = {k: (v * 0.5 if v.is_floating_point() else v) for k, v in bn.sd.items()}
+    path = bn.dir / "ema.pt"
+    torch.save({"model_state_dict": live, "ema_state_dict": ema, "epoch": 3}, str(path))
+    _, tensors, _, text = convert_ok(path, bn.dir, "--config", bn.config, name="live")
+    assert "the entry 'ema_state_dict' (" in text and "--state-dict-key ema_state_dict" in text
+    assert np.array_equal(tensors["head.query"], bn_out[1]["head.query"])
+    _, tensors, report, _ = convert_ok(path, bn.dir, "--config", bn.config, "--state-dict-key",
+                                       "ema_state_dict", name="ema")
+    assert report["state_dict"] == "entry 'ema_state_dict'"
+    assert np.allclose(tensors["head.query"], 0.5 * bn_out[1]["head.query"])
+    nested = bn.dir / "nested.pt"
+    torch.save({"ema": {"module": ema}}, str(nested))
+    err = convert_fails(nested, bn.dir, "--config", bn.config)
+    assert "--state-dict-key" in err and "top-level keys are ema" in err
+    _, tensors, _, _ = convert_ok(nested, bn.dir, "--config", bn.config, "--state-dict-key",
+                                  "ema.module", name="nested")
+    assert np.allclose(tensors["head.query"], 0.5 * bn_out[1]["head.query"])
+    err = convert_fails(nested, bn.dir, "--state-dict-key", "ema.missing")
+    assert "--state-dict-key ema.missing: no entry 'missing'" in err
+
+
+def test_stats_saved_by_torch_and_whole_modules(bn, bn_out, tmp_path):
+    stats = {k: torch.from_numpy(np.asarray(v)) for k, v in
+             bn.agent.normalization.get_stats().items()}
+    saved = tmp_path / "torch_stats.pkl"
+    torch.save(stats, str(saved))
+    _, tensors, report, _ = convert_ok(bn.ckpt, tmp_path, "--config", bn.config, "--stats", saved,
+                                       name="torch_stats")
+    assert report["stats_source"] == str(saved)
+    assert np.array_equal(tensors["norm.qpos.min"], bn_out[1]["norm.qpos.min"])
+    dumped = tmp_path / "dumped_stats.pkl"
+    dumped.write_bytes(pickle.dumps(stats))
+    err = convert_fails(bn.ckpt, tmp_path, "--config", bn.config, "--stats", dumped)
+    assert "torch tensors pickled with pickle.dump" in err and ".numpy()" in err
+    whole = tmp_path / "whole.pt"
+    torch.save(bn.agent, str(whole))
+    assert "save agent.state_dict() instead" in convert_fails(whole, tmp_path)
+
+
+def test_norm_eps_flag_and_expanded_tensors(bn, bn_out):
+    sd = dict(bn.sd)
+    bias = sd["policy_head.action_head.bias"]
+    for head in ("policy_head", "noise_pred_net"):   # the alias must stay equal
+        sd[f"{head}.action_head.bias"] = torch.tensor([0.25]).expand(bias.shape[0])   # stride 0
+    meta, tensors, report, text = convert_ok(bn.save_sd("expanded.pt", sd), bn.dir, "--config",
+                                             bn.config, "--norm-eps", "1e-3", name="eps")
+    assert np.array_equal(tensors["head.action_head.b"], np.full(bias.shape[0], 0.25, np.float32))
+    assert meta["norm.eps"] == "0.001" and "(eps 0.001)" in text and report["norm_eps"] == 1e-3
+    assert bn_out[0]["norm.eps"] == "1e-08"
+    with pytest.raises(SystemExit) as e:
+        run(bn.ckpt, "-o", bn.dir / "x.actw", "--norm-eps", "0")
+    assert e.value.code == 2
+
+
+def test_one_token_for_all_cameras_is_refused(bn):
+    cfg = json.loads(json.dumps(bn.cfg))
+    cfg["vision_backbone"]["output_tokens_per_camera"] = False
+    path = bn.dir / "one_token.yaml"
+    ar.save_config(cfg, str(path))
+    err = convert_fails(bn.ckpt, bn.dir, "--config", path, "--trust-shapes")
+    assert "output_tokens_per_camera is false (one token for all 3 cameras)" in err
+
+
 class _Evil:
     def __init__(self, func, *args):
         self.func, self.args = func, args
