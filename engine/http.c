@@ -1,13 +1,18 @@
 /* http.c - the metrics side port: just enough HTTP/1.0 for /healthz and /metrics, served by the
  * first I/O thread.
  * Each connection sends one GET, gets one response and is closed. Requests are capped at
- * ACT_HTTP_BUF bytes and a 2 s deadline; a full table refuses new connections at once. The
- * response is small (a few KiB), so one non-blocking send delivers it on any sane socket;
- * a peer whose buffer cannot take it loses the response rather than stalling the I/O thread. */
+ * ACT_HTTP_BUF bytes and a 2 s deadline. A full table makes room by closing the connection that
+ * has waited longest without sending a byte (else the oldest): connections that say nothing
+ * cannot keep a load balancer's probe from its answer. Out of descriptors, a connection is taken
+ * with the spare descriptor and closed, so the listener does not stay readable and spin the
+ * thread. The response is small (a few KiB), so one non-blocking send delivers it on any sane
+ * socket; a peer whose buffer cannot take it loses the response rather than stalling the I/O
+ * thread. */
 #define _GNU_SOURCE
 #include "server_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -22,6 +27,7 @@ static void http_close(act_server *s, act_http_conn *h)
     close(h->fd);
     h->fd = -1;
     h->got = 0;
+    h->answered = 0;
 }
 
 static void http_reply(act_http_conn *h, int status, const char *ctype, const char *body, size_t blen)
@@ -67,21 +73,43 @@ static void http_respond(act_server *s, act_http_conn *h)
     }
 }
 
+/* A free slot, else the one to give up: silent longest, else oldest. */
+static int http_slot(act_server *s)
+{
+    int best = -1, silent = 0;
+    for (int i = 0; i < ACT_HTTP_SLOTS; i++) {
+        act_http_conn *h = &s->http[i];
+        if (h->fd < 0) return i;
+        int quiet = h->got == 0 && !h->answered;
+        if (best < 0 || quiet > silent || (quiet == silent && h->deadline < s->http[best].deadline)) {
+            best = i;
+            silent = quiet;
+        }
+    }
+    http_close(s, &s->http[best]);
+    return best;
+}
+
 void act_http_accept(act_server *s)
 {
     for (;;) {
         int fd = accept4(s->mfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) return;
-        int slot = -1;
-        for (int i = 0; i < ACT_HTTP_SLOTS && slot < 0; i++)
-            if (s->http[i].fd < 0) slot = i;
-        if (slot < 0) {
-            close(fd);
+        if (fd < 0) {
+            if (errno != EMFILE && errno != ENFILE) return;
+            /* the client listener's way (act_conn_accept; the same thread): take it, close it */
+            if (s->spare_fd >= 0) close(s->spare_fd);
+            fd = accept(s->mfd, NULL, NULL);
+            if (fd >= 0) close(fd);
+            s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            if (fd < 0) return;
+            act_serve_log(s, "out of file descriptors: closed a /healthz or /metrics connection unanswered");
             continue;
         }
+        int slot = http_slot(s);
         act_http_conn *h = &s->http[slot];
         h->fd = fd;
         h->got = 0;
+        h->answered = 0;
         h->deadline = act_now() + HTTP_DEADLINE_S;
         struct epoll_event ev = { .events = EPOLLIN, .data.u64 = ACT_TAG(TAG_HTTP, slot) };
         if (epoll_ctl(s->io[0].epfd, EPOLL_CTL_ADD, fd, &ev)) http_close(s, h);
@@ -92,6 +120,13 @@ void act_http_read(act_server *s, int slot)
 {
     if (slot < 0 || slot >= ACT_HTTP_SLOTS || s->http[slot].fd < 0) return;
     act_http_conn *h = &s->http[slot];
+    if (h->answered) {   /* drop what is left of an oversized request until the peer closes */
+        char sink[4096];
+        ssize_t n = recv(h->fd, sink, sizeof sink, MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+        if (n <= 0) http_close(s, h);
+        return;
+    }
     ssize_t n = recv(h->fd, h->buf + h->got, ACT_HTTP_BUF - 1 - h->got, MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
     if (n <= 0) {
@@ -103,9 +138,13 @@ void act_http_read(act_server *s, int slot)
     if (strstr(h->buf, "\r\n\r\n") || strstr(h->buf, "\n\n")) {
         http_respond(s, h);
         http_close(s, h);
-    } else if (h->got >= ACT_HTTP_BUF - 1) {
-        http_reply(h, 400, "text/plain", "request too large\n", 18);
-        http_close(s, h);
+    } else if (h->got >= ACT_HTTP_BUF - 1 || strlen(h->buf) < h->got) {
+        /* too long, or a NUL byte: no request line will come. Answer, shut the write side and
+         * read the rest away (until the peer closes or the deadline) so the 400 is not reset */
+        const char *why = "request too large or not text\n";
+        http_reply(h, 400, "text/plain", why, strlen(why));
+        shutdown(h->fd, SHUT_WR);
+        h->answered = 1;
     }
 }
 

@@ -125,6 +125,13 @@ int act_metrics_failing(act_metrics *m, char *why, size_t whylen)
     return f;
 }
 
+void act_metrics_abandoned(act_metrics *m, int n)
+{
+    pthread_mutex_lock(&m->mu);
+    m->abandoned += (uint64_t)n;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void act_metrics_inflight(act_metrics *m, int delta)
 {
     pthread_mutex_lock(&m->mu);
@@ -198,6 +205,10 @@ char *act_metrics_render(act_metrics *m, int ready, int draining, size_t *len)
                   "the next size the server runs (--batch-sizes)\n"
                   "# TYPE act_serve_padded_rows_total counter\nact_serve_padded_rows_total %llu\n",
               (unsigned long long)m->padded_rows);
+    sb_printf(&b, "# HELP act_serve_abandoned_requests_total requests dropped unrun: their connection "
+                  "closed while they waited for a batch\n"
+                  "# TYPE act_serve_abandoned_requests_total counter\nact_serve_abandoned_requests_total %llu\n",
+              (unsigned long long)m->abandoned);
     sb_printf(&b, "# HELP act_serve_errors_total ERROR replies and refused frames, by code\n"
                   "# TYPE act_serve_errors_total counter\n");
     for (int c = 1; c < ACT_METRICS_MAX_CODES; c++)

@@ -26,6 +26,7 @@ typedef struct act_metrics {
     pthread_mutex_t mu;
     uint64_t requests, results, batches;
     uint64_t padded_rows;                    /* rows run past the requests, padding a batch up to a size */
+    uint64_t abandoned;                      /* queued requests dropped with their closed connection */
     uint64_t errors[ACT_METRICS_MAX_CODES];  /* by act_err_code */
     uint64_t conns_total, conns_dropped;     /* accepted; closed by the server for misbehaviour */
     uint64_t conns_refused[ACT_REFUSED_N];   /* accepted only to be refused at once, by reason */
@@ -50,6 +51,7 @@ int act_metrics_batch(act_metrics *m, int batch, int rows, double infer_s, const
 void act_metrics_conn(act_metrics *m, int delta, int dropped);   /* +1 open, -1 close */
 void act_metrics_refused(act_metrics *m, int reason);            /* ACT_REFUSED_* */
 void act_metrics_inflight(act_metrics *m, int delta);
+void act_metrics_abandoned(act_metrics *m, int n);   /* queued requests of a closed connection */
 void act_metrics_memory(act_metrics *m, size_t weights, size_t activations, size_t workspace);
 void act_metrics_io_threads(act_metrics *m, int n);
 void act_metrics_warmup(act_metrics *m, double seconds);

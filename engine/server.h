@@ -44,6 +44,9 @@ typedef struct act_server_opts {
     size_t max_out_bytes;      /* unread replies a connection may hold before it is dropped */
     int drain_timeout_ms;      /* after stop: longest wait for slow readers to take their replies */
     int frame_timeout_ms;      /* longest a frame may take to arrive, and HELLO after connecting (0 = no limit) */
+    int keepalive_s;           /* TCP: probe a silent peer after this many seconds and drop it
+                                * after 3 unanswered probes (a third of it apart); the same
+                                * bound on unacknowledged replies (0 = the kernel's defaults) */
     const char *audit_log;     /* NULL or a file: one JSON line per request */
     int verbose;               /* log connections and errors to stderr */
 } act_server_opts;

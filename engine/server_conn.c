@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include "server_internal.h"
+#include "json.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -28,6 +29,10 @@
 
 #define CLOSING_LINGER_S 2.0       /* how long a refused client gets to read its ERROR */
 #define READ_FRAMES_PER_WAKE 16    /* fairness: one busy client cannot starve the others */
+/* what a queued reply costs beyond its bytes: its node and two allocator headers. Counted
+ * against --max-out-bytes, so a client flooding PINGs it never reads (20-byte PONGs) is dropped
+ * at the memory the limit names, not four times it. */
+#define OUT_OVERHEAD (sizeof(act_out) + 32)
 
 int act_ep_set(act_io *io, int op, int fd, uint32_t events, uint64_t tag)
 {
@@ -52,12 +57,44 @@ void act_conn_close(act_io *io, act_conn *c, int dropped, const char *why)
     epoll_ctl(io->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     c->fd = -1;
-    c->gen++;
+    uint32_t gen = c->gen++;
+    /* its requests still waiting for a batch go too: nobody will read their results, and they
+     * would hold --max-queue places and forward-pass rows from live clients (a worker pool that
+     * times out and reconnects leaves a queue of them). Those in a running batch come back
+     * through act_deliver_done, which drops their results. */
+    act_req *dead = NULL;
+    int n_dead = 0;
     pthread_mutex_lock(&s->mu);
     if (c->handshaken) s->n_ready_conns--;
     if (c->inflight > 0) s->n_busy_conns--;
+    for (act_req **link = &s->pend_head, *prev = NULL; *link;) {
+        act_req *r = *link;
+        if (r->slot == slot && r->gen == gen) {
+            *link = r->next;
+            if (s->pend_tail == r) s->pend_tail = prev;
+            s->n_pending--;
+            r->next = dead;
+            dead = r;
+            n_dead++;
+        } else {
+            prev = r;
+            link = &r->next;
+        }
+    }
     pthread_cond_signal(&s->cv);   /* fewer clients to wait for: a pending batch may go now */
     pthread_mutex_unlock(&s->mu);
+    while (dead) {
+        act_req *r = dead;
+        dead = r->next;
+        io->inflight--;
+        atomic_fetch_sub(&s->inflight, 1);
+        act_metrics_inflight(&s->metrics, -1);
+        act_req_put(io, r);
+    }
+    if (n_dead) {
+        act_metrics_abandoned(&s->metrics, n_dead);
+        act_serve_log(s, "%s: %d queued requests of the closed connection dropped", c->peer, n_dead);
+    }
     while (c->out_head) {
         act_out *o = c->out_head;
         c->out_head = o->next;
@@ -108,6 +145,7 @@ int act_conn_flush(act_io *io, act_conn *c)
         if (o->off < o->n) break;
         c->out_head = o->next;
         if (!c->out_head) c->out_tail = NULL;
+        c->out_bytes -= OUT_OVERHEAD;
         free(o->p);
         free(o);
     }
@@ -130,7 +168,7 @@ static int conn_send(act_io *io, act_conn *c, uint8_t *p, size_t n)
         act_conn_close(io, c, 1, "out of memory building a reply");
         return -1;
     }
-    if (c->out_bytes + n > io->s->o.max_out_bytes) {
+    if (c->out_bytes + n + OUT_OVERHEAD > io->s->o.max_out_bytes) {
         free(p);
         act_conn_close(io, c, 1, "client does not read its replies (output queue full)");
         return -1;
@@ -149,7 +187,7 @@ static int conn_send(act_io *io, act_conn *c, uint8_t *p, size_t n)
     if (c->out_tail) c->out_tail->next = o;
     else c->out_head = o;
     c->out_tail = o;
-    c->out_bytes += n;
+    c->out_bytes += n + OUT_OVERHEAD;
     /* with replies already waiting the socket is full: EPOLLOUT will say when it drains */
     return backlog ? 0 : act_conn_flush(io, c);
 }
@@ -160,8 +198,13 @@ static void audit_line(act_server *s, act_conn *c, uint64_t id, int code, const 
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     flockfile(s->audit);   /* one whole line at a time: every I/O thread writes here */
-    fprintf(s->audit, "{\"ts\":%lld.%06ld,\"peer\":\"%s\",\"client\":\"%s\",\"id\":%llu,\"status\":\"%s\"",
-            (long long)ts.tv_sec, ts.tv_nsec / 1000, c->peer, c->client, (unsigned long long)id,
+    /* the client name is the client's own text (HELLO allows any printable byte): escaped, so a
+     * name cannot break a line or add fields to it */
+    fprintf(s->audit, "{\"ts\":%lld.%06ld,\"peer\":", (long long)ts.tv_sec, ts.tv_nsec / 1000);
+    act_json_write_string(s->audit, c->peer);
+    fputs(",\"client\":", s->audit);
+    act_json_write_string(s->audit, c->client);
+    fprintf(s->audit, ",\"id\":%llu,\"status\":\"%s\"", (unsigned long long)id,
             code ? act_err_code_name(code) : "ok");
     if (r && !code)
         fprintf(s->audit, ",\"batch\":%d,\"rows\":%d,\"queue_ms\":%.3f,\"infer_ms\":%.3f,\"total_ms\":%.3f",
@@ -557,6 +600,27 @@ static void conn_hand(act_io *from, act_io *io, int fd, int is_unix, const char 
     act_io_wake(io);
 }
 
+/* TCP_NODELAY, and a way to notice a peer that vanished without a FIN or RST (a robot that lost
+ * power or its network while idle between requests): keepalive probes after --keepalive-s of
+ * silence, 3 probes a third of that apart, and the same bound on unacknowledged replies. Without
+ * them such a connection is held forever, and the batcher, counting it as a client that may
+ * still send, waits --max-wait-us on every batch. */
+static void tcp_options(act_server *s, int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    int idle = s->o.keepalive_s;
+    if (idle <= 0) return;
+    int intvl = idle / 3 > 0 ? idle / 3 : 1, cnt = 3;
+    unsigned user_ms = (unsigned)(idle + intvl * cnt) * 1000u;
+    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl) ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt) ||
+        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof user_ms))
+        act_serve_log(s, "setting TCP keepalive: %s (a vanished peer may hold its slot)", strerror(errno));
+}
+
 void act_conn_accept(act_io *from, int lfd, int is_unix)
 {
     act_server *s = from->s;
@@ -597,8 +661,7 @@ void act_conn_accept(act_io *from, int lfd, int is_unix)
             close(fd);
             continue;
         }
-        int one = 1;
-        if (!is_unix) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (!is_unix) tcp_options(s, fd);
         char peer[64], addr[INET6_ADDRSTRLEN] = "?";
         int port = 0;
         if (ss.ss_family == AF_INET) {

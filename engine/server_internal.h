@@ -122,7 +122,9 @@ typedef struct act_io {
 
 #define ACT_HTTP_SLOTS 32
 #define ACT_HTTP_BUF 4096
-typedef struct act_http_conn { int fd; size_t got; double deadline; char buf[ACT_HTTP_BUF]; } act_http_conn;
+/* answered: the response is out and the write side shut; the rest of the request is read and
+ * dropped until the peer closes (closing with unread bytes would reset the response away) */
+typedef struct act_http_conn { int fd, answered; size_t got; double deadline; char buf[ACT_HTTP_BUF]; } act_http_conn;
 
 /* epoll tags: kind in the high 32 bits, slot in the low */
 enum { TAG_LISTEN = 1, TAG_METRICS = 2, TAG_WAKE = 3, TAG_CONN = 4, TAG_HTTP = 5 };

@@ -24,13 +24,14 @@ BATCH_TOL = dict(rtol=1e-4, atol=1e-4)
 class Server:
     """One act-serve process on a free port; ready once it writes its --port-file."""
 
-    def __init__(self, exe, model, workdir: Path, *extra, port=0, metrics_port=0, env=None, device="cpu"):
+    def __init__(self, exe, model, workdir: Path, *extra, port=0, metrics_port=0, env=None, device="cpu",
+                 preexec_fn=None):
         self.pf = workdir / f"port-{uuid.uuid4().hex}.txt"
         self.logpath = workdir / f"serve-{uuid.uuid4().hex}.log"
         cmd = [str(exe), "--model", str(model), "--device", device, "--port", str(port), "--metrics-port", str(metrics_port),
                "--port-file", str(self.pf), "--verbose", *map(str, extra)]
         with open(self.logpath, "w") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=preexec_fn)
         self.port = self.mport = None
 
     def wait_ready(self, timeout=180):

@@ -220,6 +220,22 @@ def test_metrics_audit_log_and_healthz(server, tiny, tmp_path, rng):
     assert len(lines) == 2 and '"status":"ok"' in lines[0] and '"status":"bad_qpos"' in lines[1], lines
 
 
+def test_audit_log_escapes_client_names(server, tiny, tmp_path, rng):
+    """A client's name is its own text: it must not break an audit line or add fields to it."""
+    _, cfg = tiny
+    audit = tmp_path / "audit.jsonl"
+    srv = server("--audit-log", audit)
+    q, imgs = _obs(rng, cfg["camera_names"])
+    names = ['x","status":"ok","forged":"1', 'back\\slash', "plain"]
+    for name in names:
+        c = ActClient("127.0.0.1", srv.port, timeout=120, client_name=name)
+        c.predict(q, imgs)
+        c.close()
+    lines = [json.loads(line) for line in audit.read_text().splitlines()]   # each line is JSON
+    assert [a["client"] for a in lines] == names, lines
+    assert all("forged" not in a and a["status"] == "ok" for a in lines), lines
+
+
 def _raw_bad_qpos(client, imgs):
     """A PREDICT whose qpos has the wrong width, sent by hand (the client itself refuses it)."""
     info = client.info()

@@ -415,3 +415,181 @@ def test_half_closed_client_still_gets_its_replies(srv):
         ids.append(r["request_id"])
     assert sorted(ids) == [80, 81, 82]
     assert s.recv(1) == b"", "the server closes once it has answered everything"
+
+
+# ---- connections that hold on: dead peers, abandoned queues, the health port ----
+def _server_sockets(port):
+    """(remote port, timer kind) of act-serve's established sockets on port, from /proc/net/tcp
+    (timer kind 2: keepalive; 0: none)."""
+    out = []
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not os.path.exists(path):
+            continue
+        for line in open(path).read().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "01" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                out.append((int(f[2].rsplit(":", 1)[1], 16), int(f[5].split(":")[0], 16)))
+    return out
+
+
+def test_idle_tcp_peers_are_probed_by_keepalive(act_serve, srv):
+    """A robot that loses power between requests leaves no FIN: keepalive (--keepalive-s) is
+    how the server finds out; without it the slot and the batcher's wait stay forever."""
+    s = _conn(srv)
+    mine = s.getsockname()[1]
+    assert (mine, 2) in _server_sockets(srv.port), _server_sockets(srv.port)
+    s.close()
+    proc, port, mport, log = _start(act_serve, srv.model, srv.dir, "--keepalive-s", 0)
+    try:
+        c = socket.create_connection(("127.0.0.1", port), timeout=30)
+        c.sendall(wire.hello())
+        assert recv_frame(c)[0] == wire.INFO
+        assert (c.getsockname()[1], 0) in _server_sockets(port)   # 0: the kernel's (off)
+        c.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0, log.read_text()
+
+
+def test_queued_requests_of_a_closed_connection_are_dropped_unrun(act_serve, srv):
+    """A worker that pipelines requests and dies must not leave its queue to be computed ahead
+    of live clients: every request is either run (one batch each at --max-batch 1) or dropped."""
+    n = 200
+    proc, port, mport, log = _start(act_serve, srv.model, srv.dir, "--max-batch", 1, "--max-queue", n,
+                                    "--max-inflight", n)
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=60)
+        s.sendall(wire.hello())
+        assert recv_frame(s)[0] == wire.INFO
+        batches0 = _metric(mport, "act_serve_batches_total")
+        requests0 = _metric(mport, "act_serve_requests_total")
+        s.sendall(b"".join(wire.predict(i, srv.q, _frames(srv)) for i in range(n)))
+        deadline = time.monotonic() + 60
+        while _metric(mport, "act_serve_inflight") < n // 2:
+            assert time.monotonic() < deadline, _metrics(mport)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()   # a reset: the worker is gone
+        deadline = time.monotonic() + 120
+        while _metric(mport, "act_serve_inflight") > 0:
+            assert time.monotonic() < deadline, _metrics(mport)
+            time.sleep(0.05)
+        dropped = _metric(mport, "act_serve_abandoned_requests_total")
+        ran = _metric(mport, "act_serve_batches_total") - batches0
+        got = _metric(mport, "act_serve_requests_total") - requests0   # the reset loses the unread rest
+        assert dropped > 0 and ran + dropped == got >= n // 2, (ran, dropped, got)
+        assert "queued requests of the closed connection dropped" in log.read_text()
+        c = ActClient("127.0.0.1", port, timeout=30)
+        np.testing.assert_allclose(c.predict(srv.q, srv.imgs), srv.want, **BATCH_TOL)
+        c.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0, log.read_text()
+
+
+def _healthz(mport, timeout=10):
+    c = http.client.HTTPConnection("127.0.0.1", mport, timeout=timeout)
+    c.request("GET", "/healthz")
+    r = c.getresponse()
+    return r.status, r.read().decode()
+
+
+def test_silent_connections_cannot_starve_healthz(srv):
+    silent = [socket.create_connection(("127.0.0.1", srv.mport), timeout=10) for _ in range(40)]
+    try:
+        for _ in range(5):   # each probe takes the slot of the connection silent longest
+            assert _healthz(srv.mport) == (200, "ok\n")
+    finally:
+        for s in silent:
+            s.close()
+
+
+def test_oversized_http_request_gets_its_400(srv):
+    s = socket.create_connection(("127.0.0.1", srv.mport), timeout=10)
+    s.sendall(b"GET /metrics HTTP/1.0\r\nX-Pad: " + b"a" * 8000)   # no end of headers, > 4 KiB
+    got = b""
+    while True:
+        chunk = s.recv(4096)   # a reset here (unread bytes at close) would lose the answer
+        if not chunk:
+            break
+        got += chunk
+    assert got.startswith(b"HTTP/1.0 400"), got
+    s.close()
+    assert _healthz(srv.mport)[0] == 200
+
+
+def test_health_port_out_of_descriptors_does_not_spin(act_serve, srv):
+    """At the descriptor limit a pending /healthz connection is taken and closed (the spare
+    descriptor), not left in the backlog where it keeps epoll busy and the I/O thread spinning."""
+    import resource
+    limit = 48
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    s = Server(act_serve, srv.model, srv.dir, "--max-clients", 100, "--io-threads", 1,
+               preexec_fn=low_limit).wait_ready()
+    clients = []
+    try:
+        while len(os.listdir(f"/proc/{s.proc.pid}/fd")) < limit:
+            c = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+            c.sendall(wire.hello())
+            assert recv_frame(c)[0] == wire.INFO
+            clients.append(c)
+        probe = socket.create_connection(("127.0.0.1", s.mport), timeout=10)
+        probe.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        try:
+            assert probe.recv(100) == b""   # closed unanswered, at once
+        except ConnectionResetError:
+            pass
+        assert "out of file descriptors: closed a /healthz or /metrics connection" in s.log()
+        clients.pop().close()
+        time.sleep(0.2)
+        for _ in range(50):
+            try:
+                assert _healthz(s.mport)[0] == 200
+                break
+            except (ConnectionError, http.client.HTTPException, AssertionError):
+                time.sleep(0.1)
+        else:
+            pytest.fail("/healthz never answered once a descriptor was free:\n" + s.log()[-3000:])
+    finally:
+        for c in clients:
+            c.close()
+        assert s.stop() == 0, s.log()
+
+
+def test_unread_replies_are_bounded_by_what_they_cost(act_serve, srv):
+    """--max-out-bytes counts a queued reply's node and allocator overhead too: 20-byte PONGs
+    a client never reads once held four times the limit before it was dropped."""
+    limit, n = 8 << 20, 2
+    if b"__asan_init" in Path(act_serve).read_bytes():
+        pytest.skip("AddressSanitizer pads and quarantines every block: RSS says nothing here")
+    s = Server(act_serve, srv.model, srv.dir, "--max-out-bytes", limit).wait_ready()
+
+    def rss(field):
+        for line in open(f"/proc/{s.proc.pid}/status"):
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+
+    try:
+        base = rss("VmRSS")
+        pings = b"".join(wire.ping(i) for i in range(5000))
+        for k in range(n):
+            c = socket.socket()
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            c.settimeout(60)
+            c.connect(("127.0.0.1", s.port))
+            c.sendall(wire.hello(client_name=f"never-reads-{k}"))
+            assert recv_frame(c)[0] == wire.INFO
+            try:
+                while True:
+                    c.sendall(pings)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            c.close()
+        assert s.log().count("does not read its replies") == n
+        # one after the other: the peak is one client's queue (7.6 MiB here; 32 MiB before)
+        grown = rss("VmHWM") - base
+        assert grown < 1.5 * limit, f"held {grown / 2**20:.1f} MiB for {limit >> 20} MiB allowed"
+    finally:
+        assert s.stop() == 0, s.log()
