@@ -236,6 +236,33 @@ def test_audit_log_escapes_client_names(server, tiny, tmp_path, rng):
     assert all("forged" not in a and a["status"] == "ok" for a in lines), lines
 
 
+def test_one_client_shared_by_threads_answers_each_its_own(server, tiny, rng):
+    """Calls on one ActClient from several threads take turns: each gets the chunk of its own
+    observation (unlocked, threads read each other's replies and timed out)."""
+    import threading
+    _, cfg = tiny
+    srv = server()
+    c = ActClient("127.0.0.1", srv.port, timeout=60)
+    obs = [_obs(rng, cfg["camera_names"]) for _ in range(2)]
+    want = [c.predict(q, imgs) for q, imgs in obs]
+    errors = []
+
+    def worker(k):
+        try:
+            for _ in range(15):
+                np.testing.assert_allclose(c.predict(*obs[k]), want[k], **BATCH_TOL)
+        except BaseException as e:   # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(k % 2,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    c.close()
+    assert not errors, errors
+
+
 def _raw_bad_qpos(client, imgs):
     """A PREDICT whose qpos has the wrong width, sent by hand (the client itself refuses it)."""
     info = client.info()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+import threading
 import time
 import weakref
 from typing import Dict, Mapping, Optional, Sequence
@@ -90,6 +91,9 @@ class ActClient:
             self._compressor = zstandard.ZstdCompressor(level=1, write_checksum=True)
         self.last_result: Dict = {}
         self.reconnects = 0
+        # one call at a time: threads sharing a client would read each other's replies and, with
+        # shared memory, overwrite each other's frames before the server read them
+        self._lock = threading.RLock()
 
     # ---- connection ----
     def _close(self) -> None:
@@ -102,17 +106,18 @@ class ActClient:
                 self._sock = None
 
     def close(self) -> None:
-        self._close()
-        self._shm_slots = {}
-        if self._shm_map is not None:
-            try:
-                self._shm_map.close()
-            except BufferError:
-                pass   # the caller still holds frame_buffers() arrays: the mapping goes with them
-            self._shm_map = None
-        if self._shm_closer is not None:
-            self._shm_closer()
-            self._shm_closer, self._shm_fd = None, -1
+        with self._lock:
+            self._close()
+            self._shm_slots = {}
+            if self._shm_map is not None:
+                try:
+                    self._shm_map.close()
+                except BufferError:
+                    pass   # the caller still holds frame_buffers() arrays: the mapping goes with them
+                self._shm_map = None
+            if self._shm_closer is not None:
+                self._shm_closer()
+                self._shm_closer, self._shm_fd = None, -1
 
     @property
     def transport(self) -> str:
@@ -234,8 +239,9 @@ class ActClient:
         shm only; else {}). Render or copy the next observation there and pass these very arrays
         to predict(): nothing is copied on the way to the server. Do not write them while a
         predict() is running."""
-        self.info()
-        return {c: v for c, (v, _) in self._shm_slots.items()}
+        with self._lock:
+            self.info()
+            return {c: v for c, (v, _) in self._shm_slots.items()}
 
     def _call(self, make_frame, want: int, what: str):
         """Sends a frame and waits for its reply, reconnecting on broken connections."""
@@ -281,9 +287,10 @@ class ActClient:
     def info(self) -> Dict:
         """The model contract: obs_dim, action_dim, pred_horizon, num_action_steps, obs_horizon,
         camera_names, image_height, image_width, model_hash, max_batch, device, ..."""
-        if self._info is None or self._sock is None:
-            self._call(None, wire.INFO, "HELLO")
-        return dict(self._info)
+        with self._lock:
+            if self._info is None or self._sock is None:
+                self._call(None, wire.INFO, "HELLO")
+            return dict(self._info)
 
     def predict(self, qpos, images: Mapping[str, np.ndarray], actions=None, is_pad=None,
                 sample_latent: bool = False, seed: int = 0) -> np.ndarray:
@@ -291,35 +298,37 @@ class ActClient:
         denormalized chunk (pred_horizon, action_dim). With `actions` (pred_horizon,
         action_dim) the chunk is decoded from the CVAE posterior instead of the prior; the KL is
         in .last_result['kl']. Timing of the last call is in .last_result."""
-        info = self.info()
-        q = np.asarray(qpos, dtype=np.float32).reshape(-1)
-        if q.size != info["obs_dim"]:
-            raise ValueError(f"qpos has {q.size} values, the model expects obs_dim {info['obs_dim']}")
-        hw = (info["image_height"], info["image_width"])
-        if actions is not None:
-            actions = np.asarray(actions, dtype=np.float32)
-            if actions.shape != (info["pred_horizon"], info["action_dim"]):
-                raise ValueError(f"actions: expected {(info['pred_horizon'], info['action_dim'])}, got {actions.shape}")
+        with self._lock:
+            info = self.info()
+            q = np.asarray(qpos, dtype=np.float32).reshape(-1)
+            if q.size != info["obs_dim"]:
+                raise ValueError(f"qpos has {q.size} values, the model expects obs_dim {info['obs_dim']}")
+            hw = (info["image_height"], info["image_width"])
+            if actions is not None:
+                actions = np.asarray(actions, dtype=np.float32)
+                if actions.shape != (info["pred_horizon"], info["action_dim"]):
+                    raise ValueError(f"actions: expected {(info['pred_horizon'], info['action_dim'])}, got {actions.shape}")
 
-        def make():   # per attempt: a reconnect may have gained or lost the shared memory
-            if self._shm_live:
-                frames = wire.shm_frames(images, info["camera_names"], hw, self._shm_slots)
-            else:
-                frames = wire.encode_frames(images, info["camera_names"], hw, self._compressor)
-            rid = next(self._ids)
-            return rid, wire.predict_parts(rid, q, frames, actions, is_pad, sample_latent, seed)
+            def make():   # per attempt: a reconnect may have gained or lost the shared memory
+                if self._shm_live:
+                    frames = wire.shm_frames(images, info["camera_names"], hw, self._shm_slots)
+                else:
+                    frames = wire.encode_frames(images, info["camera_names"], hw, self._compressor)
+                rid = next(self._ids)
+                return rid, wire.predict_parts(rid, q, frames, actions, is_pad, sample_latent, seed)
 
-        t0 = time.perf_counter()
-        _, p = self._call(make, wire.RESULT, "PREDICT")
-        res = wire.parse_result(p)
-        res["round_trip_ms"] = (time.perf_counter() - t0) * 1e3
-        chunk = res.pop("chunk")
-        self.last_result = res
-        return chunk
+            t0 = time.perf_counter()
+            _, p = self._call(make, wire.RESULT, "PREDICT")
+            res = wire.parse_result(p)
+            res["round_trip_ms"] = (time.perf_counter() - t0) * 1e3
+            chunk = res.pop("chunk")
+            self.last_result = res
+            return chunk
 
     def ping(self) -> float:
         """Round trip of a PING in seconds."""
-        nonce = next(self._ids)
-        t0 = time.perf_counter()
-        self._call(lambda: (nonce, [wire.ping(nonce)]), wire.PONG, "PING")
-        return time.perf_counter() - t0
+        with self._lock:
+            nonce = next(self._ids)
+            t0 = time.perf_counter()
+            self._call(lambda: (nonce, [wire.ping(nonce)]), wire.PONG, "PING")
+            return time.perf_counter() - t0
