@@ -335,6 +335,38 @@ static void unregister_reader(infer_ctx *ctx, const uint8_t **blocks, int *n) {
     *n = 0;
 }
 
+/* Predictions are saved as <stem>.npy: two episodes of one name (episode_0.hdf5 in two
+ * --episodes folders) would overwrite each other's file. Refused before the model loads. */
+typedef struct stem_ref { char stem[256]; const char *path; } stem_ref;
+static int cmp_stem(const void *x, const void *y)
+{
+    return strcmp(((const stem_ref *)x)->stem, ((const stem_ref *)y)->stem);
+}
+static int duplicate_stems(char **paths, int n)
+{
+    if (n < 2) return 0;
+    stem_ref *r = malloc((size_t)n * sizeof *r);
+    if (!r) {
+        fprintf(stderr, "act-infer eval: out of memory\n");
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        act_episode_stem(paths[i], r[i].stem, sizeof r[i].stem);
+        r[i].path = paths[i];
+    }
+    qsort(r, (size_t)n, sizeof *r, cmp_stem);
+    int bad = 0;
+    for (int i = 1; i < n && !bad; i++)
+        if (!strcmp(r[i].stem, r[i - 1].stem)) {
+            fprintf(stderr, "act-infer eval: %s and %s would both save their predictions as %s.npy; "
+                            "rename one, or evaluate the folders in separate runs (--save/--plots)\n",
+                    r[i - 1].path, r[i].path, r[i].stem);
+            bad = 1;
+        }
+    free(r);
+    return bad ? -1 : 0;
+}
+
 int act_cmd_eval(int argc, char **argv) {
     eval_args a;
     int rc = parse_eval_args(argc, argv, &a);
@@ -373,6 +405,7 @@ int act_cmd_eval(int argc, char **argv) {
     act_npy *pf = NULL;
     rc = INFER_EXIT_FAIL;
     if (!sel || !sel_index) { fprintf(stderr, "act-infer eval: out of memory\n"); goto done; }
+    if (preds && duplicate_stems(sel, nsel) != 0) goto done;
     if ((a.json && json_dir_writable(a.json) != 0) || (a.plots && make_dir(a.plots) != 0) ||
         (preds && make_dir(preds) != 0))
         goto done;

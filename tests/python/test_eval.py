@@ -357,6 +357,19 @@ def test_an_unwritable_summary_path_fails_before_evaluating(setup, act_infer, tm
     assert "overall:" not in p.stdout
 
 
+def test_two_episodes_of_one_name_are_refused_when_saving(setup, act_infer, tmp_path):
+    """--episodes a b with episode_1.hdf5 in both: one .npy would overwrite the other."""
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(setup["eps"] / "episode_2.hdf5", other / "episode_1.hdf5")
+    p = run(act_infer, "eval", "--model", setup["actw"], "--episodes", setup["eps"], other, "--device", "cpu",
+            "--save-predictions", tmp_path / "preds", check_rc=1)
+    assert "would both save their predictions as episode_1.npy" in p.stderr, p.stderr
+    assert "overall:" not in p.stdout
+    run(act_infer, "eval", "--model", setup["actw"], "--episodes", setup["eps"], other, "--device", "cpu",
+        check_rc=0)   # nothing saved: nothing to clash
+
+
 def test_plots_are_written_per_episode(setup, act_infer, repo_root, tmp_path):
     pytest.importorskip("matplotlib")
     plots = tmp_path / "plots"
