@@ -90,7 +90,9 @@ class ActClient:
                 raise ActError("compress=True needs the 'zstandard' package (pip install zstandard)") from e
             self._compressor = zstandard.ZstdCompressor(level=1, write_checksum=True)
         self.last_result: Dict = {}
-        self.reconnects = 0
+        self.reconnects = 0          # connections made after an earlier one broke (not attempts)
+        self.connect_failures = 0    # attempts to (re)connect that failed and were retried
+        self._was_connected = False
         # one call at a time: threads sharing a client would read each other's replies and, with
         # shared memory, overwrite each other's frames before the server read them
         self._lock = threading.RLock()
@@ -243,17 +245,23 @@ class ActClient:
             self.info()
             return {c: v for c, (v, _) in self._shm_slots.items()}
 
-    def _call(self, make_frame, want: int, what: str):
-        """Sends a frame and waits for its reply, reconnecting on broken connections."""
-        start = time.monotonic()
-        deadline = start + self.timeout
+    def _call(self, make_frame, want: int, what: str, deadline: Optional[float] = None):
+        """Sends a frame and waits for its reply, reconnecting on broken connections, all
+        within one deadline (the caller's, so a public call never takes more than `timeout`)."""
+        if deadline is None:
+            deadline = time.monotonic() + self.timeout
         last_err: Optional[BaseException] = None
         while True:
             try:
                 if self._sock is None:
-                    if last_err is not None:
+                    try:
+                        self._connect(deadline)
+                    except (ConnectionError, OSError):
+                        self.connect_failures += 1
+                        raise
+                    if self._was_connected:
                         self.reconnects += 1
-                    self._connect(deadline)
+                    self._was_connected = True
                 if make_frame is None:
                     return None
                 rid, parts = make_frame()
@@ -288,9 +296,12 @@ class ActClient:
         """The model contract: obs_dim, action_dim, pred_horizon, num_action_steps, obs_horizon,
         camera_names, image_height, image_width, model_hash, max_batch, device, ..."""
         with self._lock:
-            if self._info is None or self._sock is None:
-                self._call(None, wire.INFO, "HELLO")
-            return dict(self._info)
+            return dict(self._info_by(time.monotonic() + self.timeout))
+
+    def _info_by(self, deadline: float) -> Dict:
+        if self._info is None or self._sock is None:
+            self._call(None, wire.INFO, "HELLO", deadline)
+        return self._info
 
     def predict(self, qpos, images: Mapping[str, np.ndarray], actions=None, is_pad=None,
                 sample_latent: bool = False, seed: int = 0) -> np.ndarray:
@@ -299,7 +310,8 @@ class ActClient:
         action_dim) the chunk is decoded from the CVAE posterior instead of the prior; the KL is
         in .last_result['kl']. Timing of the last call is in .last_result."""
         with self._lock:
-            info = self.info()
+            deadline = time.monotonic() + self.timeout   # one budget for handshake and reply
+            info = self._info_by(deadline)
             q = np.asarray(qpos, dtype=np.float32).reshape(-1)
             if q.size != info["obs_dim"]:
                 raise ValueError(f"qpos has {q.size} values, the model expects obs_dim {info['obs_dim']}")
@@ -318,7 +330,7 @@ class ActClient:
                 return rid, wire.predict_parts(rid, q, frames, actions, is_pad, sample_latent, seed)
 
             t0 = time.perf_counter()
-            _, p = self._call(make, wire.RESULT, "PREDICT")
+            _, p = self._call(make, wire.RESULT, "PREDICT", deadline)
             res = wire.parse_result(p)
             res["round_trip_ms"] = (time.perf_counter() - t0) * 1e3
             chunk = res.pop("chunk")

@@ -1,0 +1,145 @@
+"""ActClient against a scripted fake server (no act-serve binary): the timeout is one budget per
+call, and the reconnect counters mean what their names say. The fake speaks just enough of the
+wire protocol (HELLO -> INFO, then reads requests) to put the client where a real server's
+slowness or restart would."""
+import socket
+import struct
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "act_client"))
+from act_client import ActClient, ActTimeoutError, wire  # noqa: E402
+
+CAMS = ["front"]
+H = W = 8
+
+
+def info_payload() -> bytes:
+    p = struct.pack("<9I", 4, 4, 16, 16, 1, H, W, 8, 0)
+    p += struct.pack("<I", len(CAMS)) + b"".join(bytes([len(c)]) + c.encode() for c in CAMS)
+    p += b"0123456789abcdef" + bytes([4]) + b"fake" + bytes([3]) + b"cpu"
+    return wire.frame(wire.INFO, p)
+
+
+def read_frame(conn):
+    def exact(n):
+        b = b""
+        while len(b) < n:
+            got = conn.recv(n - len(b))
+            if not got:
+                raise ConnectionError
+            b += got
+        return b
+    magic, _, mtype, n = wire.HDR.unpack(exact(wire.HDR.size))
+    return mtype, exact(n)
+
+
+class FakeServer:
+    """Each connection: read HELLO, wait `info_delay` s, send INFO, then per request either
+    answer PONG (pings) or `on_request(conn)`."""
+
+    def __init__(self, info_delay=0.0, on_request=None):
+        self.info_delay, self.on_request = info_delay, on_request
+        self.lsock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.lsock.getsockname()[1]
+        self.accepted = 0
+        self.stop = threading.Event()
+        self.conns = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        self.lsock.settimeout(0.1)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.lsock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            self.accepted += 1
+            self.conns.append(conn)
+            threading.Thread(target=self._conn, args=(conn,), daemon=True).start()
+
+    def _conn(self, conn):
+        try:
+            mtype, _ = read_frame(conn)
+            assert mtype == wire.HELLO
+            time.sleep(self.info_delay)
+            conn.sendall(info_payload())
+            while True:
+                mtype, p = read_frame(conn)
+                if mtype == wire.PING:
+                    conn.sendall(wire.frame(wire.PONG, p))
+                elif self.on_request is not None:
+                    self.on_request(conn)
+        except (ConnectionError, OSError, AssertionError):
+            pass
+
+    def close(self):
+        self.stop.set()
+        self.lsock.close()
+        for c in self.conns:
+            try:
+                c.close()
+            except OSError:
+                pass
+
+
+def frames():
+    return {"front": np.random.default_rng(0).integers(0, 256, (H, W, 3), dtype=np.uint8)}
+
+
+def test_predict_timeout_covers_the_handshake_too():
+    # the handshake takes 60% of the timeout and the reply never comes: the call must give up at
+    # the timeout, not after the handshake's time plus a whole fresh timeout
+    srv = FakeServer(info_delay=0.6, on_request=lambda conn: None)
+    try:
+        c = ActClient("127.0.0.1", srv.port, timeout=1.0)
+        t0 = time.monotonic()
+        with pytest.raises(ActTimeoutError):
+            c.predict(np.ones(4, np.float32), frames())
+        took = time.monotonic() - t0
+        assert took < 1.35, f"predict() with timeout=1.0 gave up after {took:.2f} s"
+        assert took > 0.9
+        c.close()
+    finally:
+        srv.close()
+
+
+def test_reconnects_counts_connections_remade_not_attempts():
+    srv = FakeServer()
+    port = srv.port
+    c = ActClient("127.0.0.1", port, timeout=5.0)
+    try:
+        c.ping()
+        assert (c.reconnects, c.connect_failures) == (0, 0), "a first connection is not a reconnection"
+        srv.close()   # the server goes away; its port is refused for a while
+        time.sleep(0.05)
+        comeback = {}
+
+        def restart():
+            time.sleep(0.5)   # ~10 failed attempts at the client's 50 ms retry pace
+            s = FakeServer.__new__(FakeServer)
+            s.info_delay, s.on_request = 0.0, None
+            s.lsock = socket.create_server(("127.0.0.1", port))
+            s.port, s.accepted, s.stop, s.conns = port, 0, threading.Event(), []
+            threading.Thread(target=s._serve, daemon=True).start()
+            comeback["srv"] = s
+
+        t = threading.Thread(target=restart)
+        t.start()
+        c.ping()
+        t.join()
+        assert c.reconnects == 1, f"one reconnection, counted {c.reconnects}"
+        assert c.connect_failures >= 3, "the refused attempts while the server was away are counted apart"
+        c.ping()
+        assert c.reconnects == 1
+    finally:
+        c.close()
+        if "comeback" in locals() and "srv" in comeback:
+            comeback["srv"].close()
