@@ -2,6 +2,7 @@
  * Sums are doubles written with %.17g, which strtod reads back to the same bits: that is what
  * makes `eval-merge` exact. Non-finite means (an episode with nothing valid) are written as null. */
 #include "eval.h"
+#include "outfile.h"
 
 #include <errno.h>
 #include <math.h>
@@ -152,12 +153,12 @@ int act_eval_write_json(const act_eval_summary *s, const char *path, char *err, 
         snprintf(err, errlen, "%s: cannot total the episodes (out of memory, or counts past 2^63)", path);
         return -1;
     }
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        snprintf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+    act_outfile out;   /* whole or not at all: a failed write leaves the previous summary */
+    if (act_outfile_open(&out, path, "w", err, errlen) != 0) {
         free(o.joint_l1);
         return -1;
     }
+    FILE *f = out.fp;
     fprintf(f, "{\n  \"format\": \"act-eval-summary\",\n  \"version\": 1,\n");
     /* strings that came from a file being merged may hold anything: escaped, like every string */
     fputs("  \"model_hash\": ", f);
@@ -215,11 +216,7 @@ int act_eval_write_json(const act_eval_summary *s, const char *path, char *err, 
     }
     fprintf(f, "\n  ]\n}\n");
     free(o.joint_l1);
-    if (ferror(f) | (fclose(f) != 0)) {
-        snprintf(err, errlen, "%s: write failed", path);
-        return -1;
-    }
-    return 0;
+    return act_outfile_commit(&out, err, errlen);
 }
 
 /* ---- reading ---- */

@@ -2,6 +2,7 @@
  * a little-endian u16 header length, then a Python dict literal padded with spaces so that the
  * data starts at a multiple of 64 bytes, ending in '\n'. */
 #include "npy.h"
+#include "outfile.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 
 struct act_npy {
+    act_outfile out;   /* PATH.tmp.PID until a complete close renames it over PATH */
     FILE *fp;
     char path[1024];
     uint64_t expected, written;
@@ -52,12 +54,11 @@ int act_npy_open(const char *path, const int64_t *shape, int ndim, act_npy **out
     if (!f) { snprintf(err, errlen, "%s: out of memory", path); return -1; }
     snprintf(f->path, sizeof f->path, "%s", path);
     f->expected = count;
-    f->fp = fopen(path, "wb");
-    if (!f->fp) {
-        snprintf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+    if (act_outfile_open(&f->out, path, "wb", err, errlen) != 0) {
         free(f);
         return -1;
     }
+    f->fp = f->out.fp;
     unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
                              (unsigned char)(hlen & 0xff), (unsigned char)(hlen >> 8)};
     char hdr[512];
@@ -66,8 +67,7 @@ int act_npy_open(const char *path, const int64_t *shape, int ndim, act_npy **out
     hdr[hlen - 1] = '\n';
     if (fwrite(pre, 1, 10, f->fp) != 10 || fwrite(hdr, 1, hlen, f->fp) != hlen) {
         snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
-        fclose(f->fp);
-        remove(path);
+        act_outfile_abandon(&f->out);
         free(f);
         return -1;
     }
@@ -92,16 +92,13 @@ int act_npy_write(act_npy *f, const float *data, size_t count, char *err, size_t
 int act_npy_close(act_npy *f, int abandon, char *err, size_t errlen) {
     if (!f) return 0;
     int rc = 0;
-    if (fclose(f->fp) != 0 && !abandon) {
-        snprintf(err, errlen, "%s: close failed: %s", f->path, strerror(errno));
-        rc = -1;
-    }
-    if (!abandon && rc == 0 && f->written != f->expected) {
+    if (!abandon && f->written != f->expected) {
         snprintf(err, errlen, "%s: only %llu of %llu values written", f->path,
                  (unsigned long long)f->written, (unsigned long long)f->expected);
         rc = -1;
     }
-    if (abandon || rc != 0) remove(f->path);
+    if (abandon || rc != 0) act_outfile_abandon(&f->out);
+    else rc = act_outfile_commit(&f->out, err, errlen);
     free(f);
     return rc;
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include "act.h"
+#include "outfile.h"
 #include "server.h"
 
 typedef enum { F_STR, F_INT, F_SIZE, F_BOOL } flag_kind;
@@ -220,12 +221,15 @@ int main(int argc, char **argv)
             c.so.max_batch, act_server_batch_sizes(g_server), c.so.max_wait_us, act_server_io_threads(g_server),
             act_server_warmup_seconds(g_server), mport);
     if (c.port_file) {
-        FILE *f = fopen(c.port_file, "w");
-        if (f) {
-            fprintf(f, "%d %d\n", act_server_port(g_server), act_server_metrics_port(g_server));
-            fclose(f);
+        /* renamed into place whole: a watcher polling for the file never reads half of it */
+        act_outfile pf;
+        char perr[1300];
+        if (act_outfile_open(&pf, c.port_file, "w", perr, sizeof perr) == 0) {
+            fprintf(pf.fp, "%d %d\n", act_server_port(g_server), act_server_metrics_port(g_server));
+            if (act_outfile_commit(&pf, perr, sizeof perr) != 0)
+                fprintf(stderr, "act-serve: cannot write --port-file: %s\n", perr);
         } else {
-            fprintf(stderr, "act-serve: cannot write --port-file '%s': %s\n", c.port_file, strerror(errno));
+            fprintf(stderr, "act-serve: cannot write --port-file: %s\n", perr);
         }
     }
     rc = act_server_wait(g_server) ? 1 : 0;

@@ -40,6 +40,7 @@
 #include "frames.h"
 #include "infer_common.h"
 #include "json.h"
+#include "outfile.h"
 #include "rng.h"
 #include "util.h"
 
@@ -621,8 +622,9 @@ static void print_table(const bench_report *r) {
 
 static int write_json(const bench_report *r, const char *path, char *err, size_t errlen) {
     const act_config *cfg = r->cfg;
-    FILE *f = fopen(path, "w");
-    if (!f) { snprintf(err, errlen, "%s: %s", path, strerror(errno)); return -1; }
+    act_outfile out;   /* whole or not at all */
+    if (act_outfile_open(&out, path, "w", err, errlen) != 0) return -1;
+    FILE *f = out.fp;
     fprintf(f, "{\n  \"tool\": \"act-infer bench\",\n  \"version\": \"%s\",\n  \"date\": \"%s\",\n", ACT_VERSION, r->date);
     fprintf(f, "  \"model\": "); act_json_write_string(f, r->model_path);
     fprintf(f, ",\n  \"model_hash\": \"%s\",\n  \"n_params\": %lld,\n", cfg->model_hash, (long long)cfg->n_params);
@@ -693,8 +695,7 @@ static int write_json(const bench_report *r, const char *path, char *err, size_t
         fprintf(f, "]}");
     }
     fprintf(f, "\n}\n");
-    if (fclose(f)) { snprintf(err, errlen, "%s: write failed", path); return -1; }
-    return 0;
+    return act_outfile_commit(&out, err, errlen);
 }
 
 /* ---- the command ---- */

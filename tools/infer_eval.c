@@ -186,6 +186,8 @@ static int parse_eval_args(int argc, char **argv, eval_args *a) {
         if (!strcmp(argv[i], "--keep-going")) { a->keep_going = 1; continue; }
         if (!strcmp(argv[i], "--copy-frames")) { a->copy_frames = 1; continue; }
         if (!strcmp(argv[i], "--episodes")) {
+            if (a->episodes)
+                return infer_usage("eval", USAGE, "--episodes given twice: list every directory and file after one --episodes");
             a->episodes = argv + i + 1;
             while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) { i++; a->n_episode_args++; }
             if (!a->n_episode_args) return infer_usage("eval", USAGE, "--episodes needs at least one directory or file");
@@ -453,12 +455,15 @@ int act_cmd_eval(int argc, char **argv) {
         if (b->first && b->reader[0]) snprintf(e->reader, sizeof e->reader, "%s", b->reader);
         int bad = b->failed;
         if (bad) snprintf(e->error, sizeof e->error, "%s", b->err);
-        if (!bad && b->first && preds) {
-            char stem[256], p[1400];
+        char pred_path[1400] = "";
+        if (preds) {
+            char stem[256];
             act_episode_stem(sel[b->episode], stem, sizeof stem);
-            snprintf(p, sizeof p, "%s/%s.npy", preds, stem);
+            snprintf(pred_path, sizeof pred_path, "%s/%s.npy", preds, stem);
+        }
+        if (!bad && b->first && preds) {
             int64_t shape[3] = {b->T, cfg->pred_horizon, cfg->action_dim};
-            bad = act_npy_open(p, shape, 3, &pf, e->error, sizeof e->error) != 0;
+            bad = act_npy_open(pred_path, shape, 3, &pf, e->error, sizeof e->error) != 0;
         }
         int steady = 0;
         if (!bad) {
@@ -476,6 +481,7 @@ int act_cmd_eval(int argc, char **argv) {
             sum.timesteps -= e->s.kl_count;
             act_npy_close(pf, 1, NULL, 0);
             pf = NULL;
+            if (pred_path[0]) remove(pred_path);   /* an earlier run's file is not this run's answer */
             skip = b->episode;
             done_eps++;
             if (pg.on) fputc('\n', stderr);
@@ -496,6 +502,7 @@ int act_cmd_eval(int argc, char **argv) {
         if (b->last) {
             done_eps++;
             if (pf && act_npy_close(pf, 0, e->error, sizeof e->error) != 0) {
+                if (pred_path[0]) remove(pred_path);
                 e->failed = 1;
                 any_failed = 1;
                 sum.timesteps -= e->s.kl_count;

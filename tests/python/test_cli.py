@@ -104,6 +104,7 @@ def test_no_command_and_unknown_command_are_usage_errors(act_infer):
     (["predict", "--model", "m.actw", "--episode", "e.hdf5", "--out", "p.npy", "--precision", "fp8"], "--precision must be"),
     (["eval", "--model", "m.actw"], "--episodes is required"),
     (["eval", "--model", "m.actw", "--episodes"], "--episodes needs at least one"),
+    (["eval", "--model", "m.actw", "--episodes", "a", "--episodes", "b"], "--episodes given twice"),
     (["eval", "--model", "m.actw", "--episodes", "d", "--shard", "2/2"], "--shard must be i/n"),
     (["eval", "--model", "m.actw", "--episodes", "d", "--shard", "1of2"], "--shard must be i/n"),
     (["eval-merge", "a.json"], "--json ALL.json is required"),
@@ -255,3 +256,21 @@ def test_predict_on_a_broken_episode_names_file_and_dataset(act_infer, model, go
         assert w in p.stderr, (w, p.stderr)
     assert "HDF5-DIAG" not in p.stderr  # HDF5's own error stack stays silent
     assert not out.exists()  # no half-written prediction file is left behind
+
+
+def test_a_failed_predict_leaves_the_existing_output_as_it_was(act_infer, model, good_episode, tmp_path):
+    """The chunk breaks after the first batch was written: the rows go to a temporary sibling,
+    so the earlier PRED.npy is neither truncated nor removed, and no temporary file is left."""
+    path, _ = _broken("corrupt_chunk", good_episode, tmp_path, model["cfg"])
+    out = tmp_path / "out" / "pred.npy"
+    out.parent.mkdir()
+    np.save(out, np.arange(12, dtype=np.float32).reshape(1, 3, 4))
+    before = out.read_bytes()
+    p = run(act_infer, "predict", "--model", model["actw"], "--episode", path, "--out", out, "--device", "cpu",
+            "--batch", 1)
+    assert p.returncode == 1 and "cannot be read" in p.stderr, p.stderr
+    assert out.read_bytes() == before
+    assert sorted(f.name for f in out.parent.iterdir()) == ["pred.npy"]
+    run(act_infer, "predict", "--model", model["actw"], "--episode", good_episode, "--out", out, "--device", "cpu")
+    assert np.load(out).shape[1:] == (model["cfg"]["pred_horizon"], model["cfg"]["action_dim"])
+    assert sorted(f.name for f in out.parent.iterdir()) == ["pred.npy"]

@@ -350,6 +350,20 @@ def test_keep_going_reports_failures_and_evaluates_the_rest(setup, act_infer, br
                                              + single["episode_10.hdf5"]["sums"]["count"])
 
 
+def test_a_failed_episode_leaves_no_predictions_file(setup, act_infer, broken_set, tmp_path):
+    """An earlier run's episode_3.npy is not this run's answer for the now-broken episode_3:
+    removed. The good episodes' files are complete and no temporary file is left."""
+    preds = tmp_path / "preds"
+    preds.mkdir()
+    np.save(preds / "episode_3.npy", np.zeros((1, 2, 3), np.float32))
+    p = run(act_infer, "eval", "--model", setup["actw"], "--episodes", broken_set, "--device", "cpu",
+            "--batch", BATCH, "--keep-going", "--save-predictions", preds)
+    assert p.returncode == 1, p.stderr
+    assert sorted(f.name for f in preds.iterdir()) == ["episode_0.npy", "episode_2.npy"]
+    with h5py.File(broken_set / "episode_2.hdf5", "r") as f:
+        assert np.load(preds / "episode_2.npy").shape[0] == f["action"].shape[0]
+
+
 def test_an_unwritable_summary_path_fails_before_evaluating(setup, act_infer, tmp_path):
     p = run(act_infer, "eval", "--model", setup["actw"], "--episodes", setup["eps"], "--device", "cpu",
             "--json", tmp_path / "no" / "such" / "dir" / "s.json", check_rc=1)

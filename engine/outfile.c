@@ -1,0 +1,58 @@
+/* outfile.c - output files written whole or not at all (see outfile.h). */
+#include "outfile.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int act_outfile_open(act_outfile *o, const char *path, const char *mode, char *err, size_t errlen) {
+    memset(o, 0, sizeof *o);
+    if (strlen(path) >= sizeof o->path) {
+        snprintf(err, errlen, "%.64s...: path longer than %zu bytes", path, sizeof o->path - 1);
+        return -1;
+    }
+    snprintf(o->path, sizeof o->path, "%s", path);
+    struct stat st;
+    int direct = stat(path, &st) == 0 && !S_ISREG(st.st_mode);
+    if (!direct) snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld", path, (long)getpid());
+    o->fp = fopen(direct ? path : o->tmp, mode);
+    if (!o->fp) {
+        snprintf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+        o->tmp[0] = '\0';
+        return -1;
+    }
+    return 0;
+}
+
+int act_outfile_commit(act_outfile *o, char *err, size_t errlen) {
+    if (!o->fp) {
+        snprintf(err, errlen, "%s: not open", o->path);
+        return -1;
+    }
+    int failed = fflush(o->fp) != 0 || ferror(o->fp);
+    int e = errno;
+    if (fclose(o->fp) != 0 && !failed) { failed = 1; e = errno; }
+    o->fp = NULL;
+    if (failed) {
+        snprintf(err, errlen, "%s: write failed: %s", o->path, strerror(e));
+        if (o->tmp[0]) remove(o->tmp);
+        o->tmp[0] = '\0';
+        return -1;
+    }
+    if (o->tmp[0] && rename(o->tmp, o->path) != 0) {
+        snprintf(err, errlen, "%s: cannot move %s into place: %s", o->path, o->tmp, strerror(errno));
+        remove(o->tmp);
+        o->tmp[0] = '\0';
+        return -1;
+    }
+    o->tmp[0] = '\0';
+    return 0;
+}
+
+void act_outfile_abandon(act_outfile *o) {
+    if (o->fp) fclose(o->fp);
+    o->fp = NULL;
+    if (o->tmp[0]) remove(o->tmp);
+    o->tmp[0] = '\0';
+}
