@@ -223,11 +223,15 @@ def test_compare_torch_runs_and_checks_outputs(act_infer, small_model, repo_root
     out = tmp_path / "compare.json"
     p = _run([sys.executable, repo_root / "bench" / "compare_torch.py", "--device", "cpu",
               "--ckpt", small_model.ckpt, "--config", small_model.config, "--stats", small_model.stats,
-              "--model", small_model.model, "--batch", "1,2", "--iters", 2, "--warmup", 1,
-              "--peers", "eager,channels_last,compile-default",
-              "--act-infer", act_infer, "--workdir", tmp_path / "work", "--json", out])
+              "--model", small_model.model, "--batch", "2,1", "--iters", 2, "--warmup", 1,
+              "--peers", "eager,channels_last,compile-default", "--threads", 1,
+              "--act-infer", act_infer, "--workdir", tmp_path / "work", "--json", out],
+             env=dict(os.environ, OPENBLAS_NUM_THREADS="2", ACT_CPU_THREADS="2"))
     assert p.returncode == 0, p.stdout + p.stderr
-    r = json.loads(out.read_text())
+    # strict JSON (no NaN), and the thread budget holds for act-infer whatever the caller's env says
+    r = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in the report"))
+    assert r["threads"] == 1 and "1 thread," in r["ours"]["fp32"]["device_name"], r["ours"]["fp32"]["device_name"]
+    assert isinstance(r["quiet_at_start"], bool) and ("quiet" in p.stdout or "BUSY" in p.stdout)
     whos = {(row["who"], row.get("batch")) for row in r["rows"]}
     for who in ("act-infer", "torch eager", "torch channels_last"):
         assert (who, 1) in whos and (who, 2) in whos, whos
@@ -263,5 +267,47 @@ def test_compare_rounds_pool_samples_and_keep_failures(repo_root, rng):
     assert lat["min"] == pooled[0] and lat["p50"] == pooled[5]   # nearest rank: ceil(0.5 * 12) - 1
     assert lat["mean"] == pytest.approx(pooled.mean()) and lat["p99"] == pooled[-1]
     assert m["results"][0]["steps_per_s"] == pytest.approx(4e3 / pooled.mean())
+    # a failed round is named, not allowed to throw away the rounds that measured
     failed = {"status": "timeout", "reason": "ran past 5 s"}
-    assert ct.merge_rounds([r1, failed]) is failed
+    m = ct.merge_rounds([r1, failed, r2])
+    assert m["status"] == "ok" and m["rounds"] == 2 and m["results"][0]["samples_ms"] == a + b
+    assert m["rounds_failed"] == ["timeout: ran past 5 s"]
+    assert ct.merge_rounds([failed, failed]) is failed
+
+
+def test_compare_checks_the_first_inputs_chunk_and_writes_no_nan(repo_root, rng):
+    ct = _bench_module(repo_root)
+    chunk = rng.normal(size=12).tolist()
+    # the peer's first batch held 1 input, ours 2 (window 0 starts at input 0 either way)
+    ours = chunk + rng.normal(size=12).tolist()
+    assert ct.rel_diff(ours, chunk, 12) == 0.0
+    assert ct.rel_diff(chunk[:6], chunk, 12) is None
+    assert ct.rel_diff([float("nan")] * 12, chunk, 12) is None
+    assert ct.json_safe({"a": [1.0, float("nan")], "b": float("inf"), "c": "x"}) == {"a": [1.0, None], "b": None, "c": "x"}
+
+
+def test_compare_throughput_goal_is_judged_on_steps_per_s(repo_root):
+    ct = _bench_module(repo_root)
+
+    def res(p50, steps_per_s):
+        return {"status": "ok", "results": [{"batch": 256, "latency_ms": {"p50": p50}, "steps_per_s": steps_per_s}]}
+
+    # a faster median but a slower mean: throughput is the mean's
+    ours = {"bf16": res(10.0, 18686.0)}
+    peers = [dict(res(13.16, 20480.0), peer="compile-default", precision="bf16")]
+    g = next(g for g in ct.goals("cuda", ours, peers, [256]) if "256" in g["goal"])
+    assert g["speedup"] == pytest.approx(18686.0 / 20480.0) and not g["met"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--batch", "1,,8"], "--batch must be comma-separated"),
+    (["--batch", "x"], "--batch must be comma-separated"),
+    (["--autotune-batches", "1,x"], "--autotune-batches must be"),
+    (["--threads", "0"], "--threads must be at least 1"),
+    (["--warmup", "-1"], "--warmup must be at least 0"),
+    (["--peer-timeout", "4"], "--peer-timeout must be at least 5"),
+    (["--precision", "fp8"], "unknown --precision/--peers entries: fp8"),
+])
+def test_compare_refuses_bad_arguments(repo_root, args, words):
+    p = _run([sys.executable, repo_root / "bench" / "compare_torch.py", *args])
+    assert p.returncode == 2 and words in p.stderr, p.stderr
