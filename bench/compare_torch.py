@@ -421,6 +421,11 @@ def print_report(rep: dict) -> None:
         first = f"{row['first_s']:.3f}" if row.get("first_s") is not None else ""
         print(f"{row['who']:<30} {row['precision']:<5} {row['batch']:>5} {row['p50']:>9.3f} {row['min']:>9.3f} "
               f"{row['steps_per_s']:>10.1f} {ratio:>8} {first:>8}")
+    for res in list(rep["ours"].values()) + rep["peers"]:
+        if res.get("rounds_failed"):
+            who = f"torch {res['peer']}" if res.get("peer") else "act-infer"
+            print(f"  ({who} {res.get('precision', '')}: {res['rounds']} rounds pooled; the others: "
+                  f"{'; '.join(res['rounds_failed'])})")
     print("\n'ours x' = the peer's p50 / act-infer's p50 at the same batch and precision (> 1: act-infer is faster)")
     print("'first s' = the first call at that batch size: torch's includes compiling (torch.compile), "
           "act-infer's its plans and algorithm measurements")
