@@ -143,3 +143,47 @@ def test_reconnects_counts_connections_remade_not_attempts():
         c.close()
         if "comeback" in locals() and "srv" in comeback:
             comeback["srv"].close()
+
+
+class FakeClient:
+    """What ActPolicyRunner needs of an ActClient: info() and predict(); chunk row t of call k
+    is 1000 k + t in every joint."""
+
+    def __init__(self, horizon=6, action_dim=2, cams=("l_vis", "front")):
+        self.info_ = {"camera_names": list(cams), "obs_horizon": 1, "num_action_steps": 3,
+                      "pred_horizon": horizon, "action_dim": action_dim}
+        self.calls = []
+
+    def info(self):
+        return dict(self.info_)
+
+    def predict(self, qpos, images):
+        assert list(images) == self.info_["camera_names"], list(images)   # model cameras, model order
+        self.calls.append(images)
+        k = len(self.calls)
+        h, a = self.info_["pred_horizon"], self.info_["action_dim"]
+        return np.repeat((1000.0 * k + np.arange(h, dtype=np.float32))[:, None], a, axis=1)
+
+
+def test_runner_ignores_cameras_the_model_does_not_read_and_names_a_missing_one():
+    from act_client import ActPolicyRunner
+    c = FakeClient()
+    r = ActPolicyRunner(c, obs_horizon=2, num_action_steps=3)
+    img = np.zeros((4, 4, 3), np.uint8) + 7
+    obs = {"qpos": np.ones(3), "images": {"top": img, "front": img, "l_vis": img}}
+    got = [float(r.select_action(obs)[0]) for _ in range(4)]
+    assert got == [1001.0, 1002.0, 1003.0, 2001.0]   # the seed's slice [obs_horizon-1 : +num_action_steps]
+    assert len(c.calls) == 2
+    r.reset()
+    with pytest.raises(ValueError, match=r"lacks the model's camera\(s\) \['l_vis'\]"):
+        r.select_action({"qpos": np.ones(3), "images": {"front": img}})
+
+
+def test_runner_reset_clears_last_forward():
+    from act_client import ActPolicyRunner
+    r = ActPolicyRunner(FakeClient())
+    img = np.zeros((4, 4, 3), np.uint8)
+    r.select_action({"qpos": np.ones(3), "images": {"l_vis": img, "front": img}})
+    assert r.last_forward
+    r.reset()
+    assert not r.last_forward, "a new episode has asked for nothing yet"

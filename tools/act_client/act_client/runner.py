@@ -5,7 +5,10 @@ local action queue is empty, and then enqueues actions [obs_horizon-1 : obs_hori
 num_action_steps] of the chunk; every other step pops the next queued action without any
 network traffic. reset() clears the queues at an episode boundary.
 
-obs = {"qpos": (obs_dim,) floats, "images": {camera: uint8 (H, W, 3)}}. The engine's ACT head
+obs = {"qpos": (obs_dim,) floats, "images": {camera: uint8 (H, W, 3)}}: the env's raw
+observation (qpos in its own units, frames as rendered), not the normalized float CHW tensors a
+PyTorch rollout builds; the server normalizes. Cameras the model does not read are ignored, as
+the seed's agent ignores them. The engine's ACT head
 reads the newest observation (obs_horizon is 1 in act_resnet), so the runner keeps the last
 obs_horizon observations only to mirror the seed's queues and sends the newest one.
 """
@@ -25,6 +28,7 @@ class ActPolicyRunner:
                  num_action_steps: Optional[int] = None):
         info = client.info()
         self.client = client
+        self.camera_names = list(info["camera_names"])
         self.obs_horizon = int(obs_horizon if obs_horizon is not None else info["obs_horizon"])
         self.num_action_steps = int(num_action_steps if num_action_steps is not None else info["num_action_steps"])
         horizon = info["pred_horizon"]
@@ -41,6 +45,7 @@ class ActPolicyRunner:
         """Forget queued actions and observations (call at the start of every episode)."""
         self._obs = deque(maxlen=self.obs_horizon)
         self._actions = deque()
+        self.last_forward = False
 
     def select_action(self, obs: Dict) -> np.ndarray:
         """The action for this step, (action_dim,) float32. .last_forward says whether this
@@ -49,7 +54,15 @@ class ActPolicyRunner:
         self.last_forward = not self._actions
         if self.last_forward:
             newest = self._obs[-1]
-            chunk = self.client.predict(newest["qpos"], newest["images"])
+            # the model's cameras only, like the seed's _order_images: an env that renders more
+            # views than the policy was trained on ('top') is not an error here; a missing one is
+            images = newest["images"]
+            images = {c: images[c] for c in self.camera_names if c in images}
+            if len(images) != len(self.camera_names):
+                missing = [c for c in self.camera_names if c not in newest["images"]]
+                raise ValueError(f"obs['images'] lacks the model's camera(s) {missing} "
+                                 f"(the model reads {self.camera_names})")
+            chunk = self.client.predict(newest["qpos"], images)
             start = self.obs_horizon - 1
             for a in chunk[start:start + self.num_action_steps]:
                 self._actions.append(np.array(a, dtype=np.float32))
