@@ -1333,6 +1333,25 @@ int act_cuda_plugin_available(char *why, size_t whylen) {
         if (why && whylen) snprintf(why, whylen, "no CUDA device present");
         return 0;
     }
+#if defined(ACT_CUDA_MIN_ARCH) && ACT_CUDA_MIN_ARCH > 0
+    /* 'auto' must not pick a GPU that this build has no kernels for */
+    int usable = 0, major = 0, minor = 0;
+    for (int d = 0; d < n; d++) {
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess ||
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d) != cudaSuccess) {
+            cudaGetLastError();
+            usable++;   /* cannot tell: let the session's setup decide */
+            continue;
+        }
+        if (major * 10 + minor >= ACT_CUDA_MIN_ARCH) usable++;
+    }
+    if (!usable) {
+        if (why && whylen)
+            snprintf(why, whylen, "%d CUDA device(s), none of them sm_%d or newer, where this build's kernels "
+                     "start (rebuild with -DCMAKE_CUDA_ARCHITECTURES=%d%d)", n, ACT_CUDA_MIN_ARCH, major, minor);
+        return 0;
+    }
+#endif
     if (why && whylen) snprintf(why, whylen, "%d CUDA device(s)", n);
     return 1;
 }
@@ -1352,6 +1371,14 @@ static int cu_setup(act_backend *be, int device) {
     KCHECK(cudaGetDeviceProperties(&prop, device));
     snprintf(be->device_name, sizeof be->device_name, "%.100s (sm_%d%d)", prop.name, prop.major,
              prop.minor);
+#if defined(ACT_CUDA_MIN_ARCH) && ACT_CUDA_MIN_ARCH > 0
+    if (prop.major * 10 + prop.minor < ACT_CUDA_MIN_ARCH) {
+        snprintf(be->err, sizeof be->err, "cuda: this build's kernels are for sm_%d and newer "
+                 "(CMAKE_CUDA_ARCHITECTURES); %s is sm_%d%d: rebuild with -DCMAKE_CUDA_ARCHITECTURES=%d%d",
+                 ACT_CUDA_MIN_ARCH, prop.name, prop.major, prop.minor, prop.major, prop.minor);
+        return -1;
+    }
+#endif
     if (be->precision == ACT_BF16 && prop.major < 8) {
         snprintf(be->err, sizeof be->err, "cuda: bf16 needs compute capability 8.0, %s has %d.%d",
                  prop.name, prop.major, prop.minor);

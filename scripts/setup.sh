@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # setup.sh - install what act-engine needs (Debian/Ubuntu packages, by name) and build it.
 # Usage: scripts/setup.sh [BUILD_DIR] [extra cmake args...]
-# Installs only missing packages; uses sudo when not root. CUDA parts build when nvcc is found
-# (on PATH or in /usr/local/cuda/bin); without it the CPU engine builds alone.
+# Installs only missing packages; uses sudo when not root. CUDA parts build when nvcc and cuDNN
+# are found (nvcc on PATH or in /usr/local/cuda/bin; cuDNN there or in $ACT_CUDNN_ROOT); without
+# them the CPU engine builds alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${1:-build}; shift || true

@@ -972,14 +972,22 @@ cudaError_t cudaGetDevice(int *dev) {
     return cudaSuccess;
 }
 
+/* the compute capability the emulator reports: 9.0 (an H200), or ACT_EMU_CC=XY (e.g. 80: an
+ * A100), so the backend's refusal of a GPU older than its kernels can be exercised */
+static int emu_cc(void) {
+    const char *e = getenv("ACT_EMU_CC");
+    int v = e && *e ? atoi(e) : 90;
+    return v >= 10 && v <= 999 ? v : 90;
+}
+
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int dev) {
     API_ENTRY();
     if (!prop) return ret(cudaErrorInvalidValue);
     if (dev != 0) return ret(cudaErrorInvalidDevice);
     memset(prop, 0, sizeof *prop);
     snprintf(prop->name, sizeof prop->name, "CUDA emulator on the host (not a GPU)");
-    prop->major = 9;
-    prop->minor = 0;
+    prop->major = emu_cc() / 10;
+    prop->minor = emu_cc() % 10;
     prop->totalGlobalMem = kDevTotal;
     prop->sharedMemPerBlock = 48 * 1024;
     prop->multiProcessorCount = 132;
@@ -1108,9 +1116,12 @@ cudaError_t cudaHostGetDevicePointer(void **dev, void *host, unsigned flags) {
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev) {
     API_ENTRY();
     if (!value || dev != 0) return ret(cudaErrorInvalidValue);
-    if (attr != cudaDevAttrHostRegisterReadOnlySupported) return ret(cudaErrorInvalidValue);
-    *value = 1;
-    return cudaSuccess;
+    switch (attr) {
+    case cudaDevAttrComputeCapabilityMajor: *value = emu_cc() / 10; return cudaSuccess;   /* as cudaGetDeviceProperties */
+    case cudaDevAttrComputeCapabilityMinor: *value = emu_cc() % 10; return cudaSuccess;
+    case cudaDevAttrHostRegisterReadOnlySupported: *value = 1; return cudaSuccess;
+    }
+    return ret(cudaErrorInvalidValue);
 }
 
 }  // extern "C"

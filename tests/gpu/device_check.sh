@@ -246,7 +246,7 @@ fi
 built=0
 build() {   # cmake + build, with HDF5 if hdf5_setup found one
     timeout "$(limit 180)" bash -c "cmake -S '$ROOT' -B '$BUILD' -DCMAKE_BUILD_TYPE=Release \
-        -DCMAKE_CUDA_ARCHITECTURES=90 -DACT_ENABLE_HDF5=$([ -n "${ACT_HDF5_ROOT:-}" ] && echo ON || echo OFF) \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DACT_REQUIRE_CUDA=ON -DACT_ENABLE_HDF5=$([ -n "${ACT_HDF5_ROOT:-}" ] && echo ON || echo OFF) \
         && cmake --build '$BUILD' -j16" >>"$LOG/build.log" 2>&1
 }
 build_ok=0

@@ -82,6 +82,19 @@ def _graph_gemms(act_infer, actw, env):
     return int(counts[-1].split("cublasLtMatmul=")[1].split()[0])
 
 
+def test_a_gpu_older_than_the_builds_kernels_is_refused_and_auto_falls_back(act_infer, model, emu_env):
+    """The emulator as an sm_80 GPU under a build whose kernels start at sm_90: --device cuda
+    refuses it up front, naming both and the rebuild flag (its first kernel launch would fail
+    with 'no kernel image'); the default device falls back to the CPU and says why."""
+    env = dict(emu_env, ACT_EMU_CC="80")
+    base = [str(act_infer), "bench", "--model", str(model[0]), "--iters", "1", "--warmup", "0", "--batch", "1"]
+    p = subprocess.run(base + ["--device", "cuda"], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode != 0 and "sm_90" in p.stderr and "CMAKE_CUDA_ARCHITECTURES=80" in p.stderr, p.stderr
+    p = subprocess.run(base, capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "device cpu" in p.stderr and "none of them sm_90 or newer" in p.stderr, p.stderr
+
+
 def test_decoder_kv_of_every_layer_is_one_gemm(act_infer, model, emu_env):
     """ACT_CUDA_LINEAR_GROUP (default on): the decoder's cross-attention K/V of all layers is one
     GEMM in the step's graph, dec_layers - 1 fewer than one per layer (parity is the e2e tests')"""

@@ -84,7 +84,8 @@ enum cudaStreamCaptureMode {
 #define cudaHostRegisterMapped 0x02
 #define cudaHostRegisterReadOnly 0x08
 
-enum cudaDeviceAttr { cudaDevAttrHostRegisterReadOnlySupported = 113 };
+enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor = 76,
+                     cudaDevAttrHostRegisterReadOnlySupported = 113 };
 
 typedef struct emu_stream *cudaStream_t;
 typedef struct emu_event *cudaEvent_t;
