@@ -75,7 +75,7 @@ static int parse(int argc, char **argv, cli *c)
         { "port", "ACT_SERVE_PORT", F_INT, &c->so.port, "TCP port, 0 = any free [7070]" },
         { "unix", "ACT_SERVE_UNIX", F_STR, &c->so.unix_path, "also listen on this Unix socket (same-host clients; frames in shared memory)" },
         { "device", "ACT_SERVE_DEVICE", F_STR, &c->device, "cuda|cpu|auto [auto: cuda if available]" },
-        { "precision", "ACT_SERVE_PRECISION", F_STR, &c->precision, "fp32|tf32|bf16|fp16 [fp32]" },
+        { "precision", "ACT_SERVE_PRECISION", F_STR, &c->precision, "fp32|tf32|bf16|fp16; the CPU device runs fp32 only [fp32]" },
         { "cuda-device", "ACT_SERVE_CUDA_DEVICE", F_INT, &c->cuda_device, "CUDA device ordinal [0]" },
         { "algo-cache", "ACT_CUDA_ALGO_CACHE", F_STR, &c->algo_cache, "GPU: a file of measured conv/GEMM algorithm choices, read at start and appended to, so that a restart or a replica sharing the file measures nothing again and runs the same algorithms (lines of another GPU model or library version are skipped)" },
         { "max-batch", "ACT_SERVE_MAX_BATCH", F_INT, &c->so.max_batch, "requests per forward pass [32]" },
@@ -97,10 +97,7 @@ static int parse(int argc, char **argv, cli *c)
         { "verbose", "ACT_SERVE_VERBOSE", F_BOOL, &c->so.verbose, "log connections and errors (1/0)" },
     };
     int n = (int)(sizeof fl / sizeof fl[0]);
-    for (int i = 0; i < n; i++) {
-        const char *v = getenv(fl[i].env);
-        if (v && set_flag(&fl[i], v)) return -1;
-    }
+    unsigned char given[sizeof fl / sizeof fl[0]] = { 0 };   /* on the command line: its variable is not read */
     for (int a = 1; a < argc; a++) {
         if (!strcmp(argv[a], "-h") || !strcmp(argv[a], "--help")) {
             usage(fl, n);
@@ -108,7 +105,7 @@ static int parse(int argc, char **argv, cli *c)
         }
         const flag *f = NULL;
         for (int i = 0; i < n && !f; i++)
-            if (!strncmp(argv[a], "--", 2) && !strcmp(argv[a] + 2, fl[i].name)) f = &fl[i];
+            if (!strncmp(argv[a], "--", 2) && !strcmp(argv[a] + 2, fl[i].name)) { f = &fl[i]; given[i] = 1; }
         if (!f) {
             fprintf(stderr, "act-serve: unknown option '%s' (see --help)\n", argv[a]);
             return -1;
@@ -122,6 +119,11 @@ static int parse(int argc, char **argv, cli *c)
             return -1;
         }
         if (set_flag(f, argv[++a])) return -1;
+    }
+    /* a flag on the command line wins over its variable, even over a variable that is not valid */
+    for (int i = 0; i < n; i++) {
+        const char *v = given[i] ? NULL : getenv(fl[i].env);
+        if (v && set_flag(&fl[i], v)) return -1;
     }
     if (!c->model) {
         fprintf(stderr, "act-serve: --model (or ACT_SERVE_MODEL) is required\n\n");

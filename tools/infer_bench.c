@@ -93,6 +93,7 @@ static const char *const USAGE =
         "workspaces) and host peak RSS, each against its goal (bench/RESULTS.md's goal table).\n"
         "  --model        weight file (default: " DEMO_MODEL ", the built-in demo model)\n"
         "  --device       default: cuda when a CUDA device is usable, else cpu\n"
+        "  --precision    fp32 (default), tf32, bf16, fp16 (CUDA; the CPU backend is fp32 only)\n"
         "  --batch        comma-separated batch sizes (default: cuda 1,8,64,256; cpu 1)\n"
         "  --iters        timed steps per batch size (default: cuda 200; cpu 10)\n"
         "  --warmup       untimed steps first (default: cuda 20; cpu 2); the first two are timed\n"

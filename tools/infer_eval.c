@@ -20,12 +20,17 @@
 #include "infer_common.h"
 #include "npy.h"
 
+#define MERGE_USAGE_TEXT \
+    "usage: act-infer eval-merge S0.json S1.json ... --json ALL.json\n" \
+    "  combines the summaries of `eval --shard i/n` runs (all n of them) into the totals one run\n" \
+    "  over every episode gives.\n"
+
 static const char *USAGE =
     "usage: act-infer eval --model M.actw --episodes DIR|FILE... [options]\n"
     "  --model M.actw            weight file\n"
     "  --episodes DIR|FILE...    directories (their episode_*.hdf5, by episode number) and/or files\n"
     "  --device cpu|cuda         default: cuda when a GPU is usable, else cpu\n"
-    "  --precision P             fp32 (default), tf32, bf16, fp16\n"
+    "  --precision P             fp32 (default), tf32, bf16, fp16 (CUDA; the CPU backend is fp32 only)\n"
     "  --batch N                 timesteps per forward (default: cuda 128, cpu 4)\n"
     INFER_PAD_USAGE
     "  --json SUMMARY.json       write the summary (per episode and overall, with the raw sums)\n"
@@ -44,10 +49,8 @@ static const char *USAGE =
     "each batch size's first two steps, which set up plans and graphs), how long the step waited\n"
     "for the episode reader, and how the frames were read (docs/EVAL.md says what to change when\n"
     "reading sets the pace).\n"
-    "\n"
-    "usage: act-infer eval-merge S0.json S1.json ... --json ALL.json\n"
-    "  combines the summaries of `eval --shard i/n` runs (all n of them) into the totals one run\n"
-    "  over every episode gives.\n";
+    "\n" MERGE_USAGE_TEXT;
+static const char *MERGE_USAGE = MERGE_USAGE_TEXT;
 
 static double now_s(void) {
     struct timespec ts;
@@ -556,20 +559,20 @@ int act_cmd_eval_merge(int argc, char **argv) {
     if (!inputs) return INFER_EXIT_FAIL;
     for (int i = 0; i < argc; i++) {
         int r;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { fputs(USAGE, stdout); free(inputs); return 0; }
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { fputs(MERGE_USAGE, stdout); free(inputs); return 0; }
         if ((r = infer_opt(argc, argv, &i, "--json", &val)) != 0) {
-            if (r < 0) { free(inputs); return infer_usage("eval-merge", USAGE, "--json needs a value"); }
+            if (r < 0) { free(inputs); return infer_usage("eval-merge", MERGE_USAGE, "--json needs a value"); }
             out = val;
             continue;
         }
         if (!strncmp(argv[i], "--", 2)) {
             free(inputs);
-            return infer_usage("eval-merge", USAGE, "unknown argument '%s'", argv[i]);
+            return infer_usage("eval-merge", MERGE_USAGE, "unknown argument '%s'", argv[i]);
         }
         inputs[n++] = argv[i];
     }
-    if (!out) { free(inputs); return infer_usage("eval-merge", USAGE, "--json ALL.json is required"); }
-    if (!n) { free(inputs); return infer_usage("eval-merge", USAGE, "give the shard summaries to merge"); }
+    if (!out) { free(inputs); return infer_usage("eval-merge", MERGE_USAGE, "--json ALL.json is required"); }
+    if (!n) { free(inputs); return infer_usage("eval-merge", MERGE_USAGE, "give the shard summaries to merge"); }
     act_eval_summary *s = calloc((size_t)n, sizeof *s), merged;
     memset(&merged, 0, sizeof merged);
     char err[ACT_ERR_LEN];

@@ -19,7 +19,7 @@ static const char *USAGE =
     "                          observations/images/<cam> (T,H,W,3) uint8 for the model's cameras\n"
     "  --out PRED.npy          prior chunks (z = 0), float32 (T, pred_horizon, action_dim)\n"
     "  --device cpu|cuda       default: cuda when a GPU is usable, else cpu\n"
-    "  --precision P           fp32 (default), tf32, bf16, fp16\n"
+    "  --precision P           fp32 (default), tf32, bf16, fp16 (CUDA; the CPU backend is fp32 only)\n"
     "  --batch N               timesteps per forward (default: cuda 128, cpu 4)\n"
     INFER_PAD_USAGE
     "  --posterior-dir DIR     also write DIR/mu.npy (T,L), logvar.npy (T,L), kl.npy (T,),\n"

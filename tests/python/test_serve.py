@@ -407,6 +407,9 @@ def test_every_flag_has_an_environment_twin_and_the_flag_wins(server, act_serve,
     p = subprocess.run([str(act_serve), "--model", str(tiny[0])], capture_output=True, text=True, timeout=60,
                        env=dict(os.environ, ACT_SERVE_PORT="seventy"))
     assert p.returncode == 2 and "ACT_SERVE_PORT" in p.stderr and "seventy" in p.stderr, p.stderr
+    # the flag wins even over a variable that would not parse (a stale one in a unit file)
+    srv = server("--max-batch", 4, env=dict(os.environ, ACT_SERVE_MAX_BATCH="abc"))
+    assert ActClient("127.0.0.1", srv.port, timeout=60).info()["max_batch"] == 4
     p = subprocess.run([str(act_serve), "--help"], capture_output=True, text=True, timeout=60)
     for flag in ("--model", "--port", "--device", "--precision", "--max-batch", "--max-wait-us", "--copy-threads", "--max-clients",
                  "--io-threads", "--metrics-port", "--audit-log", "--batch-sizes"):
