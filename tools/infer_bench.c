@@ -132,7 +132,7 @@ static int parse_batches(const char *s, bench_args *a) {
         tok[len] = 0;
         if (infer_parse_int(tok, 1, 65536, &a->batches[a->n_batches++])) return -1;
         p += len;
-        if (*p == ',') p++;
+        if (*p == ',' && !*++p) return -1;   /* "1," names no last size */
     }
     return a->n_batches ? 0 : -1;
 }

@@ -178,6 +178,7 @@ def test_bench_staged_inputs_give_the_same_chunk(act_infer, small_model, tmp_pat
 @pytest.mark.parametrize("args, message", [
     (["--batch", "0"], "--batch '0'"),
     (["--batch", "1,,2"], "--batch"),
+    (["--batch", "1,"], "--batch"),
     (["--precision", "fp64"], "--precision 'fp64'"),
     (["--device", "tpu"], "--device 'tpu'"),
     (["--iters", "0"], "--iters '0'"),
