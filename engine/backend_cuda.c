@@ -1321,6 +1321,11 @@ static void cu_destroy(act_backend *be) {
 
 unsigned act_cuda_plugin_abi(void) { return ACT_CUDA_PLUGIN_ABI; }
 
+#if defined(ACT_CUDA_MIN_ARCH) && ACT_CUDA_MIN_ARCH > 0
+/* 1 if a GPU of compute capability major.minor is older than this build's oldest kernels */
+static int below_build_arch(int major, int minor) { return major * 10 + minor < ACT_CUDA_MIN_ARCH; }
+#endif
+
 int act_cuda_plugin_available(char *why, size_t whylen) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -1343,7 +1348,7 @@ int act_cuda_plugin_available(char *why, size_t whylen) {
             usable++;   /* cannot tell: let the session's setup decide */
             continue;
         }
-        if (major * 10 + minor >= ACT_CUDA_MIN_ARCH) usable++;
+        if (!below_build_arch(major, minor)) usable++;
     }
     if (!usable) {
         if (why && whylen)
@@ -1372,7 +1377,7 @@ static int cu_setup(act_backend *be, int device) {
     snprintf(be->device_name, sizeof be->device_name, "%.100s (sm_%d%d)", prop.name, prop.major,
              prop.minor);
 #if defined(ACT_CUDA_MIN_ARCH) && ACT_CUDA_MIN_ARCH > 0
-    if (prop.major * 10 + prop.minor < ACT_CUDA_MIN_ARCH) {
+    if (below_build_arch(prop.major, prop.minor)) {
         snprintf(be->err, sizeof be->err, "cuda: this build's kernels are for sm_%d and newer "
                  "(CMAKE_CUDA_ARCHITECTURES); %s is sm_%d%d: rebuild with -DCMAKE_CUDA_ARCHITECTURES=%d%d",
                  ACT_CUDA_MIN_ARCH, prop.name, prop.major, prop.minor, prop.major, prop.minor);

@@ -11,8 +11,6 @@
 
 struct act_npy {
     act_outfile out;   /* PATH.tmp.PID until a complete close renames it over PATH */
-    FILE *fp;
-    char path[1024];
     uint64_t expected, written;
 };
 
@@ -52,20 +50,18 @@ int act_npy_open(const char *path, const int64_t *shape, int ndim, act_npy **out
 
     act_npy *f = calloc(1, sizeof *f);
     if (!f) { snprintf(err, errlen, "%s: out of memory", path); return -1; }
-    snprintf(f->path, sizeof f->path, "%s", path);
     f->expected = count;
     if (act_outfile_open(&f->out, path, "wb", err, errlen) != 0) {
         free(f);
         return -1;
     }
-    f->fp = f->out.fp;
     unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
                              (unsigned char)(hlen & 0xff), (unsigned char)(hlen >> 8)};
     char hdr[512];
     memset(hdr, ' ', sizeof hdr);
     memcpy(hdr, dict, (size_t)dlen);
     hdr[hlen - 1] = '\n';
-    if (fwrite(pre, 1, 10, f->fp) != 10 || fwrite(hdr, 1, hlen, f->fp) != hlen) {
+    if (fwrite(pre, 1, 10, f->out.fp) != 10 || fwrite(hdr, 1, hlen, f->out.fp) != hlen) {
         snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
         act_outfile_abandon(&f->out);
         free(f);
@@ -77,12 +73,12 @@ int act_npy_open(const char *path, const int64_t *shape, int ndim, act_npy **out
 
 int act_npy_write(act_npy *f, const float *data, size_t count, char *err, size_t errlen) {
     if (f->written + count > f->expected) {
-        snprintf(err, errlen, "%s: %llu values written, the shape holds %llu", f->path,
+        snprintf(err, errlen, "%s: %llu values written, the shape holds %llu", f->out.path,
                  (unsigned long long)(f->written + count), (unsigned long long)f->expected);
         return -1;
     }
-    if (count && fwrite(data, sizeof(float), count, f->fp) != count) {
-        snprintf(err, errlen, "%s: write failed: %s", f->path, strerror(errno));
+    if (count && fwrite(data, sizeof(float), count, f->out.fp) != count) {
+        snprintf(err, errlen, "%s: write failed: %s", f->out.path, strerror(errno));
         return -1;
     }
     f->written += count;
@@ -93,7 +89,7 @@ int act_npy_close(act_npy *f, int abandon, char *err, size_t errlen) {
     if (!f) return 0;
     int rc = 0;
     if (!abandon && f->written != f->expected) {
-        snprintf(err, errlen, "%s: only %llu of %llu values written", f->path,
+        snprintf(err, errlen, "%s: only %llu of %llu values written", f->out.path,
                  (unsigned long long)f->written, (unsigned long long)f->expected);
         rc = -1;
     }

@@ -372,6 +372,20 @@ static int duplicate_stems(char **paths, int n)
     return bad ? -1 : 0;
 }
 
+/* DIR/<stem>.npy: where an episode's predictions are saved */
+static const char *pred_file(const char *dir, const char *episode, char *buf, size_t len) {
+    char stem[256];
+    act_episode_stem(episode, stem, sizeof stem);
+    snprintf(buf, len, "%s/%s.npy", dir, stem);
+    return buf;
+}
+
+/* A failed episode has no predictions: an earlier run's file is not this run's answer. */
+static void drop_stale_prediction(const char *dir, const char *episode) {
+    char p[1400];
+    if (dir) remove(pred_file(dir, episode, p, sizeof p));
+}
+
 int act_cmd_eval(int argc, char **argv) {
     eval_args a;
     int rc = parse_eval_args(argc, argv, &a);
@@ -458,15 +472,11 @@ int act_cmd_eval(int argc, char **argv) {
         if (b->first && b->reader[0]) snprintf(e->reader, sizeof e->reader, "%s", b->reader);
         int bad = b->failed;
         if (bad) snprintf(e->error, sizeof e->error, "%s", b->err);
-        char pred_path[1400] = "";
-        if (preds) {
-            char stem[256];
-            act_episode_stem(sel[b->episode], stem, sizeof stem);
-            snprintf(pred_path, sizeof pred_path, "%s/%s.npy", preds, stem);
-        }
         if (!bad && b->first && preds) {
+            char p[1400];
             int64_t shape[3] = {b->T, cfg->pred_horizon, cfg->action_dim};
-            bad = act_npy_open(pred_path, shape, 3, &pf, e->error, sizeof e->error) != 0;
+            bad = act_npy_open(pred_file(preds, sel[b->episode], p, sizeof p), shape, 3, &pf, e->error,
+                               sizeof e->error) != 0;
         }
         int steady = 0;
         if (!bad) {
@@ -484,7 +494,7 @@ int act_cmd_eval(int argc, char **argv) {
             sum.timesteps -= e->s.kl_count;
             act_npy_close(pf, 1, NULL, 0);
             pf = NULL;
-            if (pred_path[0]) remove(pred_path);   /* an earlier run's file is not this run's answer */
+            drop_stale_prediction(preds, sel[b->episode]);
             skip = b->episode;
             done_eps++;
             if (pg.on) fputc('\n', stderr);
@@ -505,7 +515,7 @@ int act_cmd_eval(int argc, char **argv) {
         if (b->last) {
             done_eps++;
             if (pf && act_npy_close(pf, 0, e->error, sizeof e->error) != 0) {
-                if (pred_path[0]) remove(pred_path);
+                drop_stale_prediction(preds, sel[b->episode]);
                 e->failed = 1;
                 any_failed = 1;
                 sum.timesteps -= e->s.kl_count;

@@ -14,6 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "act_client"))
 from act_client import ActClient, ActTimeoutError, wire  # noqa: E402
+from serve_util import recv_frame  # noqa: E402
 
 CAMS = ["front"]
 H = W = 8
@@ -24,19 +25,6 @@ def info_payload() -> bytes:
     p += struct.pack("<I", len(CAMS)) + b"".join(bytes([len(c)]) + c.encode() for c in CAMS)
     p += b"0123456789abcdef" + bytes([4]) + b"fake" + bytes([3]) + b"cpu"
     return wire.frame(wire.INFO, p)
-
-
-def read_frame(conn):
-    def exact(n):
-        b = b""
-        while len(b) < n:
-            got = conn.recv(n - len(b))
-            if not got:
-                raise ConnectionError
-            b += got
-        return b
-    magic, _, mtype, n = wire.HDR.unpack(exact(wire.HDR.size))
-    return mtype, exact(n)
 
 
 class FakeServer:
@@ -67,12 +55,12 @@ class FakeServer:
 
     def _conn(self, conn):
         try:
-            mtype, _ = read_frame(conn)
+            mtype, _ = recv_frame(conn)
             assert mtype == wire.HELLO
             time.sleep(self.info_delay)
             conn.sendall(info_payload())
             while True:
-                mtype, p = read_frame(conn)
+                mtype, p = recv_frame(conn)
                 if mtype == wire.PING:
                     conn.sendall(wire.frame(wire.PONG, p))
                 elif self.on_request is not None:
