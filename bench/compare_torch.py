@@ -341,17 +341,16 @@ def json_safe(v):
 def goals(device, ours, peers, batches) -> list:
     """The goals (latency: ARCHITECTURE section 9; memory: issue 4, bench/RESULTS.md's goal
     table), evaluated on this run's figures (a figure not measured is absent)."""
+    def at(res, batch):   # the result at this batch size, or None
+        return next((r for r in (res or {}).get("results", []) if r["batch"] == batch), None)
+
     def p50(res, batch):
-        for r in (res or {}).get("results", []):
-            if r["batch"] == batch:
-                return r["latency_ms"]["p50"]
-        return None
+        r = at(res, batch)
+        return r["latency_ms"]["p50"] if r else None
 
     def steps(res, batch):
-        for r in (res or {}).get("results", []):
-            if r["batch"] == batch:
-                return r["steps_per_s"]
-        return None
+        r = at(res, batch)
+        return r["steps_per_s"] if r else None
 
     def peer(name, prec):
         return next((p for p in peers if p["peer"] == name and p["precision"] == prec and p["status"] == "ok"), None)
