@@ -85,14 +85,19 @@ int act_npy_write(act_npy *f, const float *data, size_t count, char *err, size_t
     return 0;
 }
 
+int act_npy_finish(act_npy *f, char *err, size_t errlen) {
+    if (f->written != f->expected) {
+        snprintf(err, errlen, "%s: only %llu of %llu values written", f->out.path,
+                 (unsigned long long)f->written, (unsigned long long)f->expected);
+        return -1;
+    }
+    return act_outfile_finish(&f->out, err, errlen);
+}
+
 int act_npy_close(act_npy *f, int abandon, char *err, size_t errlen) {
     if (!f) return 0;
     int rc = 0;
-    if (!abandon && f->written != f->expected) {
-        snprintf(err, errlen, "%s: only %llu of %llu values written", f->out.path,
-                 (unsigned long long)f->written, (unsigned long long)f->expected);
-        rc = -1;
-    }
+    if (!abandon && act_npy_finish(f, err, errlen) != 0) rc = -1;
     if (abandon || rc != 0) act_outfile_abandon(&f->out);
     else rc = act_outfile_commit(&f->out, err, errlen);
     free(f);

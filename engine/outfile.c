@@ -25,8 +25,9 @@ int act_outfile_open(act_outfile *o, const char *path, const char *mode, char *e
     return 0;
 }
 
-int act_outfile_commit(act_outfile *o, char *err, size_t errlen) {
+int act_outfile_finish(act_outfile *o, char *err, size_t errlen) {
     if (!o->fp) {
+        if (o->finished) return 0;
         snprintf(err, errlen, "%s: not open", o->path);
         return -1;
     }
@@ -40,6 +41,13 @@ int act_outfile_commit(act_outfile *o, char *err, size_t errlen) {
         o->tmp[0] = '\0';
         return -1;
     }
+    o->finished = 1;
+    return 0;
+}
+
+int act_outfile_commit(act_outfile *o, char *err, size_t errlen) {
+    if (act_outfile_finish(o, err, errlen) != 0) return -1;
+    o->finished = 0;
     if (o->tmp[0] && rename(o->tmp, o->path) != 0) {
         snprintf(err, errlen, "%s: cannot move %s into place: %s", o->path, o->tmp, strerror(errno));
         remove(o->tmp);
@@ -53,6 +61,7 @@ int act_outfile_commit(act_outfile *o, char *err, size_t errlen) {
 void act_outfile_abandon(act_outfile *o) {
     if (o->fp) fclose(o->fp);
     o->fp = NULL;
+    o->finished = 0;
     if (o->tmp[0]) remove(o->tmp);
     o->tmp[0] = '\0';
 }

@@ -96,6 +96,32 @@ int main(void) {
     CHECK(act_outfile_open(&o, bad, "w", err, sizeof err) != 0 && strstr(err, bad) && strstr(err, "cannot create"),
           "missing folder: '%s'", err);
 
+    /* 6. finished, then abandoned (a file of a set whose sibling failed): PATH stays */
+    CHECK(act_outfile_open(&o, path, "wb", err, sizeof err) == 0, "open: %s", err);
+    fwrite(b, 1, sizeof b, o.fp);
+    CHECK(act_outfile_finish(&o, err, sizeof err) == 0 && act_outfile_finish(&o, err, sizeof err) == 0,
+          "finish (twice): %s", err);
+    CHECK(slurp(path, got, sizeof got) == sizeof a && !memcmp(got, a, sizeof a), "finish touched PATH");
+    act_outfile_abandon(&o);
+    CHECK(slurp(path, got, sizeof got) == sizeof a && !memcmp(got, a, sizeof a), "abandon after finish touched PATH");
+    CHECK(entries() == 2, "%d files after finish + abandon, expected 2", entries());
+    /* finished, then committed */
+    CHECK(act_outfile_open(&o, path, "wb", err, sizeof err) == 0, "open: %s", err);
+    fwrite(b, 1, sizeof b, o.fp);
+    CHECK(act_outfile_finish(&o, err, sizeof err) == 0 && act_outfile_commit(&o, err, sizeof err) == 0,
+          "finish + commit: %s", err);
+    CHECK(slurp(path, got, sizeof got) == sizeof b && !memcmp(got, b, sizeof b), "finish + commit: bytes differ");
+
+    /* 7. a write that fails at the flush (/dev/full takes nothing): finish reports it */
+    FILE *probe = fopen("/dev/full", "w");
+    if (probe) {
+        fclose(probe);
+        CHECK(act_outfile_open(&o, "/dev/full", "w", err, sizeof err) == 0, "/dev/full: %s", err);
+        fwrite(a, 1, 100, o.fp);
+        CHECK(act_outfile_finish(&o, err, sizeof err) != 0 && strstr(err, "write failed"), "/dev/full finish: '%s'", err);
+        act_outfile_abandon(&o);
+    }
+
     remove(path);
     remove(npath);
     rmdir(dir);

@@ -386,6 +386,27 @@ static void drop_stale_prediction(const char *dir, const char *episode) {
     if (dir) remove(pred_file(dir, episode, p, sizeof p));
 }
 
+/* After a stop at a broken episode: says how many episodes were never evaluated and which of
+ * them still have an earlier run's predictions in DIR (left as they were, but not this run's). */
+static void report_unreached(const act_eval_summary *s, const char *dir, char **sel) {
+    int unreached = 0, stale = 0;
+    char first[1400] = "", p[1400];
+    for (int i = 0; i < s->n_episodes; i++) {
+        if (s->episodes[i].steps || s->episodes[i].failed) continue;
+        unreached++;
+        struct stat st;
+        if (dir && stat(pred_file(dir, sel[i], p, sizeof p), &st) == 0) {
+            if (!stale++) snprintf(first, sizeof first, "%s", p);
+        }
+    }
+    if (!unreached) return;
+    fprintf(stderr, "act-infer eval: %d episode%s not evaluated", unreached, unreached > 1 ? "s" : "");
+    if (stale)
+        fprintf(stderr, "; %d of them still ha%s an earlier run's predictions in %s (e.g. %s), not this run's",
+                stale, stale > 1 ? "ve" : "s", dir, first);
+    fputc('\n', stderr);
+}
+
 int act_cmd_eval(int argc, char **argv) {
     eval_args a;
     int rc = parse_eval_args(argc, argv, &a);
@@ -536,6 +557,7 @@ int act_cmd_eval(int argc, char **argv) {
     st = NULL;
     if (aborted) {
         fprintf(stderr, "act-infer eval: stopped at the first broken episode (--keep-going evaluates the rest)\n");
+        report_unreached(&sum, preds, sel);
         goto done;
     }
     progress_show(&pg, done_eps, (long long)sum.timesteps, 1);

@@ -118,6 +118,9 @@ int act_cmd_predict(int argc, char **argv) {
     else if (steps)
         fprintf(stderr, "act-infer predict: %d timesteps in %d step%s of %d rows%s\n", T, steps, steps > 1 ? "s" : "",
                 last_rows, steps * last_rows > T ? " (the last padded: --pad-batches)" : "");
+    /* every file complete before any replaces its PATH: the set is written whole or not at all */
+    for (int k = 0; k < OUT_N; k++)
+        if (files[k] && act_npy_finish(files[k], err, sizeof err) != 0) goto done;
     rc = INFER_EXIT_OK;
     for (int k = 0; k < OUT_N; k++)
         if (files[k] && act_npy_close(files[k], 0, err, sizeof err) != 0) rc = INFER_EXIT_FAIL;

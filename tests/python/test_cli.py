@@ -167,6 +167,37 @@ def test_predict_prior_and_posterior_match_the_reference(act_infer, hdf5, model,
         assert rel(np.load(post / f"{name}.npy"), r[key]) <= TOL, name
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device that refuses writes)")
+def test_predict_replaces_its_files_as_a_set_or_not_at_all(act_infer, hdf5, model, tmp_path):
+    """The prior chunks and the four posterior files belong together: when one of them cannot be
+    written (here kl.npy leads to /dev/full), none of the previous run's files is replaced."""
+    cfg = model["cfg"]
+    out, post = tmp_path / "pred.npy", tmp_path / "post"
+    ep1 = make_ep(tmp_path / "episode_1.hdf5", cfg, T=4, seed=11, gzip=False, chunked=False)
+    ep2 = make_ep(tmp_path / "episode_2.hdf5", cfg, T=4, seed=12, gzip=False, chunked=False)
+    run(act_infer, "predict", "--model", model["actw"], "--episode", ep1, "--out", out, "--device", "cpu",
+        "--posterior-dir", post, check_rc=0)
+    names = ["mu.npy", "logvar.npy", "post_actions.npy"]
+    before = {n: (post / n).read_bytes() for n in names}
+    before["pred"] = out.read_bytes()
+    (post / "kl.npy").unlink()
+    (post / "kl.npy").symlink_to("/dev/full")
+    p = run(act_infer, "predict", "--model", model["actw"], "--episode", ep2, "--out", out, "--device", "cpu",
+            "--posterior-dir", post, check_rc=1)
+    assert "kl.npy" in p.stderr and "write failed" in p.stderr, p.stderr
+    assert out.read_bytes() == before["pred"]
+    for n in names:
+        assert (post / n).read_bytes() == before[n], n
+    assert (post / "kl.npy").is_symlink()
+    assert sorted(x.name for x in tmp_path.iterdir() if ".tmp." in x.name) == []
+    assert sorted(x.name for x in post.iterdir()) == sorted(names + ["kl.npy"])
+    # and with the way clear, the second episode's files replace all five
+    (post / "kl.npy").unlink()
+    run(act_infer, "predict", "--model", model["actw"], "--episode", ep2, "--out", out, "--device", "cpu",
+        "--posterior-dir", post, check_rc=0)
+    assert out.read_bytes() != before["pred"] and (post / "mu.npy").read_bytes() != before["mu.npy"]
+
+
 def test_predict_is_the_same_for_every_batch_size(act_infer, hdf5, model, tmp_path):
     ep = make_ep(tmp_path / "episode_0.hdf5", model["cfg"], T=5, seed=6, gzip=False, chunked=False)
     outs = []

@@ -327,6 +327,24 @@ def test_a_broken_episode_stops_eval_without_keep_going(setup, act_infer, broken
     assert not out.exists()
 
 
+def test_a_stop_names_the_episodes_left_with_older_predictions(setup, act_infer, broken_set, tmp_path):
+    """Without --keep-going, episodes after the broken one are never evaluated: an earlier run's
+    file for one of them is left as it was, and the stop says so instead of passing it off."""
+    preds = tmp_path / "preds"
+    preds.mkdir()
+    old = np.full((1, 2, 3), 7, np.float32)
+    np.save(preds / "episode_2.npy", old)
+    p = run(act_infer, "eval", "--model", setup["actw"], "--episodes", broken_set, "--device", "cpu",
+            "--batch", BATCH, "--save-predictions", preds, check_rc=1)
+    assert "2 episodes not evaluated; 1 of them still has an earlier run's predictions" in p.stderr, p.stderr
+    assert "episode_2.npy" in p.stderr
+    assert np.array_equal(np.load(preds / "episode_2.npy"), old)
+    assert sorted(f.name for f in preds.iterdir()) == ["episode_0.npy", "episode_2.npy"]
+    p = run(act_infer, "eval", "--model", setup["actw"], "--episodes", broken_set, "--device", "cpu",
+            "--batch", BATCH, check_rc=1)
+    assert "2 episodes not evaluated\n" in p.stderr, p.stderr
+
+
 def test_keep_going_reports_failures_and_evaluates_the_rest(setup, act_infer, broken_set, tmp_path):
     out = tmp_path / "s.json"
     p = run(act_infer, "eval", "--model", setup["actw"], "--episodes", broken_set, "--device", "cpu",
