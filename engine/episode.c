@@ -5,6 +5,7 @@
  * enough for one chunk, so a file chunked per frame or per many frames is decompressed once per
  * chunk, not once per hyperslab read. */
 #include "episode.h"
+#include "episode_check.h"
 #include "episode_direct.h"
 #include "episode_inflate.h"
 
@@ -28,6 +29,7 @@ typedef struct h5_episode {
     act_ep_direct direct[ACT_MAX_CAMS];
     int fd;                        /* HDF5's descriptor of the file, for those reads; < 0: none */
     uint64_t file_size;
+    struct stat opened;            /* fd's status at open: a file rewritten in place is noticed */
     act_ep_scratch scratch;
 } h5_episode;
 
@@ -88,7 +90,9 @@ static void fmt_shape(char *buf, size_t len, const hsize_t *d, int n);
  * the shape. Chunked: no chunk longer than a fixed dimension (gzip chunks of a damaged shape of
  * 4 x 262144 pixels for 4 x 4 frames were copied whole from their 48 inflated bytes), every
  * chunk the shape spans must be stored, and without filters each is exactly one chunk's bytes,
- * so their sum is the count times that (a gzip chunk's size is checked as it is inflated).
+ * so their sum is the count times that; episode_check.c then checks each chunk's own size (and
+ * what each compressed one inflates to). Virtual datasets and external raw files are refused:
+ * HDF5 reads a missing source, or one cut short, as zeros.
  * 1 (err set) when short or damaged. */
 static int storage_short(const char *path, hid_t ds, const char *name, const hsize_t *dims, int rank,
                          size_t elem, char *err, size_t errlen) {
@@ -99,7 +103,15 @@ static int storage_short(const char *path, hid_t ds, const char *name, const hsi
     char shp[96];
     fmt_shape(shp, sizeof shp, dims, rank);
     int bad = 0;
-    if (layout == H5D_COMPACT || layout == H5D_CONTIGUOUS) {
+    if (layout == H5D_VIRTUAL)
+        bad = ep_fail(err, errlen, path, "dataset '%s' is a virtual dataset (its data lives in other files, and HDF5 "
+                      "reads a missing one as zeros): act-engine reads self-contained episodes; copy it into one "
+                      "file, e.g. h5repack IN.hdf5 OUT.hdf5", name);
+    else if (dcpl >= 0 && H5Pget_external_count(dcpl) > 0)
+        bad = ep_fail(err, errlen, path, "dataset '%s' keeps its data in external raw files (HDF5 reads past their "
+                      "end as zeros): act-engine reads self-contained episodes; copy it into one file, e.g. "
+                      "h5repack IN.hdf5 OUT.hdf5", name);
+    else if (layout == H5D_COMPACT || layout == H5D_CONTIGUOUS) {
         if (have < need)
             bad = ep_fail(err, errlen, path, "dataset '%s' stores %.0f bytes, but its shape %s of %zu-byte "
                           "values needs %.0f (damaged file, or data never written)", name, have, shp, elem, need);
@@ -210,6 +222,11 @@ static int read_table(const char *path, hid_t file, const char *name, int width,
     }
     float *buf = malloc(sizeof(float) * d[0] * d[1]);
     if (!buf) { H5Dclose(ds); return ep_fail(err, errlen, path, "out of memory reading '%s'", name); }
+    if (act_ep_check_chunks(ds, path, name, 0, err, errlen) != 0) {
+        free(buf);
+        H5Dclose(ds);
+        return -1;
+    }
     if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
         free(buf);
         H5Dclose(ds);
@@ -219,7 +236,8 @@ static int read_table(const char *path, hid_t file, const char *name, int width,
     for (hsize_t i = 0; i < d[0] * d[1]; i++) {
         if (!isfinite(buf[i])) {
             free(buf);
-            return ep_fail(err, errlen, path, "dataset '%s' has a non-finite value at t=%llu, column %llu",
+            return ep_fail(err, errlen, path, "dataset '%s' has a value that is not finite or beyond float32's "
+                           "range at t=%llu, column %llu",
                            name, (unsigned long long)(i / d[1]), (unsigned long long)(i % d[1]));
         }
     }
@@ -295,6 +313,56 @@ static int direct_agrees(act_episode *ep, int c, const act_ep_direct *d, const u
     return ok;
 }
 
+/* HDF5's descriptor of the file (the sec2 driver's), its size and status, once at open */
+static void file_setup(h5_episode *h) {
+    int *handle = NULL;
+    hid_t fapl = H5Fget_access_plist(h->file);
+    h->fd = -2;   /* none */
+    if (fapl >= 0 && H5Pget_driver(fapl) == H5FD_SEC2 && H5Fget_vfd_handle(h->file, fapl, (void **)&handle) >= 0 &&
+        handle && *handle >= 0 && fstat(*handle, &h->opened) == 0) {
+        h->fd = *handle;
+        h->file_size = (uint64_t)h->opened.st_size;
+    }
+    if (fapl >= 0) H5Pclose(fapl);
+    H5Eclear2(H5E_DEFAULT);
+}
+
+/* qpos and actions were read at open, frames are read batch by batch: a file rewritten in place
+ * meanwhile (cp, cat >, rsync --inplace, h5py "w" onto the same path) would pair one recording's
+ * frames with another's qpos. Its size or modification time changing fails the episode; a file
+ * replaced by rename keeps the opened inode, which is read consistently. 0 or -1 (err). */
+static int unchanged(const act_episode *ep, char *err, size_t errlen) {
+    const h5_episode *h = ep->impl;
+    struct stat st;
+    if (h->fd < 0 || fstat(h->fd, &st) != 0) return 0;
+    if (st.st_size == h->opened.st_size && st.st_mtim.tv_sec == h->opened.st_mtim.tv_sec &&
+        st.st_mtim.tv_nsec == h->opened.st_mtim.tv_nsec)
+        return 0;
+    snprintf(err, errlen, "%s: the file changed while it was being read (%s): its frames and its qpos/actions "
+             "may come from different recordings; rerun once nothing writes to it", ep->path,
+             st.st_size != h->opened.st_size ? "its size changed" : "it was modified");
+    return -1;
+}
+
+/* A recorder that sizes its datasets for the longest episode and stops early leaves the last
+ * timesteps unwritten; in a contiguous dataset (h5py's default) that storage exists and reads as
+ * zeros, so the chunk checks cannot see it. No robot reports every joint and every command as
+ * exactly 0.0 at once: trailing timesteps whose qpos and action rows are all zero are refused. */
+static int zero_tail(const act_episode *ep, char *err, size_t errlen) {
+    int t = ep->T;
+    for (; t > 0; t--) {
+        int zero = 1;
+        for (int j = 0; j < ep->obs_dim && zero; j++) zero = ep->qpos[(size_t)(t - 1) * ep->obs_dim + j] == 0.0f;
+        for (int j = 0; j < ep->action_dim && zero; j++) zero = ep->action[(size_t)(t - 1) * ep->action_dim + j] == 0.0f;
+        if (!zero) break;
+    }
+    if (t == ep->T) return 0;
+    snprintf(err, errlen, "%s: timesteps %d-%d of %d have qpos and action all exactly 0 (never written? a "
+             "recording stopped before it filled datasets sized for a longer one); cut the datasets to the "
+             "recorded length", ep->path, t, ep->T - 1, ep->T);
+    return -1;
+}
+
 /* Camera c's frames (raw), or its gzip chunks' compressed bytes, read by pread (episode_direct.c)
  * on HDF5's own file descriptor, when the layout allows it and the first and last frames read
  * that way equal HDF5's: a check of what the addresses mean, at two frames per camera. A chunked
@@ -304,19 +372,6 @@ static int direct_agrees(act_episode *ep, int c, const act_ep_direct *d, const u
  * what is wrong. */
 static void direct_setup(act_episode *ep, int c) {
     h5_episode *h = ep->impl;
-    if (h->fd == -1) {
-        int *handle = NULL;
-        struct stat st;
-        hid_t fapl = H5Fget_access_plist(h->file);
-        h->fd = -2;   /* tried */
-        if (fapl >= 0 && H5Pget_driver(fapl) == H5FD_SEC2 && H5Fget_vfd_handle(h->file, fapl, (void **)&handle) >= 0 &&
-            handle && *handle >= 0 && fstat(*handle, &st) == 0) {
-            h->fd = *handle;
-            h->file_size = (uint64_t)st.st_size;
-        }
-        if (fapl >= 0) H5Pclose(fapl);
-        H5Eclear2(H5E_DEFAULT);
-    }
     act_ep_direct d;
     if (h->fd < 0 ||
         !act_ep_direct_probe(h->file, h->img[c], ep->T, ep->image_h, ep->image_w, h->file_size, inflated(h, c), &d))
@@ -387,11 +442,13 @@ int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
     ep->image_h = cfg->image_h;
     ep->image_w = cfg->image_w;
 
+    file_setup(h);
     int T = -1;
     if (read_table(path, file, "action", cfg->action_dim, &T, &ep->action, err, errlen) != 0 ||
         read_table(path, file, "observations/qpos", cfg->obs_dim, &T, &ep->qpos, err, errlen) != 0)
         goto fail;
     ep->T = T;
+    if (zero_tail(ep, err, errlen) != 0) goto fail;
     for (int c = 0; c < cfg->num_cams; c++) {
         char *name = h->img_name[c];
         snprintf(name, sizeof h->img_name[c], "observations/images/%s", cfg->camera_names[c]);
@@ -429,6 +486,7 @@ int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
             goto fail;
         }
         h->deflate_t[c] = act_ep_deflate_frames_per_chunk(h->img[c], cfg->image_h, cfg->image_w);
+        if (act_ep_check_chunks(h->img[c], path, name, inflated(h, c), err, errlen) != 0) goto fail;
         if (act_ep_inflate_threads() > 1 && act_ep_pread_on()) direct_setup(ep, c);
     }
     *out = ep;
@@ -446,11 +504,11 @@ int act_episode_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *ds
                  ep->path, t0, t0 + n, cam, ep->T);
         return -1;
     }
-    if (inflated(h, cam) || h->direct_ok[cam]) {
-        int r = pool_read(ep, cam, h->direct_ok[cam] ? &h->direct[cam] : NULL, t0, n, dst, err, errlen);
-        if (r <= 0) return r;   /* 1: a chunk that path leaves to HDF5 */
-    }
-    return h5_read_frames(ep, cam, t0, n, dst, err, errlen);
+    int r = 1;
+    if (inflated(h, cam) || h->direct_ok[cam])
+        r = pool_read(ep, cam, h->direct_ok[cam] ? &h->direct[cam] : NULL, t0, n, dst, err, errlen);
+    if (r > 0) r = h5_read_frames(ep, cam, t0, n, dst, err, errlen);   /* 1: a chunk that path leaves to HDF5 */
+    return r == 0 ? unchanged(ep, err, errlen) : r;
 }
 
 void act_episode_reader(const act_episode *ep, int cam, char *buf, size_t len) {

@@ -101,13 +101,18 @@ int act_ep_deflate_frames_per_chunk(hid_t ds, int H, int W) {
     hid_t dcpl = H5Dget_create_plist(ds);
     if (dcpl < 0) goto out;
     int kc = act_ep_frame_chunk(dcpl, H, W);
-    if (kc < 1 || (size_t)kc * (size_t)H * (size_t)W * 3 > MAX_CHUNK_BYTES || H5Pget_nfilters(dcpl) != 1)
+    int nf = H5Pget_nfilters(dcpl), deflate = 0, other = 0;
+    if (kc < 1 || (size_t)kc * (size_t)H * (size_t)W * 3 > MAX_CHUNK_BYTES || nf < 1 || nf > 2)
         goto out;
-    unsigned flags, cdv[8];
-    size_t ncd = 8;
-    char fname[64];
-    if (H5Pget_filter2(dcpl, 0, &flags, &ncd, cdv, sizeof fname, fname, NULL) == H5Z_FILTER_DEFLATE)
-        k = kc;
+    for (int i = 0; i < nf; i++) {   /* gzip, and perhaps shuffle: of 1-byte pixels it moves nothing */
+        unsigned flags, cdv[8] = {0};
+        size_t ncd = 8;
+        char fname[64];
+        H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)i, &flags, &ncd, cdv, sizeof fname, fname, NULL);
+        if (id == H5Z_FILTER_DEFLATE) deflate++;
+        else if (!(id == H5Z_FILTER_SHUFFLE && (ncd < 1 || cdv[0] == 1))) other++;
+    }
+    if (deflate == 1 && !other) k = kc;
 out:
     if (dcpl >= 0) H5Pclose(dcpl);
     H5Eclear2(H5E_DEFAULT);

@@ -9,7 +9,7 @@
  * second, far below a GPU's rate. For a camera dataset chunked in whole frames with gzip as its
  * only filter, the raw chunks are read through HDF5 (H5Dread_chunk: I/O only) and inflated with
  * libdeflate (or zlib) on the engine's pool threads. Anything else takes HDF5's own path
- * (episode.c). */
+ * (episode.c), after episode_check.c checked every chunk's size. */
 #ifndef ACT_EPISODE_INFLATE_H
 #define ACT_EPISODE_INFLATE_H
 
@@ -45,7 +45,8 @@ int act_ep_inflater_check(char *err, size_t errlen);
 /* k when the dataset creation list dcpl chunks (T, H, W, 3) frames as (k, H, W, 3), k whole frames
  * (1 <= k <= 2^20), whatever its filters; else 0 (shared by the gzip and the pread paths) */
 int act_ep_frame_chunk(hid_t dcpl, int H, int W);
-/* > 0: the dataset (T, H, W, 3) uint8 is chunked as (k, H, W, 3) with gzip alone and k frames
+/* > 0: the dataset (T, H, W, 3) uint8 is chunked as (k, H, W, 3) with gzip alone (or gzip and
+ * shuffle, which leaves 1-byte values where they are) and k frames
  * are at most 32 MiB, so act_ep_read_deflate can read it; 0: it cannot (also when built without
  * zlib and libdeflate). */
 int act_ep_deflate_frames_per_chunk(hid_t ds, int H, int W);

@@ -268,11 +268,18 @@ def _broken(kind, good, d, cfg):
             f.seek(info.byte_offset + info.size // 3)
             f.write(b"\xff" * 64)
         return d / "ep.hdf5", [img, "cannot be read"]
+    if kind == "zero_tail":   # sized for 4 timesteps, 2 recorded: the rest reads as zeros
+        def zero(n, a):
+            if n in ("action", "observations/qpos"):
+                a = a.copy()
+                a[2:] = 0
+            return a
+        return rewrite(good, d / "ep.hdf5", zero), ["timesteps 2-3 of 4", "qpos and action all exactly 0"]
     raise AssertionError(kind)
 
 
 BROKEN = ["missing_camera", "missing_action", "image_dtype", "image_shape", "qpos_width", "qpos_dtype",
-          "length_mismatch", "truncated", "not_hdf5", "missing_file", "corrupt_chunk"]
+          "length_mismatch", "truncated", "not_hdf5", "missing_file", "corrupt_chunk", "zero_tail"]
 
 
 @pytest.mark.parametrize("kind", BROKEN)

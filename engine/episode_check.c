@@ -1,0 +1,213 @@
+/* episode_check.c - each stored chunk's size checked before HDF5 reads it (see episode_check.h). */
+#include "episode_check.h"
+#include "episode_direct.h"   /* ACT_EP_CHUNK_INFO */
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(ACT_WITH_HDF5) && ACT_EP_CHUNK_INFO
+#ifdef ACT_WITH_LIBDEFLATE
+#include <libdeflate.h>
+#elif defined(ACT_WITH_ZLIB)
+#include <zlib.h>
+#endif
+
+#define MAX_FILTERS 16
+#define MAX_CHECK_CHUNK ((size_t)1 << 30)   /* a chunk larger than this is refused: no episode needs it */
+
+typedef struct {
+    const char *path, *name;
+    char *err;
+    size_t errlen;
+} ctx;
+
+static void coords(char *buf, size_t len, const hsize_t *o, int rank) {
+    int w = snprintf(buf, len, "(");
+    for (int i = 0; i < rank && w > 0 && (size_t)w < len; i++)
+        w += snprintf(buf + w, len - (size_t)w, "%s%llu", i ? ", " : "", (unsigned long long)o[i]);
+    if (w > 0 && (size_t)w < len) snprintf(buf + w, len - (size_t)w, ")");
+}
+
+static int fail(const ctx *c, const hsize_t *o, int rank, const char *fmt, ...) {
+    char at[96], msg[200];
+    coords(at, sizeof at, o, rank);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    H5Eclear2(H5E_DEFAULT);
+    snprintf(c->err, c->errlen, "%s: dataset '%s': the chunk at %s %s (damaged file)", c->path, c->name, at, msg);
+    return -1;
+}
+
+/* inflates a zlib stream into out[cap]; the inflated length, or cap + 1 when it is longer than
+ * cap, or (size_t)-1 when it is not a valid stream */
+static size_t inflate_into(const uint8_t *in, size_t in_len, uint8_t *out, size_t cap, void *dec) {
+#ifdef ACT_WITH_LIBDEFLATE
+    size_t got = 0;
+    enum libdeflate_result r = libdeflate_zlib_decompress(dec, in, in_len, out, cap, &got);
+    if (r == LIBDEFLATE_INSUFFICIENT_SPACE) return cap + 1;
+    return r == LIBDEFLATE_SUCCESS ? got : (size_t)-1;
+#elif defined(ACT_WITH_ZLIB)
+    (void)dec;
+    uLongf len = (uLongf)cap;
+    int z = uncompress(out, &len, in, (uLong)in_len);
+    if (z == Z_OK) return (size_t)len;
+    if (z == Z_BUF_ERROR && len == cap) return cap + 1;   /* the output filled up */
+    return (size_t)-1;
+#else
+    (void)in, (void)in_len, (void)out, (void)cap, (void)dec;
+    return (size_t)-1;
+#endif
+}
+
+int act_ep_check_chunks(hid_t ds, const char *path, const char *name, int skip_inflated, char *err, size_t errlen) {
+    ctx c = {path, name, err, errlen};
+    hid_t dcpl = H5Dget_create_plist(ds), type = H5Dget_type(ds), space = H5Dget_space(ds);
+    int rc = 0, rank = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;
+    uint8_t *raw = NULL, *a = NULL, *b = NULL;
+    void *dec = NULL;
+    hsize_t dims[8], cd[8], o[8] = {0};
+    if (dcpl < 0 || type < 0 || rank < 1 || rank > 8 || H5Pget_layout(dcpl) != H5D_CHUNKED ||
+        H5Pget_chunk(dcpl, 8, cd) != rank || H5Sget_simple_extent_dims(space, dims, NULL) != rank)
+        goto out;   /* not chunked (or unreadable: the read says so) */
+
+    /* the pipeline, in the order the writer applied it */
+    int nf = H5Pget_nfilters(dcpl), ids[MAX_FILTERS], has_deflate = 0;
+    if (nf > MAX_FILTERS) nf = MAX_FILTERS;
+    for (int i = 0; i < nf; i++) {
+        unsigned flags, cdv[8];
+        size_t ncd = 8;
+        char fname[64] = "";
+        ids[i] = (int)H5Pget_filter2(dcpl, (unsigned)i, &flags, &ncd, cdv, sizeof fname, fname, NULL);
+        if (ids[i] == H5Z_FILTER_DEFLATE) has_deflate = 1;
+        if (ids[i] != H5Z_FILTER_DEFLATE && ids[i] != H5Z_FILTER_SHUFFLE && ids[i] != H5Z_FILTER_FLETCHER32) {
+            H5Eclear2(H5E_DEFAULT);
+            snprintf(err, errlen, "%s: dataset '%s' is stored with the HDF5 filter '%s' (id %d): act-engine reads "
+                     "episodes stored raw or with gzip (shuffle, fletcher32); re-save it, e.g. "
+                     "h5repack -f GZIP=4 IN.hdf5 OUT.hdf5", path, name, fname[0] ? fname : "?", ids[i]);
+            rc = -1;
+            goto out;
+        }
+    }
+#if !defined(ACT_WITH_LIBDEFLATE) && !defined(ACT_WITH_ZLIB)
+    if (has_deflate) goto out;   /* nothing here to inflate with: left to HDF5 unchecked */
+#endif
+
+    double cb = (double)H5Tget_size(type), spans = 1;
+    for (int i = 0; i < rank; i++) {
+        cb *= (double)cd[i];
+        spans *= cd[i] ? (double)((dims[i] + cd[i] - 1) / cd[i]) : 0;
+    }
+    if (spans == 0) goto out;
+    if (cb > (double)MAX_CHECK_CHUNK) {
+        snprintf(err, errlen, "%s: dataset '%s' has chunks of %.0f bytes, more than the %zu an episode's reader "
+                 "takes (damaged file?)", path, name, cb, MAX_CHECK_CHUNK);
+        rc = -1;
+        goto out;
+    }
+    size_t chunk = (size_t)cb, max_raw = chunk + (chunk >> 6) + 4096 + 4 * MAX_FILTERS;
+#ifdef ACT_WITH_LIBDEFLATE
+    if (has_deflate && !(dec = libdeflate_alloc_decompressor())) goto nomem;
+#endif
+
+    for (;;) {   /* every chunk of the grid, as coordinates o */
+        unsigned mask = 0;
+        haddr_t addr = HADDR_UNDEF;
+        hsize_t size = 0;
+        if (H5Dget_chunk_info_by_coord(ds, o, &mask, &addr, &size) < 0) {
+            rc = fail(&c, o, rank, "cannot be located in the chunk index");
+            break;
+        }
+        int live = 0, nflet = 0;   /* filters applied to this chunk (mask bit i: filter i skipped) */
+        for (int i = 0; i < nf; i++)
+            if (!(mask & (1u << i))) {
+                live++;
+                nflet += ids[i] == H5Z_FILTER_FLETCHER32;
+            }
+        if (addr == HADDR_UNDEF) {
+            /* never written: storage_short (episode.c) counts these */
+        } else if (!live) {
+            if (size != chunk)
+                rc = fail(&c, o, rank, "stores %llu bytes unfiltered, but a chunk holds %llu", (unsigned long long)size,
+                          (unsigned long long)chunk);
+        } else if (!(skip_inflated && mask == 0)) {
+            int deflated = 0;
+            for (int i = 0; i < nf; i++) deflated |= !(mask & (1u << i)) && ids[i] == H5Z_FILTER_DEFLATE;
+            if (!deflated && size != chunk + 4 * (size_t)nflet)
+                rc = fail(&c, o, rank, "stores %llu bytes, but a chunk holds %llu", (unsigned long long)size,
+                          (unsigned long long)(chunk + 4 * (size_t)nflet));
+            else if (deflated && (size < 1 || size > max_raw))
+                rc = fail(&c, o, rank, "claims %llu compressed bytes for a chunk of %llu", (unsigned long long)size,
+                          (unsigned long long)chunk);
+            if (rc) break;
+            if (!deflated) goto next;   /* shuffle and fletcher32 alone: the size says it all */
+            if (!raw && (!(raw = malloc(max_raw)) || !(a = malloc(chunk + 4 * MAX_FILTERS)) ||
+                         !(b = malloc(chunk + 4 * MAX_FILTERS))))
+                goto nomem;
+            uint32_t got_mask = 0;
+            if (H5Dread_chunk(ds, H5P_DEFAULT, o, &got_mask, raw) < 0) {
+                rc = fail(&c, o, rank, "cannot be read (truncated or corrupt file)");
+                break;
+            }
+            /* undo the filters, last applied first */
+            const uint8_t *cur = raw;
+            size_t len = (size_t)size;
+            int fl_left = nflet;
+            for (int i = nf - 1; i >= 0 && rc == 0; i--) {
+                if (mask & (1u << i)) continue;
+                if (ids[i] == H5Z_FILTER_FLETCHER32) {
+                    fl_left--;
+                    if (len < 4) rc = fail(&c, o, rank, "is too short for its fletcher32 checksum (%zu bytes)", len);
+                    else len -= 4;
+                } else if (ids[i] == H5Z_FILTER_DEFLATE) {
+                    size_t want = chunk + 4 * (size_t)fl_left;   /* what the earlier filters leave */
+                    uint8_t *dst = cur == a ? b : a;
+                    size_t got = inflate_into(cur, len, dst, want, dec);
+                    if (got == (size_t)-1)
+                        rc = fail(&c, o, rank, "is not a valid gzip stream (%zu compressed bytes)", len);
+                    else if (got > want)
+                        rc = fail(&c, o, rank, "inflates to more than the %zu bytes of a chunk", want);
+                    cur = dst;
+                    len = got;
+                }   /* shuffle: same length */
+            }
+            if (rc == 0 && len != chunk)
+                rc = fail(&c, o, rank, "inflates to %llu bytes, but a chunk holds %llu", (unsigned long long)len,
+                          (unsigned long long)chunk);
+        }
+        if (rc) break;
+    next:;
+        int i = rank - 1;   /* the next chunk's coordinates */
+        while (i >= 0 && (o[i] += cd[i]) >= dims[i]) o[i--] = 0;
+        if (i < 0) break;
+    }
+    goto out;
+nomem:
+    snprintf(err, errlen, "%s: dataset '%s': out of memory checking its chunks", path, name);
+    rc = -1;
+out:
+#ifdef ACT_WITH_LIBDEFLATE
+    if (dec) libdeflate_free_decompressor(dec);
+#endif
+    free(raw);
+    free(a);
+    free(b);
+    if (space >= 0) H5Sclose(space);
+    if (type >= 0) H5Tclose(type);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (rc == 0) H5Eclear2(H5E_DEFAULT);
+    return rc;
+}
+
+#elif defined(ACT_WITH_HDF5)
+
+int act_ep_check_chunks(hid_t ds, const char *path, const char *name, int skip_inflated, char *err, size_t errlen) {
+    (void)ds, (void)path, (void)name, (void)skip_inflated, (void)err, (void)errlen;
+    return 0;   /* HDF5 older than 1.10.5: no chunk index queries */
+}
+
+#endif

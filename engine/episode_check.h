@@ -1,0 +1,31 @@
+/* episode_check.h - every stored chunk of an episode's dataset checked for its size before HDF5
+ * reads it.
+ * defines: act_ep_check_chunks
+ *
+ * HDF5 1.10 copies a whole chunk's bytes out of whatever its filter pipeline returned, and out of
+ * an unfiltered chunk's stored bytes, without comparing the two sizes: a gzip chunk that inflates
+ * to half a frame, or an unfiltered chunk stored short (another one long by as much, so their sum
+ * looks right), makes H5Dread read past its own buffer (heap garbage as input, or a crash; review
+ * of 2026-12-04). So at open, for a chunked dataset: its filters must be ones whose output size
+ * can be checked (gzip, shuffle, fletcher32; any other is refused by name), every unfiltered
+ * chunk must store exactly one chunk's bytes, and every filtered chunk is fetched raw
+ * (H5Dread_chunk) and undone here - fletcher32 strips its 4 bytes, gzip inflates, shuffle keeps
+ * the length - to exactly one chunk's bytes. Chunks that episode_inflate.c will inflate itself
+ * (whole-frame gzip chunks stored with every filter applied) are checked there as they are read,
+ * so the caller may leave them out here. */
+#ifndef ACT_EPISODE_CHECK_H
+#define ACT_EPISODE_CHECK_H
+
+#include <stddef.h>
+
+#ifdef ACT_WITH_HDF5
+#include <hdf5.h>
+
+/* 0, or -1 with err naming path, the dataset and the chunk. skip_inflated: filtered chunks whose
+ * filter mask is 0 are not inflated here (episode_inflate.c checks them). Does nothing for a
+ * layout that is not chunked, or with an HDF5 older than 1.10.5 (no chunk index queries); the
+ * size checks of filtered chunks need zlib or libdeflate in the build. */
+int act_ep_check_chunks(hid_t ds, const char *path, const char *name, int skip_inflated, char *err, size_t errlen);
+#endif
+
+#endif
