@@ -61,13 +61,17 @@ static size_t type_size(cudnnDataType_t t) { return t == CUDNN_DATA_FLOAT ? 4 : 
 /* the environment switches, read at each call so tests can flip them: ACT_EMU_CUDNN=none makes
  * cuDNN offer nothing; =refuse-run offers its algorithms but refuses to run any of them
  * (NOT_SUPPORTED at the call, nothing queued), as a real cuDNN may for a heuristic's pick;
+ * =refuse-capture refuses them (the same way) only on a stream that is capturing, as a library
+ * call that cannot be captured does, the capture left valid;
  * =find-reverse and =find-fail change what Find answers (at the Find call below) */
 static int dnn_mode(const char *want) {
     const char *e = getenv("ACT_EMU_CUDNN");
     return e && strcmp(e, want) == 0;
 }
 static int dnn_disabled(void) { return dnn_mode("none"); }
-static int dnn_refuses_runs(void) { return dnn_mode("refuse-run"); }
+static int dnn_refuses_runs(cudnnHandle_t h) {
+    return dnn_mode("refuse-run") || (dnn_mode("refuse-capture") && emu_stream_capturing(h->stream));
+}
 
 static int out_dim(int in, int pad, int k, int stride, int dil) {
     int span = (k - 1) * dil + 1;
@@ -94,9 +98,8 @@ static size_t im2col_bytes(const conv_shape &s) {
     return (size_t)s.C * s.R * s.S * s.Ho * s.Wo * type_size(s.t);
 }
 
-/* NOT_SUPPORTED when this emulated cuDNN has no kernel for algo on this shape */
-static cudnnStatus_t algo_workspace(const conv_shape &s, cudnnConvolutionFwdAlgo_t algo,
-                                    size_t *bytes) {
+static cudnnStatus_t algo_workspace_base(const conv_shape &s, cudnnConvolutionFwdAlgo_t algo,
+                                          size_t *bytes) {
     if (dnn_disabled()) return CUDNN_STATUS_NOT_SUPPORTED;
     switch (algo) {
     case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: *bytes = 0; return CUDNN_STATUS_SUCCESS;
@@ -118,6 +121,19 @@ static cudnnStatus_t algo_workspace(const conv_shape &s, cudnnConvolutionFwdAlgo
     }
     default: return CUDNN_STATUS_NOT_SUPPORTED;
     }
+}
+
+/* NOT_SUPPORTED when this emulated cuDNN has no kernel for algo on this shape. An algorithm
+ * that takes a workspace takes ACT_EMU_CONV_WS_PER_IMAGE=bytes more per image (read at each
+ * call; default 0): the test models' workspaces are too small to grow with the batch past
+ * the whole MiB the backend allocates by, as a full-size model's do */
+static cudnnStatus_t algo_workspace(const conv_shape &s, cudnnConvolutionFwdAlgo_t algo,
+                                    size_t *bytes) {
+    cudnnStatus_t st = algo_workspace_base(s, algo, bytes);
+    const char *e = getenv("ACT_EMU_CONV_WS_PER_IMAGE");
+    if (st == CUDNN_STATUS_SUCCESS && *bytes && e && *e)
+        *bytes += strtoull(e, NULL, 10) * (size_t)s.N;
+    return st;
 }
 
 /* col[(c R + r) S + q][oy Wo + ox] = x[c][oy sh - ph + r dh][ox sw - pw + q dw], 0 outside */
@@ -543,7 +559,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void *alpha,
     cudnnStatus_t st = convolve(call, handle, alpha, xDesc, x, wDesc, w, convDesc, algo,
                                 workSpace, workSpaceSizeInBytes, yDesc, y, &j, &used);
     if (st != CUDNN_STATUS_SUCCESS) return st;
-    if (dnn_refuses_runs()) return CUDNN_STATUS_NOT_SUPPORTED;
+    if (dnn_refuses_runs(handle)) return CUDNN_STATUS_NOT_SUPPORTED;
     j.beta = *(const float *)beta;
     return enqueue(handle, call, j, std::move(used));
 }
@@ -596,7 +612,7 @@ cudnnStatus_t cudnnConvolutionBiasActivationForward(
     if (!emu_on_device(call, "z", z, (size_t)j.s.N * j.s.K * j.s.Ho * j.s.Wo * es, &used) ||
         !emu_on_device(call, "bias", bias, (size_t)j.s.K * es, &used))
         return CUDNN_STATUS_EXECUTION_FAILED;
-    if (dnn_refuses_runs()) return CUDNN_STATUS_NOT_SUPPORTED;
+    if (dnn_refuses_runs(handle)) return CUDNN_STATUS_NOT_SUPPORTED;
     j.fused = 1;
     j.alpha2 = *(const float *)alpha2;
     j.zf = zDesc->f;

@@ -34,6 +34,8 @@ cudaError_t emu_enqueue(cudaStream_t st, const char *what, std::function<void(vo
 cudaError_t emu_enqueue_as(cudaStream_t st, const char *kind, std::string what,
                            std::function<void(void)> op, emu_operands operands);
 
+/* 1 when the stream records into a capture (a library call can refuse to be captured) */
+int emu_stream_capturing(cudaStream_t st);
 /* 1 when [p, p + bytes) lies inside one live cudaMalloc allocation */
 int emu_is_device_range(const void *p, size_t bytes);
 /* the same check for an operand of a library call: 0 after reporting a fault that names the

@@ -68,7 +68,15 @@
  * ACT_EMU_TRACE=1 prints each instantiated graph's node and lane counts, and at exit the
  * operations run; =2 also lists the nodes in replay order, each with its lane. ACT_EMU_FAULT_FILE=path injects a device fault: once that file
  * exists, the next operation to run faults (sticky, like an Xid on a GPU), so tests can see how
- * a program lives through a GPU that fails mid-run. */
+ * a program lives through a GPU that fails mid-run. Refusals a real GPU may give, read at each
+ * call so tests can flip them: ACT_EMU_MALLOC=fail makes every cudaMalloc fail with
+ * cudaErrorMemoryAllocation (a GPU shared with other processes, out of memory);
+ * ACT_EMU_CAPTURE=refuse-begin makes cudaStreamBeginCapture fail
+ * (cudaErrorStreamCaptureUnsupported), =invalidate begins every capture invalidated, as a
+ * library call that does what a capture forbids leaves it (each operation recorded into it, and
+ * cudaStreamEndCapture, returns cudaErrorStreamCaptureInvalidated), =refuse-instantiate makes
+ * cudaGraphInstantiate fail (cudaErrorNotSupported). Each leaves its error in the thread's
+ * last-error slot, as the real calls do. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -221,6 +229,12 @@ struct Init {
         atexit(print_counts);
     }
 } g_init;
+
+/* ACT_EMU_CAPTURE (see the top), read at each call */
+bool capture_mode(const char *want) {
+    const char *e = getenv("ACT_EMU_CAPTURE");
+    return e && !strcmp(e, want);
+}
 
 cudaError_t ret(cudaError_t e) {
     if (e != cudaSuccess) t_last = e;
@@ -876,6 +890,12 @@ cudaError_t emu_enqueue(cudaStream_t st, const char *what, std::function<void(vo
     return emu_enqueue_as(st, what, what, std::move(op), std::move(operands));
 }
 
+int emu_stream_capturing(cudaStream_t st) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    emu_stream *s = resolve(st);
+    return s && s->cap != nullptr;
+}
+
 int emu_is_device_range(const void *p, size_t bytes) {
     std::lock_guard<std::recursive_mutex> lk(g_mu);
     auto *b = find_in(g_dev, p);
@@ -1017,6 +1037,8 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
     if (capture_forbids("cudaMalloc")) return cudaErrorStreamCaptureUnsupported;
     *p = nullptr;
     if (bytes == 0) return cudaSuccess;
+    const char *refuse = getenv("ACT_EMU_MALLOC");   /* see the top */
+    if (refuse && !strcmp(refuse, "fail")) return ret(cudaErrorMemoryAllocation);
     if (bytes > kDevTotal - g_dev_bytes) return ret(cudaErrorMemoryAllocation);
     void *q = nullptr;
     if (posix_memalign(&q, 256, bytes)) return ret(cudaErrorMemoryAllocation);
@@ -1477,7 +1499,9 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t st, enum cudaStreamCaptureMode m
         fprintf(stderr, "cuda-emu: a second capture begun by a thread that is capturing\n");
         return ret(cudaErrorIllegalState);
     }
+    if (capture_mode("refuse-begin")) return ret(cudaErrorStreamCaptureUnsupported);
     s->cap = std::make_shared<Capture>();
+    s->cap->invalid = capture_mode("invalidate");
     s->cap->mode = mode;
     s->cap->thread = std::this_thread::get_id();
     s->cap->lanes.push_back(s);
@@ -1527,6 +1551,8 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph,
                                  unsigned long long flags) {
     API_ENTRY();
     if (!exec || !graph) return ret(cudaErrorInvalidValue);
+    *exec = nullptr;
+    if (capture_mode("refuse-instantiate")) return ret(cudaErrorNotSupported);
     emu_graph_exec *x = new emu_graph_exec;
     x->ops = graph->ops;
     x->lanes = graph->lanes;

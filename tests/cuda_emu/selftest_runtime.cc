@@ -543,6 +543,57 @@ static void check_capture(void) {
     cudaStreamDestroy(st);
 }
 
+/* the refusals tests inject (ACT_EMU_MALLOC, ACT_EMU_CAPTURE): each fails its call with the
+ * error the real one would give, leaves it in the last-error slot, and nothing after it */
+static void check_injected_refusals(void) {
+    cudaStream_t st;
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    float h[32];
+    for (int i = 0; i < 32; i++) h[i] = urand(-1, 1);
+    float *d = dev_upload(h, 32);
+    void *p = NULL;
+    setenv("ACT_EMU_MALLOC", "fail", 1);
+    CHECK(cudaMalloc(&p, 64) == cudaErrorMemoryAllocation && !p, "ACT_EMU_MALLOC=fail: allocated");
+    unsetenv("ACT_EMU_MALLOC");
+    CHECK(cudaGetLastError() == cudaErrorMemoryAllocation, "the refused cudaMalloc's error");
+    CHECK(cudaMalloc(&p, 64) == cudaSuccess && p, "cudaMalloc after ACT_EMU_MALLOC");
+    cudaFree(p);
+    setenv("ACT_EMU_CAPTURE", "refuse-begin", 1);
+    CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) ==
+          cudaErrorStreamCaptureUnsupported, "ACT_EMU_CAPTURE=refuse-begin: capture began");
+    emu_launch(add_kernel, 1, 32, 0, st)(d, 1.0f, 32);   /* not captured: it runs */
+    CHECK(cudaStreamSynchronize(st) == cudaSuccess, "the stream after a refused begin");
+    setenv("ACT_EMU_CAPTURE", "invalidate", 1);
+    cudaGetLastError();
+    CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess,
+          "ACT_EMU_CAPTURE=invalidate: begin");
+    emu_launch(add_kernel, 1, 32, 0, st)(d, 1.0f, 32);
+    CHECK(cudaGetLastError() == cudaErrorStreamCaptureInvalidated, "a launch into an invalidated "
+          "capture");
+    cudaGraph_t g = NULL;
+    CHECK(cudaStreamEndCapture(st, &g) == cudaErrorStreamCaptureInvalidated && !g,
+          "ACT_EMU_CAPTURE=invalidate: the capture ended with a graph");
+    setenv("ACT_EMU_CAPTURE", "refuse-instantiate", 1);
+    cudaGetLastError();
+    cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
+    emu_launch(add_kernel, 1, 32, 0, st)(d, 1.0f, 32);
+    CHECK(cudaStreamEndCapture(st, &g) == cudaSuccess && g, "refuse-instantiate: end capture");
+    cudaGraphExec_t ex = NULL;
+    CHECK(cudaGraphInstantiate(&ex, g, 0) == cudaErrorNotSupported && !ex,
+          "ACT_EMU_CAPTURE=refuse-instantiate: instantiated");
+    CHECK(cudaGetLastError() == cudaErrorNotSupported, "the refused instantiate's error");
+    unsetenv("ACT_EMU_CAPTURE");
+    CHECK(cudaGraphInstantiate(&ex, g, 0) == cudaSuccess && ex, "instantiate without refusal");
+    cudaGraphDestroy(g);
+    cudaGraphExecDestroy(ex);
+    float back[32];
+    cudaMemcpy(back, d, sizeof back, cudaMemcpyDeviceToHost);
+    CHECK(back[5] == h[5] + 1.0f, "only the uncaptured launch ran: %g, want %g", back[5],
+          h[5] + 1.0f);
+    cudaFree(d);
+    cudaStreamDestroy(st);
+}
+
 /* ---- two streams: events, waits, forked capture ---- */
 
 /* y = 2x: a kernel that reads a buffer another stream writes */
@@ -850,6 +901,7 @@ int main(void) {
     check_orders();
     check_deferred_streams();
     check_capture();
+    check_injected_refusals();
     check_free_rules();
     check_eager_waits();
     check_forked_capture();
