@@ -27,7 +27,9 @@
  * with ACT_CUDA_CONV_ALGO=heuristic cuDNN's first-ranked one, within CONV_WS_LIMIT), not the
  * limit: it grows when an eager first step makes a plan that needs more, after waiting for the
  * stream, and the graphs captured so far (which hold the old pointer) are dropped, to be
- * captured again at their next step. Warming every batch size eagerly before
+ * captured again at their next step. The new one is allocated before the old one is freed, so
+ * a growth that runs out of memory fails that step only: the old workspace and the graphs stay,
+ * and the plan is made again at the shape's next step. Warming every batch size eagerly before
  * capturing any (act-serve does) makes that a no-op.
  *
  * Feature maps are NCHW for fp32/tf32 and NHWC for bf16/fp16 (cuDNN's tensor-core kernels read
@@ -739,17 +741,16 @@ static int conv_ws_reserve(act_backend *be, size_t need) {
     }
     need = (need + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);   /* whole MiB */
     KCHECK(cudaStreamSynchronize(c->st));
-    if (c->conv_ws) {
-        KCHECK(cudaFree(c->conv_ws));
-        c->bytes -= c->conv_ws_bytes;
-    }
-    c->conv_ws = NULL;
-    c->conv_ws_bytes = 0;
-    KCHECK(cudaMalloc(&c->conv_ws, need));
-    c->conv_ws_bytes = need;
-    c->bytes += need;
+    /* the new one first: when it cannot be had (out of memory), the old one and the graphs that
+     * hold it stay as they were, and every shape planned so far runs on */
+    void *ws = NULL, *old = c->conv_ws;
+    KCHECK(cudaMalloc(&ws, need));
     for (int i = 0; i < c->n_graphs; i++) cudaGraphExecDestroy(c->graphs[i].exec);
     c->n_graphs = 0;
+    c->bytes += need - c->conv_ws_bytes;
+    c->conv_ws = ws;
+    c->conv_ws_bytes = need;
+    if (old) KCHECK(cudaFree(old));
     return 0;
 }
 
@@ -833,10 +834,15 @@ static int conv_plan_for(act_backend *be, const act_conv *cv, int N, int H, int 
         act_k_conv_plan_free(p);
         return -1;
     }
+    /* a plan whose workspace cannot be had is not kept: the shape is planned again next time */
+    if (p && conv_ws_reserve(be, act_k_conv_ws(p))) {
+        act_k_conv_plan_free(p);
+        return -1;
+    }
     conv_entry e = {cv->w->index, N, H, W, 0, p};
     c->convs[c->n_convs] = e;
     *out = &c->convs[c->n_convs++];
-    return p ? conv_ws_reserve(be, act_k_conv_ws(p)) : 0;
+    return 0;
 }
 
 /* cuDNN refused to run a plan it had offered (a status returned at the call, before anything

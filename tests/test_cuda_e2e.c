@@ -30,7 +30,10 @@
  * 1.0e-2..1.2e-2 on the emulator.
  * ACT_E2E_MAX_BATCH=N leaves out the batches above N (the CUDA-emulator run in CI uses 3);
  * ACT_E2E_FULL_MODEL names the full-size file (default $ACT_TEST_DATA/full.actw, if present);
- * ACT_E2E_MODELS=small,small_sep_gn,full runs only the models named (for seed sweeps). */
+ * ACT_E2E_MODELS=small,small_sep_gn,full runs only the models named (for seed sweeps).
+ * ACT_E2E_CHECKS=parity,switching,gather,faults runs only the checks named; unset, all but
+ * faults, which need the CUDA emulator (they make it refuse allocations and captures) and run
+ * in test_cuda_e2e_emu_faults. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -421,6 +424,76 @@ static int test_gather(const char *path) {
     return rc;
 }
 
+/* ---- faults the emulator injects (ACT_EMU_*, tests/cuda_emu/emu_runtime.cc) ---- */
+
+/* a CUDA session made with the environment variable env set to val (read at creation) */
+static act_session *cuda_session(const act_model *m, act_precision prec, int max_batch,
+                                 const char *env, const char *val) {
+    char err[1024];
+    act_session_opts o = act_session_default_opts();
+    o.device = ACT_DEVICE_CUDA;
+    o.precision = prec;
+    o.max_batch = max_batch;
+    act_session *s = NULL;
+    if (env) setenv(env, val, 1);
+    if (act_session_create(m, &o, &s, err, sizeof err)) {
+        printf("FAIL fault checks, cuda session %s: %s\n", PREC_NAME[prec], err);
+        g_fail++;
+        s = NULL;
+    }
+    if (env) unsetenv(env);
+    return s;
+}
+
+/* A new batch size's plans need a larger conv workspace while the device has no memory left:
+ * that step fails, and the backend runs on as it was: batch 1's graph, captured on the old
+ * workspace, replays correctly. The emulated convs take 1 MiB of workspace more per image
+ * (ACT_EMU_CONV_WS_PER_IMAGE), so batch 3 needs more than batch 1; the heuristics' algorithms,
+ * not Find, whose temporary workspace would fail first. */
+static void check_workspace_oom(const act_model *m, const act_config *c, const run_io *in,
+                                const run_io *ref, const uint64_t *seeds) {
+    setenv("ACT_EMU_CONV_WS_PER_IMAGE", "1048576", 1);
+    act_session *s = cuda_session(m, ACT_TF32, 3, "ACT_CUDA_CONV_ALGO", "heuristic");
+    if (!s) {
+        unsetenv("ACT_EMU_CONV_WS_PER_IMAGE");
+        return;
+    }
+    char err[1024];
+    check_run(s, c, 1, &in[0], &ref[0], seeds[0], ACT_TF32, "oom: batch 1 eager");
+    check_run(s, c, 1, &in[0], &ref[0], seeds[0], ACT_TF32, "oom: batch 1 captured");
+    run_io got;
+    memset(&got, 0, sizeof got);
+    alloc_outputs(&got, c, 3);
+    setenv("ACT_EMU_MALLOC", "fail", 1);
+    int rc = run(s, c, 3, &in[1], &got, seeds[1], err, sizeof err);
+    unsetenv("ACT_EMU_MALLOC");
+    free_io(&got, 0);
+    CHECK(rc != 0, "oom: batch 3's first step ran although no device memory was left for its "
+          "conv workspace (this check needs the workspace to grow at batch 3)");
+    check_run(s, c, 1, &in[0], &ref[0], seeds[0], ACT_TF32, "oom: batch 1 replayed after the failed growth");
+    act_session_free(s);
+    unsetenv("ACT_EMU_CONV_WS_PER_IMAGE");
+}
+
+static int test_faults(const char *path) {
+    if (!getenv("ACT_CUDA_EMULATOR")) {
+        printf("note: the fault checks need the CUDA emulator (ACT_CUDA_EMULATOR), not run\n");
+        return 0;
+    }
+    act_model *m = load_model(path);
+    if (!m) return -1;
+    const act_config *c = act_model_config(m);
+    TOL = TOL_SMALL;
+    run_io in[2], ref[2];                               /* [0] batch 1, [1] batch 3 */
+    uint64_t seeds[2] = {rnd(), rnd()};
+    const int Bs[2] = {1, 3};
+    int rc = cpu_reference(m, 2, Bs, 0, seeds, in, ref);
+    if (!rc) check_workspace_oom(m, c, in, ref, seeds);
+    free_sets(in, ref, 2, c->num_cams);
+    act_model_free(m);
+    return rc;
+}
+
 int main(void) {
     char why[256];
     if (!act_cuda_available(why, sizeof why)) {
@@ -432,6 +505,8 @@ int main(void) {
     const char *names[3] = {"small.actw", "small_sep_gn.actw", "full.actw"};
     const char *full = getenv("ACT_E2E_FULL_MODEL");   /* named: it must exist */
     const char *only = getenv("ACT_E2E_MODELS");
+    const char *checks = getenv("ACT_E2E_CHECKS");
+    if (!checks || !*checks) checks = "parity,switching,gather";
     for (int i = 0; i < 3; i++) {
         char path[1024], model[32];
         snprintf(model, sizeof model, "%.*s", (int)(strlen(names[i]) - 5), names[i]);   /* less .actw */
@@ -450,8 +525,11 @@ int main(void) {
             }
             fclose(f);
         }
-        if (test_model(path, i == 2)) return 1;
-        if (i == 0 && (test_batch_switching(path) || test_gather(path))) return 1;
+        if (listed(checks, "parity", 0) && test_model(path, i == 2)) return 1;
+        if (i == 0 && ((listed(checks, "switching", 0) && test_batch_switching(path)) ||
+                       (listed(checks, "gather", 0) && test_gather(path)) ||
+                       (listed(checks, "faults", 0) && test_faults(path))))
+            return 1;
     }
     /* a model left out by ACT_E2E_MODELS is "not run", never a worst error of 0 */
     int small_ran = listed(only, "small", 0) || listed(only, "small_sep_gn", 0);
