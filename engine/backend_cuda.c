@@ -420,13 +420,15 @@ static int cu_load_weights(act_backend *be, const act_model *m) {
 
 /* ---------------- step structure ---------------- */
 
+/* The step-structure calls below check their runtime calls with CK, as ops do: a failure's
+ * error is taken out of the thread's last-error slot, where the next step's first launch check
+ * would find it and fail an unrelated op. */
 static int cu_graph_replay(act_backend *be, int key) {
     cuda_ctx *c = CTX(be);
-    BE_ERR;
-    KCHECK(cudaSetDevice(c->dev));          /* the step may run on another host thread */
+    CK(cudaSetDevice(c->dev));              /* the step may run on another host thread */
     for (int i = 0; i < c->n_graphs; i++)
         if (c->graphs[i].key == key) {
-            KCHECK(cudaGraphLaunch(c->graphs[i].exec, c->st));
+            CK(cudaGraphLaunch(c->graphs[i].exec, c->st));
             return 1;
         }
     return 0;
@@ -434,12 +436,11 @@ static int cu_graph_replay(act_backend *be, int key) {
 
 static int cu_begin_capture(act_backend *be, int key) {
     cuda_ctx *c = CTX(be);
-    BE_ERR;
     if (c->capturing) {
         snprintf(be->err, sizeof be->err, "cuda begin_capture(%d): a capture is already open", key);
         return -1;
     }
-    KCHECK(cudaSetDevice(c->dev));
+    CK(cudaSetDevice(c->dev));
     c->eager_step = 0;                      /* a failed eager step never reached end_capture */
     int seen = 0;
     for (int i = 0; i < c->n_warm; i++) seen |= c->warm[i] == key;
@@ -448,14 +449,13 @@ static int cu_begin_capture(act_backend *be, int key) {
         c->eager_step = 1;
         return 0;
     }
-    KCHECK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal));
+    CK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal));
     c->capturing = 1;
     return 0;
 }
 
 static int cu_end_capture(act_backend *be, int key) {
     cuda_ctx *c = CTX(be);
-    BE_ERR;
     if (c->eager_step) {
         c->eager_step = 0;
         return 0;
@@ -471,11 +471,19 @@ static int cu_end_capture(act_backend *be, int key) {
     }
     cudaGraph_t g = NULL;
     c->capturing = 0;
-    KCHECK(cudaStreamEndCapture(c->st, &g));
+    cudaError_t e = cudaStreamEndCapture(c->st, &g);
+    if (e != cudaSuccess) {
+        if (g) cudaGraphDestroy(g);
+        act_kerr(KE, __FILE__, __LINE__, "cudaStreamEndCapture", cudaGetErrorString(e));
+        return fail(be);
+    }
     cudaGraphExec_t exec = NULL;
-    cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+    e = cudaGraphInstantiate(&exec, g, 0);
     cudaGraphDestroy(g);
-    KCHECK(e);
+    if (e != cudaSuccess) {
+        act_kerr(KE, __FILE__, __LINE__, "cudaGraphInstantiate", cudaGetErrorString(e));
+        return fail(be);
+    }
     int slot = -1;
     for (int i = 0; i < c->n_graphs; i++)
         if (c->graphs[i].key == key) slot = i;
@@ -491,7 +499,7 @@ static int cu_end_capture(act_backend *be, int key) {
     }
     c->graphs[slot].key = key;
     c->graphs[slot].exec = exec;
-    KCHECK(cudaGraphLaunch(exec, c->st));
+    CK(cudaGraphLaunch(exec, c->st));
     return 0;
 }
 

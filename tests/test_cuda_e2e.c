@@ -475,6 +475,26 @@ static void check_workspace_oom(const act_model *m, const act_config *c, const r
     unsetenv("ACT_EMU_CONV_WS_PER_IMAGE");
 }
 
+/* A graph that cannot be instantiated (ACT_EMU_CAPTURE=refuse-instantiate) leaves no error
+ * behind: the next step, of another batch size, runs (its first launch check used to find the
+ * refusal's error in the runtime's last-error slot and fail). */
+static void check_no_stale_error(const act_model *m, const act_config *c, const run_io *in,
+                                 const run_io *ref, const uint64_t *seeds) {
+    act_session *s = cuda_session(m, ACT_FP32, 3, NULL, NULL);
+    if (!s) return;
+    char err[1024];
+    check_run(s, c, 1, &in[0], &ref[0], seeds[0], ACT_FP32, "stale: batch 1 eager");
+    run_io got;
+    memset(&got, 0, sizeof got);
+    alloc_outputs(&got, c, 1);
+    setenv("ACT_EMU_CAPTURE", "refuse-instantiate", 1);
+    run(s, c, 1, &in[0], &got, seeds[0], err, sizeof err);   /* the refused step: not checked here */
+    unsetenv("ACT_EMU_CAPTURE");
+    free_io(&got, 0);
+    check_run(s, c, 3, &in[1], &ref[1], seeds[1], ACT_FP32, "stale: batch 3 after a refused instantiate");
+    act_session_free(s);
+}
+
 static int test_faults(const char *path) {
     if (!getenv("ACT_CUDA_EMULATOR")) {
         printf("note: the fault checks need the CUDA emulator (ACT_CUDA_EMULATOR), not run\n");
@@ -488,7 +508,10 @@ static int test_faults(const char *path) {
     uint64_t seeds[2] = {rnd(), rnd()};
     const int Bs[2] = {1, 3};
     int rc = cpu_reference(m, 2, Bs, 0, seeds, in, ref);
-    if (!rc) check_workspace_oom(m, c, in, ref, seeds);
+    if (!rc) {
+        check_workspace_oom(m, c, in, ref, seeds);
+        check_no_stale_error(m, c, in, ref, seeds);
+    }
     free_sets(in, ref, 2, c->num_cams);
     act_model_free(m);
     return rc;
