@@ -76,7 +76,8 @@ struct act_backend {
     /* ---- step structure ---- */
     /* graph cache keyed by an int: replay returns 1 if a graph for key ran, 0 if none exists */
     int (*graph_replay)(act_backend *be, int key);
-    int (*begin_capture)(act_backend *be, int key);   /* 0: capturing (or no graphs: run eagerly) */
+    /* 1: capturing; 0: the step runs eagerly (a key's first step, or no graphs); -1: error */
+    int (*begin_capture)(act_backend *be, int key);
     int (*end_capture)(act_backend *be, int key);     /* instantiates and launches the captured step */
     int (*sync)(act_backend *be);                     /* wait for the step; the only host sync */
     /* profiling: a mark opens section `sec` (act_section) and closes the one before; a mark of

@@ -21,7 +21,9 @@
  * cuDNN plans, cuBLAS heuristics and lazily loaded kernels are all set up outside any capture;
  * the next step of that key is captured, instantiated and launched by end_capture, which keeps
  * the executable graph; graph_replay launches a kept one. An op that fails during a capture
- * ends the capture, so the stream is usable again after the error.
+ * ends the capture, so the stream is usable again after the error; the forward pass then runs
+ * that step, and every later one of its key, eagerly (act_fwd_step). ACT_CUDA_GRAPHS=0 runs
+ * every step eagerly.
  *
  * The conv workspace is as large as the largest plan needs (the algorithm measured fastest, or
  * with ACT_CUDA_CONV_ALGO=heuristic cuDNN's first-ranked one, within CONV_WS_LIMIT), not the
@@ -133,6 +135,7 @@ typedef struct {
     int n_warm;
     int capturing;
     int eager_step;                 /* begin_capture let this step run eagerly */
+    int graphs_off;                 /* ACT_CUDA_GRAPHS=0: every step runs eagerly */
     int warned_direct;              /* the direct-conv fallback was reported */
     int conv_fuse;                  /* try cuDNN's fused conv+bias+activation (cu_setup says when) */
     int conv_find;                  /* measure new conv plans' candidates (ACT_CUDA_CONV_ALGO) */
@@ -444,14 +447,15 @@ static int cu_begin_capture(act_backend *be, int key) {
     c->eager_step = 0;                      /* a failed eager step never reached end_capture */
     int seen = 0;
     for (int i = 0; i < c->n_warm; i++) seen |= c->warm[i] == key;
-    if (!seen) {                            /* first step of the key, or no room for its graph */
-        if (c->n_warm < MAX_GRAPHS) c->warm[c->n_warm++] = key;
+    if (!seen || c->graphs_off) {           /* first step of the key, no room for its graph,
+                                             * or no graphs at all */
+        if (!seen && c->n_warm < MAX_GRAPHS) c->warm[c->n_warm++] = key;
         c->eager_step = 1;
         return 0;
     }
     CK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal));
     c->capturing = 1;
-    return 0;
+    return 1;
 }
 
 static int cu_end_capture(act_backend *be, int key) {
@@ -1532,12 +1536,19 @@ int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, ch
         free(be);
         return -1;
     }
-    if (c->group_on > 1) {
-        snprintf(err, errlen, "cuda backend: ACT_CUDA_LINEAR_GROUP=%d: expected 0 or 1", c->group_on);
+    int graphs = 1;
+    if (c->group_on > 1 ||
+        env_count("ACT_CUDA_GRAPHS", 1, "0 or 1", &graphs, err, errlen) || graphs > 1) {
+        if (c->group_on > 1)
+            snprintf(err, errlen, "cuda backend: ACT_CUDA_LINEAR_GROUP=%d: expected 0 or 1",
+                     c->group_on);
+        else if (graphs > 1)
+            snprintf(err, errlen, "cuda backend: ACT_CUDA_GRAPHS=%d: expected 0 or 1", graphs);
         free(c);
         free(be);
         return -1;
     }
+    c->graphs_off = !graphs;
     if (cu_setup(be, device)) {
         snprintf(err, errlen, "cuda backend: %s", be->err);
         cu_destroy(be);

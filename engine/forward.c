@@ -29,6 +29,7 @@
  * The normalized qpos and actions are written in the activation dtype, which the linears that
  * read them take as it is (F32 would cost a 16-bit backend a conversion node per linear); the
  * action head writes F32 for denormalization; so no op only copies between dtypes. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "forward.h"
@@ -97,6 +98,7 @@ void act_fwd_free(act_fwd *f) {
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         if (ps[i]) f->be->host_free(f->be, ps[i]);
     if (s->frames[0]) f->be->host_free(f->be, s->frames[0]);   /* the other cameras' are views */
+    free(f->no_graph);
     free(f);   /* backend buffers belong to the backend and go with it */
 }
 
@@ -114,6 +116,11 @@ int act_fwd_create(act_backend *be, const act_model *m, int max_batch, act_fwd *
     f->be = be;
     f->m = m;
     f->max_batch = max_batch;
+    f->no_graph = calloc((size_t)ACT_FWD_KEY(max_batch + 1, 0), 1);
+    if (!f->no_graph) {
+        act_errf(err, errlen, "forward setup: out of memory");
+        goto fail;
+    }
     if (act_trunk_geometry(m, &f->g, err, errlen)) goto fail;
     if (c->nheads < 1 || c->hidden_dim % c->nheads) {
         act_errf(err, errlen, "model: hidden_dim %d is not divisible by nheads %d", c->hidden_dim,
@@ -511,24 +518,37 @@ int act_fwd_step(act_fwd *f, int B, int mode, int use_graphs, char *err, size_t 
         return act_errf(err, errlen, "forward: batch %d (max %d), mode %d is not a valid step", B,
                         f->max_batch, mode);
     int key = ACT_FWD_KEY(B, mode);
-    int ran = 0;
-    if (use_graphs) {
+    int ran = 0, graphs = use_graphs && !f->no_graph[key];
+    if (graphs) {
         ran = be->graph_replay(be, key);
         if (ran < 0) return act_errf(err, errlen, "forward: graph replay: %s", be->err);
     }
     if (!ran) {
-        if (use_graphs && be->begin_capture(be, key))
-            return act_errf(err, errlen, "forward: begin capture: %s", be->err);
+        int cap = graphs ? be->begin_capture(be, key) : 0;   /* 1: capturing, 0: eager */
+        int rc = cap < 0 ? act_errf(err, errlen, "forward: begin capture: %s", be->err) : 0;
+        if (!rc) rc = step_ops(f, B, mode, err, errlen);
+        if (!rc && graphs && be->end_capture(be, key))
+            rc = act_errf(err, errlen, "forward: end capture: %s", be->err);
         /* a failed step still waits for what it enqueued: a gather may be reading the caller's
          * memory, which the caller frees once act_run has returned */
-        if (step_ops(f, B, mode, err, errlen)) {
-            be->sync(be);
-            return -1;
-        }
-        if (use_graphs && be->end_capture(be, key)) {
-            act_errf(err, errlen, "forward: end capture: %s", be->err);
-            be->sync(be);
-            return -1;
+        if (rc) be->sync(be);
+        if (rc && cap == 0) return -1;
+        if (rc) {
+            /* the capture failed (to begin, an op in it, or to end or instantiate it): something
+             * in this step cannot be captured here, so the step runs eagerly now (its inputs are
+             * still in the staging blocks) and at every later call. Said once per step key. */
+            f->no_graph[key] = 1;
+            fprintf(stderr, "act-engine: batch %d (%s%s%s%s): graph capture failed: %s; this step "
+                    "runs without a graph from now on\n", B,
+                    (mode & ACT_FWD_PRIOR) ? "prior" : "",
+                    (mode & ACT_FWD_PRIOR) && (mode & ACT_FWD_POSTERIOR) ? " + " : "",
+                    (mode & ACT_FWD_POSTERIOR)
+                        ? ((mode & ACT_FWD_SAMPLE) ? "sampled posterior" : "posterior") : "",
+                    (mode & ACT_FWD_GATHER) ? ", frames gathered" : "", err);
+            if (step_ops(f, B, mode, err, errlen)) {
+                be->sync(be);
+                return -1;
+            }
         }
     }
     if (be->sync(be)) return act_errf(err, errlen, "forward: sync: %s", be->err);

@@ -78,13 +78,16 @@ struct act_fwd {
     act_buf lat_prior;                 /* constant: the prior's latent token, max_batch rows (lat:
                                         * the posterior's) */
     act_buf dec0_x, dec0_q;            /* constants: decoder layer 0 after self-attention, its cross-attention query */
+    unsigned char *no_graph;           /* by step key (ACT_FWD_KEY): its capture failed, so it
+                                        * runs eagerly from then on */
 };
 
 int act_fwd_create(act_backend *be, const act_model *m, int max_batch, act_fwd **out, char *err,
                    size_t errlen);
 void act_fwd_free(act_fwd *f);
 /* Runs one step for batch B in mode (ACT_FWD_* bits) from/to f->stage; use_graphs lets the
- * backend capture and replay the step per (B, mode). */
+ * backend capture and replay the step per (B, mode). A step whose capture fails runs eagerly
+ * instead, and so does every later step of its (B, mode) (said once on stderr). */
 int act_fwd_step(act_fwd *f, int B, int mode, int use_graphs, char *err, size_t errlen);
 
 #endif

@@ -426,6 +426,38 @@ static int test_gather(const char *path) {
 
 /* ---- faults the emulator injects (ACT_EMU_*, tests/cuda_emu/emu_runtime.cc) ---- */
 
+/* stderr from here to stderr_end goes to a file too, so a check can read what the steps said */
+typedef struct { FILE *f; int saved; } err_capture;
+static void stderr_begin(err_capture *e) {
+    fflush(stderr);
+    e->f = tmpfile();
+    e->saved = e->f ? dup(2) : -1;
+    if (e->saved >= 0) dup2(fileno(e->f), 2);
+}
+/* what was written (malloc'd, "" when it could not be captured); echoed to the real stderr */
+static char *stderr_end(err_capture *e) {
+    fflush(stderr);
+    char *text = NULL;
+    if (e->saved >= 0) {
+        dup2(e->saved, 2);
+        close(e->saved);
+        long n = ftell(e->f);
+        text = xmalloc(n > 0 ? (size_t)n + 1 : 1);
+        rewind(e->f);
+        size_t got = n > 0 ? fread(text, 1, (size_t)n, e->f) : 0;
+        text[got] = 0;
+        fputs(text, stderr);
+    }
+    if (e->f) fclose(e->f);
+    return text ? text : xmalloc(1);
+}
+static int count_of(const char *text, const char *what) {
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, what)); p += strlen(what)) n++;
+    return n;
+}
+#define NO_GRAPH_LINE "runs without a graph from now on"
+
 /* a CUDA session made with the environment variable env set to val (read at creation) */
 static act_session *cuda_session(const act_model *m, act_precision prec, int max_batch,
                                  const char *env, const char *val) {
@@ -495,6 +527,39 @@ static void check_no_stale_error(const act_model *m, const act_config *c, const 
     act_session_free(s);
 }
 
+/* A step that cannot be captured - the capture refused at its start, invalidated by a call in
+ * it, the graph refused at instantiation, a cuDNN call refused in it - runs eagerly instead,
+ * says so once per step key (run() makes two: prior + posterior, sampled posterior), and its
+ * later steps run eagerly too, all matching the CPU. ACT_CUDA_GRAPHS=0 never captures. */
+static void check_capture_refused(const act_model *m, const act_config *c, const run_io *in,
+                                  const run_io *ref, const uint64_t *seeds) {
+    const char *how[][3] = {{"ACT_EMU_CAPTURE", "refuse-begin", NULL},
+                            {"ACT_EMU_CAPTURE", "invalidate", NULL},
+                            {"ACT_EMU_CAPTURE", "refuse-instantiate", NULL},
+                            {"ACT_EMU_CUDNN", "refuse-capture", NULL},
+                            {"ACT_EMU_CAPTURE", "refuse-begin", "ACT_CUDA_GRAPHS"}};
+    for (size_t k = 0; k < sizeof how / sizeof how[0]; k++) {
+        act_session *s = cuda_session(m, ACT_FP32, 3, how[k][2], "0");
+        if (!s) continue;
+        char tag[128];
+        snprintf(tag, sizeof tag, "%s=%s%s", how[k][0], how[k][1],
+                 how[k][2] ? ", ACT_CUDA_GRAPHS=0" : "");
+        setenv(how[k][0], how[k][1], 1);
+        err_capture cap;
+        stderr_begin(&cap);
+        for (int r = 0; r < 3; r++)
+            check_run(s, c, 1, &in[0], &ref[0], seeds[0], ACT_FP32, tag);
+        char *said = stderr_end(&cap);
+        unsetenv(how[k][0]);
+        int want = how[k][2] ? 0 : 2, got = count_of(said, NO_GRAPH_LINE);
+        CHECK(got == want && count_of(said, "act-engine: batch 1 (") == want,
+              "%s: %d lines say a step runs without a graph, %d expected (each naming batch 1)",
+              tag, got, want);
+        free(said);
+        act_session_free(s);
+    }
+}
+
 static int test_faults(const char *path) {
     if (!getenv("ACT_CUDA_EMULATOR")) {
         printf("note: the fault checks need the CUDA emulator (ACT_CUDA_EMULATOR), not run\n");
@@ -511,6 +576,7 @@ static int test_faults(const char *path) {
     if (!rc) {
         check_workspace_oom(m, c, in, ref, seeds);
         check_no_stale_error(m, c, in, ref, seeds);
+        check_capture_refused(m, c, in, ref, seeds);
     }
     free_sets(in, ref, 2, c->num_cams);
     act_model_free(m);

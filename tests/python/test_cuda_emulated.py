@@ -264,3 +264,43 @@ def test_act_serve_algo_cache_spares_a_restart_the_measurements(act_serve, model
     assert logs[1].count("choices loaded, 0 of other") == 2, logs[1]
     assert cache.read_text().splitlines() == lines
     np.testing.assert_array_equal(chunks[0], chunks[1])
+
+
+def test_act_serve_comes_up_when_no_step_can_be_captured(act_serve, model, emu_env, tmp_path):
+    """Every capture invalidated (ACT_EMU_CAPTURE=invalidate, as a library call a capture forbids
+    would leave it): each batch size's step falls back to running eagerly, said once per step,
+    so warm-up finishes and the server answers as the CPU does."""
+    actw, cfg, _ = model
+    rng = np.random.default_rng(11)
+    h, w = cfg["vision_backbone"]["image_shape"]
+    q = rng.standard_normal(cfg["obs_dim"]).astype(np.float32)
+    imgs = {cam: rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for cam in cfg["camera_names"]}
+    chunks = {}
+    for dev, env in (("cpu", emu_env), ("cuda", dict(emu_env, ACT_EMU_CAPTURE="invalidate"))):
+        (tmp_path / dev).mkdir()
+        srv = Server(act_serve, actw, tmp_path / dev, "--max-batch", 2, "--precision", "fp32", env=env, device=dev)
+        try:
+            srv.wait_ready(timeout=300)
+            chunks[dev] = ActClient("127.0.0.1", srv.port, timeout=300).predict(q, imgs)
+        finally:
+            assert srv.stop() == 0, srv.log()
+        if dev == "cuda":
+            said = [l for l in srv.log().splitlines() if "runs without a graph from now on" in l]
+            assert said and all("graph capture failed" in l and "previous error during capture" in l
+                                for l in said), srv.log()[-3000:]
+            for b in (1, 2):   # once per step of each warmed batch size, never again
+                assert 0 < sum(f"act-engine: batch {b} (" in l for l in said) <= 2, said
+    np.testing.assert_allclose(chunks["cuda"], chunks["cpu"], **TOL)
+
+
+def test_cuda_graphs_off_captures_nothing(act_infer, model, emu_env):
+    """ACT_CUDA_GRAPHS=0: no step is captured (the emulator instantiates no graph), =2 is refused"""
+    actw, _, _ = model
+    base = [act_infer, "bench", "--model", actw, "--device", "cuda", "--batch", 1, "--iters", 2, "--warmup", 1,
+            "--profile-iters", 0]
+    for graphs, made in (("1", True), ("0", False)):
+        p = _run(base, dict(emu_env, ACT_EMU_TRACE="1", ACT_CUDA_GRAPHS=graphs))
+        assert ("graph instantiated" in p.stderr) == made, (graphs, p.stderr[-2000:])
+    p = subprocess.run([str(c) for c in base], capture_output=True, text=True, timeout=300,
+                       env=dict(emu_env, ACT_CUDA_GRAPHS="2"))
+    assert p.returncode != 0 and "ACT_CUDA_GRAPHS=2: expected 0 or 1" in p.stderr, p.stderr
