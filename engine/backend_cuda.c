@@ -131,7 +131,7 @@ typedef struct {
     int warned_lt_bias;             /* the bias in the output's type (fp32 refused) was reported */
     graph_entry graphs[MAX_GRAPHS];
     int n_graphs;
-    int warm[MAX_GRAPHS];           /* keys whose first, eager step has run */
+    int warm[MAX_GRAPHS];           /* keys whose first, eager step has run and succeeded */
     int n_warm;
     int capturing;
     int eager_step;                 /* begin_capture let this step run eagerly */
@@ -437,6 +437,12 @@ static int cu_graph_replay(act_backend *be, int key) {
     return 0;
 }
 
+static int key_warm(const cuda_ctx *c, int key) {
+    for (int i = 0; i < c->n_warm; i++)
+        if (c->warm[i] == key) return 1;
+    return 0;
+}
+
 static int cu_begin_capture(act_backend *be, int key) {
     cuda_ctx *c = CTX(be);
     if (c->capturing) {
@@ -445,11 +451,8 @@ static int cu_begin_capture(act_backend *be, int key) {
     }
     CK(cudaSetDevice(c->dev));
     c->eager_step = 0;                      /* a failed eager step never reached end_capture */
-    int seen = 0;
-    for (int i = 0; i < c->n_warm; i++) seen |= c->warm[i] == key;
-    if (!seen || c->graphs_off) {           /* first step of the key, no room for its graph,
-                                             * or no graphs at all */
-        if (!seen && c->n_warm < MAX_GRAPHS) c->warm[c->n_warm++] = key;
+    if (!key_warm(c, key) || c->graphs_off) {   /* first step of the key (until one succeeds),
+                                                 * no room for its graph, or no graphs at all */
         c->eager_step = 1;
         return 0;
     }
@@ -460,8 +463,9 @@ static int cu_begin_capture(act_backend *be, int key) {
 
 static int cu_end_capture(act_backend *be, int key) {
     cuda_ctx *c = CTX(be);
-    if (c->eager_step) {
+    if (c->eager_step) {        /* it succeeded: the key's plans are made, its next step is captured */
         c->eager_step = 0;
+        if (!c->graphs_off && !key_warm(c, key) && c->n_warm < MAX_GRAPHS) c->warm[c->n_warm++] = key;
         return 0;
     }
     if (!c->capturing) {

@@ -478,10 +478,12 @@ static act_session *cuda_session(const act_model *m, act_precision prec, int max
 }
 
 /* A new batch size's plans need a larger conv workspace while the device has no memory left:
- * that step fails, and the backend runs on as it was: batch 1's graph, captured on the old
- * workspace, replays correctly. The emulated convs take 1 MiB of workspace more per image
- * (ACT_EMU_CONV_WS_PER_IMAGE), so batch 3 needs more than batch 1; the heuristics' algorithms,
- * not Find, whose temporary workspace would fail first. */
+ * that step fails, and the backend runs on as it was - batch 1's graph, captured on the old
+ * workspace, replays correctly - and once memory is there, batch 3 is planned again and runs
+ * eagerly, then from a graph of its own (never marked as one that cannot be captured). The
+ * emulated convs take 1 MiB of workspace more per image (ACT_EMU_CONV_WS_PER_IMAGE), so batch 3
+ * needs more than batch 1; the heuristics' algorithms, not Find, whose temporary workspace
+ * would fail first. */
 static void check_workspace_oom(const act_model *m, const act_config *c, const run_io *in,
                                 const run_io *ref, const uint64_t *seeds) {
     setenv("ACT_EMU_CONV_WS_PER_IMAGE", "1048576", 1);
@@ -493,6 +495,8 @@ static void check_workspace_oom(const act_model *m, const act_config *c, const r
     char err[1024];
     check_run(s, c, 1, &in[0], &ref[0], seeds[0], ACT_TF32, "oom: batch 1 eager");
     check_run(s, c, 1, &in[0], &ref[0], seeds[0], ACT_TF32, "oom: batch 1 captured");
+    act_memory before, after;
+    act_session_memory(s, &before);
     run_io got;
     memset(&got, 0, sizeof got);
     alloc_outputs(&got, c, 3);
@@ -502,7 +506,21 @@ static void check_workspace_oom(const act_model *m, const act_config *c, const r
     free_io(&got, 0);
     CHECK(rc != 0, "oom: batch 3's first step ran although no device memory was left for its "
           "conv workspace (this check needs the workspace to grow at batch 3)");
+    err_capture cap;
+    stderr_begin(&cap);
     check_run(s, c, 1, &in[0], &ref[0], seeds[0], ACT_TF32, "oom: batch 1 replayed after the failed growth");
+    for (int r = 0; r < 3; r++)
+        check_run(s, c, 3, &in[1], &ref[1], seeds[1], ACT_TF32, "oom: batch 3 with memory again");
+    check_run(s, c, 1, &in[0], &ref[0], seeds[0], ACT_TF32, "oom: batch 1 captured again");
+    check_run(s, c, 1, &in[0], &ref[0], seeds[0], ACT_TF32, "oom: batch 1 replayed");
+    char *said = stderr_end(&cap);
+    CHECK(!strstr(said, NO_GRAPH_LINE), "oom: a step that failed eagerly left its batch size to "
+          "be captured before it had run eagerly once (its later plans made in a capture)");
+    free(said);
+    act_session_memory(s, &after);
+    CHECK(after.workspace > before.workspace, "oom: the workspace did not grow at batch 3 "
+          "(%zu -> %zu bytes): the failed growth was not tested", before.workspace,
+          after.workspace);
     act_session_free(s);
     unsetenv("ACT_EMU_CONV_WS_PER_IMAGE");
 }
