@@ -172,12 +172,19 @@ static int grow(void **arr, int *cap, int need, size_t elem) {
     return 0;
 }
 
-/* An op failed: if a capture is open, close it so the stream leaves capture mode. The runtime
- * keeps a failed call's error in the thread's last-error slot, where the next launch check would
- * find it and fail an unrelated op: clear it (a sticky device fault stays, as it should). */
+/* An op failed: if a capture is open, close it so the stream leaves capture mode, after
+ * joining the upload lane back when it is forked into the capture (ending a capture with a
+ * stream still forked into it fails, cudaErrorStreamCaptureUnjoined, and may leave that stream
+ * capturing, which would fail every later step that uses it). The runtime keeps a failed call's
+ * error in the thread's last-error slot, where the next launch check would find it and fail an
+ * unrelated op: clear it (a sticky device fault stays, as it should). */
 static int fail(act_backend *be) {
     cuda_ctx *c = CTX(be);
     if (c->capturing) {
+        if (c->lane_open) {
+            cudaEventRecord(c->lane_ev[c->lane_last], c->lane);
+            cudaStreamWaitEvent(c->st, c->lane_ev[c->lane_last], 0);
+        }
         cudaGraph_t g = NULL;
         cudaStreamEndCapture(c->st, &g);
         if (g) cudaGraphDestroy(g);

@@ -578,6 +578,34 @@ static void check_capture_refused(const act_model *m, const act_config *c, const
     }
 }
 
+/* An op refused under capture while the upload lane is forked into it (batch 3 with the lane
+ * from batch 2, ACT_EMU_CUDNN=refuse-capture: camera 0's first conv, camera 1's upload not yet
+ * waited for): the capture is ended with the lane joined back (CUDA fails an unjoined end with
+ * cudaErrorStreamCaptureUnjoined and may leave the lane capturing), then the step runs eagerly. */
+static void check_lane_joined(const act_model *m, const act_config *c, const run_io *in,
+                              const run_io *ref, const uint64_t *seeds) {
+    if (c->num_cams < 2) {
+        printf("note: one camera, the lane is joined before the first conv: lane check not run\n");
+        return;
+    }
+    act_session *s = cuda_session(m, ACT_FP32, 3, "ACT_CUDA_PIPELINE_MIN_BATCH", "2");
+    if (!s) return;
+    check_run(s, c, 3, &in[1], &ref[1], seeds[1], ACT_FP32, "lane: batch 3 eager");
+    setenv("ACT_EMU_CUDNN", "refuse-capture", 1);
+    err_capture cap;
+    stderr_begin(&cap);
+    for (int r = 0; r < 2; r++)
+        check_run(s, c, 3, &in[1], &ref[1], seeds[1], ACT_FP32, "lane: batch 3, conv refused in the capture");
+    char *said = stderr_end(&cap);
+    unsetenv("ACT_EMU_CUDNN");
+    CHECK(!strstr(said, "cudaErrorStreamCaptureUnjoined"), "lane: a failed capture was ended "
+          "with the upload lane still forked into it");
+    CHECK(count_of(said, NO_GRAPH_LINE) == 2, "lane: %d lines say a step runs without a graph, 2 "
+          "expected", count_of(said, NO_GRAPH_LINE));
+    free(said);
+    act_session_free(s);
+}
+
 static int test_faults(const char *path) {
     if (!getenv("ACT_CUDA_EMULATOR")) {
         printf("note: the fault checks need the CUDA emulator (ACT_CUDA_EMULATOR), not run\n");
@@ -595,6 +623,7 @@ static int test_faults(const char *path) {
         check_workspace_oom(m, c, in, ref, seeds);
         check_no_stale_error(m, c, in, ref, seeds);
         check_capture_refused(m, c, in, ref, seeds);
+        check_lane_joined(m, c, in, ref, seeds);
     }
     free_sets(in, ref, 2, c->num_cams);
     act_model_free(m);
