@@ -785,8 +785,29 @@ def load_config(path: str) -> dict:
     return cfg
 
 
-def load_checkpoint(path: str, cfg: Optional[dict] = None, stats_path: Optional[str] = None) -> ACTAgent:
-    """Rebuild an agent from a checkpoint written by save_checkpoint (any layout/prefix)."""
+NORM_STAT_KINDS = {"min_max": ("min", "max"), "mean_std": ("mean", "std")}
+INITIAL_STATS = {"min": 0.0, "mean": 0.0, "max": 1.0, "std": 1.0}   # NormalizationModule's buffers
+
+
+def _stat_array(v) -> np.ndarray:
+    v = v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v
+    return np.asarray(v, dtype=np.float64).reshape(-1)
+
+
+def load_checkpoint(path: str, cfg: Optional[dict] = None, stats_path: Optional[str] = None,
+                    stats_from: Optional[str] = None, allow_initial_stats: bool = False) -> ACTAgent:
+    """Rebuild an agent from a checkpoint written by save_checkpoint (any layout/prefix).
+
+    Normalization statistics are picked as tools/convert_checkpoint.py picks them: stats_path,
+    else the state dict's normalization.* buffers (the seed's agent normalizes with its
+    NormalizationModule, whose buffers load_state_dict overwrites), else a `dataset_stats`
+    entry. Buffers and an entry that differ raise ValueError unless stats_from ('state_dict' or
+    'dataset_stats') picks one; statistics still at NormalizationModule's initial values (min/mean
+    all 0, max/std all 1 for qpos or action) raise unless allow_initial_stats."""
+    if stats_from not in (None, "state_dict", "dataset_stats"):
+        raise ValueError(f"stats_from must be state_dict or dataset_stats, got {stats_from!r}")
+    if stats_path and stats_from:
+        raise ValueError("stats_path and stats_from both choose the statistics: pass one")
     # weights_only=False: torch >= 2.6 loads only tensors and plain containers by default, and a
     # training checkpoint may carry numpy dataset_stats or a config. This module is the test and
     # bench reference, run on checkpoints the user made; the converter never unpickles anything.
@@ -802,12 +823,29 @@ def load_checkpoint(path: str, cfg: Optional[dict] = None, stats_path: Optional[
         if sd and all(k.startswith(p) for k in sd):
             sd = {k[len(p):]: v for k, v in sd.items()}
     agent = build_agent(cfg if cfg is not None else entry_cfg)
+    lo, hi = NORM_STAT_KINDS[agent.normalization.normalization_type]
+    need = [f"{kind}_{s}" for kind in ("qpos", "action") for s in (lo, hi)]
+    buffers = {k[len("normalization."):]: _stat_array(v) for k, v in sd.items()
+               if k.startswith("normalization.")}
+    entry = {k: _stat_array(v) for k, v in (entry_stats or {}).items() if k in STAT_KEYS}
+    have_buffers = all(k in buffers for k in need)
     stats = None
     if stats_path:
         with open(stats_path, "rb") as f:
             stats = pickle.load(f)
-    elif entry_stats is not None:
+    elif stats_from == "dataset_stats" or (stats_from is None and not have_buffers and entry_stats is not None):
+        if entry_stats is None:
+            raise ValueError(f"{path}: stats_from='dataset_stats' but the checkpoint has no dataset_stats entry")
         stats = entry_stats
+    elif stats_from == "state_dict" and not have_buffers:
+        raise ValueError(f"{path}: stats_from='state_dict' but the state dict lacks normalization.* {need}")
+    elif stats_from is None:
+        diff = [k for k in need if k in entry and
+                (entry[k].shape != buffers[k].shape or not np.allclose(entry[k], buffers[k], rtol=1e-6))]
+        if diff:
+            raise ValueError(f"{path}: normalization statistics {diff} from the state dict normalization.* differ "
+                             f"from the checkpoint dataset_stats entry; pass a stats_path (--stats) or "
+                             f"stats_from='state_dict' / 'dataset_stats' (--stats-from)")
     if stats is not None:
         agent.normalization.set_stats(stats)
         sd = {k: v for k, v in sd.items() if not k.startswith("normalization.")}
@@ -816,6 +854,12 @@ def load_checkpoint(path: str, cfg: Optional[dict] = None, stats_path: Optional[
         missing = [k for k in missing if not k.startswith("normalization.")]
     if missing or unexpected:
         raise ValueError(f"{path}: state dict does not fit the config: missing {missing[:8]}, unexpected {unexpected[:8]}")
+    got = agent.normalization.get_stats()
+    for kind in ("qpos", "action"):
+        if not allow_initial_stats and all((got[f"{kind}_{s}"] == INITIAL_STATS[s]).all() for s in (lo, hi)):
+            raise ValueError(f"{path}: the {kind} normalization statistics are NormalizationModule's initial "
+                             f"values (never set?): pass --stats dataset_stats.pkl, or allow_initial_stats "
+                             f"(--allow-initial-stats) if they are real")
     return agent.eval()
 
 
@@ -860,7 +904,7 @@ def _cmd_predict(args) -> int:
     import h5py
 
     cfg = resolve_config(load_config(args.config)) if args.config else None
-    agent = load_checkpoint(args.ckpt, cfg, args.stats)
+    agent = load_checkpoint(args.ckpt, cfg, args.stats, args.stats_from, args.allow_initial_stats)
     with h5py.File(args.episode, "r") as f:
         qpos = f["observations/qpos"][()].astype(np.float32)
         frames = {c: f["observations/images/" + c] for c in agent.camera_names}
@@ -897,6 +941,10 @@ def main(argv=None) -> int:
     pr.add_argument("--ckpt", required=True)
     pr.add_argument("--config", help="agent config YAML (default: the checkpoint's config entry, else full)")
     pr.add_argument("--stats", help="dataset_stats.pkl (overrides stats in the checkpoint)")
+    pr.add_argument("--stats-from", choices=("state_dict", "dataset_stats"),
+                    help="as convert_checkpoint.py --stats-from: the source when the checkpoint's differ")
+    pr.add_argument("--allow-initial-stats", action="store_true",
+                    help="as convert_checkpoint.py: accept statistics at NormalizationModule's initial values")
     pr.add_argument("--episode", required=True)
     pr.add_argument("--out", required=True)
     pr.add_argument("--batch", type=int, default=8)

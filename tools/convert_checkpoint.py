@@ -8,7 +8,9 @@ executes); find the state dict; strip `module.`/`_orig_mod.`; apply --key-map; c
 `noise_pred_net` alias; sort every key into a place (convert_keys.py) or refuse; infer every
 size the shapes tell and cross-check it against the config (convert_model.py,
 convert_config.py); fold BatchNorm into the convs in float64; pick the normalization
-statistics; write weights/FORMAT.md (actw.py).
+statistics (--stats, else the state dict's normalization.* buffers, else a dataset_stats entry;
+buffers and entry that differ, or values still at NormalizationModule's initial 0/1, are refused
+unless --stats-from / --allow-initial-stats says otherwise); write weights/FORMAT.md (actw.py).
 Anything that does not fit is an error naming the key, tensor or setting - never a guess.
 """
 
@@ -179,11 +181,28 @@ def _stats_dict(obj, where):
     return out
 
 
-def pick_stats(cfg, sources, report, warnings):
-    """sources: [(label, {qpos_min: array, ...})] in priority order."""
+SD_STATS = "state dict normalization.*"
+ENTRY_STATS = "checkpoint dataset_stats entry"
+STATS_FROM = {"state_dict": SD_STATS, "dataset_stats": ENTRY_STATS}
+INITIAL = {"min": 0.0, "mean": 0.0, "max": 1.0, "std": 1.0}   # NormalizationModule's buffers
+
+
+def pick_stats(cfg, sources, report, warnings, chosen_label=None, allow_initial=False):
+    """sources: [(label, {qpos_min: array, ...})] in priority order: --stats, then the state
+    dict's normalization.* buffers (what the seed's agent normalizes with once load_state_dict
+    has run), then a dataset_stats entry. chosen_label: the source the user named (--stats or
+    --stats-from); other sources that differ from it are a warning. Without one, sources that
+    differ are an error: which of them training used is not in the file."""
     lo, hi = STAT_KINDS[cfg["norm_type"]]
     need = [f"{kind}_{s}" for kind in ("qpos", "action") for s in (lo, hi)]
-    chosen = next(((label, st) for label, st in sources if all(k in st for k in need)), None)
+    if chosen_label is not None:
+        st = next((st for label, st in sources if label == chosen_label), {})
+        if not all(k in st for k in need):
+            raise ConvertError(f"{chosen_label}: no {cfg['norm_type']} statistics there: need "
+                               f"{need}; found {sorted(st) or 'none'}")
+        chosen = (chosen_label, st)
+    else:
+        chosen = next(((label, st) for label, st in sources if all(k in st for k in need)), None)
     if chosen is None:
         have = {label: sorted(st) for label, st in sources}
         raise ConvertError(f"no {cfg['norm_type']} statistics: need {need}; found {have or 'none'}"
@@ -192,6 +211,12 @@ def pick_stats(cfg, sources, report, warnings):
     for other, ost in sources:
         diff = [k for k in need if other != label and k in ost and
                 (ost[k].shape != st[k].shape or not np.allclose(ost[k], st[k], rtol=1e-6))]
+        if diff and chosen_label is None:
+            raise ConvertError(
+                f"normalization statistics {diff} from the {label} differ from the {other}, and "
+                f"nothing says which one training used: pass --stats dataset_stats.pkl (the "
+                f"run's statistics), or --stats-from state_dict / --stats-from dataset_stats to "
+                f"use one of the checkpoint's")
         if diff:
             warnings.append(f"WARNING statistics {diff} from {other} differ from {label}; "
                             f"using {label}")
@@ -202,6 +227,12 @@ def pick_stats(cfg, sources, report, warnings):
             out[name] = check_tensor(f"{label} {kind}_{s}", st[f"{kind}_{s}"], (dim,))
         if cfg["norm_type"] == "min_max" and (out[f"norm.{kind}.max"] < out[f"norm.{kind}.min"]).any():
             raise ConvertError(f"{label}: {kind}_max is below {kind}_min for some dimension")
+        if not allow_initial and all((out[f"norm.{kind}.{s}"] == INITIAL[s]).all() for s in (lo, hi)):
+            raise ConvertError(
+                f"{label}: the {kind} normalization statistics are NormalizationModule's initial "
+                f"values ({kind}_{lo} all {INITIAL[lo]:g}, {kind}_{hi} all {INITIAL[hi]:g}): never "
+                f"set? pass --stats dataset_stats.pkl (the statistics the run trained with), or "
+                f"--allow-initial-stats if these really are the data's statistics")
     report["stats_source"] = label
     return out
 
@@ -304,20 +335,21 @@ def convert(args):
     found = infer(model)
     cfg = resolve(settings, found, args.trust_shapes, args.strict_shapes, report["warnings"])
     validate(cfg)
+    if args.stats and args.stats_from:
+        raise ConvertError("--stats and --stats-from both choose the statistics: pass one")
     sources = []
     if args.stats:
         sources.append((args.stats, _stats_dict(load_pickle(args.stats), args.stats)))
-    sources.append(("state dict normalization.*",
-                    {k: sd[v].numpy().astype(np.float64).reshape(-1)
-                     for k, v in mapped.stats.items()}))
+    sources.append((SD_STATS, {k: sd[v].numpy().astype(np.float64).reshape(-1)
+                               for k, v in mapped.stats.items()}))
     if isinstance(top.get("dataset_stats"), dict):
-        sources.append(("checkpoint dataset_stats entry",
-                        _stats_dict(top["dataset_stats"], "dataset_stats entry")))
+        sources.append((ENTRY_STATS, _stats_dict(top["dataset_stats"], "dataset_stats entry")))
     sources = [(label, st) for label, st in sources if st]
-    stats = pick_stats(cfg, sources, report, report["warnings"])
+    chosen = args.stats or STATS_FROM.get(args.stats_from)
+    stats = pick_stats(cfg, sources, report, report["warnings"], chosen, args.allow_initial_stats)
     for k, key in mapped.stats.items():
         name = "norm." + k.replace("_", ".")
-        if name in stats and report["stats_source"] == "state dict normalization.*":
+        if name in stats and report["stats_source"] == SD_STATS:
             report["mapped"][key] = name
         else:
             report["consumed"][key] = f"statistic not used ({cfg['norm_type']} from " \
@@ -374,6 +406,15 @@ def parse_args(argv):
     ap.add_argument("-o", "--output", required=True, help="the .actw file to write")
     ap.add_argument("--config", help="agent config (Hydra agent section, YAML or JSON)")
     ap.add_argument("--stats", help="dataset_stats.pkl (wins over stats in the checkpoint)")
+    ap.add_argument("--stats-from", choices=tuple(STATS_FROM),
+                    help="without --stats, take the statistics from the state dict's "
+                         "normalization.* buffers or from the checkpoint's dataset_stats entry; "
+                         "needed when the checkpoint has both and they differ (default: the "
+                         "buffers, the values the agent normalizes with after load_state_dict, "
+                         "when the two agree or only one exists)")
+    ap.add_argument("--allow-initial-stats", action="store_true",
+                    help="accept statistics that equal NormalizationModule's initial values "
+                         "(min/mean all 0, max/std all 1), refused by default as never set")
     ap.add_argument("--state-dict-key", metavar="KEY",
                     help="the checkpoint entry holding the weights, e.g. ema_state_dict (dotted "
                          "for nested: ema.module); default: the first of " + ", ".join(SD_ENTRIES))

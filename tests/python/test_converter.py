@@ -257,6 +257,144 @@ def test_stats_file_overrides_state_dict_with_a_warning(bn, bn_out, rng):
     assert "WARNING statistics ['qpos_min']" in text
 
 
+def _with_stats(bn, name, buffers=None, entry=None):
+    """bn's checkpoint with the state dict's normalization.* buffers replaced by `buffers` (None:
+    kept) and a `dataset_stats` entry `entry` (None: none)."""
+    sd = {k: v.clone() for k, v in bn.sd.items()}
+    for k, v in (buffers or {}).items():
+        sd["normalization." + k] = torch.as_tensor(np.asarray(v, np.float32))
+    obj = {"model_state_dict": sd}
+    if entry is not None:
+        obj["dataset_stats"] = entry
+    path = bn.dir / name
+    torch.save(obj, str(path))
+    return path
+
+
+def _initial_stats(stats):
+    return {k: (np.ones_like(v) if k.endswith(("max", "std")) else np.zeros_like(v))
+            for k, v in stats.items()}
+
+
+def test_state_dict_and_entry_that_disagree_are_refused_until_one_is_chosen(bn, bn_out, rng):
+    """The state dict's buffers (what the agent normalizes with after load_state_dict) and a
+    dataset_stats entry that differ: no silent pick - the error names both sources and how to
+    choose; --stats-from picks one, --stats overrides both."""
+    real = bn.agent.normalization.get_stats()
+    other = dict(real, action_max=real["action_max"] + rng.random(real["action_max"].shape, dtype=np.float32) + 0.5)
+    ckpt = _with_stats(bn, "both.pt", entry=other)
+    err = convert_fails(ckpt, bn.dir, "--config", bn.config)
+    assert "state dict normalization.*" in err and "checkpoint dataset_stats entry" in err
+    assert "action_max" in err and "--stats" in err and "--stats-from" in err
+
+    _, t, rep, _ = convert_ok(ckpt, bn.dir, "--config", bn.config, "--stats-from", "state_dict",
+                              name="from_sd")
+    assert rep["stats_source"] == "state dict normalization.*"
+    assert np.array_equal(t["norm.action.max"], real["action_max"])
+    _, t, rep, _ = convert_ok(ckpt, bn.dir, "--config", bn.config, "--stats-from", "dataset_stats",
+                              name="from_entry")
+    assert rep["stats_source"] == "checkpoint dataset_stats entry"
+    assert np.array_equal(t["norm.action.max"], other["action_max"])
+    assert rep["consumed"]["normalization.action_max"].startswith("statistic not used")
+
+    pkl = bn.dir / "both_stats.pkl"
+    pkl.write_bytes(pickle.dumps(other, protocol=5))
+    _, t, rep, text = convert_ok(ckpt, bn.dir, "--config", bn.config, "--stats", pkl, name="pkl")
+    assert rep["stats_source"] == str(pkl) and np.array_equal(t["norm.action.max"], other["action_max"])
+    assert "WARNING" in text and "state dict normalization.*" in text
+
+    assert "--stats-from" in convert_fails(ckpt, bn.dir, "--config", bn.config, "--stats", pkl,
+                                           "--stats-from", "state_dict")
+    no_entry = _with_stats(bn, "no_entry.pt")
+    err = convert_fails(no_entry, bn.dir, "--config", bn.config, "--stats-from", "dataset_stats")
+    assert "checkpoint dataset_stats entry" in err
+
+
+def test_state_dict_and_entry_that_agree_convert_from_the_state_dict(bn, bn_out):
+    ckpt = _with_stats(bn, "same.pt", entry=bn.agent.normalization.get_stats())
+    _, t, rep, text = convert_ok(ckpt, bn.dir, "--config", bn.config, name="same")
+    assert rep["stats_source"] == "state dict normalization.*" and "WARNING" not in text
+    assert all(np.array_equal(t[k], bn_out[1][k]) for k in bn_out[1] if k.startswith("norm."))
+
+
+def test_never_set_statistics_are_refused(bn, bn_out, gn_sep):
+    """NormalizationModule's initial buffers (min/mean 0, max/std 1) mean the statistics were
+    never set: refused, with --stats dataset_stats.pkl as the way out and --allow-initial-stats
+    for data that really has them."""
+    real = bn.agent.normalization.get_stats()
+    init = _initial_stats(real)
+    ckpt = _with_stats(bn, "init.pt", buffers=init)
+    err = convert_fails(ckpt, bn.dir, "--config", bn.config)
+    assert "initial values" in err and "never set" in err
+    assert "--stats dataset_stats.pkl" in err and "--allow-initial-stats" in err
+    _, t, rep, _ = convert_ok(ckpt, bn.dir, "--config", bn.config, "--allow-initial-stats",
+                              name="init_ok")
+    assert not t["norm.qpos.min"].any() and (t["norm.action.max"] == 1).all()
+    pkl = bn.dir / "real_stats.pkl"
+    pkl.write_bytes(pickle.dumps(real, protocol=5))
+    _, t, rep, _ = convert_ok(ckpt, bn.dir, "--config", bn.config, "--stats", pkl, name="init_pkl")
+    assert np.array_equal(t["norm.qpos.max"], real["qpos_max"])
+    # only one kind left at its initial values is refused as well
+    half = _with_stats(bn, "half.pt", buffers={"action_min": init["action_min"],
+                                                "action_max": init["action_max"]})
+    assert "action" in convert_fails(half, bn.dir, "--config", bn.config)
+    # the review's case: buffers never set, real statistics in the entry -> the two disagree
+    both = _with_stats(bn, "init_entry.pt", buffers=init, entry=real)
+    err = convert_fails(both, bn.dir, "--config", bn.config)
+    assert "--stats-from" in err
+    _, t, _, _ = convert_ok(both, bn.dir, "--config", bn.config, "--stats-from", "dataset_stats",
+                            name="init_entry")
+    assert np.array_equal(t["norm.action.min"], real["action_min"])
+    # mean_std: mean 0 / std 1 are the initial values there
+    g_init = _initial_stats(gn_sep.agent.normalization.get_stats())
+    sd = {k: v.clone() for k, v in gn_sep.sd.items()}
+    for k, v in g_init.items():
+        sd["normalization." + k] = torch.from_numpy(v)
+    err = convert_fails(gn_sep.save_sd("init_gn.pt", sd), gn_sep.dir, "--config", gn_sep.config)
+    assert "initial values" in err and "qpos_mean" in err
+
+
+def test_converter_and_reference_pick_the_same_statistics(bn, bn_out, rng):
+    """tools/act_reference.py load_checkpoint (the parity reference) and the converter choose the
+    same source, and refuse the same checkpoints."""
+    real = bn.agent.normalization.get_stats()
+    other = {k: v + rng.random(v.shape, dtype=np.float32) + 0.5 if k.endswith("max") else v
+             for k, v in real.items()}
+    init = _initial_stats(real)
+    cases = [("sd_only.pt", None, None), ("entry_only.pt", None, other),
+             ("both_same.pt", None, real), ("both_differ.pt", None, other),
+             ("init_both.pt", init, real), ("init_only.pt", init, None)]
+    cfg = ar.load_config(str(bn.config))
+    for name, buffers, entry in cases:
+        ckpt = _with_stats(bn, name, buffers=buffers, entry=entry)
+        if name == "entry_only.pt":   # the entry alone: no buffers in the state dict
+            obj = torch.load(str(ckpt), weights_only=False)
+            obj["model_state_dict"] = {k: v for k, v in obj["model_state_dict"].items()
+                                       if not k.startswith("normalization.")}
+            torch.save(obj, str(ckpt))
+        for flags, kw in (([], {}), (["--stats-from", "state_dict"], {"stats_from": "state_dict"}),
+                          (["--stats-from", "dataset_stats"], {"stats_from": "dataset_stats"}),
+                          (["--allow-initial-stats"], {"allow_initial_stats": True})):
+            rc, _, err = run(ckpt, "-o", bn.dir / "agree.actw", "--config", bn.config, *flags)
+            try:
+                agent = ar.load_checkpoint(str(ckpt), cfg, **kw)
+            except ValueError as e:
+                assert rc == 1, f"{name} {flags}: reference refused ({e}), converter accepted"
+                continue
+            assert rc == 0, f"{name} {flags}: converter refused ({err}), reference accepted"
+            _, tensors, _ = actw.read_actw(bn.dir / "agree.actw")
+            got = agent.normalization.get_stats()
+            for k in ("qpos_min", "qpos_max", "action_min", "action_max"):
+                assert np.array_equal(tensors["norm." + k.replace("_", ".")], got[k]), (name, flags, k)
+
+
+def test_stats_flags_are_in_help():
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text), pytest.raises(SystemExit):
+        cc.parse_args(["--help"])
+    assert "--stats-from" in text.getvalue() and "--allow-initial-stats" in text.getvalue()
+
+
 def test_config_from_checkpoint_entry_and_zstd_round_trip(bn, bn_out):
     ckpt = bn.save("with_config.pt", include_config=True)
     meta, tensors, _, _ = convert_ok(ckpt, bn.dir, "--compress", "zstd", name="zstd", verify=True)
