@@ -17,10 +17,12 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #ifdef ACT_WITH_ZSTD
 #include <zstd.h>
 #endif
@@ -385,12 +387,22 @@ int act_weights_open(const char *path, act_weights **out, char *err, size_t errl
     *out = NULL;
     if (!host_is_little_endian())
         return act_errf(err, errlen, "%s: this reader needs a little-endian host", path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return act_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    /* O_NONBLOCK: a FIFO (or a tty) given as the model must reach the S_ISREG refusal below;
+     * a plain open() of a FIFO without a writer would block here forever. Checked on the opened
+     * descriptor, not by stat(path) first, so the path cannot change in between. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return act_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
         return act_errf(err, errlen, "%s: not a regular file", path);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    FILE *f = fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0 ? NULL : fdopen(fd, "rb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        return act_errf(err, errlen, "%s: cannot open: %s", path, strerror(e));
     }
     uint64_t actual = (uint64_t)st.st_size;
     unsigned char hb[ACTW_HEADER_SIZE];

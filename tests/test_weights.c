@@ -9,7 +9,10 @@
  */
 #include "actw_test.h"
 
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
+#include <sys/stat.h>
 #ifdef ACT_WITH_ZSTD
 #include <zstd.h>
 #endif
@@ -102,6 +105,43 @@ static void test_good_files(const bytes *raw, const bytes *zst) {
           && w == NULL, "nonexistent file: %s", err);
     CHECK(act_weights_open(data_dir(), &w, err, sizeof err) == -1 && strstr(err, "not a regular file"),
           "directory: %s", err);
+}
+
+/* A FIFO with no writer given as the model: refused as "not a regular file", not a reader
+ * blocked in open() for ever (act-infer/act-serve --model fifo hung). The alarm turns a hang
+ * into a failure. */
+static void on_fifo_alarm(int sig) {
+    (void)sig;
+    static const char msg[] = "test_weights: FAIL act_weights_open blocked on a FIFO (no writer) for 20 s\n";
+    if (write(2, msg, sizeof msg - 1) < 0) _exit(1);
+    _exit(1);
+}
+
+static void test_fifo(void) {
+    char path[600], err[1024];
+    tmp_path(path, sizeof path);
+    if (mkfifo(path, 0600) != 0) {
+        printf("test_weights: mkfifo %s: %s: FIFO case skipped\n", path, strerror(errno));
+        return;
+    }
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fifo_alarm;
+    sigaction(SIGALRM, &sa, &old);
+    alarm(20);
+    act_weights *w = NULL;
+    int rc = act_weights_open(path, &w, err, sizeof err);
+    alarm(0);
+    sigaction(SIGALRM, &old, NULL);
+    CHECK(rc == -1 && w == NULL && strstr(err, path) && strstr(err, "not a regular file"), "fifo: rc %d, %s", rc, err);
+    act_model *m = NULL;
+    sigaction(SIGALRM, &sa, &old);
+    alarm(20);
+    rc = act_model_load(path, &m, err, sizeof err);
+    alarm(0);
+    sigaction(SIGALRM, &old, NULL);
+    CHECK(rc != 0 && m == NULL && strstr(err, "not a regular file"), "fifo via act_model_load: rc %d, %s", rc, err);
+    unlink(path);
 }
 
 /* ---- truncation and extension ---- */
@@ -435,6 +475,7 @@ int main(void) {
     test_directory(&raw);
     test_meta(&raw);
     test_nonfinite(&raw);
+    test_fifo();
     if (zst.p) {
         test_truncation(&zst, "zstd");
         test_flips(&zst, "zstd");

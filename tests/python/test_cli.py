@@ -144,6 +144,18 @@ def test_info_on_a_broken_weight_file_fails_cleanly(act_infer, model, tmp_path):
     assert "cut.actw" in p.stderr
 
 
+def test_a_fifo_as_the_model_is_refused_not_waited_on(act_infer, tmp_path):
+    """open() of a FIFO without a writer blocks: the loader must refuse it before that."""
+    fifo = tmp_path / "fifo.actw"
+    os.mkfifo(fifo)
+    try:
+        p = subprocess.run([str(act_infer), "info", "--model", str(fifo)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("act-infer info --model FIFO hung (opened the FIFO before checking it)")
+    assert p.returncode == 1 and "fifo.actw: not a regular file" in p.stderr, p.stderr
+
+
 # ---- predict ----
 
 def test_predict_prior_and_posterior_match_the_reference(act_infer, hdf5, model, tmp_path):

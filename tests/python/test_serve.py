@@ -173,10 +173,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_healthz_is_503_while_loading_and_sigterm_while_loading_exits_0(act_serve, tmp_path):
-    fifo = tmp_path / "model.actw"
-    os.mkfifo(fifo)   # the loader blocks opening it: the server is "loading" for as long as we like
-    srv = Server(act_serve, fifo, tmp_path, metrics_port=_free_port())
+def test_healthz_is_503_while_loading_and_sigterm_while_loading_exits_0(act_serve, build_dir, tmp_path):
+    # tests/hold_open.c, preloaded, holds the loader's open() of the model until a signal: the
+    # server is "loading" for as long as we like (a FIFO no longer does that: it is refused)
+    shim = build_dir / "libact_test_hold_open.so"
+    if not shim.is_file():
+        pytest.skip(f"{shim} is not built (cmake target act_test_hold_open)")
+    model = tmp_path / "model.actw"
+    model.write_bytes(b"never read")
+    env = dict(os.environ, LD_PRELOAD=f"{shim} {os.environ.get('LD_PRELOAD', '')}".strip(),
+               ACT_TEST_HOLD_OPEN=str(model),
+               ASAN_OPTIONS=f"{os.environ.get('ASAN_OPTIONS', '')}:verify_asan_link_order=0".lstrip(":"))
+    srv = Server(act_serve, model, tmp_path, metrics_port=_free_port(), env=env)
     srv.mport = int(srv.proc.args[srv.proc.args.index("--metrics-port") + 1])
     deadline = time.monotonic() + 60
     while True:
