@@ -29,7 +29,9 @@ int act_k_conv_usable(const cudnnConvolutionFwdAlgoPerf_t *c, int prec, size_t w
     if (prec >= 2) return 1;
     int tensor_op = c->mathType == CUDNN_TENSOR_OP_MATH ||
                     c->mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
-    return gemm_family(c->algo) && (prec == 1 || !tensor_op);
+    /* tf32 takes tensor ops, but not ALLOW_CONVERSION: that lets cuDNN compute fp32 in fp16 */
+    return gemm_family(c->algo) &&
+           (prec == 1 ? c->mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION : !tensor_op);
 }
 
 int act_k_conv_pick(cudnnHandle_t h, act_conv_plan *p, const cudnnConvolutionFwdAlgoPerf_t *perf,

@@ -35,7 +35,8 @@ static inline cudnnMathType_t act_k_conv_math(int prec) {
 }
 /* 1 when a candidate (heuristic or measured) may serve a plan of this precision: status
  * success, workspace within ws_limit, in fp32 and tf32 a GEMM-family algorithm (Winograd and
- * FFT transforms lose digits that their parity budgets cannot spare), in fp32 on FMA math */
+ * FFT transforms lose digits that their parity budgets cannot spare), in fp32 on FMA math, in
+ * tf32 never with CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION (fp32 computed in fp16) */
 int act_k_conv_usable(const cudnnConvolutionFwdAlgoPerf_t *c, int prec, size_t ws_limit);
 /* Take the first entry of perf (best first, from the heuristics or from a measurement) that this
  * plan may use (act_k_conv_usable, and a workspace query that agrees). Sets algo, math (on cd

@@ -63,7 +63,10 @@ static size_t type_size(cudnnDataType_t t) { return t == CUDNN_DATA_FLOAT ? 4 : 
  * (NOT_SUPPORTED at the call, nothing queued), as a real cuDNN may for a heuristic's pick;
  * =refuse-capture refuses them (the same way) only on a stream that is capturing, as a library
  * call that cannot be captured does, the capture left valid;
- * =find-reverse and =find-fail change what Find answers (at the Find call below) */
+ * =find-reverse and =find-fail change what Find answers (at the Find call below);
+ * =convert-first ranks first, for fp32 data, a tensor-op algorithm with
+ * CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION (fp32 computed in fp16), which a real cuDNN may offer to
+ * a tf32 plan; running a float conv with that math type is a fault here, in every mode */
 static int dnn_mode(const char *want) {
     const char *e = getenv("ACT_EMU_CUDNN");
     return e && strcmp(e, want) == 0;
@@ -261,6 +264,9 @@ static cudnnStatus_t convolve(const char *call, cudnnHandle_t h, const void *alp
     if (!h || !alpha) return CUDNN_STATUS_BAD_PARAM;
     cudnnStatus_t st = make_shape(xd, wd, cd, yd, &j->s);
     if (st != CUDNN_STATUS_SUCCESS) return st;
+    if (j->s.t == CUDNN_DATA_FLOAT && cd->math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
+        emu_fault("%s: fp32 data run with CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, which lets cuDNN compute "
+                  "it in fp16 (fp32 and tf32 plans must never take it)", call);
     size_t need = 0;
     st = algo_workspace(j->s, algo, &need);
     if (st != CUDNN_STATUS_SUCCESS) return st;
@@ -431,9 +437,11 @@ cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescri
  * `room` entries into perf, each with its status and workspace; returns how many. */
 static int candidates(const conv_shape &s, cudnnMathType_t math, int room,
                       cudnnConvolutionFwdAlgoPerf_t *perf) {
-    struct { cudnnConvolutionFwdAlgo_t algo; cudnnMathType_t math; } list[4];
+    struct { cudnnConvolutionFwdAlgo_t algo; cudnnMathType_t math; } list[5];
     int n = 0;
     if (s.t == CUDNN_DATA_FLOAT) {
+        if (dnn_mode("convert-first"))   /* a tensor-op algorithm that may compute fp32 in fp16 */
+            list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION};
         list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED, math};
         list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, math};
         list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, math};
@@ -508,8 +516,8 @@ cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t handle,
         return CUDNN_STATUS_EXECUTION_FAILED;
     if (cudaStreamSynchronize(handle->stream) != cudaSuccess) return CUDNN_STATUS_EXECUTION_FAILED;
     if (dnn_mode("find-fail")) return CUDNN_STATUS_EXECUTION_FAILED;
-    cudnnConvolutionFwdAlgoPerf_t list[4];
-    int n = candidates(s, convDesc->math, 4, list), k = 0;
+    cudnnConvolutionFwdAlgoPerf_t list[5];
+    int n = candidates(s, convDesc->math, 5, list), k = 0;
     int reverse = dnn_mode("find-reverse");
     for (int pass = 0; pass < 2; pass++)              /* the runnable ones first, by "time" */
         for (int i = 0; i < n && k < requestedAlgoCount; i++) {
