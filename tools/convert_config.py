@@ -92,6 +92,9 @@ def _pair(value, what, source):
     if not isinstance(value, (list, tuple)) or len(value) not in (2, 3) \
             or not all(isinstance(v, int) and v >= 0 for v in value):
         raise ConfigError(f"{source}: {what} is {value!r}, expected [H, W] (or [C, H, W])")
+    if len(value) == 3 and value[0] not in (1, 3) and value[2] in (1, 3):
+        raise ConfigError(f"{source}: {what} is {value!r}, which reads as channels last [H, W, C]; "
+                          f"the config takes [C, H, W] or [H, W]: write [{value[2]}, {value[0]}, {value[1]}]")
     return tuple(value[-2:])
 
 

@@ -547,6 +547,10 @@ def test_config_that_disagrees_with_shapes_is_refused(bn):
     ar.save_config(cfg, str(path))
     err = convert_fails(bn.ckpt, bn.dir, "--config", path)
     assert "feature_height: pool.pos_grid says 2" in err and "gives 7" in err
+    cfg["vision_backbone"]["input_shape"] = [224, 224, 3]   # channels last: named, with the fix
+    ar.save_config(cfg, str(path))
+    err = convert_fails(bn.ckpt, bn.dir, "--config", path)
+    assert "[224, 224, 3], which reads as channels last" in err and "write [3, 224, 224]" in err
     # without a config the small model cannot pass as act_resnet under --strict-shapes
     err = convert_fails(bn.ckpt, bn.dir, "--strict-shapes", "--input-size", "64x64")
     assert "hidden_dim: head.query says 32, act_resnet.yaml defaults says 256" in err
