@@ -344,11 +344,14 @@ static int unchanged(const act_episode *ep, char *err, size_t errlen) {
     return -1;
 }
 
+static int h5_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *dst, char *err, size_t errlen);
+
 /* A recorder that sizes its datasets for the longest episode and stops early leaves the last
  * timesteps unwritten; in a contiguous dataset (h5py's default) that storage exists and reads as
- * zeros, so the chunk checks cannot see it. No robot reports every joint and every command as
- * exactly 0.0 at once: trailing timesteps whose qpos and action rows are all zero are refused. */
-static int zero_tail(const act_episode *ep, char *err, size_t errlen) {
+ * zeros, so the chunk checks cannot see it. Trailing timesteps whose qpos and action rows are all
+ * exactly 0.0 (an arm may rest at zero with a zero command) whose last frame is black in every
+ * camera too (no camera sees that) are refused. */
+static int zero_tail(act_episode *ep, char *err, size_t errlen) {
     int t = ep->T;
     for (; t > 0; t--) {
         int zero = 1;
@@ -357,9 +360,20 @@ static int zero_tail(const act_episode *ep, char *err, size_t errlen) {
         if (!zero) break;
     }
     if (t == ep->T) return 0;
-    snprintf(err, errlen, "%s: timesteps %d-%d of %d have qpos and action all exactly 0 (never written? a "
-             "recording stopped before it filled datasets sized for a longer one); cut the datasets to the "
-             "recorded length", ep->path, t, ep->T - 1, ep->T);
+    size_t frame = (size_t)ep->image_h * ep->image_w * 3;
+    uint8_t *f = malloc(frame);
+    int black = f != NULL;
+    for (int c = 0; c < ep->num_cams && black; c++) {
+        char e[256];
+        black = h5_read_frames(ep, c, ep->T - 1, 1, f, e, sizeof e) == 0;
+        for (size_t i = 0; i < frame && black; i++) black = f[i] == 0;
+    }
+    free(f);
+    H5Eclear2(H5E_DEFAULT);
+    if (!black) return 0;   /* a real scene at rest (or unreadable: the reads will say so) */
+    snprintf(err, errlen, "%s: timesteps %d-%d of %d have qpos and action all exactly 0 and the last frame is black "
+             "in every camera (never written? a recording stopped before it filled datasets sized for a longer "
+             "one); cut the datasets to the recorded length", ep->path, t, ep->T - 1, ep->T);
     return -1;
 }
 
@@ -448,7 +462,6 @@ int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
         read_table(path, file, "observations/qpos", cfg->obs_dim, &T, &ep->qpos, err, errlen) != 0)
         goto fail;
     ep->T = T;
-    if (zero_tail(ep, err, errlen) != 0) goto fail;
     for (int c = 0; c < cfg->num_cams; c++) {
         char *name = h->img_name[c];
         snprintf(name, sizeof h->img_name[c], "observations/images/%s", cfg->camera_names[c]);
@@ -489,6 +502,7 @@ int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
         if (act_ep_check_chunks(h->img[c], path, name, inflated(h, c), err, errlen) != 0) goto fail;
         if (act_ep_inflate_threads() > 1 && act_ep_pread_on()) direct_setup(ep, c);
     }
+    if (zero_tail(ep, err, errlen) != 0) goto fail;
     *out = ep;
     return 0;
 fail:

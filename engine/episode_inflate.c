@@ -112,6 +112,8 @@ int act_ep_deflate_frames_per_chunk(hid_t ds, int H, int W) {
         if (id == H5Z_FILTER_DEFLATE) deflate++;
         else if (!(id == H5Z_FILTER_SHUFFLE && (ncd < 1 || cdv[0] == 1))) other++;
     }
+    unsigned copts = 0;   /* edge chunks stored unfiltered: HDF5's path reads those */
+    if (H5Pget_chunk_opts(dcpl, &copts) >= 0 && (copts & H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS)) other++;
     if (deflate == 1 && !other) k = kc;
 out:
     if (dcpl >= 0) H5Pclose(dcpl);

@@ -36,7 +36,8 @@ static int T = 17;   /* timesteps of the episode being checked */
 static float *g_tab; /* its qpos [T][OBS]; its action is the first T x ACTD of the same numbers */
 #define FRAME ((size_t)IH * IW * 3)
 
-typedef struct { int chunk, gzip; hsize_t userblock; char want[64]; } layout;
+typedef struct { int chunk, gzip; hsize_t userblock; char want[64]; } layout;   /* gzip 2: partial edge
+                                                                                 * chunks left unfiltered */
 
 static void fill(uint8_t *p, size_t n) {
     for (size_t i = 0; i < n; i++) p[i] = (uint8_t)rnd();
@@ -69,6 +70,7 @@ static int write_episode(const char *path, const layout *l, uint8_t *frames[CAMS
         hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
         if (l->chunk) H5Pset_chunk(dcpl, 4, ch);
         if (l->gzip) H5Pset_deflate(dcpl, 4);
+        if (l->gzip == 2) H5Pset_chunk_opts(dcpl, H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS);   /* edges raw */
         char name[8];
         snprintf(name, sizeof name, "c%d", c);
         ds = H5Dcreate2(gi, name, H5T_STD_U8LE, s4, H5P_DEFAULT, dcpl, H5P_DEFAULT);
@@ -229,7 +231,10 @@ static void check_layout(const layout *l, const char *path) {
         if (cut > 0 && truncate(path, cut) == 0) {
             int rc = act_episode_read_frames(ep, 1, T - 7, 7, got, err, sizeof err);
             CHECK(rc != 0, "%s userblock %llu: a read past the cut succeeded", how, (unsigned long long)l->userblock);
-            CHECK(rc == 0 || (strstr(err, "images/c1") && strstr(err, "truncated")),
+            /* HDF5's own read of a raw chunk cut short fills the rest with zeros and succeeds:
+             * then the file's new size is what fails the read */
+            CHECK(rc == 0 || (strstr(err, "images/c1") && strstr(err, "truncated")) ||
+                  (!strcmp(how, "hdf5") && strstr(err, "changed while it was being read")),
                   "%s: the error should name the dataset and say truncated: %s", how, err);
             rc = act_episode_read_frames(ep, 1, T - 1, 1, got, err, sizeof err);
             CHECK(rc != 0, "%s: a read of the last frame after the cut succeeded", how);
@@ -352,6 +357,7 @@ int main(void) {
         {1, 0, 0, "pread, chunks of 1 frames"},
         {3, 1, 0, "gzip chunks of 3 frames, pread"},
         {2, 1, 512, "gzip chunks of 2 frames, pread"},
+        {4, 2, 0, "hdf5"},   /* T = 17: the last chunk partial, stored raw; every chunk checked at open */
     };
     for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++) check_layout(&layouts[i], path);
     /* and episodes of a random length (8-30) in random layouts */

@@ -122,9 +122,10 @@ int act_cmd_predict(int argc, char **argv) {
     for (int k = 0; k < OUT_N; k++)
         if (files[k] && act_npy_finish(files[k], err, sizeof err) != 0) goto done;
     rc = INFER_EXIT_OK;
-    for (int k = 0; k < OUT_N; k++)
+    for (int k = 0; k < OUT_N && rc == INFER_EXIT_OK; k++) {   /* a failed rename: the rest abandoned */
         if (files[k] && act_npy_close(files[k], 0, err, sizeof err) != 0) rc = INFER_EXIT_FAIL;
-    memset(files, 0, sizeof files);
+        files[k] = NULL;
+    }
 done:
     for (int k = 0; k < OUT_N; k++) act_npy_close(files[k], 1, NULL, 0);
     if (rc != INFER_EXIT_OK) fprintf(stderr, "act-infer predict: %s\n", err);

@@ -282,11 +282,11 @@ def _broken(kind, good, d, cfg):
         return d / "ep.hdf5", [img, "cannot be read"]
     if kind == "zero_tail":   # sized for 4 timesteps, 2 recorded: the rest reads as zeros
         def zero(n, a):
-            if n in ("action", "observations/qpos"):
-                a = a.copy()
-                a[2:] = 0
+            a = a.copy()
+            a[2:] = 0
             return a
-        return rewrite(good, d / "ep.hdf5", zero), ["timesteps 2-3 of 4", "qpos and action all exactly 0"]
+        return rewrite(good, d / "ep.hdf5", zero), ["timesteps 2-3 of 4", "qpos and action all exactly 0",
+                                                    "black in every camera"]
     raise AssertionError(kind)
 
 
@@ -306,6 +306,18 @@ def test_predict_on_a_broken_episode_names_file_and_dataset(act_infer, model, go
         assert w in p.stderr, (w, p.stderr)
     assert "HDF5-DIAG" not in p.stderr  # HDF5's own error stack stays silent
     assert not out.exists()  # no half-written prediction file is left behind
+
+
+def test_an_episode_ending_at_rest_with_zero_qpos_and_action_is_read(act_infer, model, good_episode, tmp_path):
+    """qpos and action exactly 0 at the end, but the cameras still see the scene: a real recording"""
+    def rest(n, a):
+        if n in ("action", "observations/qpos"):
+            a = a.copy()
+            a[2:] = 0
+        return a
+    path = rewrite(good_episode, tmp_path / "ep.hdf5", rest)
+    run(act_infer, "predict", "--model", model["actw"], "--episode", path, "--out", tmp_path / "p.npy",
+        "--device", "cpu", check_rc=0)
 
 
 def test_a_failed_predict_leaves_the_existing_output_as_it_was(act_infer, model, good_episode, tmp_path):

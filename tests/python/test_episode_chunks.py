@@ -168,3 +168,21 @@ def test_virtual_and_external_datasets_are_refused(act_infer, episode_data, tmp_
                 f[f"observations/images/{c}"] = frames
     p = predict(act_infer, model, ext, tmp_path / "y.npy", 3)
     assert p.returncode != 0 and "keeps its data in external raw files" in p.stderr, p.stderr
+
+
+def test_a_short_chunk_beside_a_filter_skipped_one_is_refused(act_infer, episode_data, tmp_path):
+    """A chunk stored with gzip skipped (filter mask 1) sends its read window to HDF5, the pool's
+    chunks in it too: a short gzip chunk there must be caught at open, on every path."""
+    model, qpos, action, images = episode_data
+    cam = next(iter(images))
+    ep = tmp_path / "ep.hdf5"
+    write_with(ep, qpos, action, images, chunks=(1,) + images[cam].shape[1:], compression="gzip")
+    with h5py.File(ep, "r+") as f:
+        d = f[f"observations/images/{cam}"]
+        d.id.write_direct_chunk((1, 0, 0, 0), images[cam][1].tobytes(), 1)   # stored raw, gzip skipped
+        frame = images[cam][2].tobytes()
+        d.id.write_direct_chunk((2, 0, 0, 0), zlib.compress(frame[: len(frame) // 2]), 0)
+    for threads in (1, 3):
+        p = predict(act_infer, model, ep, tmp_path / "x.npy", threads)
+        assert p.returncode != 0, (threads, p.stderr)
+        assert f"observations/images/{cam}': the chunk at (2, 0, 0, 0) inflates to" in p.stderr, p.stderr
