@@ -502,19 +502,24 @@ static int cu_end_capture(act_backend *be, int key) {
     int slot = -1;
     for (int i = 0; i < c->n_graphs; i++)
         if (c->graphs[i].key == key) slot = i;
-    if (slot >= 0) {
-        cudaGraphExecDestroy(c->graphs[slot].exec);
-    } else if (c->n_graphs < MAX_GRAPHS) {
-        slot = c->n_graphs++;
-    } else {
+    if (slot < 0 && c->n_graphs >= MAX_GRAPHS) {
         cudaGraphExecDestroy(exec);
         snprintf(be->err, sizeof be->err, "cuda end_capture(%d): more than %d graphs", key,
                  MAX_GRAPHS);
         return -1;
     }
+    /* launched before it is kept: a graph whose first launch fails is not left in a slot that
+     * the step (now eager for this key, forward.c) would never replay or free */
+    e = cudaGraphLaunch(exec, c->st);
+    if (e != cudaSuccess) {
+        cudaGraphExecDestroy(exec);
+        act_kerr(KE, __FILE__, __LINE__, "cudaGraphLaunch", cudaGetErrorString(e));
+        return fail(be);
+    }
+    if (slot >= 0) cudaGraphExecDestroy(c->graphs[slot].exec);
+    else slot = c->n_graphs++;
     c->graphs[slot].key = key;
     c->graphs[slot].exec = exec;
-    CK(cudaGraphLaunch(exec, c->st));
     return 0;
 }
 

@@ -546,7 +546,8 @@ static void check_no_stale_error(const act_model *m, const act_config *c, const 
 }
 
 /* A step that cannot be captured - the capture refused at its start, invalidated by a call in
- * it, the graph refused at instantiation, a cuDNN call refused in it - runs eagerly instead,
+ * it, the graph refused at instantiation or at its first launch, a cuDNN call refused in it -
+ * runs eagerly instead,
  * says so once per step key (run() makes two: prior + posterior, sampled posterior), and its
  * later steps run eagerly too, all matching the CPU. ACT_CUDA_GRAPHS=0 never captures. */
 static void check_capture_refused(const act_model *m, const act_config *c, const run_io *in,
@@ -554,6 +555,7 @@ static void check_capture_refused(const act_model *m, const act_config *c, const
     const char *how[][3] = {{"ACT_EMU_CAPTURE", "refuse-begin", NULL},
                             {"ACT_EMU_CAPTURE", "invalidate", NULL},
                             {"ACT_EMU_CAPTURE", "refuse-instantiate", NULL},
+                            {"ACT_EMU_CAPTURE", "refuse-launch", NULL},
                             {"ACT_EMU_CUDNN", "refuse-capture", NULL},
                             {"ACT_EMU_CAPTURE", "refuse-begin", "ACT_CUDA_GRAPHS"}};
     for (size_t k = 0; k < sizeof how / sizeof how[0]; k++) {

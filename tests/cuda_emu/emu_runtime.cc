@@ -75,7 +75,8 @@
  * (cudaErrorStreamCaptureUnsupported), =invalidate begins every capture invalidated, as a
  * library call that does what a capture forbids leaves it (each operation recorded into it, and
  * cudaStreamEndCapture, returns cudaErrorStreamCaptureInvalidated), =refuse-instantiate makes
- * cudaGraphInstantiate fail (cudaErrorNotSupported). Each leaves its error in the thread's
+ * cudaGraphInstantiate fail (cudaErrorNotSupported), =refuse-launch makes cudaGraphLaunch fail
+ * (cudaErrorNotSupported, nothing run). Each leaves its error in the thread's
  * last-error slot, as the real calls do. */
 #include <errno.h>
 #include <pthread.h>
@@ -1576,6 +1577,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t st) {
     API_ENTRY();
     emu_stream *s = resolve(st);
     if (!s || !g_execs.count(exec)) return ret(cudaErrorInvalidResourceHandle);
+    if (capture_mode("refuse-launch")) return ret(cudaErrorNotSupported);
     if (s->cap) {
         fprintf(stderr, "cuda-emu: cudaGraphLaunch into a capturing stream is not emulated\n");
         return ret(cudaErrorStreamCaptureUnsupported);
