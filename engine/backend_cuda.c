@@ -458,8 +458,8 @@ static int cu_begin_capture(act_backend *be, int key) {
     }
     CK(cudaSetDevice(c->dev));
     c->eager_step = 0;                      /* a failed eager step never reached end_capture */
-    if (!key_warm(c, key) || c->graphs_off) {   /* first step of the key (until one succeeds),
-                                                 * no room for its graph, or no graphs at all */
+    if (!key_warm(c, key)) {   /* first step of the key (until one succeeds), no room for its
+                                * graph, or no graphs at all (end_capture marks none warm) */
         c->eager_step = 1;
         return 0;
     }

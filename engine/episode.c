@@ -344,8 +344,6 @@ static int unchanged(const act_episode *ep, char *err, size_t errlen) {
     return -1;
 }
 
-static int h5_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *dst, char *err, size_t errlen);
-
 /* A recorder that sizes its datasets for the longest episode and stops early leaves the last
  * timesteps unwritten; in a contiguous dataset (h5py's default) that storage exists and reads as
  * zeros, so the chunk checks cannot see it. Trailing timesteps whose qpos and action rows are all

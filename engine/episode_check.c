@@ -1,6 +1,7 @@
 /* episode_check.c - each stored chunk's size checked before HDF5 reads it (see episode_check.h). */
 #include "episode_check.h"
 #include "episode_direct.h"   /* ACT_EP_CHUNK_INFO */
+#include "episode_inflate.h"  /* act_ep_inflate_one */
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -11,8 +12,6 @@
 #if defined(ACT_WITH_HDF5) && ACT_EP_CHUNK_INFO
 #ifdef ACT_WITH_LIBDEFLATE
 #include <libdeflate.h>
-#elif defined(ACT_WITH_ZLIB)
-#include <zlib.h>
 #endif
 
 #define MAX_FILTERS 16
@@ -41,27 +40,6 @@ static int fail(const ctx *c, const hsize_t *o, int rank, const char *fmt, ...) 
     H5Eclear2(H5E_DEFAULT);
     snprintf(c->err, c->errlen, "%s: dataset '%s': the chunk at %s %s (damaged file)", c->path, c->name, at, msg);
     return -1;
-}
-
-/* inflates a zlib stream into out[cap]; the inflated length, or cap + 1 when it is longer than
- * cap, or (size_t)-1 when it is not a valid stream */
-static size_t inflate_into(const uint8_t *in, size_t in_len, uint8_t *out, size_t cap, void *dec) {
-#ifdef ACT_WITH_LIBDEFLATE
-    size_t got = 0;
-    enum libdeflate_result r = libdeflate_zlib_decompress(dec, in, in_len, out, cap, &got);
-    if (r == LIBDEFLATE_INSUFFICIENT_SPACE) return cap + 1;
-    return r == LIBDEFLATE_SUCCESS ? got : (size_t)-1;
-#elif defined(ACT_WITH_ZLIB)
-    (void)dec;
-    uLongf len = (uLongf)cap;
-    int z = uncompress(out, &len, in, (uLong)in_len);
-    if (z == Z_OK) return (size_t)len;
-    if (z == Z_BUF_ERROR && len == cap) return cap + 1;   /* the output filled up */
-    return (size_t)-1;
-#else
-    (void)in, (void)in_len, (void)out, (void)cap, (void)dec;
-    return (size_t)-1;
-#endif
 }
 
 int act_ep_check_chunks(hid_t ds, const char *path, const char *name, int skip_inflated, char *err, size_t errlen) {
@@ -112,8 +90,10 @@ int act_ep_check_chunks(hid_t ds, const char *path, const char *name, int skip_i
     size_t chunk = (size_t)cb, max_raw = chunk + (chunk >> 6) + 4096 + 4 * MAX_FILTERS;
     unsigned copts = 0;   /* H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS: edge chunks are stored unfiltered */
     int raw_edges = H5Pget_chunk_opts(dcpl, &copts) >= 0 && (copts & H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS);
-#ifdef ACT_WITH_LIBDEFLATE
-    if (has_deflate && !(dec = libdeflate_alloc_decompressor())) goto nomem;
+#ifdef ACT_WITH_LIBDEFLATE   /* the inflater the reader uses (ACT_EPISODE_INFLATE) */
+    const char *inflater = act_ep_inflater();
+    if (has_deflate && inflater && !strcmp(inflater, "libdeflate") && !(dec = libdeflate_alloc_decompressor()))
+        goto nomem;
 #endif
 
     for (;;) {   /* every chunk of the grid, as coordinates o */
@@ -133,11 +113,12 @@ int act_ep_check_chunks(hid_t ds, const char *path, const char *name, int skip_i
         }
         int edge = 0;
         for (int i = 0; i < rank; i++) edge |= o[i] + cd[i] > dims[i];
-        int live = 0, nflet = 0;   /* filters applied to this chunk (mask bit i: filter i skipped) */
+        int live = 0, nflet = 0, deflated = 0;   /* filters applied to this chunk (mask bit i: skipped) */
         for (int i = 0; i < nf && !(raw_edges && edge); i++)
             if (!(mask & (1u << i))) {
                 live++;
                 nflet += ids[i] == H5Z_FILTER_FLETCHER32;
+                deflated |= ids[i] == H5Z_FILTER_DEFLATE;
             }
         if (addr == HADDR_UNDEF) {
             /* never written: storage_short (episode.c) counts these */
@@ -146,8 +127,6 @@ int act_ep_check_chunks(hid_t ds, const char *path, const char *name, int skip_i
                 rc = fail(&c, o, rank, "stores %llu bytes unfiltered, but a chunk holds %llu", (unsigned long long)size,
                           (unsigned long long)chunk);
         } else if (!(skip_inflated && mask == 0)) {
-            int deflated = 0;
-            for (int i = 0; i < nf; i++) deflated |= !(mask & (1u << i)) && ids[i] == H5Z_FILTER_DEFLATE;
             if (!deflated && size != chunk + 4 * (size_t)nflet)
                 rc = fail(&c, o, rank, "stores %llu bytes, but a chunk holds %llu", (unsigned long long)size,
                           (unsigned long long)(chunk + 4 * (size_t)nflet));
@@ -177,11 +156,18 @@ int act_ep_check_chunks(hid_t ds, const char *path, const char *name, int skip_i
                 } else if (ids[i] == H5Z_FILTER_DEFLATE) {
                     size_t want = chunk + 4 * (size_t)fl_left;   /* what the earlier filters leave */
                     uint8_t *dst = cur == a ? b : a;
-                    size_t got = inflate_into(cur, len, dst, want, dec);
-                    if (got == (size_t)-1)
-                        rc = fail(&c, o, rank, "is not a valid gzip stream (%zu compressed bytes)", len);
-                    else if (got > want)
+                    size_t got = 0;
+#if defined(ACT_WITH_LIBDEFLATE) || defined(ACT_WITH_ZLIB)
+                    int v = act_ep_inflate_one(dec, cur, len, dst, want, &got);
+#else
+                    int v = INF_BAD_DATA;   /* not reached: such a build checks no gzip chunk */
+#endif
+                    if (v == INF_TOO_LONG)
                         rc = fail(&c, o, rank, "inflates to more than the %zu bytes of a chunk", want);
+                    else if (v == INF_NOMEM)
+                        goto nomem;
+                    else if (v != INF_OK)
+                        rc = fail(&c, o, rank, "is not a valid gzip stream (%zu compressed bytes)", len);
                     cur = dst;
                     len = got;
                 }   /* shuffle: same length */

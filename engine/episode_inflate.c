@@ -1,6 +1,7 @@
 /* episode_inflate.c - gzip frame chunks inflated on the pool's threads (design: episode_inflate.h).
  * defines: act_ep_scratch_free, act_ep_inflate_threads, act_ep_pool_run, act_ep_inflater,
- *          act_ep_inflater_check, act_ep_frame_chunk, act_ep_deflate_frames_per_chunk, act_ep_read_deflate
+ *          act_ep_inflater_check, act_ep_frame_chunk, act_ep_deflate_frames_per_chunk, act_ep_read_deflate,
+ *          act_ep_inflate_one
  *
  * A read of frames [t0, t0 + n) covers chunks first..last. Their compressed bytes are read one by
  * one through HDF5 (the library is not thread-safe; this is I/O only), side by side in one
@@ -121,7 +122,7 @@ out:
     return k;
 }
 
-enum { INF_OK, INF_BAD_DATA, INF_TOO_LONG, INF_NOMEM, INF_SHORT_READ };   /* an inflate's verdict */
+enum { INF_SHORT_READ = INF_NOMEM + 1 };   /* a verdict of the pool's fetch, before any inflate */
 
 typedef struct chunk_job {
     uint8_t *src;             /* the compressed bytes (scratch) */
@@ -141,24 +142,26 @@ typedef struct inflate_job { chunk_job *c; size_t want; int libdeflate; int fd; 
 /* one decompressor per pool thread (index = the pool's thread number), made at its first use and
  * kept: act_ep_pool_run serializes the pool's runs, so a thread's slot is only its own */
 static struct libdeflate_decompressor *g_dec[ACT_POOL_MAX_THREADS];
-
-static int inflate_libdeflate(int th, chunk_job *c, size_t want) {
-    if (!g_dec[th] && !(g_dec[th] = libdeflate_alloc_decompressor())) return INF_NOMEM;
-    size_t got = 0;
-    enum libdeflate_result r = libdeflate_zlib_decompress(g_dec[th], c->src, c->src_len, c->dst, want, &got);
-    c->got = got;
-    return r == LIBDEFLATE_SUCCESS ? INF_OK : r == LIBDEFLATE_INSUFFICIENT_SPACE ? INF_TOO_LONG : INF_BAD_DATA;
-}
 #endif
 
+int act_ep_inflate_one(void *dec, const uint8_t *in, size_t in_len, uint8_t *out, size_t cap, size_t *got) {
+    *got = 0;
+#ifdef ACT_WITH_LIBDEFLATE
+    if (dec) {
+        enum libdeflate_result r = libdeflate_zlib_decompress(dec, in, in_len, out, cap, got);
+        return r == LIBDEFLATE_SUCCESS ? INF_OK : r == LIBDEFLATE_INSUFFICIENT_SPACE ? INF_TOO_LONG : INF_BAD_DATA;
+    }
+#endif
 #ifdef ACT_WITH_ZLIB
-static int inflate_zlib(chunk_job *c, size_t want) {
-    uLongf len = (uLongf)want;
-    int z = uncompress(c->dst, &len, c->src, (uLong)c->src_len);
-    c->got = (size_t)len;
+    uLongf len = (uLongf)cap;
+    int z = uncompress(out, &len, in, (uLong)in_len);
+    *got = (size_t)len;
     return z == Z_OK ? INF_OK : z == Z_BUF_ERROR ? INF_TOO_LONG : z == Z_MEM_ERROR ? INF_NOMEM : INF_BAD_DATA;
-}
+#else
+    (void)in, (void)in_len, (void)out, (void)cap;
+    return INF_BAD_DATA;   /* libdeflate only, and no decompressor given */
 #endif
+}
 
 static void inflate_task(void *arg, int th, int lo, int hi) {
     inflate_job *q = arg;
@@ -169,15 +172,15 @@ static void inflate_task(void *arg, int th, int lo, int hi) {
             q->c[i].verdict = INF_SHORT_READ;
             continue;
         }
+        void *dec = NULL;
 #ifdef ACT_WITH_LIBDEFLATE
-        if (q->libdeflate) {
-            q->c[i].verdict = inflate_libdeflate(th, &q->c[i], q->want);
+        if (q->libdeflate && !g_dec[th] && !(g_dec[th] = libdeflate_alloc_decompressor())) {
+            q->c[i].verdict = INF_NOMEM;
             continue;
         }
+        if (q->libdeflate) dec = g_dec[th];
 #endif
-#ifdef ACT_WITH_ZLIB
-        q->c[i].verdict = inflate_zlib(&q->c[i], q->want);
-#endif
+        q->c[i].verdict = act_ep_inflate_one(dec, q->c[i].src, q->c[i].src_len, q->c[i].dst, q->want, &q->c[i].got);
     }
 }
 

@@ -1,7 +1,7 @@
 /* episode_inflate.h - gzip frame chunks of an episode decompressed on several threads.
  * defines: act_ep_scratch, act_ep_frame_chunk, act_ep_deflate_frames_per_chunk,
  *          act_ep_inflate_threads, act_ep_pool_run, act_ep_inflater, act_ep_inflater_check,
- *          act_ep_read_deflate,
+ *          act_ep_read_deflate, act_ep_inflate_one,
  *          act_ep_scratch_free
  *
  * libhdf5 runs its deflate filter on the calling thread, one chunk after another, and at ~1-5 ms
@@ -39,6 +39,13 @@ void act_ep_pool_run(act_pool_task fn, void *arg, int items);
 const char *act_ep_inflater(void);
 /* 0, or -1 with err naming ACT_EPISODE_INFLATE's value and the inflaters this build has */
 int act_ep_inflater_check(char *err, size_t errlen);
+
+/* An inflate's verdict. */
+enum { INF_OK, INF_BAD_DATA, INF_TOO_LONG, INF_NOMEM };
+/* Inflates one zlib stream in[in_len] into out[cap]: by libdeflate with dec (a
+ * libdeflate_decompressor, in builds with libdeflate), else by zlib; *got the inflated length.
+ * INF_TOO_LONG when it needs more than cap. */
+int act_ep_inflate_one(void *dec, const uint8_t *in, size_t in_len, uint8_t *out, size_t cap, size_t *got);
 
 #ifdef ACT_WITH_HDF5
 #include <hdf5.h>

@@ -35,26 +35,18 @@ static int forward(const char *name, const char *path, int flags, va_list ap) {
     return next(path, flags, mode);
 }
 
-int open(const char *path, int flags, ...) {
-    if (held(path)) {
-        errno = EINTR;
-        return -1;
+/* open and open64: the held path fails with EINTR once a signal came, every other one goes on */
+#define HOLD_OPEN(fn)                                        \
+    int fn(const char *path, int flags, ...) {               \
+        if (held(path)) {                                    \
+            errno = EINTR;                                   \
+            return -1;                                       \
+        }                                                    \
+        va_list ap;                                          \
+        va_start(ap, flags);                                 \
+        int fd = forward(#fn, path, flags, ap);              \
+        va_end(ap);                                          \
+        return fd;                                           \
     }
-    va_list ap;
-    va_start(ap, flags);
-    int fd = forward("open", path, flags, ap);
-    va_end(ap);
-    return fd;
-}
-
-int open64(const char *path, int flags, ...) {
-    if (held(path)) {
-        errno = EINTR;
-        return -1;
-    }
-    va_list ap;
-    va_start(ap, flags);
-    int fd = forward("open64", path, flags, ap);
-    va_end(ap);
-    return fd;
-}
+HOLD_OPEN(open)
+HOLD_OPEN(open64)
