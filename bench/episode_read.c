@@ -4,7 +4,10 @@
  * or HDF5 itself), nothing else running. Figures: timesteps/s and GB/s per round; the variables
  * ACT_EPISODE_THREADS / ACT_EPISODE_INFLATE pick the path, so alternate them to compare.
  *
- *   build/bench_episode_read --model M.actw --episodes DIR [--batch 64] [--rounds 3]
+ *   build/bench_episode_read --model M.actw --episodes DIR [--batch 64] [--rounds 3] [--dump PREFIX]
+ *
+ * --dump writes the first episode's frames, as read, to PREFIX.CAMERA.u8 ((T, H, W, 3) raw bytes):
+ * the tests compare them with h5py's, pixel for pixel.
  *
  * The model is read for its contract only (cameras, image size, dims). The page cache is not
  * dropped between rounds: the first round of a fresh file may read from disk. */
@@ -26,14 +29,16 @@ static double now_s(void) {
 static int usage(int rc) {
     fprintf(rc ? stderr : stdout,
             "usage: bench_episode_read --model M.actw --episodes DIR|FILE... [--batch 64] [--rounds 3]\n"
+            "                          [--dump PREFIX]\n"
             "Reads every episode's frames in windows of --batch timesteps (the reader of act-infer eval,\n"
             "alone) and prints timesteps/s per round. ACT_EPISODE_THREADS=1 is HDF5's own path;\n"
-            "ACT_EPISODE_INFLATE=zlib|libdeflate picks the gzip inflater.\n");
+            "ACT_EPISODE_INFLATE=zlib|libdeflate picks the gzip inflater. --dump writes the first\n"
+            "episode's frames as read to PREFIX.CAMERA.u8 (raw (T, H, W, 3) bytes).\n");
     return rc;
 }
 
 int main(int argc, char **argv) {
-    const char *model = NULL;
+    const char *model = NULL, *dump = NULL;
     char *eps[256];
     int neps = 0, batch = 64, rounds = 3;
     for (int i = 1; i < argc; i++) {
@@ -42,6 +47,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--model")) model = argv[++i];
         else if (!strcmp(argv[i], "--batch")) batch = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--dump")) dump = argv[++i];
         else if (!strcmp(argv[i], "--episodes")) {
             while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) && neps < 256) eps[neps++] = argv[++i];
         } else return usage(2);
@@ -70,6 +76,15 @@ int main(int argc, char **argv) {
     printf("episodes %d, batch %d, ACT_EPISODE_THREADS=%s ACT_EPISODE_INFLATE=%s\n", npaths, batch,
            th ? th : "(default)", inf ? inf : "(default)");
     int rc = 0;
+    FILE *dumps[ACT_MAX_CAMS] = {0};
+    for (int k = 0; dump && k < c->num_cams && !rc; k++) {
+        char name[1024];
+        snprintf(name, sizeof name, "%s.%s.u8", dump, c->camera_names[k]);
+        if (!(dumps[k] = fopen(name, "wb"))) {
+            snprintf(err, sizeof err, "cannot write %.1000s", name);
+            rc = 1;
+        }
+    }
     for (int r = 0; r < rounds && !rc; r++) {
         long steps = 0;
         double t0 = now_s();
@@ -87,8 +102,13 @@ int main(int argc, char **argv) {
                 }
             for (int t = 0; t < ep->T && !rc; t += batch) {
                 int n = ep->T - t < batch ? ep->T - t : batch;
-                for (int k = 0; k < c->num_cams && !rc; k++)
+                for (int k = 0; k < c->num_cams && !rc; k++) {
                     rc = act_episode_read_frames(ep, k, t, n, buf, err, sizeof err) ? 1 : 0;
+                    if (!rc && r == 0 && e == 0 && dumps[k] && fwrite(buf, frame, (size_t)n, dumps[k]) != (size_t)n) {
+                        snprintf(err, sizeof err, "cannot write the frames of %s", c->camera_names[k]);
+                        rc = 1;
+                    }
+                }
                 steps += n;
             }
             act_episode_close(ep);
@@ -98,6 +118,11 @@ int main(int argc, char **argv) {
             printf("round %d: %ld timesteps in %.3f s: %.0f timesteps/s, %.2f GB/s of frames\n", r + 1,
                    steps, s, steps / s, steps * (double)frame * c->num_cams / s / 1e9);
     }
+    for (int k = 0; k < ACT_MAX_CAMS; k++)
+        if (dumps[k] && fclose(dumps[k]) && !rc) {
+            snprintf(err, sizeof err, "cannot write the frames of %s", c->camera_names[k]);
+            rc = 1;
+        }
     if (rc) fprintf(stderr, "bench_episode_read: %s\n", err);
     free(buf);
     act_episode_free_list(paths, npaths);

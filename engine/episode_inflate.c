@@ -1,6 +1,6 @@
 /* episode_inflate.c - gzip frame chunks inflated on the pool's threads (design: episode_inflate.h).
  * defines: act_ep_scratch_free, act_ep_inflate_threads, act_ep_pool_run, act_ep_inflater,
- *          act_ep_inflater_check, act_ep_frame_chunk, act_ep_deflate_frames_per_chunk, act_ep_read_deflate,
+ *          act_ep_inflater_check, act_ep_frame_chunk, act_ep_deflate_chunk, act_ep_read_deflate,
  *          act_ep_inflate_one
  *
  * A read of frames [t0, t0 + n) covers chunks first..last. Their compressed bytes are read one by
@@ -28,6 +28,7 @@
 void act_ep_scratch_free(act_ep_scratch *s) {
     free(s->raw);
     free(s->tmp);
+    free(s->thr);
     memset(s, 0, sizeof *s);
 }
 
@@ -97,14 +98,18 @@ int act_ep_frame_chunk(hid_t dcpl, int H, int W) {
 
 #define MAX_CHUNK_BYTES ((size_t)32 << 20)
 
-int act_ep_deflate_frames_per_chunk(hid_t ds, int H, int W) {
-    int k = 0;
+int act_ep_deflate_chunk(hid_t ds, int H, int W, int cd[4]) {
+    int ok = 0;
+    hsize_t c[4];
     hid_t dcpl = H5Dget_create_plist(ds);
-    if (dcpl < 0) goto out;
-    int kc = act_ep_frame_chunk(dcpl, H, W);
-    int nf = H5Pget_nfilters(dcpl), deflate = 0, other = 0;
-    if (kc < 1 || (size_t)kc * (size_t)H * (size_t)W * 3 > MAX_CHUNK_BYTES || nf < 1 || nf > 2)
+    if (dcpl < 0 || H5Pget_layout(dcpl) != H5D_CHUNKED || H5Pget_chunk(dcpl, 4, c) != 4) goto out;
+    double bytes = 1;
+    for (int i = 0; i < 4; i++) bytes *= (double)c[i];
+    if (c[0] < 1 || c[1] < 1 || c[2] < 1 || c[3] < 1 || c[1] > (hsize_t)H || c[2] > (hsize_t)W || c[3] > 3 ||
+        c[0] > (1u << 20) || bytes > (double)MAX_CHUNK_BYTES)
         goto out;
+    int nf = H5Pget_nfilters(dcpl), deflate = 0, other = 0;
+    if (nf < 1 || nf > 2) goto out;
     for (int i = 0; i < nf; i++) {   /* gzip, and perhaps shuffle: of 1-byte pixels it moves nothing */
         unsigned flags, cdv[8] = {0};
         size_t ncd = 8;
@@ -115,11 +120,14 @@ int act_ep_deflate_frames_per_chunk(hid_t ds, int H, int W) {
     }
     unsigned copts = 0;   /* edge chunks stored unfiltered: HDF5's path reads those */
     if (H5Pget_chunk_opts(dcpl, &copts) >= 0 && (copts & H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS)) other++;
-    if (deflate == 1 && !other) k = kc;
+    if (deflate == 1 && !other) {
+        for (int i = 0; i < 4; i++) cd[i] = (int)c[i];
+        ok = 1;
+    }
 out:
     if (dcpl >= 0) H5Pclose(dcpl);
     H5Eclear2(H5E_DEFAULT);
-    return k;
+    return ok;
 }
 
 enum { INF_SHORT_READ = INF_NOMEM + 1 };   /* a verdict of the pool's fetch, before any inflate */
@@ -129,14 +137,42 @@ typedef struct chunk_job {
     size_t src_len;
     uint64_t file_off;        /* with a locator: where they are in the file (pread by the task) */
     int read_errno;           /* INF_SHORT_READ: pread's errno (0: the file ended) */
-    uint8_t *dst;             /* the window (whole chunk inside it) or scratch */
-    int t;                    /* the chunk's first timestep */
+    uint8_t *dst;             /* the window (whole chunk inside it), scratch, or NULL: a tile */
+    int o[4];                 /* the chunk's origin (t, y, x, c) */
     int partial;              /* 1: only part of it is in the window (dst is scratch) */
     int verdict;              /* INF_* */
     size_t got;               /* bytes it inflated to */
 } chunk_job;
 
-typedef struct inflate_job { chunk_job *c; size_t want; int libdeflate; int fd; } inflate_job;   /* fd < 0: src read */
+typedef struct inflate_job {
+    chunk_job *c;
+    size_t want;              /* a chunk's bytes */
+    int libdeflate;
+    int fd;                   /* < 0: src already read */
+    const int *cd;            /* tiles: the chunk shape (t, y, x, c) */
+    int H, W, t0, n;          /* tiles: the window [t0, t0 + n) of (T, H, W, 3) frames in out */
+    uint8_t *out, *thr;       /* tiles: the window; one chunk's scratch per pool thread */
+} inflate_job;
+
+/* the part of tile c (inflated at src) inside the window, copied to where it belongs there */
+static void scatter(const inflate_job *q, const chunk_job *c, const uint8_t *src) {
+    const int *cd = q->cd, *o = c->o;
+    int ta = o[0] < q->t0 ? q->t0 : o[0], tb = o[0] + cd[0] < q->t0 + q->n ? o[0] + cd[0] : q->t0 + q->n;
+    int hb = o[1] + cd[1] <= q->H ? cd[1] : q->H - o[1];   /* edge tiles hang over the frame */
+    int wb = o[2] + cd[2] <= q->W ? cd[2] : q->W - o[2];
+    int cb = o[3] + cd[3] <= 3 ? cd[3] : 3 - o[3];
+    for (int t = ta; t < tb; t++)
+        for (int y = 0; y < hb; y++) {
+            const uint8_t *s = src + (((size_t)(t - o[0]) * cd[1] + y) * cd[2]) * cd[3];
+            uint8_t *d = q->out + (((size_t)(t - q->t0) * q->H + o[1] + y) * q->W + o[2]) * 3 + o[3];
+            if (cd[3] == 3) {
+                memcpy(d, s, (size_t)wb * 3);
+            } else {
+                for (int x = 0; x < wb; x++)
+                    for (int ch = 0; ch < cb; ch++) d[(size_t)x * 3 + ch] = s[(size_t)x * cd[3] + ch];
+            }
+        }
+}
 
 #ifdef ACT_WITH_LIBDEFLATE
 /* one decompressor per pool thread (index = the pool's thread number), made at its first use and
@@ -165,22 +201,24 @@ int act_ep_inflate_one(void *dec, const uint8_t *in, size_t in_len, uint8_t *out
 
 static void inflate_task(void *arg, int th, int lo, int hi) {
     inflate_job *q = arg;
-    (void)th;
     for (int i = lo; i < hi; i++) {
-        if (q->fd >= 0 && act_ep_pread(q->fd, q->c[i].src, q->c[i].src_len, q->c[i].file_off) < q->c[i].src_len) {
-            q->c[i].read_errno = errno;
-            q->c[i].verdict = INF_SHORT_READ;
+        chunk_job *c = &q->c[i];
+        if (q->fd >= 0 && act_ep_pread(q->fd, c->src, c->src_len, c->file_off) < c->src_len) {
+            c->read_errno = errno;
+            c->verdict = INF_SHORT_READ;
             continue;
         }
         void *dec = NULL;
 #ifdef ACT_WITH_LIBDEFLATE
         if (q->libdeflate && !g_dec[th] && !(g_dec[th] = libdeflate_alloc_decompressor())) {
-            q->c[i].verdict = INF_NOMEM;
+            c->verdict = INF_NOMEM;
             continue;
         }
         if (q->libdeflate) dec = g_dec[th];
 #endif
-        q->c[i].verdict = act_ep_inflate_one(dec, q->c[i].src, q->c[i].src_len, q->c[i].dst, q->want, &q->c[i].got);
+        uint8_t *dst = c->dst ? c->dst : q->thr + (size_t)th * q->want;
+        c->verdict = act_ep_inflate_one(dec, c->src, c->src_len, dst, q->want, &c->got);
+        if (!c->dst && c->verdict == INF_OK && c->got == q->want) scatter(q, c, dst);
     }
 }
 
@@ -193,14 +231,25 @@ static int grow(uint8_t **p, size_t *cap, size_t want) {
     return 0;
 }
 
-int act_ep_read_deflate(hid_t ds, int k, const act_ep_direct *loc, int fd, uint64_t file_size,
-                        const char *path, const char *name, int t0, int n, size_t frame, uint8_t *dst,
+/* "timestep 50" for a chunk of whole frames, "(50, 32, 64, 1)" (t, y, x, c) for a tile */
+static const char *where(char *buf, size_t len, const int *o, int whole) {
+    if (whole) snprintf(buf, len, "timestep %d", o[0]);
+    else snprintf(buf, len, "(%d, %d, %d, %d)", o[0], o[1], o[2], o[3]);
+    return buf;
+}
+
+int act_ep_read_deflate(hid_t ds, const int cd[4], int H, int W, const act_ep_direct *loc, int fd,
+                        uint64_t file_size, const char *path, const char *name, int t0, int n, uint8_t *dst,
                         act_ep_scratch *s, char *err, size_t errlen) {
-    int first = t0 / k, last = (t0 + n - 1) / k, nch = last - first + 1;
-    size_t chunk_bytes = (size_t)k * frame, max_src = chunk_bytes + (chunk_bytes >> 6) + 4096;
+    int whole = cd[1] == H && cd[2] == W && cd[3] == 3, k = cd[0];
+    int per_t = ((H + cd[1] - 1) / cd[1]) * ((W + cd[2] - 1) / cd[2]) * ((3 + cd[3] - 1) / cd[3]);
+    int first = t0 / k, last = (t0 + n - 1) / k, nch = (last - first + 1) * per_t;
+    size_t frame = (size_t)H * W * 3, chunk_bytes = (size_t)cd[0] * cd[1] * cd[2] * cd[3];
+    size_t max_src = chunk_bytes + (chunk_bytes >> 6) + 4096;
     const char *inflater = act_ep_inflater();
+    char at[64];
     if (!inflater) return act_ep_inflater_check(err, errlen);
-    if (fd < 0) loc = NULL;
+    if (fd < 0 || !whole) loc = NULL;   /* the locator finds whole-frame chunks only */
     chunk_job *c = calloc((size_t)nch, sizeof *c);
     if (!c) {
         snprintf(err, errlen, "%s: out of memory reading '%s'", path, name);
@@ -211,72 +260,81 @@ int act_ep_read_deflate(hid_t ds, int k, const act_ep_direct *loc, int fd, uint6
     for (int i = 0; i < nch && rc == 0; i++) {   /* sizes first: one scratch block for all */
         uint64_t sz = 0;
         unsigned mask = 0;
-        c[i].t = (first + i) * k;
+        int r = i % per_t, nx = (W + cd[2] - 1) / cd[2], nc = (3 + cd[3] - 1) / cd[3];
+        c[i].o[0] = (first + i / per_t) * k;   /* chunks in storage order: t, y, x, c */
+        c[i].o[1] = r / (nx * nc) * cd[1];
+        c[i].o[2] = r / nc % nx * cd[2];
+        c[i].o[3] = r % nc * cd[3];
         if (loc) {   /* located through HDF5's chunk index; the task preads the bytes */
-            rc = act_ep_chunk_at(loc, fd, &file_size, ds, path, name, c[i].t, &c[i].file_off, &sz, &mask, err, errlen);
+            rc = act_ep_chunk_at(loc, fd, &file_size, ds, path, name, c[i].o[0], &c[i].file_off, &sz, &mask, err,
+                                 errlen);
         } else {
-            hsize_t o[4] = {(hsize_t)c[i].t, 0, 0, 0}, hs = 0;
+            hsize_t o[4] = {(hsize_t)c[i].o[0], (hsize_t)c[i].o[1], (hsize_t)c[i].o[2], (hsize_t)c[i].o[3]}, hs = 0;
             rc = H5Dget_chunk_storage_size(ds, o, &hs) < 0 || hs == 0;   /* 1: unallocated, HDF5 fills */
             sz = (uint64_t)hs;
         }
         if (rc == 0 && mask) {
             rc = 1;   /* stored with its filter skipped: HDF5's path knows what to do */
         } else if (rc == 0 && sz > max_src) {
-            snprintf(err, errlen, "%s: dataset '%s': the gzip chunk at timestep %d claims %llu bytes, "
-                     "more than %zu frames can compress to (corrupt file)", path, name, c[i].t,
-                     (unsigned long long)sz, (size_t)k);
+            snprintf(err, errlen, "%s: dataset '%s': the gzip chunk at %s claims %llu bytes, "
+                     "more than a chunk of %zu bytes can compress to (corrupt file)", path, name,
+                     where(at, sizeof at, c[i].o, whole), (unsigned long long)sz, chunk_bytes);
             rc = -1;
         }
         c[i].src_len = (size_t)sz;
         off += (size_t)sz;
-        c[i].partial = c[i].t < t0 || c[i].t + k > t0 + n;
+        c[i].partial = whole && (c[i].o[0] < t0 || c[i].o[0] + k > t0 + n);
         partial += c[i].partial;
     }
     H5Eclear2(H5E_DEFAULT);
-    if (rc == 0 && (grow(&s->raw, &s->raw_cap, off) || grow(&s->tmp, &s->tmp_cap, (size_t)partial * chunk_bytes))) {
+    int nthr = act_ep_inflate_threads();
+    if (rc == 0 && (grow(&s->raw, &s->raw_cap, off) || grow(&s->tmp, &s->tmp_cap, (size_t)partial * chunk_bytes) ||
+                    (!whole && grow(&s->thr, &s->thr_cap, (size_t)nthr * chunk_bytes)))) {
         snprintf(err, errlen, "%s: out of memory reading '%s'", path, name);
         rc = -1;
     }
     off = 0;
     int p = 0;
     for (int i = 0; i < nch && rc == 0; i++) {
-        hsize_t o[4] = {(hsize_t)c[i].t, 0, 0, 0};
+        hsize_t o[4] = {(hsize_t)c[i].o[0], (hsize_t)c[i].o[1], (hsize_t)c[i].o[2], (hsize_t)c[i].o[3]};
         uint32_t mask = 0;
         c[i].src = s->raw + off;
         if (!loc && H5Dread_chunk(ds, H5P_DEFAULT, o, &mask, s->raw + off) < 0) {   /* else the task preads */
             H5Eclear2(H5E_DEFAULT);
-            snprintf(err, errlen, "%s: dataset '%s': the chunk at timestep %d cannot be read "
-                     "(truncated or corrupt file)", path, name, c[i].t);
+            snprintf(err, errlen, "%s: dataset '%s': the chunk at %s cannot be read "
+                     "(truncated or corrupt file)", path, name, where(at, sizeof at, c[i].o, whole));
             rc = -1;
         } else if (mask) {
             rc = 1;   /* stored with its filter skipped: HDF5's path knows what to do */
         }
         off += c[i].src_len;
-        c[i].dst = c[i].partial ? s->tmp + (size_t)p++ * chunk_bytes : dst + (size_t)(c[i].t - t0) * frame;
+        c[i].dst = !whole ? NULL : c[i].partial ? s->tmp + (size_t)p++ * chunk_bytes
+                                               : dst + (size_t)(c[i].o[0] - t0) * frame;
     }
     if (rc == 0) {
-        inflate_job q = {c, chunk_bytes, !strcmp(inflater, "libdeflate"), loc ? fd : -1};
+        inflate_job q = {c, chunk_bytes, !strcmp(inflater, "libdeflate"), loc ? fd : -1, cd, H, W, t0, n, dst, s->thr};
         act_ep_pool_run(inflate_task, &q, nch);
         for (int i = 0; i < nch && rc == 0; i++) {
             int v = c[i].verdict;
             if (v == INF_SHORT_READ) {
-                snprintf(err, errlen, "%s: dataset '%s': the gzip chunk at timestep %d cannot be read: %s",
-                         path, name, c[i].t, c[i].read_errno ? strerror(c[i].read_errno)
+                snprintf(err, errlen, "%s: dataset '%s': the gzip chunk at %s cannot be read: %s",
+                         path, name, where(at, sizeof at, c[i].o, whole), c[i].read_errno ? strerror(c[i].read_errno)
                          : "the file ends before it (truncated file)");
                 rc = -1;
                 break;
             }
             if (v != INF_OK || c[i].got != chunk_bytes) {
-                snprintf(err, errlen, "%s: dataset '%s': the gzip chunk at timestep %d cannot be read: "
-                         "%s (%s%s)", path, name, c[i].t, v == INF_NOMEM ? "out of memory" : "it is corrupt",
+                snprintf(err, errlen, "%s: dataset '%s': the gzip chunk at %s cannot be read: "
+                         "%s (%s%s)", path, name, where(at, sizeof at, c[i].o, whole),
+                         v == INF_NOMEM ? "out of memory" : "it is corrupt",
                          inflater, v == INF_NOMEM ? "" : v == INF_OK ? ": wrong size" : v == INF_BAD_DATA
                          ? ": bad data or checksum" : ": longer than the chunk");
                 rc = -1;
                 break;
             }
             if (c[i].partial) {   /* copy the frames inside the window */
-                int a = c[i].t < t0 ? t0 : c[i].t, b = c[i].t + k > t0 + n ? t0 + n : c[i].t + k;
-                memcpy(dst + (size_t)(a - t0) * frame, c[i].dst + (size_t)(a - c[i].t) * frame,
+                int a = c[i].o[0] < t0 ? t0 : c[i].o[0], b = c[i].o[0] + k > t0 + n ? t0 + n : c[i].o[0] + k;
+                memcpy(dst + (size_t)(a - t0) * frame, c[i].dst + (size_t)(a - c[i].o[0]) * frame,
                        (size_t)(b - a) * frame);
             }
         }
@@ -287,16 +345,16 @@ int act_ep_read_deflate(hid_t ds, int k, const act_ep_direct *loc, int fd, uint6
 
 #elif defined(ACT_WITH_HDF5)
 
-int act_ep_deflate_frames_per_chunk(hid_t ds, int H, int W) {
-    (void)ds, (void)H, (void)W;
+int act_ep_deflate_chunk(hid_t ds, int H, int W, int cd[4]) {
+    (void)ds, (void)H, (void)W, (void)cd;
     return 0;   /* built without zlib or libdeflate: HDF5's own path */
 }
 
-int act_ep_read_deflate(hid_t ds, int k, const act_ep_direct *loc, int fd, uint64_t file_size,
-                        const char *path, const char *name, int t0, int n, size_t frame, uint8_t *dst,
+int act_ep_read_deflate(hid_t ds, const int cd[4], int H, int W, const act_ep_direct *loc, int fd,
+                        uint64_t file_size, const char *path, const char *name, int t0, int n, uint8_t *dst,
                         act_ep_scratch *s, char *err, size_t errlen) {
-    (void)ds, (void)k, (void)loc, (void)fd, (void)file_size, (void)path, (void)name, (void)t0, (void)n;
-    (void)frame, (void)dst, (void)s;
+    (void)ds, (void)cd, (void)H, (void)W, (void)loc, (void)fd, (void)file_size, (void)path, (void)name, (void)t0;
+    (void)n, (void)dst, (void)s;
     (void)err, (void)errlen;
     return 1;
 }

@@ -1,15 +1,18 @@
 /* episode_inflate.h - gzip frame chunks of an episode decompressed on several threads.
- * defines: act_ep_scratch, act_ep_frame_chunk, act_ep_deflate_frames_per_chunk,
+ * defines: act_ep_scratch, act_ep_frame_chunk, act_ep_deflate_chunk,
  *          act_ep_inflate_threads, act_ep_pool_run, act_ep_inflater, act_ep_inflater_check,
  *          act_ep_read_deflate, act_ep_inflate_one,
  *          act_ep_scratch_free
  *
  * libhdf5 runs its deflate filter on the calling thread, one chunk after another, and at ~1-5 ms
  * per 256x256 frame triple that single thread caps batch evaluation at a few hundred timesteps per
- * second, far below a GPU's rate. For a camera dataset chunked in whole frames with gzip as its
- * only filter, the raw chunks are read through HDF5 (H5Dread_chunk: I/O only) and inflated with
- * libdeflate (or zlib) on the engine's pool threads. Anything else takes HDF5's own path
- * (episode.c), after episode_check.c checked every chunk's size. */
+ * second, far below a GPU's rate. For a camera dataset whose only filter is gzip (shuffle aside),
+ * the raw chunks are read through HDF5 (H5Dread_chunk: I/O only) and inflated with libdeflate (or
+ * zlib) on the engine's pool threads, whether a chunk holds whole frames or a tile of them (h5py's
+ * automatic chunks, e.g. (50, 32, 32, 1), on which HDF5 itself ran at ~130 timesteps/s and
+ * inflated a chunk that two reads share twice). Anything else (fletcher32, edge chunks stored
+ * unfiltered, ACT_EPISODE_THREADS=1) takes HDF5's own path (episode.c), after episode_check.c
+ * checked every chunk's size. */
 #ifndef ACT_EPISODE_INFLATE_H
 #define ACT_EPISODE_INFLATE_H
 
@@ -20,8 +23,8 @@
 #include "pool.h"
 
 typedef struct act_ep_scratch {   /* per open episode: reused across reads */
-    uint8_t *raw, *tmp;
-    size_t raw_cap, tmp_cap;
+    uint8_t *raw, *tmp, *thr;     /* compressed bytes; partial whole-frame chunks; a tile per thread */
+    size_t raw_cap, tmp_cap, thr_cap;
 } act_ep_scratch;
 
 void act_ep_scratch_free(act_ep_scratch *s);
@@ -52,18 +55,21 @@ int act_ep_inflate_one(void *dec, const uint8_t *in, size_t in_len, uint8_t *out
 /* k when the dataset creation list dcpl chunks (T, H, W, 3) frames as (k, H, W, 3), k whole frames
  * (1 <= k <= 2^20), whatever its filters; else 0 (shared by the gzip and the pread paths) */
 int act_ep_frame_chunk(hid_t dcpl, int H, int W);
-/* > 0: the dataset (T, H, W, 3) uint8 is chunked as (k, H, W, 3) with gzip alone (or gzip and
- * shuffle, which leaves 1-byte values where they are) and k frames
- * are at most 32 MiB, so act_ep_read_deflate can read it; 0: it cannot (also when built without
- * zlib and libdeflate). */
-int act_ep_deflate_frames_per_chunk(hid_t ds, int H, int W);
-/* Frames [t0, t0 + n) into dst. With a locator loc (episode_direct.h: the chunks' user-block
- * base, checked at open) and the file's descriptor fd, each chunk's compressed bytes are fetched
- * by pread on the inflating thread itself; without (loc NULL), one by one through H5Dread_chunk
- * first. 0: done; -1: error in err (file, dataset, timestep); 1: a chunk this path does not handle
- * (unallocated, or stored with its filter skipped): use H5Dread. */
-int act_ep_read_deflate(hid_t ds, int k, const act_ep_direct *loc, int fd, uint64_t file_size,
-                        const char *path, const char *name, int t0, int n, size_t frame, uint8_t *dst,
+/* 1 when the dataset (T, H, W, 3) uint8 is chunked with gzip alone (or gzip and shuffle, which
+ * leaves 1-byte values where they are), whatever the chunk shape cd (t, y, x, c) - whole frames
+ * (k, H, W, 3) or tiles such as h5py's automatic (50, 32, 32, 1) - and a chunk is at most 32 MiB,
+ * so act_ep_read_deflate can read it; 0: it cannot (also when built without zlib and libdeflate). */
+int act_ep_deflate_chunk(hid_t ds, int H, int W, int cd[4]);
+/* Frames [t0, t0 + n) of an (T, H, W, 3) dataset with chunks cd into dst. With a locator loc
+ * (episode_direct.h: the chunks' user-block base, checked at open; whole-frame chunks only) and
+ * the file's descriptor fd, each chunk's compressed bytes are fetched by pread on the inflating
+ * thread itself; without (loc NULL), one by one through H5Dread_chunk first. A whole-frame chunk
+ * inside the window inflates straight into dst; any other chunk into its thread's scratch, whence
+ * the part inside the window is copied out. 0: done; -1: error in err (file, dataset, chunk);
+ * 1: a chunk this path does not handle (unallocated, or stored with its filter skipped): use
+ * H5Dread. */
+int act_ep_read_deflate(hid_t ds, const int cd[4], int H, int W, const act_ep_direct *loc, int fd,
+                        uint64_t file_size, const char *path, const char *name, int t0, int n, uint8_t *dst,
                         act_ep_scratch *s, char *err, size_t errlen);
 #endif
 

@@ -12,16 +12,16 @@ T = 11
 
 
 def write_episode(path, qpos, action, images, chunk=None, gzip=False, userblock=0, unwritten=()):
-    """images: camera -> (T, H, W, 3) uint8. chunk None: contiguous; else chunks of `chunk` frames,
-    gzip level 4 when asked. userblock: bytes of user block before HDF5's data. unwritten: the
+    """images: camera -> (T, H, W, 3) uint8. chunk None: contiguous; else chunks of `chunk` frames
+    (an int), of that shape (a tuple: tiles), or h5py's automatic ones (True), gzip level 4 when asked. userblock: bytes of user block before HDF5's data. unwritten: the
     timesteps of chunks never written (HDF5 would read them as zeros; the engine refuses the file)."""
     with h5py.File(path, "w", userblock_size=userblock) if userblock else h5py.File(path, "w") as f:
         f["action"] = action
         f["observations/qpos"] = qpos
         for cam, frames in images.items():
             kw = {}
-            if chunk is not None:
-                kw = {"chunks": (chunk,) + frames.shape[1:]}
+            if chunk is not None:   # k frames, a whole chunk shape (tiles), or True (h5py's own choice)
+                kw = {"chunks": chunk if isinstance(chunk, (tuple, bool)) else (chunk,) + frames.shape[1:]}
                 if gzip:
                     kw.update(compression="gzip", compression_opts=4)
             if unwritten:
@@ -61,6 +61,21 @@ def readers(bench_read, model, ep, threads, inflater=None, pread=True):
     assert p.returncode == 0, p.stderr
     return {line.split()[1].rstrip(":"): line.split(":", 1)[1].strip()
             for line in p.stdout.splitlines() if line.startswith("reader")}
+
+
+def dumped_frames(bench_read, model, ep, tmp_path, threads, inflater=None, pread=True, batch=4):
+    """camera -> the (T, H, W, 3) frames the engine's reader delivers for episode ep, read in
+    windows of `batch` timesteps (bench_episode_read --dump)"""
+    env = reader_env(threads, inflater, pread)
+    prefix = tmp_path / f"dump{threads}"
+    p = subprocess.run([str(bench_read), "--model", str(model), "--episodes", str(ep), "--rounds", "1",
+                        "--batch", str(batch), "--dump", str(prefix)], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    with h5py.File(ep, "r") as f:
+        cams = list(f["observations/images"])
+        shapes = {c: f[f"observations/images/{c}"].shape for c in cams}
+    return {c: np.fromfile(f"{prefix}.{c}.u8", dtype=np.uint8).reshape(shapes[c]) for c in cams}
 
 
 def make_episode_data(make_model, make_cfg, tmp_path, rng):

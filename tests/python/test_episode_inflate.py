@@ -1,7 +1,8 @@
 """gzip frame chunks inflated on the pool's threads (engine/episode_inflate.c) give exactly the
-frames HDF5's own path gives: chunks of one and of three frames (windows that cut chunks), by
-each inflater the build has (libdeflate, zlib), and a corrupt chunk is a clear error naming the
-dataset and timestep, never a crash or wrong frames."""
+frames HDF5's own path gives: chunks of one and of three frames (windows that cut chunks), tiles
+of frames (h5py's automatic chunks among them, edge tiles hanging over the frame), by each
+inflater the build has (libdeflate, zlib), and a corrupt chunk is a clear error naming the
+dataset and timestep (the tile's origin), never a crash or wrong frames."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import h5py
 
 import numpy as np
 import pytest
-from episode_util import make_episode_data, predict, readers, write_episode
+from episode_util import dumped_frames, make_episode_data, predict, readers, write_episode
 
 
 @pytest.fixture
@@ -48,6 +49,57 @@ def test_threaded_inflate_gives_hdf5s_frames(act_infer, bench_read, episode_data
         assert p.returncode == 0, p.stderr
         np.testing.assert_array_equal(np.load(tmp_path / f"got{threads}.npy"), np.load(tmp_path / "want.npy"),
                                       err_msg=f"chunks of {chunk} frames, {threads} threads, {want}")
+
+
+@pytest.mark.parametrize("tile", [True, (3, 8, 16, 1), (2, 7, 5, 2), (4, 16, 10, 3), (11, 5, 32, 1)],
+                         ids=["h5py-auto", "3x8x16x1", "2x7x5x2", "4x16x10x3", "11x5x32x1"])
+def test_gzip_tiles_give_hdf5s_frames(act_infer, bench_read, episode_data, tmp_path, tile, inflater):
+    """chunks that are not whole frames (h5py picks (k, 32, 32, 1)-like tiles when a script asks
+    for gzip without chunks=) are inflated on the pool too, each tile's part of a window copied to
+    its place: every pixel equals HDF5's own read, edge tiles and windows that cut tiles included"""
+    model, qpos, action, images = episode_data
+    raw, gz = tmp_path / "raw.hdf5", tmp_path / "tiles.hdf5"
+    write_episode(raw, qpos, action, images)
+    write_episode(gz, qpos, action, images, chunk=tile, gzip=True)
+    with h5py.File(gz, "r") as f:
+        shape = f[f"observations/images/{next(iter(images))}"].chunks
+    assert shape[1:] != images[next(iter(images))].shape[1:], "tiles expected, not whole frames"
+    want = f"{inflater}, gzip chunks of ({', '.join(map(str, shape))})"
+    assert set(readers(bench_read, model, gz, 3, inflater).values()) == {want}
+    assert set(readers(bench_read, model, gz, 1, inflater).values()) == {"hdf5"}
+    for batch in (4, 5):   # windows that cut tiles in time, every pixel as h5py reads it
+        got = dumped_frames(bench_read, model, gz, tmp_path, 3, inflater, batch=batch)
+        for cam, frames in images.items():
+            np.testing.assert_array_equal(got[cam], frames, err_msg=f"{cam}, tiles {shape}, windows of {batch}")
+    p = predict(act_infer, model, raw, tmp_path / "want.npy", 1)
+    assert p.returncode == 0, p.stderr
+    for threads in (1, 3):   # HDF5's own inflate, then the pool's (predict reads windows of 4 timesteps)
+        p = predict(act_infer, model, gz, tmp_path / f"got{threads}.npy", threads, inflater)
+        assert p.returncode == 0, p.stderr
+        np.testing.assert_array_equal(np.load(tmp_path / f"got{threads}.npy"), np.load(tmp_path / "want.npy"),
+                                      err_msg=f"tiles {shape}, {threads} threads, {want}")
+
+
+def test_a_corrupt_gzip_tile_is_named_by_its_origin(act_infer, episode_data, tmp_path, inflater):
+    model, qpos, action, images = episode_data
+    gz = tmp_path / "tiles.hdf5"
+    write_episode(gz, qpos, action, images, chunk=(3, 8, 16, 1), gzip=True)
+    cam = next(iter(images))
+    with h5py.File(gz, "r") as f:
+        info = f[f"observations/images/{cam}"].id.read_direct_chunk((6, 8, 16, 2))
+        ds = f[f"observations/images/{cam}"]
+        loc = next(ds.id.get_chunk_info(i) for i in range(ds.id.get_num_chunks())
+                   if ds.id.get_chunk_info(i).chunk_offset == (6, 8, 16, 2))
+    assert info[1]
+    data = bytearray(gz.read_bytes())
+    mid = loc.byte_offset + loc.size // 2
+    data[mid:mid + 16] = bytes(255 - b for b in data[mid:mid + 16])
+    gz.write_bytes(bytes(data))
+    p = predict(act_infer, model, gz, tmp_path / "x.npy", 3, inflater)
+    assert p.returncode != 0
+    assert f"observations/images/{cam}" in p.stderr and "the gzip chunk at (6, 8, 16, 2)" in p.stderr, p.stderr
+    assert "corrupt" in p.stderr and f"({inflater}: " in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "x.npy").exists()
 
 
 def test_a_corrupt_gzip_chunk_is_a_clear_error(act_infer, episode_data, tmp_path, inflater):
