@@ -303,6 +303,18 @@ static int pool_read(act_episode *ep, int c, const act_ep_direct *d, int t0, int
                               err, errlen);
 }
 
+/* Frames [t0, t0 + n) of camera c for the open's own looks at them (the pread check's reference
+ * frames, zero_tail's last frame), never through a chunk the open's check left out: a camera the
+ * pool inflates had its gzip chunks' sizes left to that pool, and HDF5's own filter pipeline
+ * would copy a whole chunk out of a shorter inflated one (a heap over-read found by
+ * test_episode_reader under ASan). Such a camera is read by the pool without a locator
+ * (H5Dread_chunk, then the size-checked inflate); HDF5 reads what that path leaves to it
+ * (unallocated chunks, or filter-skipped ones, which made the check cover every chunk). */
+static int checked_read(act_episode *ep, int c, int t0, int n, uint8_t *dst, char *err, size_t errlen) {
+    int r = inflated(ep->impl, c) ? pool_read(ep, c, NULL, t0, n, dst, err, errlen) : 1;
+    return r > 0 ? h5_read_frames(ep, c, t0, n, dst, err, errlen) : r;
+}
+
 /* 1 when frames 0 and T-1 of camera c read through locator d equal HDF5's (ref: those two) */
 static int direct_agrees(act_episode *ep, int c, const act_ep_direct *d, const uint8_t *ref, uint8_t *got) {
     size_t frame = (size_t)ep->image_h * ep->image_w * 3;
@@ -363,7 +375,7 @@ static int zero_tail(act_episode *ep, char *err, size_t errlen) {
     int black = f != NULL;
     for (int c = 0; c < ep->num_cams && black; c++) {
         char e[256];
-        black = h5_read_frames(ep, c, ep->T - 1, 1, f, e, sizeof e) == 0;
+        black = checked_read(ep, c, ep->T - 1, 1, f, e, sizeof e) == 0;
         for (size_t i = 0; i < frame && black; i++) black = f[i] == 0;
     }
     free(f);
@@ -377,7 +389,9 @@ static int zero_tail(act_episode *ep, char *err, size_t errlen) {
 
 /* Camera c's frames (raw), or its gzip chunks' compressed bytes, read by pread (episode_direct.c)
  * on HDF5's own file descriptor, when the layout allows it and the first and last frames read
- * that way equal HDF5's: a check of what the addresses mean, at two frames per camera. A chunked
+ * that way equal HDF5's (for gzip: the chunks HDF5 fetches by their coordinates, inflated and
+ * size-checked by the pool: checked_read): a check of what the addresses mean, at two frames per
+ * camera. A chunked
  * dataset in a file with a user block has two candidate bases (HDF5 1.10 counts chunk addresses
  * from the block's end, later versions may count from the file's start): exactly one may agree.
  * Anything short of that leaves the camera to HDF5 (or, for gzip, to H5Dread_chunk), which says
@@ -391,8 +405,8 @@ static void direct_setup(act_episode *ep, int c) {
     size_t frame = (size_t)ep->image_h * ep->image_w * 3;
     uint8_t *ref = malloc(2 * frame), *got = malloc(frame);
     char e[256];
-    if (ref && got && !h5_read_frames(ep, c, 0, 1, ref, e, sizeof e) &&
-        !h5_read_frames(ep, c, ep->T - 1, 1, ref + frame, e, sizeof e)) {
+    if (ref && got && !checked_read(ep, c, 0, 1, ref, e, sizeof e) &&
+        !checked_read(ep, c, ep->T - 1, 1, ref + frame, e, sizeof e)) {
         act_ep_direct alt = d;
         alt.base = 0;
         int a = direct_agrees(ep, c, &d, ref, got);
