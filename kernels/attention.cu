@@ -91,6 +91,7 @@ int act_k_attention(const void *q, int qdt, int qs, const void *k, const void *v
 
 #define AOL_WARPS 16
 #define AOL_OUTS 4   /* the reduction below is written for four */
+#define AOL_RED 32   /* block_sum's static shared floats: they count against 48 KB with the dynamic */
 
 /* Two weights at once (i even, the pointer aligned to two elements): 4-byte bf16/fp16 pairs or
  * 8-byte fp32 pairs, so a warp reads 128 or 256 contiguous bytes of a weight row per step. */
@@ -114,7 +115,7 @@ static __global__ void attention_out_ln_kernel(const void *q, int qdt, int qs, c
                                                const void *x, int xdt, const float *lw,
                                                const float *lb, float eps, void *y, int ydt) {
     extern __shared__ float sm[];
-    __shared__ float red[32];
+    __shared__ float red[AOL_RED];
     int E = nh * dh;
     float *Qs = sm;                                   /* [E] the query row / sqrt(dh) */
     float *Att = Qs + E;                              /* [E] attention output, all heads */
@@ -198,10 +199,13 @@ int act_k_attention_out_ln(const void *q, int qdt, int qs, const void *k, const 
                            void *y, int ydt, cudaStream_t st, char *err, size_t errlen) {
     if (B == 0 || Lq == 0) return 0;
     int E = nh * dh;
+    /* a launch's static and dynamic shared memory together may not pass 48 KB (without the
+     * opt-in attribute); a GPU refuses it at launch, with no word of which limit */
     size_t smem = ((size_t)3 * E + (size_t)AOL_WARPS * Lk) * sizeof(float);
-    if (Lk <= 0 || dh <= 0 || smem > 48 * 1024) {
+    if (Lk <= 0 || dh <= 0 || smem + AOL_RED * sizeof(float) > 48 * 1024) {
         snprintf(err, errlen, "attention+out+ln: %d keys, width %d need %zu bytes of shared "
-                 "memory; this kernel is for short sequences (<= 48 KB)", Lk, E, smem);
+                 "memory; this kernel is for short sequences (<= 48 KB)", Lk, E,
+                 smem + AOL_RED * sizeof(float));
         return -1;
     }
     size_t esz = wdt == KDT_F32 ? 4 : 2;

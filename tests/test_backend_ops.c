@@ -489,6 +489,38 @@ static void t_attention_out_ln(const pair *p, const char *name, int Lq, int Lk, 
     free(m8);
 }
 
+/* The fused kernel's shared memory is its dynamic bytes (3E + 16 Lk floats) plus block_sum's
+ * static 128; a GPU refuses a launch whose two together pass 48 KB. At the longest key count
+ * whose dynamic bytes alone fit, the op must refuse the shape itself, with the reason, and leave
+ * the backend usable (a launch a GPU refuses says only "too many resources"; the emulator faults
+ * it, sticky, as it counts the static bytes too). */
+static void t_attention_out_ln_limit(const pair *p, const act_dec_layer *d, int nh, int E,
+                                     float eps) {
+    const char *name = "attention+out+ln smem limit";
+    act_backend *be = p->gpu;
+    if (!listed(getenv("ACT_OPS_ONLY"), name, 1) || !be->attention_out_ln) return;
+    int Lk = (48 * 1024 / 4 - 3 * E) / 16;
+    act_buf q = be->alloc(be, (size_t)E, ACT_DT_ACT), kv = be->alloc(be, (size_t)Lk * 2 * E, ACT_DT_ACT);
+    act_buf x = be->alloc(be, (size_t)E, ACT_DT_ACT), y = be->alloc(be, (size_t)E, ACT_DT_ACT);
+    if (!q.p || !kv.p || !x.p || !y.p) {
+        fprintf(stderr, "FAIL %s: alloc: %s\n", name, be->err);
+        g_fail++;
+        return;
+    }
+    int r = be->attention_out_ln(be, q, E, kv, act_at(kv, E), 2 * E, 1, 1, Lk, nh, E / nh,
+                                 act_nobuf(), &d->cross_attn.out, x, &d->ln2, eps, y);
+    if (r == 0 || !strstr(be->err, "shared memory")) {
+        fprintf(stderr, "FAIL %s %s: %d keys of width %d %s (%s)\n", name, PREC_NAME[p->prec], Lk,
+                E, r ? "refused without the reason" : "accepted", be->err);
+        g_fail++;
+    }
+    if (be->sync(be)) {
+        fprintf(stderr, "FAIL %s %s: the backend after the refusal: %s\n", name,
+                PREC_NAME[p->prec], be->err);
+        g_fail++;
+    }
+}
+
 typedef struct { const act_ln *ln; float eps; int rows, E, oop; } ln_arg;
 static int f_ln(act_backend *be, act_buf *in, act_buf out, const void *a) {
     const ln_arg *x = a;
@@ -688,6 +720,7 @@ static void all_ops(const pair *p, const act_model *m) {
                        &d->cross_attn.out, &d->ln2, c->ln_eps, 1);
     t_attention_out_ln(p, "attention+out+ln masked", 2 + H, 2 + H, c->nheads, E, 1, 1,
                        &m->enc[0].attn.out, &m->enc[0].ln1, c->ln_eps, 0);
+    t_attention_out_ln_limit(p, d, c->nheads, E, c->ln_eps);
     t_head_misc(p, m);
 }
 

@@ -500,6 +500,10 @@ const char *g_kernel = "";
 unsigned long long g_slot[2][kMaxThreads];
 unsigned g_shfl_gen[kMaxThreads];
 std::vector<unsigned char> g_smem;
+size_t g_dyn_bytes;                              /* this launch's dynamic shared memory */
+std::set<const void *> g_static_vars;            /* its static __shared__ variables met so far */
+size_t g_static_bytes;                           /* and their bytes */
+bool g_smem_faulted;
 
 void set_thread_index(int t) {
     threadIdx.x = t % blockDim.x;
@@ -684,6 +688,10 @@ void run_kernel(const char *name, dim3 grid, dim3 block, size_t smem, const emu_
     blockDim = block;
     g_fn = &fn;
     g_kernel = name;
+    g_dyn_bytes = smem;
+    g_static_vars.clear();
+    g_static_bytes = 0;
+    g_smem_faulted = false;
     int n = (int)(block.x * block.y * block.z);
     g_nthreads = n;
     if (g_smem.size() < smem) g_smem.resize(smem);
@@ -834,6 +842,17 @@ unsigned long long emu_shfl_raw(unsigned mask, unsigned long long v, int src_lan
 }
 
 void *emu_dyn_smem(void) { return g_smem.data(); }
+
+void emu_static_smem(const void *p, size_t bytes) {
+    if (!g_static_vars.insert(p).second) return;
+    g_static_bytes += bytes;
+    if (g_static_bytes + g_dyn_bytes > 48 * 1024 && !g_smem_faulted) {
+        g_smem_faulted = true;
+        emu_fault("kernel %s: %zu bytes of static and %zu of dynamic shared memory pass 48 KB: a "
+                  "GPU refuses this launch (too many resources requested)", g_kernel,
+                  g_static_bytes, g_dyn_bytes);
+    }
+}
 
 cudaError_t emu_submit_launch(const char *name, dim3 grid, dim3 block, size_t smem,
                               cudaStream_t st, emu_thread_fn fn, const emu_ptr_arg *ptrs,

@@ -131,6 +131,15 @@ static __global__ void exited_shuffle_kernel(float *y) {
     if (threadIdx.x >= 16) return;
     y[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 16);
 }
+/* 1 KB of static shared memory beside the launch's dynamic bytes; the emu_static_smem call is
+ * what translate.sh adds after each __shared__ declaration of a kernels/*.cu file */
+static __global__ void static_dynamic_smem_kernel(float *y) {
+    __shared__ float tile[256]; emu_static_smem(&tile, sizeof tile);
+    float *dyn = (float *)emu_dyn_smem();
+    tile[threadIdx.x] = 1.0f;
+    dyn[threadIdx.x] = 2.0f;
+    y[threadIdx.x] = tile[threadIdx.x] + dyn[threadIdx.x];
+}
 
 /* ---- helpers ---- */
 
@@ -149,6 +158,14 @@ static int child_divergent(void) {
 static int child_exited_shuffle(void) {
     float *y = dev_upload(NULL, 32);
     emu_launch(exited_shuffle_kernel, 1, 32)(y);
+    return cudaDeviceSynchronize() == cudaErrorIllegalAddress;
+}
+/* 47 KB dynamic + 1 KB static fits in 48 KB; 1 byte more is a launch a GPU refuses */
+static int child_static_dynamic_smem(void) {
+    float *y = dev_upload(NULL, 32);
+    emu_launch(static_dynamic_smem_kernel, 1, 32, 47 * 1024)(y);
+    if (cudaDeviceSynchronize() != cudaSuccess) return 2;
+    emu_launch(static_dynamic_smem_kernel, 1, 32, 47 * 1024 + 1)(y);
     return cudaDeviceSynchronize() == cudaErrorIllegalAddress;
 }
 static int child_host_pointer(void) {
@@ -908,6 +925,8 @@ int main(void) {
     check_capture_joins();
     in_child("threads of one warp split between __syncwarp and __syncthreads", child_divergent);
     in_child("a full-mask shuffle after half the warp returned", child_exited_shuffle);
+    in_child("static + dynamic shared memory over 48 KB", child_static_dynamic_smem,
+             {"1024 bytes of static and 48129 of dynamic shared memory pass 48 KB"});
     for (const char *o : {"reverse", "shuffle:3"}) {     /* a warp at a time: the same faults */
         emu_set_order(o);
         in_child("a divergent barrier, a warp at a time", child_divergent, {"divergent barrier"});

@@ -45,6 +45,11 @@ void __syncwarp(unsigned mask = 0xffffffffu);
 /* the warp-exchange primitive under every shuffle: lane publishes v, then reads lane src's */
 unsigned long long emu_shfl_raw(unsigned mask, unsigned long long v, int src_lane);
 void *emu_dyn_smem(void);
+/* a kernel's static __shared__ variable at p, of bytes (translate.sh adds the call after each
+ * declaration inside a function): a GPU refuses a launch whose static and dynamic shared memory
+ * together pass 48 KB (without the cudaFuncAttributeMaxDynamicSharedMemorySize opt-in), which
+ * the launch-time check of the dynamic bytes alone cannot see */
+void emu_static_smem(const void *p, size_t bytes);
 
 template <class T> static inline T emu_shfl(unsigned mask, T v, int src) {
     static_assert(sizeof(T) <= 8, "shuffle of a type wider than 8 bytes");
