@@ -52,7 +52,10 @@
  *    capturing" class of bugs. A captured copy must use pinned host memory.
  *  - A kernel argument that points into host memory, a launch configuration CUDA would refuse
  *    (block > 1024 threads, grid.y/z > 65535, dynamic shared memory > 48 KB, a zero dimension),
- *    a CUDA call from inside a host function: reported with the kernel's name.
+ *    a CUDA call from inside a host function: reported with the kernel's name. Static
+ *    __shared__ variables count against the 48 KB too, but the emulator learns their size only
+ *    as the kernel runs (emu_static_smem, added by translate.sh), so a launch over it is a fault
+ *    when it runs rather than the launch error a GPU gives.
  *  - Every operation remembers which live allocation each of its device pointers pointed into
  *    at the call (kernel arguments, library operands and workspaces, async copy and memset
  *    ranges) and checks before each run - deferred, and every replay of a captured graph -
