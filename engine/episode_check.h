@@ -11,7 +11,7 @@
  * chunk must store exactly one chunk's bytes, and every filtered chunk is fetched raw
  * (H5Dread_chunk) and undone here - fletcher32 strips its 4 bytes, gzip inflates, shuffle keeps
  * the length - to exactly one chunk's bytes. Chunks that episode_inflate.c will inflate itself
- * (whole-frame gzip chunks stored with every filter applied) are checked there as they are read,
+ * (gzip chunks, whole frames or tiles, stored with every filter applied) are checked there as they are read,
  * so the caller may leave them out here. */
 #ifndef ACT_EPISODE_CHECK_H
 #define ACT_EPISODE_CHECK_H
