@@ -11,8 +11,9 @@
  * chunk must store exactly one chunk's bytes, and every filtered chunk is fetched raw
  * (H5Dread_chunk) and undone here - fletcher32 strips its 4 bytes, gzip inflates, shuffle keeps
  * the length - to exactly one chunk's bytes. Chunks that episode_inflate.c will inflate itself
- * (gzip chunks, whole frames or tiles, stored with every filter applied) are checked there as they are read,
- * so the caller may leave them out here. */
+ * (gzip chunks, whole frames or tiles, stored with every filter applied) are checked there as
+ * they are read, so the caller may leave them out here; episode.c's own reads at open go the
+ * same way (checked_read). */
 #ifndef ACT_EPISODE_CHECK_H
 #define ACT_EPISODE_CHECK_H
 
