@@ -84,7 +84,8 @@ void act_cpu_pgemm(int M, int N, int K, const float *Ap, const float *B, int ldb
 /* Prepares the GEMM library once per process (see cpu_gemm.c); returns its name for display. */
 const char *act_cpu_blas_init(void);
 /* Threads for the backend's own loops and products: ACT_CPU_THREADS, else the BLAS's thread
- * count at start (OPENBLAS_NUM_THREADS), else the online cores (at most 64). */
+ * count at start (OPENBLAS_NUM_THREADS, else GOTO_NUM_THREADS, else OMP_NUM_THREADS: OpenBLAS
+ * reads all three), else the online cores (at most 64). */
 int act_cpu_threads(void);
 /* How long the pool's threads spin between parallel loops before they sleep (act_pool_set_spin_us):
  * ACT_POOL_SPIN_US, 0..10000 microseconds, default 100 (0 with ACT_CPU_SPLIT_GEMM=0). */

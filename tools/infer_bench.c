@@ -543,10 +543,11 @@ static void print_sections(const bench_report *r) {
 extern char **environ;
 
 /* 1 when the environment entry kv ("NAME=value") is a switch of the engine, its emulator or its
- * BLAS: what an A/B run flips */
+ * BLAS: what an A/B run flips. OpenBLAS takes its thread count (the CPU backend's default
+ * ACT_CPU_THREADS) from GOTO_NUM_THREADS or OMP_NUM_THREADS too, not only OPENBLAS_NUM_THREADS. */
 static int is_switch(const char *kv) {
     static const char *const prefix[] = {"ACT_CUDA_", "ACT_CPU_", "ACT_POOL_", "ACT_EMU_",
-                                         "OPENBLAS_"};
+                                         "OPENBLAS_", "GOTO_NUM_THREADS=", "OMP_NUM_THREADS="};
     if (!strchr(kv, '=')) return 0;
     for (size_t i = 0; i < sizeof prefix / sizeof *prefix; i++)
         if (!strncmp(kv, prefix[i], strlen(prefix[i]))) return 1;

@@ -136,7 +136,8 @@ def test_bench_generated_inputs_and_defaults(act_infer, small_model, tmp_path):
 def test_bench_names_the_switches_it_ran_with(act_infer, small_model, tmp_path):
     """The engine switches set in the environment (ACT_CUDA_*, ACT_CPU_*, ...) change what a step
     runs: the table's env line and the JSON's "switches" name them, and say so when none is set."""
-    prefixes = ("ACT_CUDA_", "ACT_CPU_", "ACT_POOL_", "ACT_EMU_", "OPENBLAS_")
+    prefixes = ("ACT_CUDA_", "ACT_CPU_", "ACT_POOL_", "ACT_EMU_", "OPENBLAS_", "OMP_NUM_THREADS",
+                "GOTO_NUM_THREADS")
     clean = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
     for extra, want in (({}, {}), ({"ACT_CPU_PACKED_GEMM": "1", "ACT_NOT_A_SWITCH": "x"},
                                    {"ACT_CPU_PACKED_GEMM": "1"})):
@@ -148,6 +149,26 @@ def test_bench_names_the_switches_it_ran_with(act_infer, small_model, tmp_path):
         line = next(ln for ln in p.stdout.splitlines() if ln.startswith("env "))
         assert line.split()[1:] == (["ACT_CPU_PACKED_GEMM=1"] if want else
                                     ["no", "engine", "switches", "set", "(the", "defaults)"]), line
+
+
+def test_bench_names_the_thread_variables_openblas_reads(act_infer, small_model, tmp_path):
+    """Without ACT_CPU_THREADS the CPU backend takes OpenBLAS's thread count at start, and OpenBLAS
+    reads it from OMP_NUM_THREADS or GOTO_NUM_THREADS as well as OPENBLAS_NUM_THREADS: either one
+    changes what a step runs (OMP_NUM_THREADS=1, common in containers, halves a 2-core step), so
+    the env line and "switches" name it beside the thread count the device line reports."""
+    prefixes = ("ACT_CUDA_", "ACT_CPU_", "ACT_POOL_", "ACT_EMU_", "OPENBLAS_", "OMP_NUM_THREADS",
+                "GOTO_NUM_THREADS")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+    for var in ("OMP_NUM_THREADS", "GOTO_NUM_THREADS"):
+        out = tmp_path / "thr.json"
+        p = _run([act_infer, "bench", "--model", small_model.model, "--device", "cpu", "--iters", 1,
+                  "--warmup", 0, "--profile-iters", 0, "--json", out], env=dict(clean, **{var: "1"}))
+        assert p.returncode == 0, p.stderr
+        r = json.loads(out.read_text())
+        assert "1 thread," in r["device_name"], r["device_name"]
+        assert r["switches"] == {var: "1"}, r["switches"]
+        line = next(ln for ln in p.stdout.splitlines() if ln.startswith("env "))
+        assert line.split()[1:] == [f"{var}=1"], line
 
 
 def test_bench_staged_inputs_give_the_same_chunk(act_infer, small_model, tmp_path):
