@@ -716,6 +716,7 @@ int act_cmd_bench(int argc, char **argv) {
         else fprintf(stderr, "act-infer bench: device cpu (no CUDA: %s)\n", why);
     }
     apply_defaults(&a);
+    if (a.json && infer_output_writable("bench", "--json", a.json)) return INFER_EXIT_FAIL;
     if (!a.model) {
         a.model = find_demo_model(demo, sizeof demo);
         if (!a.model) {

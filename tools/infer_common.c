@@ -6,6 +6,8 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 int infer_usage(const char *cmd, const char *usage, const char *fmt, ...) {
     va_list ap;
@@ -196,4 +198,26 @@ int infer_run_batch(infer_ctx *ctx, const act_ep_batch *b, int posterior, infer_
     if (!rc && in.batch > 0 && in.batch <= ctx->batch && ctx->ran[in.batch] < 255)
         ctx->n_ran += !ctx->ran[in.batch]++;
     return rc;
+}
+
+int infer_output_writable(const char *cmd, const char *flag, const char *path) {
+    char dir[1024];
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "act-infer %s: %s %s is a directory: name a file in it\n", cmd, flag, path);
+        return -1;
+    }
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {   /* /dev/stdout, a FIFO: written directly */
+        if (access(path, W_OK) == 0) return 0;
+        fprintf(stderr, "act-infer %s: %s %s: %s\n", cmd, flag, path, strerror(errno));
+        return -1;
+    }
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    if (access(dir, W_OK) == 0) return 0;
+    fprintf(stderr, "act-infer %s: %s %s: cannot write into %s: %s\n", cmd, flag, path, dir, strerror(errno));
+    return -1;
 }

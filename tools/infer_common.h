@@ -24,6 +24,10 @@ int infer_usage(const char *cmd, const char *usage, const char *fmt, ...)
  * returns -1 if the value is missing, 0 if argv[*i] is another option. */
 int infer_opt(int argc, char **argv, int *i, const char *name, const char **val);
 int infer_parse_int(const char *s, int lo, int hi, int *out);
+/* A long run must not end in "cannot create OUT": 0 when the file `path` (given as `flag`) can
+ * be written (its folder is writable, where the file is written through a temporary sibling, or it
+ * is a writable device or FIFO, written directly; not a folder); else -1 with a message. */
+int infer_output_writable(const char *cmd, const char *flag, const char *path);
 int infer_parse_device(const char *s, act_device *out);
 int infer_parse_precision(const char *s, act_precision *out);
 const char *infer_device_name(act_device d);

@@ -156,19 +156,6 @@ static int run_plots(const char *plots, const char *preds, const char *summary, 
     return 0;
 }
 
-/* A long eval must not end in "cannot create SUMMARY.json": check its folder up front. */
-static int json_dir_writable(const char *path) {
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = '\0';
-    else *slash = '\0';
-    if (access(dir, W_OK) == 0) return 0;
-    fprintf(stderr, "act-infer eval: --json %s: cannot write into %s: %s\n", path, dir, strerror(errno));
-    return -1;
-}
-
 /* ---- eval ---- */
 
 typedef struct eval_args {
@@ -446,7 +433,7 @@ int act_cmd_eval(int argc, char **argv) {
     rc = INFER_EXIT_FAIL;
     if (!sel || !sel_index) { fprintf(stderr, "act-infer eval: out of memory\n"); goto done; }
     if (preds && duplicate_stems(sel, nsel) != 0) goto done;
-    if ((a.json && json_dir_writable(a.json) != 0) || (a.plots && make_dir(a.plots) != 0) ||
+    if ((a.json && infer_output_writable("eval", "--json", a.json) != 0) || (a.plots && make_dir(a.plots) != 0) ||
         (preds && make_dir(preds) != 0))
         goto done;
     if (nsel == 0) fprintf(stderr, "act-infer eval: shard %d/%d of %d episodes is empty\n", a.shard_i, a.shard_n, nall);

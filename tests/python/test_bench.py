@@ -213,6 +213,20 @@ def test_bench_usage_errors(act_infer, small_model, args, message):
     assert message in p.stderr
 
 
+def test_bench_refuses_an_unwritable_json_before_it_runs(act_infer, small_model, tmp_path):
+    """A bench runs for minutes (CUDA: 4 sizes x 220 steps; CPU: large batches); a --json it
+    cannot write must fail before the first step, not after the last one, as eval checks its
+    --json up front. A directory given as the file is refused too."""
+    for path, words in ((tmp_path / "missing" / "b.json", "cannot write into"),
+                        (tmp_path, "is a directory")):
+        p = _run([act_infer, "bench", "--model", small_model.model, "--device", "cpu", "--iters", 1,
+                  "--warmup", 0, "--profile-iters", 0, "--json", path])
+        assert p.returncode == 1, (p.stdout, p.stderr)
+        assert words in p.stderr and str(path) in p.stderr, p.stderr
+        assert "batch 1 ..." not in p.stderr and "p50 ms" not in p.stdout, (p.stdout, p.stderr)
+    assert not any(tmp_path.iterdir()), list(tmp_path.iterdir())
+
+
 def test_bench_bad_inputs_and_model_are_named(act_infer, small_model, repo_root, tmp_path):
     ct = _bench_module(repo_root)
     inputs = tmp_path / "few"
