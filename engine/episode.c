@@ -31,6 +31,7 @@ typedef struct h5_episode {
     uint64_t file_size;
     struct stat opened;            /* fd's status at open: a file rewritten in place is noticed */
     act_ep_scratch scratch;
+    act_ep_rowcache rows[ACT_MAX_CAMS];   /* gzip tiles: the rows a read keeps for the next */
 } h5_episode;
 
 static herr_t innermost_cb(unsigned n, const H5E_error2_t *e, void *data) {
@@ -298,7 +299,8 @@ static int pool_read(act_episode *ep, int c, const act_ep_direct *d, int t0, int
     size_t frame = (size_t)ep->image_h * ep->image_w * 3;
     if (inflated(h, c))
         return act_ep_read_deflate(h->img[c], h->deflate_cd[c], ep->image_h, ep->image_w, d, d ? h->fd : -1,
-                                   h->file_size, ep->path, h->img_name[c], t0, n, dst, &h->scratch, err, errlen);
+                                   h->file_size, ep->path, h->img_name[c], t0, n, dst, &h->scratch, &h->rows[c], err,
+                                   errlen);
     return act_ep_read_direct(d, h->fd, h->file_size, h->img[c], ep->path, h->img_name[c], t0, n, frame, dst,
                               err, errlen);
 }
@@ -566,6 +568,7 @@ void act_episode_close(act_episode *ep) {
         if (h->file >= 0) H5Fclose(h->file);
         H5Eclear2(H5E_DEFAULT);
         act_ep_scratch_free(&h->scratch);
+        for (int c = 0; c < ACT_MAX_CAMS; c++) act_ep_rowcache_free(&h->rows[c]);
         free(h);
     }
     free(ep->qpos);

@@ -2,7 +2,7 @@
  * defines: act_ep_scratch, act_ep_frame_chunk, act_ep_deflate_chunk,
  *          act_ep_inflate_threads, act_ep_pool_run, act_ep_inflater, act_ep_inflater_check,
  *          act_ep_read_deflate, act_ep_inflate_one,
- *          act_ep_scratch_free
+ *          act_ep_scratch_free, act_ep_rowcache, act_ep_rowcache_free
  *
  * libhdf5 runs its deflate filter on the calling thread, one chunk after another, and at ~1-5 ms
  * per 256x256 frame triple that single thread caps batch evaluation at a few hundred timesteps per
@@ -28,6 +28,19 @@ typedef struct act_ep_scratch {   /* per open episode: reused across reads */
 } act_ep_scratch;
 
 void act_ep_scratch_free(act_ep_scratch *s);
+
+/* Per camera of an open episode: the inflated tiles of up to two rows of tiles (every tile with
+ * the same first timestep). A read whose window ends inside a row keeps that row, and the next
+ * window, which starts in it, copies its part from here instead of fetching and inflating those
+ * tiles again (eval reads windows of --batch timesteps in order; with h5py's 50-frame tiles and
+ * windows of 64 that was about every second row read twice). */
+typedef struct act_ep_rowcache {
+    uint8_t *buf[2];
+    size_t cap[2];
+    int row1[2];                  /* the row's first timestep + 1; 0: empty */
+} act_ep_rowcache;
+
+void act_ep_rowcache_free(act_ep_rowcache *r);
 
 /* ACT_EPISODE_THREADS, else the online cores (at most 8); 1 = HDF5's own path always */
 int act_ep_inflate_threads(void);
@@ -57,20 +70,21 @@ int act_ep_inflate_one(void *dec, const uint8_t *in, size_t in_len, uint8_t *out
 int act_ep_frame_chunk(hid_t dcpl, int H, int W);
 /* 1 when the dataset (T, H, W, 3) uint8 is chunked with gzip alone (or gzip and shuffle, which
  * leaves 1-byte values where they are), whatever the chunk shape cd (t, y, x, c) - whole frames
- * (k, H, W, 3) or tiles such as h5py's automatic (50, 32, 32, 1) - and a chunk is at most 32 MiB,
- * so act_ep_read_deflate can read it; 0: it cannot (also when built without zlib and libdeflate). */
+ * (k, H, W, 3) of at most 32 MiB, or tiles such as h5py's automatic (50, 32, 32, 1) of at most
+ * 4 MiB (each pool thread holds one) - so act_ep_read_deflate can read it; 0: it cannot (also when built without zlib and libdeflate). */
 int act_ep_deflate_chunk(hid_t ds, int H, int W, int cd[4]);
 /* Frames [t0, t0 + n) of an (T, H, W, 3) dataset with chunks cd into dst. With a locator loc
  * (episode_direct.h: the chunks' user-block base, checked at open; whole-frame chunks only) and
  * the file's descriptor fd, each chunk's compressed bytes are fetched by pread on the inflating
  * thread itself; without (loc NULL), one by one through H5Dread_chunk first. A whole-frame chunk
- * inside the window inflates straight into dst; any other chunk into its thread's scratch, whence
- * the part inside the window is copied out. 0: done; -1: error in err (file, dataset, chunk);
- * 1: a chunk this path does not handle (unallocated, or stored with its filter skipped): use
- * H5Dread. */
+ * inside the window inflates straight into dst; any other chunk into its thread's scratch (or,
+ * for tiles, into rows: the window's last row when the window ends inside it), whence the part
+ * inside the window is copied out. rows may be NULL (no reuse). 0: done; -1: error in err
+ * (file, dataset, chunk); 1: a chunk this path does not handle (unallocated, or stored with its
+ * filter skipped): use H5Dread. */
 int act_ep_read_deflate(hid_t ds, const int cd[4], int H, int W, const act_ep_direct *loc, int fd,
                         uint64_t file_size, const char *path, const char *name, int t0, int n, uint8_t *dst,
-                        act_ep_scratch *s, char *err, size_t errlen);
+                        act_ep_scratch *s, act_ep_rowcache *rows, char *err, size_t errlen);
 #endif
 
 #endif
