@@ -104,9 +104,11 @@ int act_ep_check_chunks(hid_t ds, const char *path, const char *name, int skip_i
             rc = fail(&c, o, rank, "cannot be located in the chunk index");
             break;
         }
-        if (skip_inflated && mask != 0 && addr != HADDR_UNDEF) {
-            /* a chunk stored with a filter skipped sends every read window holding it to HDF5,
-             * the inflater's chunks in that window too: all of them are checked here after all */
+        if (skip_inflated && ((mask != 0 && addr != HADDR_UNDEF) || size == 0)) {
+            /* a chunk stored with a filter skipped, or one of 0 stored bytes (unallocated, or a
+             * damaged index's entry: the inflater takes both for unallocated), sends every read
+             * window holding it to HDF5, the inflater's chunks in that window too: all of them are
+             * checked here after all (a 0-byte entry then fails below) */
             skip_inflated = 0;
             memset(o, 0, sizeof o);
             continue;

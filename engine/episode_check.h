@@ -12,8 +12,10 @@
  * (H5Dread_chunk) and undone here - fletcher32 strips its 4 bytes, gzip inflates, shuffle keeps
  * the length - to exactly one chunk's bytes. Chunks that episode_inflate.c will inflate itself
  * (gzip chunks, whole frames or tiles, stored with every filter applied) are checked there as
- * they are read, so the caller may leave them out here; episode.c's own reads at open go the
- * same way (checked_read). */
+ * they are read, so the caller may leave them out here (unless one chunk sends its read window
+ * to HDF5: stored with a filter skipped, or 0 bytes in the index, which the inflater takes for
+ * unallocated; then all are checked here); episode.c's own reads at open go the same way
+ * (checked_read). */
 #ifndef ACT_EPISODE_CHECK_H
 #define ACT_EPISODE_CHECK_H
 
@@ -23,7 +25,8 @@
 #include <hdf5.h>
 
 /* 0, or -1 with err naming path, the dataset and the chunk. skip_inflated: filtered chunks whose
- * filter mask is 0 are not inflated here (episode_inflate.c checks them). Does nothing for a
+ * filter mask is 0 are not inflated here (episode_inflate.c checks them), unless some chunk has a
+ * filter mask or 0 stored bytes (above). Does nothing for a
  * layout that is not chunked, or with an HDF5 older than 1.10.5 (no chunk index queries); the
  * size checks of filtered chunks need zlib or libdeflate in the build. */
 int act_ep_check_chunks(hid_t ds, const char *path, const char *name, int skip_inflated, char *err, size_t errlen);

@@ -6,7 +6,9 @@ dataset and timestep (the tile's origin), never a crash or wrong frames."""
 
 from __future__ import annotations
 
+import struct
 import subprocess
+import zlib
 
 import h5py
 
@@ -120,6 +122,39 @@ def test_a_corrupt_gzip_chunk_is_a_clear_error(act_infer, episode_data, tmp_path
     assert "Traceback" not in p.stderr and not (tmp_path / "x.npy").exists()
     p = predict(act_infer, model, gz, tmp_path / "y.npy", 1)   # HDF5's own path: refused at open (episode_check.c)
     assert p.returncode != 0 and "the chunk at (6, 0, 0, 0) is not a valid gzip stream" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("chunk, short, empty", [(1, (0, 0, 0, 0), (2, 0, 0, 0)),
+                                                  ((3, 8, 16, 1), (0, 0, 0, 0), (0, 8, 16, 2))],
+                         ids=["frames", "tiles"])
+def test_a_gzip_chunk_indexed_at_0_bytes_is_refused_at_open(act_infer, episode_data, tmp_path, chunk, short, empty):
+    """a damaged chunk index that gives a gzip chunk 0 stored bytes: the pool takes it for a chunk
+    never written and leaves its whole read window to HDF5, so the open's check, which left the
+    pool's chunks out, must check them all: else a chunk in that window that inflates to a quarter
+    of a chunk went to HDF5 1.10 unchecked, which copied a whole chunk out of the shorter buffer
+    (ASan: heap-buffer-overflow in H5Dread; without it, a read of heap bytes)"""
+    model, qpos, action, images = episode_data
+    gz = tmp_path / "gz.hdf5"
+    write_episode(gz, qpos, action, images, chunk=chunk, gzip=True)
+    cam = next(iter(images))
+    with h5py.File(gz, "r+") as f:
+        ds = f[f"observations/images/{cam}"]
+        ds.id.write_direct_chunk(short, zlib.compress(bytes(int(np.prod(ds.chunks)) // 4)), filter_mask=0)
+        info = ds.id.get_chunk_info_by_coord(empty)
+    # the chunk's v1 B-tree key: its stored size, filter mask, and origin (one more 0 for the type)
+    key = struct.pack("<II", info.size, info.filter_mask) + struct.pack("<5Q", *empty, 0)
+    data = bytearray(gz.read_bytes())
+    at = data.find(key)
+    assert at >= 0 and data.find(key, at + 1) < 0, "the chunk's index entry was not found once"
+    data[at:at + 4] = bytes(4)
+    gz.write_bytes(bytes(data))
+    with h5py.File(gz, "r") as f:
+        assert f[f"observations/images/{cam}"].id.get_chunk_info_by_coord(empty).size == 0
+    for threads in (3, 1):   # the pool's path (predict's windows of 4 hold both chunks), HDF5's own
+        p = predict(act_infer, model, gz, tmp_path / "x.npy", threads)
+        assert p.returncode != 0 and f"observations/images/{cam}" in p.stderr, p.stderr
+        assert "the chunk at (0, 0, 0, 0) inflates to " in p.stderr and "(damaged file)" in p.stderr, p.stderr
+        assert "Traceback" not in p.stderr and not (tmp_path / "x.npy").exists()
 
 
 def test_an_unknown_inflater_is_named(act_infer, episode_data, tmp_path):
