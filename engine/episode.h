@@ -33,8 +33,9 @@ int act_episode_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *ds
                             char *err, size_t errlen);
 /* How camera `cam`'s frames are read, for logs and tests: "pread, contiguous", "pread, chunks of
  * K frames" (episode_direct.c), "LIB, gzip chunks of K frames[, pread]" (episode_inflate.c: LIB
- * is libdeflate or zlib; pread: the compressed bytes fetched by it, else through HDF5), or
- * "hdf5" (HDF5 itself). */
+ * is libdeflate or zlib; pread: the compressed bytes fetched by it, else through HDF5), "LIB,
+ * gzip chunks of (t, y, x, c)" (tiles that are not whole frames, e.g. h5py's automatic chunks,
+ * inflated on the same pool and copied into place), or "hdf5" (HDF5 itself). */
 void act_episode_reader(const act_episode *ep, int cam, char *buf, size_t len);
 /* Every camera's reader, cameras with the same one grouped in config order: "l_vis, r_vis,
  * front: pread, contiguous" or "l_vis: hdf5; r_vis, front: pread, contiguous". */
