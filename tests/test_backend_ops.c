@@ -224,9 +224,11 @@ static int f_pre(act_backend *be, act_buf *in, act_buf out, const void *a) {
          c->norm_type, c->norm_eps}};
     return be->preprocess(be, in[0], x->B, x->hi, x->wi, c, img, side, 2);
 }
-static void t_preprocess(const pair *p, const char *name, const act_model *m, int sides) {
+/* frames of hi x wi (the model's image_h x image_w, or another size: preprocess resizes any) */
+static void t_preprocess_hw(const pair *p, const char *name, const act_model *m, int sides, int hi,
+                            int wi) {
     const act_config *c = &m->cfg;
-    size_t n = (size_t)p->B * c->image_h * c->image_w * 3;
+    size_t n = (size_t)p->B * hi * wi * 3;
     size_t nq = (size_t)p->B * c->obs_dim, na = (size_t)p->B * c->pred_horizon * c->action_dim;
     uint8_t *f = malloc(n);
     for (size_t i = 0; i < n; i++) f[i] = (uint8_t)(rnd() >> 56);
@@ -236,14 +238,14 @@ static void t_preprocess(const pair *p, const char *name, const act_model *m, in
     size_t nimg = (size_t)p->B * 3 * ho * wo;
     fmap fout = {3, (size_t)ho * wo}, none = {0, 0};
     if (!sides) {
-        pre_arg a = {m, p->B, c->image_h, c->image_w, -1, nimg};
+        pre_arg a = {m, p->B, hi, wi, -1, nimg};
         run_case_fm(p, name, 0, f_pre, &a, in, NULL, 1, nimg, ACT_DT_ACT, fout);
     } else {
         static const char *names[3] = {"preprocess+norm:image", "preprocess+norm:qpos",
                                        "preprocess+norm:actions"};
         size_t nout[3] = {nimg, nq, na};
         for (int part = 0; part < 3; part++) {
-            pre_arg a = {m, p->B, c->image_h, c->image_w, part, nimg};
+            pre_arg a = {m, p->B, hi, wi, part, nimg};
             run_case_fm(p, names[part], 0, f_pre, &a, in, NULL, 3, nout[part], ACT_DT_ACT,
                         part == 0 ? fout : none);
         }
@@ -252,15 +254,18 @@ static void t_preprocess(const pair *p, const char *name, const act_model *m, in
     free(q);
     free(ac);
 }
+static void t_preprocess(const pair *p, const char *name, const act_model *m, int sides) {
+    t_preprocess_hw(p, name, m, sides, m->cfg.image_h, m->cfg.image_w);
+}
 
 /* gather (frames read where they lie, each in a host block of its own, registered with the
  * backend; some at offsets off 16-byte alignment, read as shifted words), then preprocess: the
  * output shows every gathered byte, since preprocess reads all of them */
-typedef struct { const act_config *cfg; int items; uint8_t **blk; const size_t *off; } gather_arg;
+typedef struct { const act_config *cfg; int items, hi, wi; uint8_t **blk; const size_t *off; } gather_arg;
 static int f_frames_gather(act_backend *be, act_buf *in, act_buf out, const void *a) {
     const gather_arg *x = a;
     const act_config *c = x->cfg;
-    size_t fsz = (size_t)c->image_h * c->image_w * 3;
+    size_t fsz = (size_t)x->hi * x->wi * 3;
     uint64_t *tab = malloc((size_t)x->items * sizeof *tab);
     int rc = 0, n = 0;
     (void)in;
@@ -274,16 +279,16 @@ static int f_frames_gather(act_backend *be, act_buf *in, act_buf out, const void
         act_buf t = put_u8(be, (const uint8_t *)tab, (size_t)x->items * sizeof *tab);
         act_buf fr = be->alloc(be, (size_t)x->items * fsz, ACT_DT_U8);
         rc = !fr.p || be->gather(be, fr, t, x->items, fsz) ||
-             be->preprocess(be, fr, x->items, c->image_h, c->image_w, c, out, NULL, 0) ||
+             be->preprocess(be, fr, x->items, x->hi, x->wi, c, out, NULL, 0) ||
              be->sync(be);
     }
     while (n-- > 0) be->host_unregister(be, x->blk[n]);
     free(tab);
     return rc ? -1 : 0;
 }
-static void t_gather(const pair *p, const act_config *c) {
+static void t_gather_hw(const pair *p, const char *name, const act_config *c, int hi, int wi) {
     int items = p->B * c->num_cams;
-    size_t fsz = (size_t)c->image_h * c->image_w * 3;
+    size_t fsz = (size_t)hi * wi * 3;
     uint8_t **blk = malloc((size_t)items * sizeof *blk), *frames = malloc((size_t)items * fsz);
     size_t *off = malloc((size_t)items * sizeof *off);
     for (int i = 0; i < items; i++) {
@@ -300,14 +305,17 @@ static void t_gather(const pair *p, const act_config *c) {
         memcpy(blk[i] + off[i], frames + (size_t)i * fsz, fsz);
     }
     int ho = c->crop_h ? c->crop_h : c->input_h, wo = c->crop_w ? c->crop_w : c->input_w;
-    gather_arg a = {c, items, blk, off};
+    gather_arg a = {c, items, hi, wi, blk, off};
     fmap fout = {3, (size_t)ho * wo};
-    run_case_fm(p, "gather+preprocess", 0, f_frames_gather, &a, NULL, NULL, 0, (size_t)items * 3 * ho * wo,
+    run_case_fm(p, name, 0, f_frames_gather, &a, NULL, NULL, 0, (size_t)items * 3 * ho * wo,
                 ACT_DT_ACT, fout);
     for (int i = 0; i < items; i++) free(blk[i]);
     free(blk);
     free(off);
     free(frames);
+}
+static void t_gather(const pair *p, const act_config *c) {
+    t_gather_hw(p, "gather+preprocess", c, c->image_h, c->image_w);
 }
 
 static act_dtype qdt(const pair *p) {
@@ -687,6 +695,12 @@ static void all_ops(const pair *p, const act_model *m) {
     t_preprocess(p, "preprocess", m, 0);
     t_preprocess(p, "preprocess+norm", m, 1);
     t_gather(p, c);
+    /* frames smaller than the network input, 45x50 -> 64x64: upsampled, the last rows and
+     * columns take their second tap clamped to the frame's edge (a bound one too wide reads past
+     * the row; the model's 80x80 frames, downsampled, never reach it). 45 * 50 * 3 = 6750 bytes,
+     * not a multiple of 16: gather's byte path, and its frames' ends unaligned */
+    t_preprocess_hw(p, "preprocess(45x50 frames)", m, 0, 45, 50);
+    t_gather_hw(p, "gather+preprocess(45x50)", c, 45, 50);
     t_conv(p, "conv 7x7/2 +relu", &tr->conv1, B, g.in_h, g.in_w, ACT_EPI_RELU, 0);
     int h1 = g.pool_h, w1 = g.pool_w;
     t_conv(p, "conv 3x3/1 +res+relu", &tr->blocks[0][0].conv2, B, h1, w1, ACT_EPI_RELU, 1);
