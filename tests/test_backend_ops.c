@@ -744,6 +744,9 @@ static void all_ops(const pair *p, const act_model *m) {
     t_attention(p, "attention self", H, H, c->nheads, E, 1, 0);
     t_attention(p, "attention cross", H, 2 + nc, c->nheads, E, 0, 0);
     t_attention(p, "attention masked", 2 + H, 2 + H, c->nheads, E, 1, 1);
+    /* a mask with Lq != Lk: a mask row indexed by Lq instead of Lk shows only here (the forward
+     * pass masks only the posterior's self-attention, Lq == Lk; the op takes any) */
+    t_attention(p, "attention cross masked", H, 2 + nc, c->nheads, E, 0, 1);
     t_add_layernorm(p, &d->ln1, c->ln_eps, B * H, E);
     t_attention_out_ln(p, "attention+out+ln self", H, H, c->nheads, E, 1, 0, &d->self_attn.out,
                        &d->ln1, c->ln_eps, 0);
