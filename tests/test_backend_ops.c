@@ -397,14 +397,17 @@ static int f_ss(act_backend *be, act_buf *in, act_buf out, const void *a) {
     const ss_arg *x = a;
     return be->spatial_softmax(be, in[0], x->N, x->K, x->HW, x->grid, out);
 }
-static void t_spatial_softmax(const pair *p, const act_trunk *tr, int K, int HW, int ncam) {
+/* shift: added to every logit (the softmax is the same; exp of a logit past 88.7 overflows fp32,
+ * so a softmax that does not subtract the maximum gives inf / inf) */
+static void t_spatial_softmax(const pair *p, const char *name, const act_trunk *tr, int K, int HW,
+                              int ncam, float shift) {
     int N = p->B * ncam;
     size_t n = (size_t)N * K * HW;
-    float *x = rand_arr(n, -4, 4, qdt(p));
+    float *x = rand_arr(n, -4 + shift, 4 + shift, qdt(p));
     ss_arg a = {N, K, HW, tr->pos_grid};
     input in[1] = {{x, NULL, n, ACT_DT_ACT}};
     fmap fin[1] = {{K, (size_t)HW}}, fout = {0, 0};
-    run_case_fm(p, "spatial_softmax", 0, f_ss, &a, in, fin, 1, (size_t)N * 2 * K, ACT_DT_ACT, fout);
+    run_case_fm(p, name, 0, f_ss, &a, in, fin, 1, (size_t)N * 2 * K, ACT_DT_ACT, fout);
     free(x);
 }
 
@@ -740,7 +743,9 @@ static void all_ops(const pair *p, const act_model *m) {
     t_conv(p, "conv 1x1/1 (keypoints)", &kp, B, c->feat_h, c->feat_w, ACT_EPI_NONE, 0);
     t_maxpool(p, 64, g.c1_h, g.c1_w);
     t_maxpool(p, 8, 15, 14);
-    t_spatial_softmax(p, tr, c->num_keypoints, c->feat_h * c->feat_w, nc);
+    t_spatial_softmax(p, "spatial_softmax", tr, c->num_keypoints, c->feat_h * c->feat_w, nc, 0);
+    t_spatial_softmax(p, "spatial_softmax(x ~96)", tr, c->num_keypoints, c->feat_h * c->feat_w,
+                      nc, 96);
     act_linear kpo = {tr->out_w, tr->out_b, 0, c->vision_dim, 2 * c->num_keypoints};
     t_linear(p, "linear keypoint out+relu", &kpo, N, ACT_EPI_RELU, ACT_DT_ACT);
     int H = c->pred_horizon, E = c->hidden_dim;
