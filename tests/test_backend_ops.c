@@ -2,7 +2,8 @@
  * spirit of ggml's test-backend-ops.
  *
  * Weights are a real small model ($ACT_TEST_DATA/small.actw; small_sep_gn.actw for GroupNorm,
- * crop and ImageNet preprocessing), so every op runs on the shapes the forward pass gives it.
+ * crop and ImageNet preprocessing), so every op runs on the shapes the forward pass gives it;
+ * a third copy of small.actw is made degenerate where formulas need their eps (degenerate()).
  * For each precision (fp32, tf32, bf16, fp16) and batch (1, 3, 64; shapes scale with it) each
  * op gets fresh random inputs, rounded on the host to the activation type so that both
  * backends see the same values; the CUDA output is poisoned with NaN before the op, so an
@@ -628,6 +629,22 @@ static int f_lat(act_backend *be, act_buf *in, act_buf out, const void *a) {
     return be->latent(be, in[0], x->B, x->L, x->sample, in[1], o[0], o[1], o[2], o[3]);
 }
 
+/* normalize, its inverse and normalize into the activation dtype, of the [B*H][A] actions an */
+static void t_normalize(const pair *p, const act_model *m, const float *an, const char *names[3]) {
+    int rows = p->B * m->cfg.pred_horizon, A = m->cfg.action_dim;
+    size_t na = (size_t)rows * A;
+    for (int inv = 0; inv < 2; inv++) {
+        nrm_arg na_ = {m, rows, A, inv};
+        input ni[1] = {{an, NULL, na, ACT_DT_F32}};
+        run_case(p, names[inv], 0, f_nrm, &na_, ni, 1, na, ACT_DT_F32);
+    }
+    /* the forward pass's normalized qpos and actions: F32 in, the activation dtype out (what the
+     * linears that read them take without a conversion) */
+    nrm_arg nact = {m, rows, A, 0};
+    input ni[1] = {{an, NULL, na, ACT_DT_F32}};
+    run_case(p, names[2], 0, f_nrm, &nact, ni, 1, na, ACT_DT_ACT);
+}
+
 static int f_copy(act_backend *be, act_buf *in, act_buf out, const void *a) {
     return be->copy(be, out, in[0], *(const size_t *)a);
 }
@@ -660,16 +677,8 @@ static void t_head_misc(const pair *p, const act_model *m) {
 
     size_t na = (size_t)B * H * A;
     float *an = rand_arr(na, -1.5f, 1.5f, ACT_DT_F32);
-    for (int inv = 0; inv < 2; inv++) {
-        nrm_arg na_ = {m, B * H, A, inv};
-        input ni[1] = {{an, NULL, na, ACT_DT_F32}};
-        run_case(p, inv ? "normalize(inverse)" : "normalize", 0, f_nrm, &na_, ni, 1, na, ACT_DT_F32);
-    }
-    /* the forward pass's normalized qpos and actions: F32 in, the activation dtype out (what the
-     * linears that read them take without a conversion) */
-    nrm_arg nact = {m, B * H, A, 0};
-    input ni[1] = {{an, NULL, na, ACT_DT_F32}};
-    run_case(p, "normalize(->act)", 0, f_nrm, &nact, ni, 1, na, ACT_DT_ACT);
+    static const char *nrm_names[3] = {"normalize", "normalize(inverse)", "normalize(->act)"};
+    t_normalize(p, m, an, nrm_names);
 
     float *ml = rand_arr((size_t)B * 2 * L, -1.5f, 1.5f, qdt(p));
     uint8_t seed[8];
@@ -716,6 +725,25 @@ static void gn_ops(const pair *p, const act_model *mg) {
     t_preprocess(p, "preprocess(crop+imagenet)", mg, 0);
     t_groupnorm(p, &mg->trunks[0].conv1, g.c1_h * g.c1_w);
     t_groupnorm(p, &mg->trunks[1].blocks[3][1].conv2, mg->cfg.feat_h * mg->cfg.feat_w);
+}
+
+/* A copy of the small model made degenerate where the formulas lean on their eps (before any
+ * backend loads it): action and qpos dimension 0 constant in the data (min == max: min_max's
+ * clamp of the range). */
+static void degenerate(act_model *m) {
+    ((float *)m->action_hi->data)[0] = m->action_lo->data[0];
+    ((float *)m->qpos_hi->data)[0] = m->qpos_lo->data[0];
+}
+
+static void degenerate_ops(const pair *p, const act_model *m) {
+    const act_config *c = &m->cfg;
+    int rows = p->B * c->pred_horizon, A = c->action_dim;
+    float *an = rand_arr((size_t)rows * A, -1.5f, 1.5f, ACT_DT_F32);
+    for (int r = 0; r < rows; r++) an[(size_t)r * A] = m->action_lo->data[0];   /* its one value */
+    static const char *names[3] = {"normalize(const dim)", "normalize(inv,const dim)",
+                                   "normalize(->act,const dim)"};
+    t_normalize(p, m, an, names);
+    free(an);
 }
 
 static void all_ops(const pair *p, const act_model *m) {
@@ -795,8 +823,11 @@ int main(void) {
     }
     const char *dir = data_dir();
     seed_rng("test_backend_ops");
-    act_model *m = NULL, *mg = NULL;
-    if (load(dir, "small.actw", &m) || load(dir, "small_sep_gn.actw", &mg)) return 1;
+    act_model *m = NULL, *mg = NULL, *mz = NULL;
+    if (load(dir, "small.actw", &m) || load(dir, "small_sep_gn.actw", &mg) ||
+        load(dir, "small.actw", &mz))
+        return 1;
+    degenerate(mz);
     const int batches[3] = {1, 3, 64};
     char err[512];
     for (int prec = 0; prec < NPREC; prec++)
@@ -807,8 +838,8 @@ int main(void) {
                 !listed(getenv("ACT_OPS_BATCH"), bname, 0))
                 continue;
             /* a backend holds one model's weights: one pair of backends per model */
-            for (int which = 0; which < 2; which++) {
-                const act_model *mm = which ? mg : m;
+            for (int which = 0; which < 3; which++) {
+                const act_model *mm = which == 0 ? m : which == 1 ? mg : mz;
                 pair p = {NULL, NULL, prec, batches[bi]};
                 if (act_backend_cpu_create(ACT_FP32, &p.cpu, err, sizeof err) ||
                     act_backend_cuda_create(0, (act_precision)prec, &p.gpu, err, sizeof err)) {
@@ -820,7 +851,8 @@ int main(void) {
                     return 1;
                 }
                 g_layout[prec] = p.gpu->feature_nhwc;
-                if (which) gn_ops(&p, mg);
+                if (which == 2) degenerate_ops(&p, mz);
+                else if (which) gn_ops(&p, mg);
                 else all_ops(&p, m);
                 p.cpu->destroy(p.cpu);
                 p.gpu->destroy(p.gpu);
@@ -846,5 +878,6 @@ int main(void) {
     printf("%s: %d failing checks\n", g_fail ? "FAIL" : "PASS", g_fail);
     act_model_free(m);
     act_model_free(mg);
+    act_model_free(mz);
     return g_fail ? 1 : 0;
 }
