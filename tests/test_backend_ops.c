@@ -510,12 +510,13 @@ static int f_aol(act_backend *be, act_buf *in, act_buf out, const void *a) {
 }
 static void t_attention_out_ln(const pair *p, const char *name, int Lq, int Lk, int nh, int E,
                                int packed, int pad, const act_linear *out, const act_ln *ln, float eps,
-                               int oop) {
+                               int oop, int flat) {
     int B = p->B;
     size_t nq = (size_t)B * Lq * (packed ? 3 * E : E), nkv = packed ? 0 : (size_t)B * Lk * 2 * E;
     size_t nx = (size_t)B * Lq * E;
     float *q = rand_arr(nq, -2, 2, qdt(p)), *kv = rand_arr(nkv, -2, 2, qdt(p));
     float *x = rand_arr(nx, -1, 3, qdt(p));
+    if (flat) flat_rows(x, B * Lq, E);
     uint8_t *m8 = calloc((size_t)B * Lk, 1);
     for (int i = 0; i < B * Lk; i++) m8[i] = (i % Lk) >= 2 && (rnd() & 3) == 0;
     aol_arg a = {{packed ? 3 * E : E, packed ? 3 * E : 2 * E, packed ? E : 0, packed ? 2 * E : E,
@@ -729,21 +730,26 @@ static void gn_ops(const pair *p, const act_model *mg) {
 
 /* A copy of the small model made degenerate where the formulas lean on their eps (before any
  * backend loads it): action and qpos dimension 0 constant in the data (min == max: min_max's
- * clamp of the range). */
+ * clamp of the range), decoder layer 0's self-attention output projection zero (attention+out+ln
+ * then normalizes its residual x alone, whose flat rows need LayerNorm's eps). */
 static void degenerate(act_model *m) {
+    const act_tensor *z[2] = {m->dec[0].self_attn.out.w, m->dec[0].self_attn.out.b};
+    for (int i = 0; i < 2; i++) memset((float *)z[i]->data, 0, sizeof(float) * (size_t)z[i]->numel);
     ((float *)m->action_hi->data)[0] = m->action_lo->data[0];
     ((float *)m->qpos_hi->data)[0] = m->qpos_lo->data[0];
 }
 
 static void degenerate_ops(const pair *p, const act_model *m) {
     const act_config *c = &m->cfg;
-    int rows = p->B * c->pred_horizon, A = c->action_dim;
+    int rows = p->B * c->pred_horizon, A = c->action_dim, H = c->pred_horizon, E = c->hidden_dim;
     float *an = rand_arr((size_t)rows * A, -1.5f, 1.5f, ACT_DT_F32);
     for (int r = 0; r < rows; r++) an[(size_t)r * A] = m->action_lo->data[0];   /* its one value */
     static const char *names[3] = {"normalize(const dim)", "normalize(inv,const dim)",
                                    "normalize(->act,const dim)"};
     t_normalize(p, m, an, names);
     free(an);
+    t_attention_out_ln(p, "attention+out+ln(flat x)", H, H, c->nheads, E, 1, 0,
+                       &m->dec[0].self_attn.out, &m->dec[0].ln1, c->ln_eps, 0, 1);
 }
 
 static void all_ops(const pair *p, const act_model *m) {
@@ -794,13 +800,13 @@ static void all_ops(const pair *p, const act_model *m) {
     t_attention(p, "attention(scores ~113)", H, H, c->nheads, E, 1, 0, 1);
     t_add_layernorm(p, &d->ln1, c->ln_eps, B * H, E);
     t_attention_out_ln(p, "attention+out+ln self", H, H, c->nheads, E, 1, 0, &d->self_attn.out,
-                       &d->ln1, c->ln_eps, 0);
+                       &d->ln1, c->ln_eps, 0, 0);
     t_attention_out_ln(p, "attention+out+ln cross", H, 2 + nc, c->nheads, E, 0, 0,
-                       &d->cross_attn.out, &d->ln2, c->ln_eps, 0);
+                       &d->cross_attn.out, &d->ln2, c->ln_eps, 0, 0);
     t_attention_out_ln(p, "attention+out+ln cross->y", H, 2 + nc, c->nheads, E, 0, 0,
-                       &d->cross_attn.out, &d->ln2, c->ln_eps, 1);
+                       &d->cross_attn.out, &d->ln2, c->ln_eps, 1, 0);
     t_attention_out_ln(p, "attention+out+ln masked", 2 + H, 2 + H, c->nheads, E, 1, 1,
-                       &m->enc[0].attn.out, &m->enc[0].ln1, c->ln_eps, 0);
+                       &m->enc[0].attn.out, &m->enc[0].ln1, c->ln_eps, 0, 0);
     t_attention_out_ln_limit(p, d, c->nheads, E, c->ln_eps);
     t_head_misc(p, m);
 }
