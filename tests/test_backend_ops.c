@@ -726,6 +726,12 @@ static void gn_ops(const pair *p, const act_model *mg) {
     t_preprocess(p, "preprocess(crop+imagenet)", mg, 0);
     t_groupnorm(p, &mg->trunks[0].conv1, g.c1_h * g.c1_w);
     t_groupnorm(p, &mg->trunks[1].blocks[3][1].conv2, mg->cfg.feat_h * mg->cfg.feat_w);
+    static const char *names[3] = {"normalize mean_std", "normalize mean_std(inv)",
+                                   "normalize mean_std(->act)"};
+    float *an = rand_arr((size_t)p->B * mg->cfg.pred_horizon * mg->cfg.action_dim, -1.5f, 1.5f,
+                         ACT_DT_F32);
+    t_normalize(p, mg, an, names);
+    free(an);
 }
 
 /* A copy of the small model made degenerate where the formulas lean on their eps (before any
