@@ -796,6 +796,8 @@ static void all_ops(const pair *p, const act_model *m) {
              : ACT_EPI_RELU, ACT_DT_ACT);
     t_linear(p, "linear gelu", &d->ff2, B * H, ACT_EPI_GELU, ACT_DT_ACT);
     t_linear(p, "linear f32 input", &m->enc_qpos, B, ACT_EPI_NONE, ACT_DT_F32);
+    /* out = action_dim (4): no multiple of 8 bf16/fp16 values, the bias kernel's scalar path */
+    t_linear(p, "linear action head", &m->action_head, B * H, ACT_EPI_NONE, ACT_DT_ACT);
     t_linear_group(p, m, B * (2 + nc));
     t_attention(p, "attention self", H, H, c->nheads, E, 1, 0, 0);
     t_attention(p, "attention cross", H, 2 + nc, c->nheads, E, 0, 0, 0);
