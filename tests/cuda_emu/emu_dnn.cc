@@ -4,7 +4,8 @@
  * as the real library does before it launches: inconsistent shapes give BAD_PARAM,
  * configurations cuDNN (or this emulator) has no kernel for give NOT_SUPPORTED, an operand
  * outside device memory is a fault. The work is queued on the handle's stream with emu_enqueue
- * (ACT_EMU_TRACE=2 names each node "<call> algo <n>", the algorithm it was asked to run)
+ * (ACT_EMU_TRACE=2 names each node "<call> algo <n> math <m>": the algorithm it was asked to
+ * run and the convolution descriptor's cudnnMathType_t, 1 for CUDNN_TENSOR_OP_MATH)
  * and captures the descriptors by value, so a graph replays exactly what was recorded; the
  * operands and the workspace are re-checked at every run, so a replay after one was freed
  * faults.
@@ -183,6 +184,7 @@ struct conv_job {
     void *y;
     int fused;
     int algo;                       /* the algorithm asked for: named in the trace */
+    int math;                       /* the descriptor's cudnnMathType_t: named in the trace */
     float alpha2;
     const void *z, *bias;
     cudnnActivationMode_t act;
@@ -280,6 +282,7 @@ static cudnnStatus_t convolve(const char *call, cudnnHandle_t h, const void *alp
         return CUDNN_STATUS_EXECUTION_FAILED;
     j->tf32 = s.t == CUDNN_DATA_FLOAT && cd->math != CUDNN_FMA_MATH;
     j->algo = (int)algo;
+    j->math = (int)cd->math;
     j->alpha = *(const float *)alpha;
     j->xf = xd->f;
     j->wf = wd->f;
@@ -295,7 +298,8 @@ static cudnnStatus_t enqueue(cudnnHandle_t h, const char *call, const conv_job &
     auto op = [j]() {
         run_conv(j);
     };
-    return emu_enqueue_as(h->stream, call, std::string(call) + " algo " + std::to_string(j.algo), op,
+    return emu_enqueue_as(h->stream, call, std::string(call) + " algo " + std::to_string(j.algo) +
+                                                   " math " + std::to_string(j.math), op,
                           std::move(used)) == cudaSuccess
                ? CUDNN_STATUS_SUCCESS
                : CUDNN_STATUS_EXECUTION_FAILED;

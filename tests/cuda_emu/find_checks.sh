@@ -6,15 +6,20 @@
 #     graph (ACT_EMU_TRACE=1 prints the node counts), none a bare cudnnConvolutionForward plus a
 #     bias kernel (the identity-epilogue convs need IMPLICIT_PRECOMP_GEMM);
 #  2. device memory: the session holds no more than with the heuristics' choices
-#     (ACT_CUDA_CONV_ALGO=heuristic), at batch 3.
+#     (ACT_CUDA_CONV_ALGO=heuristic), at batch 3;
+#  3. tensor cores stay: in bf16, with Find ranking as the heuristics do (the emulator's list
+#     offers IMPLICIT_PRECOMP_GEMM and IMPLICIT_GEMM with CUDNN_TENSOR_OP_MATH first, then
+#     IMPLICIT_GEMM with DEFAULT_MATH), every conv node of the captured graph runs with
+#     TENSOR_OP_MATH ("math 1" in ACT_EMU_TRACE=2's node list). A filter that held bf16 to
+#     fp32's rules (no tensor ops) computes the same numbers, and no parity test sees it.
 set -u
 infer=$1
 model=$2
-run() {   # batch, then VAR=value... -> act-infer bench's output
+run() {   # batch, then VAR=value... -> act-infer bench's output (fp32 unless PREC is set)
     b=$1
     shift
-    env "$@" ACT_EMU_TRACE=1 "$infer" bench --model "$model" --device cuda --precision fp32 \
-        --batch "$b" --iters 2 --warmup 1 --profile-iters 0 2>&1
+    env ACT_EMU_TRACE=1 "$@" "$infer" bench --model "$model" --device cuda \
+        --precision "${PREC:-fp32}" --batch "$b" --iters 2 --warmup 1 --profile-iters 0 2>&1
 }
 fail=0
 out=$(run 1 ACT_EMU_CUDNN=find-reverse) || { echo "$out"; exit 1; }
@@ -33,6 +38,16 @@ m=$(held "$m")
 echo "device memory held at batch 3: heuristic ${h:-?} MiB, measured ${m:-?} MiB"
 if [ -z "$h" ] || [ -z "$m" ] || [ "$(echo "$m $h" | awk '{print ($1 > $2)}')" != 0 ]; then
     echo "FAIL: measuring made the session hold more device memory than the heuristics"
+    fail=1
+fi
+o=$(PREC=bf16 run 1 ACT_EMU_TRACE=2) || { echo "$o"; exit 1; }
+nodes=$(echo "$o" | grep 'cuda-emu:   \[lane' | grep -o 'Forward algo [0-9]* math [0-9]*')
+total=$(echo "$nodes" | grep -c 'math')
+plain=$(echo "$nodes" | grep -vc 'math 1$')
+echo "bf16 conv nodes, batch 1: $total, $plain without TENSOR_OP_MATH"
+if [ "$total" = 0 ] || [ "$plain" != 0 ]; then
+    echo "$nodes" | sort | uniq -c
+    echo "FAIL: a bf16 conv left tensor cores (or no conv node was listed)"
     fail=1
 fi
 exit $fail
