@@ -15,7 +15,9 @@
  * they are read, so the caller may leave them out here (unless one chunk sends its read window
  * to HDF5: stored with a filter skipped, or 0 bytes in the index, which the inflater takes for
  * unallocated; then all are checked here); episode.c's own reads at open go the same way
- * (checked_read). */
+ * (checked_read). Chunks are found by their coordinates in the index, or in a filtered dataset of
+ * 4096 chunks or more by their stored size and raw bytes: HDF5 1.10 walks the whole index for
+ * each lookup by coordinates (76800 gzip tiles: 123 s, now 0.2 s). */
 #ifndef ACT_EPISODE_CHECK_H
 #define ACT_EPISODE_CHECK_H
 

@@ -4,8 +4,9 @@
  *   - windows anywhere, short windows, the same window twice, batches forward and backward,
  *     cameras interleaved (each camera keeps its own rows of inflated tiles, and a window that
  *     ends inside a row leaves it for the next: a stale or misplaced row shows as wrong bytes);
- *   - ten fixed tile shapes (one channel, two, three; tiles of one frame and of more frames than
- *     the episode has; edge tiles hanging over the frame) and 30 random ones;
+ *   - eleven fixed tile shapes (one channel, two, three; tiles of one frame and of more frames
+ *     than the episode has; edge tiles hanging over the frame; 4608 tiles, which the open's
+ *     chunk check finds by size, episode_check.c) and 30 random ones;
  *   - tiles of exactly 4 MiB (the pool's limit) and of 4 MiB + 64 KiB (HDF5's path), and rows
  *     of tiles too large to keep (past 64 MiB);
  *   - each inflater the build has (ACT_EPISODE_INFLATE: libdeflate, zlib).
@@ -196,6 +197,7 @@ int main(void) {
         {17, 16, 16, 1, {4, 16, 16, 1}}, {17, 16, 16, 1, {4, 16, 16, 2}},
         {19, 16, 16, 2, {1, 5, 16, 3}},  {19, 16, 16, 2, {19, 16, 7, 1}},
         {10, 9, 9, 2, {3, 9, 9, 2}},     {25, 24, 20, 2, {50, 8, 8, 1}},   /* tiles past T */
+        {24, 64, 64, 1, {1, 8, 8, 1}},   /* 4608 tiles: the open's check goes by size */
     };
     static const char *inflaters[] = {"libdeflate", "zlib"};
     int ran = 0;

@@ -172,3 +172,14 @@ def episode_factory(tmp_path):
         return path
 
     return make
+
+
+@pytest.fixture(params=["by-coord", "by-size"])
+def chunk_lookup(request, monkeypatch):
+    """How the open's chunk check finds each chunk (engine/episode_check.c, locate): by its
+    coordinates in HDF5's index, or by its stored size and raw bytes (what filtered datasets of
+    4096 chunks or more take, since each lookup by coordinates walks the whole index in HDF5
+    1.10); forced here for every filtered dataset (unfiltered ones always go by coordinates), so
+    that both refuse the same damage and pass the same valid files"""
+    monkeypatch.setenv("ACT_EPISODE_CHECK_LOOKUP", request.param)
+    return request.param

@@ -40,7 +40,7 @@ def reference(act_infer, model, episode_data, tmp_path):
 
 
 @pytest.mark.parametrize("layout", ["gzip+shuffle", "gzip+fletcher32", "gzip, part-frame chunks", "shuffle+fletcher32"])
-def test_checked_layouts_read_hdf5s_frames(act_infer, bench_read, episode_data, tmp_path, layout):
+def test_checked_layouts_read_hdf5s_frames(act_infer, bench_read, episode_data, tmp_path, layout, chunk_lookup):
     model, qpos, action, images = episode_data
     want = reference(act_infer, model, episode_data, tmp_path)
     shape = next(iter(images.values())).shape
@@ -66,7 +66,7 @@ def short_chunk(path, name, coord, data, **kw):
 
 @pytest.mark.parametrize("shuffle", [False, True], ids=["gzip", "gzip+shuffle"])
 @pytest.mark.parametrize("threads", [1, 3])
-def test_a_gzip_frame_chunk_that_inflates_short_is_refused(act_infer, episode_data, tmp_path, shuffle, threads):
+def test_a_gzip_frame_chunk_that_inflates_short_is_refused(act_infer, episode_data, tmp_path, shuffle, threads, chunk_lookup):
     model, qpos, action, images = episode_data
     cam = next(iter(images))
     ep = tmp_path / "ep.hdf5"
@@ -81,7 +81,7 @@ def test_a_gzip_frame_chunk_that_inflates_short_is_refused(act_infer, episode_da
 
 
 @pytest.mark.parametrize("name", ["observations/qpos", "action"])
-def test_a_gzip_table_chunk_that_inflates_short_is_refused(act_infer, episode_data, tmp_path, name):
+def test_a_gzip_table_chunk_that_inflates_short_is_refused(act_infer, episode_data, tmp_path, name, chunk_lookup):
     model, qpos, action, images = episode_data
     ep = tmp_path / "ep.hdf5"
     with h5py.File(ep, "w") as f:
@@ -96,7 +96,7 @@ def test_a_gzip_table_chunk_that_inflates_short_is_refused(act_infer, episode_da
         assert p.returncode != 0 and f"dataset '{name}': the chunk at (4, 0) inflates to" in p.stderr, p.stderr
 
 
-def test_unfiltered_chunks_of_uneven_sizes_are_refused(act_infer, episode_data, tmp_path):
+def test_unfiltered_chunks_of_uneven_sizes_are_refused(act_infer, episode_data, tmp_path, chunk_lookup):
     """one chunk half a frame short, the next half a frame long: their sum is right, each is not"""
     model, qpos, action, images = episode_data
     cam = next(iter(images))
@@ -170,7 +170,7 @@ def test_virtual_and_external_datasets_are_refused(act_infer, episode_data, tmp_
     assert p.returncode != 0 and "keeps its data in external raw files" in p.stderr, p.stderr
 
 
-def test_a_short_chunk_beside_a_filter_skipped_one_is_refused(act_infer, episode_data, tmp_path):
+def test_a_short_chunk_beside_a_filter_skipped_one_is_refused(act_infer, episode_data, tmp_path, chunk_lookup):
     """A chunk stored with gzip skipped (filter mask 1) sends its read window to HDF5, the pool's
     chunks in it too: a short gzip chunk there must be caught at open, on every path."""
     model, qpos, action, images = episode_data
