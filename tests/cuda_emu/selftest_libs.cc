@@ -1240,11 +1240,12 @@ static void stale_tests(void) {
     cudaFree(c.ws);
     free_descs(&c.d);
     /* a freed operand or workspace: the replay faults instead of running (a conv named with its
-     * algorithm, IMPLICIT_PRECOMP_GEMM = 1, a cuBLASLt matmul with its candidate) */
+     * algorithm, IMPLICIT_PRECOMP_GEMM = 1, and math type, FMA = 3; a cuBLASLt matmul with its
+     * candidate) */
     in_child("conv replayed after its workspace was freed and reallocated", child_conv_ws,
-             {"FAULT in cudnnConvolutionForward algo 1: the workspace (", kStale});
+             {"FAULT in cudnnConvolutionForward algo 1 math 3: the workspace (", kStale});
     in_child("fused conv replayed after its bias was freed", child_fused_bias,
-             {"FAULT in cudnnConvolutionBiasActivationForward algo 1: bias (", kStale});
+             {"FAULT in cudnnConvolutionBiasActivationForward algo 1 math 3: bias (", kStale});
     in_child("gemm replayed after operand B was freed", child_gemm_operand,
              {"FAULT in cublasGemmEx: operand B (", kStale});
     in_child("cuBLASLt matmul replayed after its workspace was freed", child_lt_workspace,
