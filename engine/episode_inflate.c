@@ -270,6 +270,14 @@ static int grow(uint8_t **p, size_t *cap, size_t want) {
     return 0;
 }
 
+/* the most chunks one read inflates at once (their job records: ~23 MiB); ACT_EPISODE_TILE_JOBS
+ * sets another (tests) */
+static int max_jobs(void) {
+    const char *e = getenv("ACT_EPISODE_TILE_JOBS");
+    long v = e ? strtol(e, NULL, 10) : 0;
+    return v > 0 && v < (1L << 24) ? (int)v : 1 << 18;
+}
+
 /* "timestep 50" for a chunk of whole frames, "(50, 32, 64, 1)" (t, y, x, c) for a tile */
 static const char *where(char *buf, size_t len, const int *o, int whole) {
     if (whole) snprintf(buf, len, "timestep %d", o[0]);
@@ -283,8 +291,24 @@ int act_ep_read_deflate(hid_t ds, const int cd[4], int H, int W, const act_ep_di
     int whole = cd[1] == H && cd[2] == W && cd[3] == 3, k = cd[0];
     int nx = (W + cd[2] - 1) / cd[2], nc = (3 + cd[3] - 1) / cd[3];   /* tiles across, channel ranges */
     int per_t = ((H + cd[1] - 1) / cd[1]) * nx * nc;
-    int first = t0 / k, last = (t0 + n - 1) / k, nch = (last - first + 1) * per_t;
+    int first = t0 / k, last = (t0 + n - 1) / k;
     size_t frame = (size_t)H * W * 3, chunk_bytes = (size_t)cd[0] * cd[1] * cd[2] * cd[3];
+    /* a window of more chunks than max_jobs() (tiny tiles, a long window) is read in two halves,
+     * split at a chunk boundary: its job records stay bounded, and their count an int */
+    if (((double)last - first + 1) * per_t > (double)max_jobs()) {
+        if (last == first) {
+            snprintf(err, errlen, "%s: dataset '%s' is stored in gzip tiles of (%d, %d, %d, %d): %d tiles for "
+                     "every %d frames, more than the %d a read takes; re-save it with larger chunks, e.g. "
+                     "h5repack -l %s:CHUNK=1x%dx%dx3 IN.hdf5 OUT.hdf5", path, name, cd[0], cd[1], cd[2], cd[3],
+                     per_t, k, max_jobs(), name, H, W);
+            return -1;
+        }
+        int mid = first + (last - first + 1) / 2, n1 = mid * k - t0;
+        int r = act_ep_read_deflate(ds, cd, H, W, loc, fd, file_size, path, name, t0, n1, dst, s, rows, err, errlen);
+        return r ? r : act_ep_read_deflate(ds, cd, H, W, loc, fd, file_size, path, name, mid * k, n - n1,
+                                           dst + (size_t)n1 * frame, s, rows, err, errlen);
+    }
+    int nch = (last - first + 1) * per_t;
     size_t max_src = chunk_bytes + (chunk_bytes >> 6) + 4096;
     const char *inflater = act_ep_inflater();
     char at[64];

@@ -79,9 +79,10 @@ int act_ep_deflate_chunk(hid_t ds, int H, int W, int cd[4]);
  * thread itself; without (loc NULL), one by one through H5Dread_chunk first. A whole-frame chunk
  * inside the window inflates straight into dst; any other chunk into its thread's scratch (or,
  * for tiles, into rows: the window's last row when the window ends inside it), whence the part
- * inside the window is copied out. rows may be NULL (no reuse). 0: done; -1: error in err
- * (file, dataset, chunk); 1: a chunk this path does not handle (unallocated, or stored with its
- * filter skipped): use H5Dread. */
+ * inside the window is copied out. rows may be NULL (no reuse). A window of more than 2^18
+ * chunks (tiny tiles) is read in parts split at chunk boundaries; one row of tiles past that is
+ * an error naming h5repack. 0: done; -1: error in err (file, dataset, chunk); 1: a chunk this
+ * path does not handle (unallocated, or stored with its filter skipped): use H5Dread. */
 int act_ep_read_deflate(hid_t ds, const int cd[4], int H, int W, const act_ep_direct *loc, int fd,
                         uint64_t file_size, const char *path, const char *name, int t0, int n, uint8_t *dst,
                         act_ep_scratch *s, act_ep_rowcache *rows, char *err, size_t errlen);

@@ -9,7 +9,9 @@
  *     chunk check finds by size, episode_check.c) and 30 random ones;
  *   - tiles of exactly 4 MiB (the pool's limit) and of 4 MiB + 64 KiB (HDF5's path), and rows
  *     of tiles too large to keep (past 64 MiB);
- *   - each inflater the build has (ACT_EPISODE_INFLATE: libdeflate, zlib).
+ *   - each inflater the build has (ACT_EPISODE_INFLATE: libdeflate, zlib);
+ *   - half the random shapes with reads held to two rows of tiles at once (ACT_EPISODE_TILE_JOBS:
+ *     longer windows are read in parts), and a row past the limit refused by name.
  * Frames are fresh random bytes (the seed is printed; ACT_TEST_SEED replays a run). The pool has
  * ACT_EPISODE_THREADS threads (3 unless set: 1 leaves every read to HDF5). Built without HDF5,
  * it reports itself skipped. */
@@ -95,8 +97,20 @@ static void check_window(act_episode *ep, const shape *s, uint8_t *const *frames
           t0 + n, rc ? err : "wrong bytes");
 }
 
-static void check_shape(const char *path, const shape *s, int reads, const char *inflater) {
+/* tiles per chunk of frames: across y, x and channels */
+static int tiles_per_row(const shape *s) {
+    return (int)(((hsize_t)s->H + s->tile[1] - 1) / s->tile[1] * (((hsize_t)s->W + s->tile[2] - 1) / s->tile[2]) *
+                 ((3 + s->tile[3] - 1) / s->tile[3]));
+}
+
+/* split: a read may inflate no more than two rows of tiles at once (ACT_EPISODE_TILE_JOBS), so
+ * longer windows are read in parts (episode_inflate.c) */
+static void check_shape(const char *path, const shape *s, int reads, const char *inflater, int split) {
     size_t frame = (size_t)s->H * s->W * 3;
+    char jobs[32];
+    snprintf(jobs, sizeof jobs, "%d", 2 * tiles_per_row(s));
+    if (split) setenv("ACT_EPISODE_TILE_JOBS", jobs, 1);
+    else unsetenv("ACT_EPISODE_TILE_JOBS");
     uint8_t *frames[ACT_MAX_CAMS];
     for (int c = 0; c < s->cams; c++) {
         frames[c] = malloc(frame * s->T);
@@ -181,6 +195,41 @@ out:
     unlink(path);
 }
 
+/* one row of tiles past what a read takes: a clear error naming the dataset and the way out */
+static void check_too_many(const char *path) {
+    static const shape s = {6, 16, 16, 1, {2, 4, 4, 1}};   /* 48 tiles for every 2 frames */
+    size_t frame = (size_t)s.H * s.W * 3;
+    uint8_t *frames[1] = {malloc(frame * s.T)}, *got = malloc(frame * s.T);
+    for (size_t j = 0; j < frame * s.T; j++) frames[0][j] = (uint8_t)(rnd() >> 56);
+    act_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.obs_dim = OBS;
+    cfg.action_dim = ACTD;
+    cfg.num_cams = 1;
+    cfg.image_h = s.H;
+    cfg.image_w = s.W;
+    snprintf(cfg.camera_names[0], sizeof cfg.camera_names[0], "c0");
+    act_episode *ep = NULL;
+    char err[1024] = "";
+    setenv("ACT_EPISODE_TILE_JOBS", "47", 1);
+    int rc = write_episode(path, &s, frames) || act_episode_open(path, &cfg, &ep, err, sizeof err);
+    CHECK(rc == 0, "the episode of 48 tiles a row: %s", err);
+    if (rc == 0) {
+        rc = act_episode_read_frames(ep, 0, 0, 1, got, err, sizeof err);
+        CHECK(rc != 0 && strstr(err, "observations/images/c0") && strstr(err, "48 tiles for every 2 frames") &&
+                  strstr(err, "h5repack -l observations/images/c0:CHUNK=1x16x16x3"),
+              "48 tiles a row past a limit of 47 should be refused by name: rc %d, %s", rc, err);
+        setenv("ACT_EPISODE_TILE_JOBS", "48", 1);   /* one row at a time: read in parts */
+        rc = act_episode_read_frames(ep, 0, 1, 5, got, err, sizeof err);
+        CHECK(rc == 0 && !memcmp(got, frames[0] + frame, frame * 5), "a row a part, [1, 6): %s",
+              rc ? err : "wrong bytes");
+    }
+    if (ep) act_episode_close(ep);
+    free(frames[0]);
+    free(got);
+    unlink(path);
+}
+
 int main(void) {
     seed_rng("test_episode_tiles");
     setenv("ACT_EPISODE_THREADS", "3", 0);
@@ -211,7 +260,7 @@ int main(void) {
         ran++;
         int before = g_checks;
         for (size_t k = 0; k < sizeof fixed / sizeof *fixed; k++)
-            check_shape(path, &fixed[k], 150, inflaters[i]);
+            check_shape(path, &fixed[k], 150, inflaters[i], 0);
         for (int k = 0; k < 30; k++) {
             shape s;
             s.H = 4 + (int)(rnd() % 30);
@@ -225,7 +274,7 @@ int main(void) {
             if (s.tile[1] == (hsize_t)s.H && s.tile[2] == (hsize_t)s.W && s.tile[3] == 3)
                 s.tile[3] = 1;   /* whole frames are the other path's (test_episode_reader) */
             if (s.tile[0] > (hsize_t)s.T) s.tile[0] = s.T;
-            check_shape(path, &s, 80, inflaters[i]);
+            check_shape(path, &s, 80, inflaters[i], k & 1);
         }
         /* 4 MiB tiles are the pool's; 4 MiB + 64 KiB ones HDF5's (bounding the scratch); a row
          * of 64 x 600 x 600 x 3 bytes (65.9 MiB: 1083 tiles of 64 frames, 3 of them written)
@@ -233,10 +282,12 @@ int main(void) {
         static const shape big[] = {{70, 256, 256, 1, {64, 256, 256, 1}},
                                     {70, 256, 256, 1, {65, 256, 256, 1}},
                                     {3, 600, 600, 1, {64, 32, 32, 1}}};
-        for (int k = 0; k < 3; k++) check_shape(path, &big[k], 8, inflaters[i]);
+        for (int k = 0; k < 3; k++) check_shape(path, &big[k], 8, inflaters[i], 0);
         printf("%s: %d windows checked\n", inflaters[i], g_checks - before);
     }
     unsetenv("ACT_EPISODE_INFLATE");
+    check_too_many(path);
+    unsetenv("ACT_EPISODE_TILE_JOBS");
     rmdir(dir);
     CHECK(ran > 0, "no inflater in this build: the tile reader was not tested");
     printf("test_episode_tiles: %d checks, %d failed\n", g_checks, g_fail);
