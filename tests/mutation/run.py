@@ -72,9 +72,10 @@ def prepare(wt):
     return build
 
 
-def ctest(build, regex):
-    r = sh(f"cd {build} && ctest -j{os.cpu_count() or 2} -R '{regex}' --output-on-failure",
-           timeout=7200)
+def ctest(build, regex, stop=False):
+    """stop: at the first failure (a mutant is killed once); the unmutated run sees them all"""
+    r = sh(f"cd {build} && ctest -j{os.cpu_count() or 2} -R '{regex}' --output-on-failure"
+           + (" --stop-on-failure" if stop else ""), timeout=7200)
     return r.returncode, r.stdout + r.stderr
 
 
@@ -112,7 +113,7 @@ def one(wt, build, mid, deep):
         else:
             rc, out = ctest(build, SHALLOW)
             if not rc and deep:
-                rc, out = ctest(build, DEEP)
+                rc, out = ctest(build, DEEP, stop=True)
             verdict, why = ("KILLED", failed_tests(out)) if rc else ("SURVIVED", "")
     finally:
         restore(wt)
