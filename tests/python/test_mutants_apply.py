@@ -1,6 +1,7 @@
-"""tests/mutation/mutants.py stays in step with kernels/: every mutant's text occurs exactly once
-in its file (run.py refuses a mutant that does not, so a kernel edit that moves one would leave
-the mutation run short). The run itself is slow and not part of the suite: tests/mutation/README.md."""
+"""tests/mutation/mutants.py stays in step with kernels/, and mutants_cpu.py with engine/: every
+mutant's text occurs exactly once in its file (run.py refuses a mutant that does not, so a source
+edit that moves one would leave the mutation run short). The run itself is slow and not part of
+the suite: tests/mutation/README.md."""
 
 from __future__ import annotations
 
@@ -12,11 +13,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "mutation"))
 from mutants import M  # noqa: E402
+from mutants_cpu import M as M_CPU  # noqa: E402
+
+CASES = [("kernels", mid, M[mid]) for mid in sorted(M)] + [("engine", mid, M_CPU[mid]) for mid in sorted(M_CPU)]
 
 
-@pytest.mark.parametrize("mid", sorted(M))
-def test_mutant_applies_once(mid):
-    f, old, new, note = M[mid]
-    text = (ROOT / "kernels" / f).read_text()
-    assert text.count(old) == 1, f"{mid} ({note}): its text occurs {text.count(old)} times in kernels/{f}"
+@pytest.mark.parametrize("src, mid, mutant", CASES, ids=[f"{s}-{m}" for s, m, _ in CASES])
+def test_mutant_applies_once(src, mid, mutant):
+    f, old, new, note = mutant
+    text = (ROOT / src / f).read_text()
+    assert text.count(old) == 1, f"{mid} ({note}): its text occurs {text.count(old)} times in {src}/{f}"
     assert old != new and note
+
+
+def test_ids_are_unique_across_targets():
+    assert not set(M) & set(M_CPU), "a mutant id names both a kernel and a CPU mutant"
