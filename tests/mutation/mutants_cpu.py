@@ -60,7 +60,7 @@ M = {
  "VI15": ("cpu_vision.c", "for (int i = 0; i < HW; i++) sum += expf(xi[i] - m);\n        for (int i = 0; i < HW; i++) {\n            float pr = expf(xi[i] - m) / sum;",
           "for (int i = 0; i < HW; i++) sum += expf(xi[i]);\n        for (int i = 0; i < HW; i++) {\n            float pr = expf(xi[i]) / sum;", "spatial softmax without max subtraction"),
  # cpu_transformer.c and cpu_ops.h
- "TR1": ("cpu_transformer.c", "float scale = 1.0f / sqrtf((float)dh);", "float scale = 1.0f / sqrtf((float)E);", "attention scale 1/sqrt(E), not 1/sqrt(dh)"),
+ "TR1": ("cpu_transformer.c", "float scale = 1.0f / sqrtf((float)dh);", "float scale = 1.0f / sqrtf((float)(nh * dh));", "attention scale 1/sqrt(E), not 1/sqrt(dh)"),
  "TR2": ("cpu_transformer.c", "if (pad && pad[(size_t)b * Lk + j]) continue;", "if (pad && pad[(size_t)b * Lq + j]) continue;", "attention mask row stride Lq, not Lk"),
  "TR3": ("cpu_transformer.c", "                        l *= r;\n", "", "online softmax: running sum not rescaled with a new max"),
  "TR4": ("cpu_transformer.c", "float rstd = (float)(1.0 / sqrt(sq / E + eps)), fm = (float)mean;", "float rstd = (float)(1.0 / sqrt(sq / E)), fm = (float)mean;", "LayerNorm eps dropped"),
