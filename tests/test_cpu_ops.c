@@ -64,6 +64,18 @@ static void check_close(const char *what, const float *got, const double *want, 
     }
 }
 
+/* n floats past an op's output, poisoned with NaN before it ran, still NaN (a last group of
+ * images or a row taken whole writes past the batch) */
+static void check_untouched(const char *what, const float *p, size_t n) {
+    size_t touched = 0;
+    for (size_t i = 0; i < n; i++) touched += !isnan(p[i]);
+    g_checks++;
+    if (touched) {
+        g_fail++;
+        fprintf(stderr, "FAIL %s: %zu floats past the output written\n", what, touched);
+    }
+}
+
 static void check_rc(const char *what, int rc, act_backend *be) {
     g_checks++;
     if (rc) {
@@ -146,7 +158,7 @@ static void test_conv_via(act_backend *be, int wino, int N, int cin, int cout, i
     size_t nx = (size_t)N * cin * H * W, ny = (size_t)N * cout * Ho * Wo;
     float *x = rand_arr(nx, -1, 1), *w = rand_arr((size_t)cout * cin * k * k, -0.5f, 0.5f);
     float *b = rand_arr(cout, -0.5f, 0.5f), *res = use_res ? rand_arr(ny, -1, 1) : NULL;
-    float *y = malloc(ny * sizeof *y);
+    float *y = malloc(2 * ny * sizeof *y);   /* the second half: past the batch, never written */
     double *want = malloc(ny * sizeof *want);
     act_tensor tw = tensor("w", w, cout, cin, k, k), tb = tensor("b", b, cout, 0, 0, 0);
     act_conv c = {&tw, &tb, NULL, NULL, cin, cout, k, s, p};
@@ -178,9 +190,10 @@ static void test_conv_via(act_backend *be, int wino, int N, int cin, int cout, i
     if (wino) check_rc(what, load_ws(be, &c), be);
     unsigned long before = ctx->wino_convs, stem_before = ctx->stem_convs, wino4_before = ctx->wino4_convs;
     unsigned long packed_before = ctx->packed_convs;
-    for (size_t i = 0; i < ny; i++) y[i] = NAN;   /* an output left unwritten fails */
+    for (size_t i = 0; i < 2 * ny; i++) y[i] = NAN;   /* an output left unwritten fails */
     check_rc(what, be->conv2d(be, &c, fbuf(x), N, H, W, rb, epi, fbuf(y)), be);
     check_close(what, y, want, ny);
+    check_untouched(what, y + ny, ny);
     g_checks++;
     if ((ctx->wino_convs != before) != wino) {
         g_fail++;
@@ -789,15 +802,24 @@ static int load_ws(act_backend *be, const act_conv *extra) { return load_model(b
 
 /* the model of load_ws with one decoder layer whose linear1 is lin (its weights are packed at
  * load where the CPU runs act_cpu_pgemm) */
+static int load_model_at(act_backend *be, const act_conv *extra, const act_linear *lin,
+                         const act_conv *stem, int in_hw);
 static int load_model(act_backend *be, const act_conv *extra, const act_linear *lin) {
+    return load_model_at(be, extra, lin, NULL, 64);
+}
+
+/* the same with `stem` (or a 16 -> 64 7x7/2 conv) as the trunk's conv1 on in_hw x in_hw frames:
+ * the workspaces are sized for that */
+static int load_model_at(act_backend *be, const act_conv *extra, const act_linear *lin,
+                         const act_conv *stem, int in_hw) {
     static act_model m;
     static act_tensor dummy;
     memset(&m, 0, sizeof m);
     m.n_trunks = 1;
-    m.cfg.input_h = m.cfg.input_w = 64;
+    m.cfg.input_h = m.cfg.input_w = in_hw;
     act_trunk *t = &m.trunks[0];
     act_conv c1 = {&dummy, NULL, NULL, NULL, 16, 64, 7, 2, 3};
-    t->conv1 = c1;
+    t->conv1 = stem ? *stem : c1;
     for (int l = 0; l < 4; l++)
         for (int i = 0; i < 2; i++) {
             act_conv c = {&dummy, NULL, NULL, NULL, 64, 64, 3, 1, 1};
@@ -809,8 +831,36 @@ static int load_model(act_backend *be, const act_conv *extra, const act_linear *
         m.cfg.dec_layers = 1;
         m.dec[0].ff1 = *lin;
     }
-    m.cfg.feat_h = m.cfg.feat_w = 16;
+    int c1_hw = (in_hw + 2 * t->conv1.pad - t->conv1.k) / t->conv1.stride + 1;
+    m.cfg.feat_h = m.cfg.feat_w = (c1_hw - 1) / 2 + 1;   /* after the max pool (blocks of stride 1) */
     return be->load_weights(be, &m);
+}
+
+/* The stem in several groups of images, as a batch of many frames runs it: workspaces sized for
+ * a model whose stem is ResNet's conv1 on 24x24 frames hold 19 padded images (3 x 2 planes of
+ * 29 x 19), so 40 images run as 19 + 19 + 2, on 1 and 3 threads. The outputs past the batch stay
+ * unwritten (test_conv_via). */
+static void test_stem_groups(void) {
+    static act_tensor dummy;
+    act_conv stem = {&dummy, NULL, NULL, NULL, 3, 16, 7, 2, 3};
+    for (int threads = 1; threads <= 3; threads += 2) {
+        char err[ACT_ERR_LEN], nt[8];
+        act_backend *be;
+        snprintf(nt, sizeof nt, "%d", threads);
+        setenv("ACT_CPU_THREADS", nt, 1);
+        int rc = act_backend_cpu_create(ACT_FP32, &be, err, sizeof err);
+        unsetenv("ACT_CPU_THREADS");
+        g_checks++;
+        if (rc || load_model_at(be, NULL, NULL, &stem, 24)) {
+            g_fail++;
+            fprintf(stderr, "FAIL stem groups: backend for 24x24 frames: %s\n", rc ? err : be->err);
+            if (!rc) be->destroy(be);
+            return;
+        }
+        test_conv(be, 40, 3, 16, 24, 24, 7, 2, 3, 0, ACT_EPI_RELU);
+        test_conv(be, 21, 3, 32, 24, 24, 7, 2, 3, 0, ACT_EPI_NONE);
+        be->destroy(be);
+    }
 }
 
 int main(void) {
@@ -867,6 +917,7 @@ int main(void) {
         test_conv(be, 2, 4, 16, 9, 21, 5, 1, 2, 0, ACT_EPI_NONE);
     }
     unsetenv("ACT_CPU_STEM_BLOCK");
+    test_stem_groups();
 
     test_winograd(be);
     /* the backend's own loops on 3 threads (the pool splits channels unevenly over them) */
