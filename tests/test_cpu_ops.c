@@ -432,9 +432,12 @@ static void test_pgemm(void) {
     }
 }
 
-static void test_groupnorm(act_backend *be, int N, int C, int HW, int G, int use_res, act_epilogue epi) {
+/* x uniform in [lo, hi): a narrow range near 0 makes the groups nearly flat (variance ~1e-6,
+ * under eps = 1e-5), where eps decides rstd; near 0, so the float mean loses nothing */
+static void test_groupnorm_in(act_backend *be, int N, int C, int HW, int G, int use_res,
+                              act_epilogue epi, float lo, float hi) {
     size_t n = (size_t)N * C * HW;
-    float *x = rand_arr(n, -2, 3), *ga = rand_arr(C, 0.5f, 1.5f), *be_ = rand_arr(C, -0.5f, 0.5f);
+    float *x = rand_arr(n, lo, hi), *ga = rand_arr(C, 0.5f, 1.5f), *be_ = rand_arr(C, -0.5f, 0.5f);
     float *res = use_res ? rand_arr(n, -1, 1) : NULL, *y = malloc(n * sizeof *y);
     double *want = malloc(n * sizeof *want);
     int cpg = C / G;
@@ -455,11 +458,16 @@ static void test_groupnorm(act_backend *be, int N, int C, int HW, int G, int use
         }
     act_tensor tg = tensor("gn.w", ga, C, 0, 0, 0), tb = tensor("gn.b", be_, C, 0, 0, 0);
     char what[96];
-    snprintf(what, sizeof what, "groupnorm N%d C%d HW%d G%d res%d epi%d", N, C, HW, G, use_res, epi);
+    snprintf(what, sizeof what, "groupnorm N%d C%d HW%d G%d res%d epi%d x in [%g,%g)", N, C, HW, G,
+             use_res, epi, lo, hi);
     check_rc(what, be->groupnorm(be, fbuf(x), N, C, HW, G, &tg, &tb, res ? fbuf(res) : act_nobuf(),
                                  epi, fbuf(y)), be);
     check_close(what, y, want, n);
     free(x), free(ga), free(be_), free(res), free(y), free(want);
+}
+
+static void test_groupnorm(act_backend *be, int N, int C, int HW, int G, int use_res, act_epilogue epi) {
+    test_groupnorm_in(be, N, C, HW, G, use_res, epi, -2, 3);
 }
 
 static void test_maxpool(act_backend *be, int N, int C, int H, int W) {
@@ -484,9 +492,10 @@ static void test_maxpool(act_backend *be, int N, int C, int H, int W) {
     free(x), free(y), free(want);
 }
 
-static void test_spatial_softmax(act_backend *be, int N, int K, int h, int w) {
+/* logits uniform in [lo, hi): up to 100, exp of an unshifted logit overflows fp32 */
+static void test_spatial_softmax_in(act_backend *be, int N, int K, int h, int w, float lo, float hi) {
     int HW = h * w;
-    float *x = rand_arr((size_t)N * K * HW, -4, 4), *grid = malloc(sizeof(float) * HW * 2);
+    float *x = rand_arr((size_t)N * K * HW, lo, hi), *grid = malloc(sizeof(float) * HW * 2);
     for (int i = 0; i < h; i++)   /* LeRobot's pos_grid: x varies along the row, y down the map */
         for (int j = 0; j < w; j++) {
             grid[2 * (i * w + j)] = w > 1 ? -1.0f + 2.0f * j / (w - 1) : 0.0f;
@@ -508,10 +517,14 @@ static void test_spatial_softmax(act_backend *be, int N, int K, int h, int w) {
     }
     act_tensor tg = tensor("pos_grid", grid, HW, 2, 0, 0);
     char what[96];
-    snprintf(what, sizeof what, "spatial_softmax N%d K%d %dx%d", N, K, h, w);
+    snprintf(what, sizeof what, "spatial_softmax N%d K%d %dx%d x in [%g,%g)", N, K, h, w, lo, hi);
     check_rc(what, be->spatial_softmax(be, fbuf(x), N, K, HW, &tg, fbuf(y)), be);
     check_close(what, y, want, (size_t)N * 2 * K);
     free(x), free(grid), free(y), free(want);
+}
+
+static void test_spatial_softmax(act_backend *be, int N, int K, int h, int w) {
+    test_spatial_softmax_in(be, N, K, h, w, -4, 4);
 }
 
 /* ---------------- transformer ---------------- */
@@ -646,8 +659,10 @@ static void test_attention(act_backend *be, int B, int Lq, int Lk, int nh, int d
     free(qb), free(kvb), free(pad), free(out), free(want), free(sc);
 }
 
-static void test_add_layernorm(act_backend *be, int rows, int E, int alias) {
-    float *x = rand_arr((size_t)rows * E, -2, 2), *d = rand_arr((size_t)rows * E, -1, 1);
+/* flat: x and d within +-1e-3, so a row's variance (~1e-6) is under eps = 1e-5 */
+static void test_add_layernorm(act_backend *be, int rows, int E, int alias, int flat) {
+    float *x = rand_arr((size_t)rows * E, flat ? -1e-3f : -2, flat ? 1e-3f : 2);
+    float *d = rand_arr((size_t)rows * E, flat ? -1e-3f : -1, flat ? 1e-3f : 1);
     float *w = rand_arr(E, 0.5f, 1.5f), *b = rand_arr(E, -0.5f, 0.5f);
     float *y = alias ? x : malloc(sizeof(float) * rows * E);
     double *want = malloc(sizeof(double) * rows * E);
@@ -664,7 +679,7 @@ static void test_add_layernorm(act_backend *be, int rows, int E, int alias) {
     act_tensor tw = tensor("ln.w", w, E, 0, 0, 0), tb = tensor("ln.b", b, E, 0, 0, 0);
     act_ln ln = {&tw, &tb};
     char what[96];
-    snprintf(what, sizeof what, "add_layernorm rows%d E%d alias%d", rows, E, alias);
+    snprintf(what, sizeof what, "add_layernorm rows%d E%d alias%d%s", rows, E, alias, flat ? " flat" : "");
     check_rc(what, be->add_layernorm(be, fbuf(x), fbuf(d), &ln, eps, rows, E, fbuf(y)), be);
     check_close(what, y, want, (size_t)rows * E);
     if (!alias) free(y);
@@ -940,6 +955,7 @@ int main(void) {
     test_groupnorm(be, 2, 32, 49, 2, 0, ACT_EPI_RELU);
     test_groupnorm(be, 3, 64, 30, 4, 1, ACT_EPI_RELU);
     test_groupnorm(be, 1, 16, 7, 1, 0, ACT_EPI_NONE);
+    test_groupnorm_in(be, 2, 32, 20, 2, 1, ACT_EPI_RELU, -2e-3f, 4e-3f);   /* nearly flat groups */
 
     test_maxpool(be, 2, 3, 12, 12);
     test_maxpool(be, 1, 4, 13, 7);
@@ -948,6 +964,7 @@ int main(void) {
 
     test_spatial_softmax(be, 2, 8, 7, 7);
     test_spatial_softmax(be, 3, 4, 5, 9);
+    test_spatial_softmax_in(be, 2, 4, 6, 5, 90, 100);   /* logits whose exp overflows fp32 */
 
     test_linear(be, 5, 12, 0, 12, 16, ACT_EPI_NONE);
     test_linear(be, 7, 24, 8, 16, 16, ACT_EPI_GELU);   /* a row view of a packed in_proj */
@@ -962,9 +979,11 @@ int main(void) {
     test_attention(be, 2, 16, 16, 4, 8, 0);
     test_attention(be, 3, 18, 18, 2, 16, 1);   /* encoder with key padding */
     test_attention(be, 2, 5, 7, 3, 4, 0);      /* cross attention shape */
+    test_attention(be, 3, 5, 11, 2, 8, 1);     /* masked with Lq != Lk: the mask is [B][Lk] */
 
-    test_add_layernorm(be, 6, 32, 0);
-    test_add_layernorm(be, 5, 48, 1);
+    test_add_layernorm(be, 6, 32, 0, 0);
+    test_add_layernorm(be, 5, 48, 1, 0);
+    test_add_layernorm(be, 4, 32, 0, 1);   /* nearly flat rows: eps decides rstd */
 
     test_assembly(be, 3, 3, 5, 16);
     test_assembly(be, 1, 1, 2, 8);
