@@ -268,6 +268,7 @@ static void test_winograd(act_backend *be) {
         test_conv_via(be, 1, 4, 7, 9, 2, 2, 3, 1, 1, 1, ACT_EPI_RELU);
         test_conv_via(be, 1, 1, 2, 3, 1, 1, 3, 1, 1, 0, ACT_EPI_NONE);
         test_conv_via(be, 1, 2, 6, 5, 10, 14, 3, 1, 1, 1, ACT_EPI_RELU);
+        test_conv_via(be, 1, 2, 4, 6, 7, 9, 3, 1, 1, 1, ACT_EPI_GELU);   /* GELU + residual */
         /* output channels in 8s (the packed products where the CPU has them): F(2x2) columns
          * 126 (2 x 48 + 30), 64 (48 + 16), 40 (48 masked) and 1 for three images */
         test_conv_via(be, 1, 3, 16, 16, 11, 13, 3, 1, 1, 1, ACT_EPI_RELU);
@@ -913,6 +914,8 @@ int main(void) {
     test_conv(be, 5, 4, 6, 9, 8, 3, 1, 1, 1, ACT_EPI_RELU);     /* GEMM groups of 3 + 2 images */
     test_conv(be, 4, 8, 3, 5, 5, 1, 1, 0, 1, ACT_EPI_NONE);     /* 1x1 groups: 3 copied + 1 direct */
     test_conv(be, 1, 4, 4, 5, 1, 3, 1, 1, 0, ACT_EPI_GELU);     /* one column; generic epilogue */
+    test_conv(be, 2, 4, 6, 7, 9, 3, 1, 1, 1, ACT_EPI_GELU);     /* generic epilogue + residual */
+    test_conv(be, 5, 16, 5, 7, 7, 1, 1, 0, 1, ACT_EPI_RELU);    /* 1x1 groups: 3 + 2 copied */
     /* the stem computed directly (cpu_stem.c): ResNet's conv1 with a tail block of 10 of 16
      * pixels, a map smaller than the kernel, 4 input channels at stride 1, no activation, and
      * shapes it leaves to im2col (a residual, GELU, 5 input channels, stride 3) */
