@@ -129,9 +129,8 @@ def failed_tests(out):
     names = re.findall(r"\d+ - (\S+) \((?:Failed|Timeout|SEGFAULT|Subprocess aborted|"
                        r"Exception: \S+)\)", out)
     names += [l.split()[1] for l in out.splitlines() if l.startswith(("FAILED ", "ERROR "))]
-    first = [l.strip() for l in out.splitlines()
-             if l.startswith("FAIL") and not l.startswith("FAILED ") or "cuda-emu:" in l and "fault" in l
-             or l.startswith("E ")][:3]
+    # a test's FAIL lines (stderr) may land inside a line of its buffered stdout
+    first = [m.strip() for m in re.findall(r"(?:\bFAIL |cuda-emu:.*fault|^E ).*", out, re.M)][:3]
     return ",".join(names) + (": " + " | ".join(first) if first else "")
 
 
