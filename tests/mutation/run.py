@@ -126,8 +126,9 @@ def meet(wt, build, tests, stop):
 
 
 def failed_tests(out):
-    names = re.findall(r"\d+ - (\S+) \((?:Failed|Timeout|SEGFAULT|Subprocess aborted|"
-                       r"Exception: \S+)\)", out)
+    names = [n + ("" if how == "Failed" else f" ({how})") for n, how in
+             re.findall(r"\d+ - (\S+) \((Failed|Timeout|SEGFAULT|Subprocess aborted|"
+                        r"Exception: \S+)\)", out)]
     names += [l.split()[1] for l in out.splitlines() if l.startswith(("FAILED ", "ERROR "))]
     # a test's FAIL lines (stderr) may land inside a line of its buffered stdout
     first = [m.strip() for m in re.findall(r"(?:\bFAIL |cuda-emu:.*fault|^E ).*", out, re.M)][:3]
