@@ -817,15 +817,8 @@ static int load_model(act_backend *be, const act_conv *extra, const act_linear *
 static int load_ws(act_backend *be, const act_conv *extra) { return load_model(be, extra, NULL); }
 
 /* the model of load_ws with one decoder layer whose linear1 is lin (its weights are packed at
- * load where the CPU runs act_cpu_pgemm) */
-static int load_model_at(act_backend *be, const act_conv *extra, const act_linear *lin,
-                         const act_conv *stem, int in_hw);
-static int load_model(act_backend *be, const act_conv *extra, const act_linear *lin) {
-    return load_model_at(be, extra, lin, NULL, 64);
-}
-
-/* the same with `stem` (or a 16 -> 64 7x7/2 conv) as the trunk's conv1 on in_hw x in_hw frames:
- * the workspaces are sized for that */
+ * load where the CPU runs act_cpu_pgemm), and `stem` (or a 16 -> 64 7x7/2 conv) as the trunk's
+ * conv1 on in_hw x in_hw frames: the workspaces are sized for that */
 static int load_model_at(act_backend *be, const act_conv *extra, const act_linear *lin,
                          const act_conv *stem, int in_hw) {
     static act_model m;
@@ -851,6 +844,19 @@ static int load_model_at(act_backend *be, const act_conv *extra, const act_linea
     m.cfg.feat_h = m.cfg.feat_w = (c1_hw - 1) / 2 + 1;   /* after the max pool (blocks of stride 1) */
     return be->load_weights(be, &m);
 }
+static int load_model(act_backend *be, const act_conv *extra, const act_linear *lin) {
+    return load_model_at(be, extra, lin, NULL, 64);
+}
+
+/* a CPU backend on `threads` threads (ACT_CPU_THREADS, read at create); 0: made */
+static int cpu_backend_threads(int threads, act_backend **be, char *err, size_t errlen) {
+    char nt[16];
+    snprintf(nt, sizeof nt, "%d", threads);
+    setenv("ACT_CPU_THREADS", nt, 1);
+    int rc = act_backend_cpu_create(ACT_FP32, be, err, errlen);
+    unsetenv("ACT_CPU_THREADS");
+    return rc;
+}
 
 /* The stem in several groups of images, as a batch of many frames runs it: workspaces sized for
  * a model whose stem is ResNet's conv1 on 24x24 frames hold 19 padded images (3 x 2 planes of
@@ -860,12 +866,9 @@ static void test_stem_groups(void) {
     static act_tensor dummy;
     act_conv stem = {&dummy, NULL, NULL, NULL, 3, 16, 7, 2, 3};
     for (int threads = 1; threads <= 3; threads += 2) {
-        char err[ACT_ERR_LEN], nt[8];
+        char err[ACT_ERR_LEN];
         act_backend *be;
-        snprintf(nt, sizeof nt, "%d", threads);
-        setenv("ACT_CPU_THREADS", nt, 1);
-        int rc = act_backend_cpu_create(ACT_FP32, &be, err, sizeof err);
-        unsetenv("ACT_CPU_THREADS");
+        int rc = cpu_backend_threads(threads, &be, err, sizeof err);
         g_checks++;
         if (rc || load_model_at(be, NULL, NULL, &stem, 24)) {
             g_fail++;
@@ -939,13 +942,11 @@ int main(void) {
 
     test_winograd(be);
     /* the backend's own loops on 3 threads (the pool splits channels unevenly over them) */
-    setenv("ACT_CPU_THREADS", "3", 1);
     act_backend *be3;
-    if (act_backend_cpu_create(ACT_FP32, &be3, err, sizeof err) || load_ws(be3, NULL)) {
+    if (cpu_backend_threads(3, &be3, err, sizeof err) || load_ws(be3, NULL)) {
         fprintf(stderr, "FAIL cpu backend with 3 threads: %s\n", err);
         return 1;
     }
-    unsetenv("ACT_CPU_THREADS");
     test_winograd(be3);
     test_conv(be3, 5, 4, 6, 9, 8, 3, 1, 1, 1, ACT_EPI_RELU);
     test_conv(be3, 2, 3, 8, 23, 19, 7, 2, 3, 0, ACT_EPI_RELU);

@@ -93,9 +93,7 @@ def prepare(wt):
         sys.exit(f"no {T['need']} in {build}" + (": the emulator needs the CUDA toolkit's headers "
                  "(ACT_ENABLE_CUDA)" if T is TARGETS["cuda"] else ""))
     rx, ex, py = T["shallow"]
-    r = ctest(build, rx + (f"|{T['check']}" if T["check"] else ""), ex)
-    if not r[0] and py:
-        r = pytest(wt, build, py)
+    r = meet(wt, build, (rx + (f"|{T['check']}" if T["check"] else ""), ex, py), stop=False)
     if r[0]:
         sys.exit(f"the unmutated {T['src']}/ fails its own tests; fix that first:\n" + r[1][-3000:])
     return build
@@ -159,7 +157,7 @@ def one(wt, build, mid, deep):
         if r.returncode:
             verdict, why = "BUILD-FAIL", ""
         else:
-            rc, out = meet(wt, build, T["shallow"], stop=T is TARGETS["cpu"])
+            rc, out = meet(wt, build, T["shallow"], stop=True)
             if not rc and deep:
                 rc, out = meet(wt, build, T["deep"], stop=True)
             verdict, why = ("KILLED", failed_tests(out)) if rc else ("SURVIVED", "")
