@@ -263,6 +263,7 @@ int main(void) {
                       strstr(t, "\"padded_rows\": null"),
                   "unknown steady figures not written as null");
             free(t);
+            remove(p_mm);
             act_eval_free(&mm);
         }
         if (!r0) act_eval_free(&mix[0]);
@@ -365,7 +366,7 @@ int main(void) {
     act_eval_free(&sh[1]);
     act_eval_free(&one);
     for (int i = 0; i < NEP; i++) free_episode(&eps[i]);
-    remove(p_one); remove(p_s0); remove(p_s1); remove(p_m); remove(p_bad);
+    remove(p_one); remove(p_s0); remove(p_s1); remove(p_m); remove(p_bad); remove(p_old);
     rmdir(dir);
     if (failures) { fprintf(stderr, "test_eval_summary: %d failures\n", failures); return 1; }
     printf("test_eval_summary: all checks passed\n");
