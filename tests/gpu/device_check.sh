@@ -144,7 +144,11 @@ it() { local n=$(($1 / DIV)); echo $((n < 1 ? 1 : n)); }
 enough() { (($(left) >= $1)); }
 
 echo "device_check: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname); logs in $LOG, packed into $RET/logs.tgz"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$LOG/gpu.txt"
+if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$LOG/gpu.txt"
+else
+    echo "no nvidia-smi on this machine (no GPU driver: every CUDA row below fails or runs on the emulator)" | tee "$LOG/gpu.txt"
+fi
 nvcc --version 2>&1 | tail -1
 # the summary's first row names the card: the device tool lends H100s and H200s, and the goals
 # (ARCHITECTURE section 9) are H200 figures, so no timing may be read without it
