@@ -22,8 +22,8 @@
  * the next step of that key is captured, instantiated and launched by end_capture, which keeps
  * the executable graph; graph_replay launches a kept one. An op that fails during a capture
  * ends the capture, so the stream is usable again after the error; the forward pass then runs
- * that step, and every later one of its key, eagerly (act_fwd_step). ACT_CUDA_GRAPHS=0 runs
- * every step eagerly.
+ * that step, and the next ones of its key until a retry's capture holds, eagerly (act_fwd_step,
+ * ACT_CUDA_GRAPH_RETRY). ACT_CUDA_GRAPHS=0 runs every step eagerly.
  *
  * The conv workspace is as large as the largest plan needs (the algorithm measured fastest, or
  * with ACT_CUDA_CONV_ALGO=heuristic cuDNN's first-ranked one, within CONV_WS_LIMIT), not the

@@ -29,6 +29,8 @@
  * The normalized qpos and actions are written in the activation dtype, which the linears that
  * read them take as it is (F32 would cost a 16-bit backend a conversion node per linear); the
  * action head writes F32 for denormalization; so no op only copies between dtypes. */
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,7 +100,7 @@ void act_fwd_free(act_fwd *f) {
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         if (ps[i]) f->be->host_free(f->be, ps[i]);
     if (s->frames[0]) f->be->host_free(f->be, s->frames[0]);   /* the other cameras' are views */
-    free(f->no_graph);
+    free(f->retry);
     free(f);   /* backend buffers belong to the backend and go with it */
 }
 
@@ -116,10 +118,23 @@ int act_fwd_create(act_backend *be, const act_model *m, int max_batch, act_fwd *
     f->be = be;
     f->m = m;
     f->max_batch = max_batch;
-    f->no_graph = calloc((size_t)ACT_FWD_KEY(max_batch + 1, 0), 1);
-    if (!f->no_graph) {
+    f->retry = calloc((size_t)ACT_FWD_KEY(max_batch + 1, 0), sizeof *f->retry);
+    if (!f->retry) {
         act_errf(err, errlen, "forward setup: out of memory");
         goto fail;
+    }
+    f->retry_base = ACT_FWD_RETRY_BASE;
+    const char *rv = getenv("ACT_CUDA_GRAPH_RETRY");
+    if (rv && *rv) {
+        char *end = NULL;
+        errno = 0;
+        long n = strtol(rv, &end, 10);
+        if (*rv < '0' || *rv > '9' || *end || errno || n > 1000000000L) {
+            act_errf(err, errlen, "forward setup: ACT_CUDA_GRAPH_RETRY=%s: expected a step count "
+                     "(eager steps before a failed graph capture is tried again; 0 = never)", rv);
+            goto fail;
+        }
+        f->retry_base = n;
     }
     if (act_trunk_geometry(m, &f->g, err, errlen)) goto fail;
     if (c->nheads < 1 || c->hidden_dim % c->nheads) {
@@ -511,6 +526,22 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
     return 0;
 }
 
+long act_fwd_retry_wait(int fails, long base) {
+    if (fails < 1 || fails > ACT_FWD_RETRIES || base <= 0) return -1;
+    long w = base;
+    for (int i = 1; i < fails; i++) w = w > LONG_MAX / 10 ? LONG_MAX : w * 10;
+    return w;
+}
+
+/* "prior + sampled posterior, frames gathered": the step a (B, mode) key runs, for messages */
+static const char *step_name(int mode, char *buf, size_t len) {
+    snprintf(buf, len, "%s%s%s%s", (mode & ACT_FWD_PRIOR) ? "prior" : "",
+             (mode & ACT_FWD_PRIOR) && (mode & ACT_FWD_POSTERIOR) ? " + " : "",
+             (mode & ACT_FWD_POSTERIOR) ? ((mode & ACT_FWD_SAMPLE) ? "sampled posterior" : "posterior") : "",
+             (mode & ACT_FWD_GATHER) ? ", frames gathered" : "");
+    return buf;
+}
+
 int act_fwd_step(act_fwd *f, int B, int mode, int use_graphs, char *err, size_t errlen) {
     act_backend *be = f->be;
     if (B < 1 || B > f->max_batch || !(mode & (ACT_FWD_PRIOR | ACT_FWD_POSTERIOR)) ||
@@ -518,7 +549,10 @@ int act_fwd_step(act_fwd *f, int B, int mode, int use_graphs, char *err, size_t 
         return act_errf(err, errlen, "forward: batch %d (max %d), mode %d is not a valid step", B,
                         f->max_batch, mode);
     int key = ACT_FWD_KEY(B, mode);
-    int ran = 0, graphs = use_graphs && !f->no_graph[key];
+    act_fwd_retry *r = &f->retry[key];
+    char name[64];
+    int ran = 0, graphs = use_graphs && r->wait == 0;
+    if (use_graphs && r->wait > 0) r->wait--;   /* an eager step towards the retry */
     if (graphs) {
         ran = be->graph_replay(be, key);
         if (ran < 0) return act_errf(err, errlen, "forward: graph replay: %s", be->err);
@@ -533,18 +567,24 @@ int act_fwd_step(act_fwd *f, int B, int mode, int use_graphs, char *err, size_t 
          * memory, which the caller frees once act_run has returned */
         if (rc) be->sync(be);
         if (rc && cap == 0) return -1;
+        if (!rc && cap == 1 && r->retried) {
+            r->retried = 0;
+            fprintf(stderr, "act-engine: batch %d (%s): graph captured on retry %d\n", B,
+                    step_name(mode, name, sizeof name), r->fails);
+        }
         if (rc) {
-            /* the capture failed (to begin, an op in it, or to end or instantiate it): something
-             * in this step cannot be captured here, so the step runs eagerly now (its inputs are
-             * still in the staging blocks) and at every later call. Said once per step key. */
-            f->no_graph[key] = 1;
-            fprintf(stderr, "act-engine: batch %d (%s%s%s%s): graph capture failed: %s; this step "
-                    "runs without a graph from now on\n", B,
-                    (mode & ACT_FWD_PRIOR) ? "prior" : "",
-                    (mode & ACT_FWD_PRIOR) && (mode & ACT_FWD_POSTERIOR) ? " + " : "",
-                    (mode & ACT_FWD_POSTERIOR)
-                        ? ((mode & ACT_FWD_SAMPLE) ? "sampled posterior" : "posterior") : "",
-                    (mode & ACT_FWD_GATHER) ? ", frames gathered" : "", err);
+            /* the capture failed (to begin, an op in it, or to end or instantiate it): the step
+             * runs eagerly now (its inputs are still in the staging blocks), and so do the key's
+             * next steps until its retry (act_fwd_retry; none left: from now on) */
+            if (r->fails < 255) r->fails++;
+            r->wait = act_fwd_retry_wait(r->fails, f->retry_base);
+            r->retried = r->wait > 0;
+            char then[96] = "from now on";
+            if (r->wait > 0)
+                snprintf(then, sizeof then, "for its next %ld step%s, then tries a capture again "
+                         "(retry %d of %d)", r->wait, r->wait == 1 ? "" : "s", r->fails, ACT_FWD_RETRIES);
+            fprintf(stderr, "act-engine: batch %d (%s): graph capture failed: %s; this step runs "
+                    "without a graph %s\n", B, step_name(mode, name, sizeof name), err, then);
             if (step_ops(f, B, mode, err, errlen)) {
                 be->sync(be);
                 return -1;

@@ -55,6 +55,21 @@ typedef struct act_fwd_stage {
     float *mu, *logvar, *kl;         /* views into lat_out after a step */
 } act_fwd_stage;
 
+/* A step key whose capture failed runs eagerly for a while, then tries a capture again: a
+ * failure may pass (device memory short at instantiation while another process held it). The
+ * retries come base, 10 x base and 100 x base eager steps apart; after ACT_FWD_RETRIES of them
+ * the key stays eager. */
+#define ACT_FWD_RETRIES 3
+#define ACT_FWD_RETRY_BASE 100
+typedef struct {
+    unsigned char fails;               /* failed captures so far */
+    unsigned char retried;             /* 1: the next capture is a retry (said if it holds) */
+    long wait;                         /* eager steps left before that capture; -1: never */
+} act_fwd_retry;
+
+/* the eager steps between a key's fails-th failed capture and its next try; -1: never again */
+long act_fwd_retry_wait(int fails, long base);
+
 typedef struct act_fwd act_fwd;
 struct act_fwd {
     act_backend *be;
@@ -78,8 +93,10 @@ struct act_fwd {
     act_buf lat_prior;                 /* constant: the prior's latent token, max_batch rows (lat:
                                         * the posterior's) */
     act_buf dec0_x, dec0_q;            /* constants: decoder layer 0 after self-attention, its cross-attention query */
-    unsigned char *no_graph;           /* by step key (ACT_FWD_KEY): its capture failed, so it
-                                        * runs eagerly from then on */
+    act_fwd_retry *retry;              /* by step key (ACT_FWD_KEY): its failed captures */
+    long retry_base;                   /* eager steps before a failed capture's first retry
+                                        * (ACT_CUDA_GRAPH_RETRY, default ACT_FWD_RETRY_BASE; 0:
+                                        * never retry, the first failure is the last) */
 };
 
 int act_fwd_create(act_backend *be, const act_model *m, int max_batch, act_fwd **out, char *err,
@@ -87,7 +104,8 @@ int act_fwd_create(act_backend *be, const act_model *m, int max_batch, act_fwd *
 void act_fwd_free(act_fwd *f);
 /* Runs one step for batch B in mode (ACT_FWD_* bits) from/to f->stage; use_graphs lets the
  * backend capture and replay the step per (B, mode). A step whose capture fails runs eagerly
- * instead, and so does every later step of its (B, mode) (said once on stderr). */
+ * instead, and so do the later steps of its (B, mode) until a retry's capture holds (see
+ * act_fwd_retry; each failure, and a retry that holds, is said on stderr). */
 int act_fwd_step(act_fwd *f, int B, int mode, int use_graphs, char *err, size_t errlen);
 
 #endif

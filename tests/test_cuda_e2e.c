@@ -457,6 +457,7 @@ static int count_of(const char *text, const char *what) {
     return n;
 }
 #define NO_GRAPH_LINE "runs without a graph from now on"
+#define CAPTURE_FAILED "graph capture failed"
 
 /* a CUDA session made with the environment variable env set to val (read at creation) */
 static act_session *cuda_session(const act_model *m, act_precision prec, int max_batch,
@@ -514,7 +515,7 @@ static void check_workspace_oom(const act_model *m, const act_config *c, const r
     check_run(s, c, 1, &in[0], &ref[0], seeds[0], ACT_TF32, "oom: batch 1 captured again");
     check_run(s, c, 1, &in[0], &ref[0], seeds[0], ACT_TF32, "oom: batch 1 replayed");
     char *said = stderr_end(&cap);
-    CHECK(!strstr(said, NO_GRAPH_LINE), "oom: a step that failed eagerly left its batch size to "
+    CHECK(!strstr(said, CAPTURE_FAILED), "oom: a step that failed eagerly left its batch size to "
           "be captured before it had run eagerly once (its later plans made in a capture)");
     free(said);
     act_session_memory(s, &after);
@@ -547,9 +548,9 @@ static void check_no_stale_error(const act_model *m, const act_config *c, const 
 
 /* A step that cannot be captured - the capture refused at its start, invalidated by a call in
  * it, the graph refused at instantiation or at its first launch, a cuDNN call refused in it -
- * runs eagerly instead,
- * says so once per step key (run() makes two: prior + posterior, sampled posterior), and its
- * later steps run eagerly too, all matching the CPU. ACT_CUDA_GRAPHS=0 never captures. */
+ * runs eagerly instead, says so once per step key (run() makes two: prior + posterior, sampled
+ * posterior), and with ACT_CUDA_GRAPH_RETRY=0 (no retry) its later steps run eagerly too, all
+ * matching the CPU. ACT_CUDA_GRAPHS=0 never captures. */
 static void check_capture_refused(const act_model *m, const act_config *c, const run_io *in,
                                   const run_io *ref, const uint64_t *seeds) {
     const char *how[][3] = {{"ACT_EMU_CAPTURE", "refuse-begin", NULL},
@@ -558,6 +559,7 @@ static void check_capture_refused(const act_model *m, const act_config *c, const
                             {"ACT_EMU_CAPTURE", "refuse-launch", NULL},
                             {"ACT_EMU_CUDNN", "refuse-capture", NULL},
                             {"ACT_EMU_CAPTURE", "refuse-begin", "ACT_CUDA_GRAPHS"}};
+    setenv("ACT_CUDA_GRAPH_RETRY", "0", 1);   /* the first failure is the last (retries: below) */
     for (size_t k = 0; k < sizeof how / sizeof how[0]; k++) {
         act_session *s = cuda_session(m, ACT_FP32, 3, how[k][2], "0");
         if (!s) continue;
@@ -578,6 +580,101 @@ static void check_capture_refused(const act_model *m, const act_config *c, const
         free(said);
         act_session_free(s);
     }
+    unsetenv("ACT_CUDA_GRAPH_RETRY");
+}
+
+/* A capture refused once (ACT_EMU_CAPTURE=refuse-instantiate for one step, as device memory that
+ * another process held at instantiation would) is tried again after ACT_CUDA_GRAPH_RETRY eager
+ * steps and holds: said once per step key, and the key's later steps replay the graph (no new
+ * capture begins: under refuse-begin one would be said). A capture refused every time is tried
+ * ACT_FWD_RETRIES more times, base, 10 x base and 100 x base eager steps apart, then the key
+ * stays eager ("from now on"). Every step is compared with the CPU. */
+static void check_capture_retry(const act_model *m, const act_config *c, const run_io *in,
+                                const run_io *ref, const uint64_t *seeds) {
+    act_session *s = cuda_session(m, ACT_FP32, 3, "ACT_CUDA_GRAPH_RETRY", "2");
+    if (!s) return;
+    char tag[96];
+    check_run(s, c, 1, &in[0], &ref[0], seeds[0], ACT_FP32, "retry: eager first step");
+    err_capture cap;
+    stderr_begin(&cap);
+    setenv("ACT_EMU_CAPTURE", "refuse-instantiate", 1);
+    check_run(s, c, 1, &in[0], &ref[0], seeds[0], ACT_FP32, "retry: instantiation refused");
+    unsetenv("ACT_EMU_CAPTURE");
+    char *said = stderr_end(&cap);
+    CHECK(count_of(said, CAPTURE_FAILED) == 2 &&
+          count_of(said, "for its next 2 steps, then tries a capture again (retry 1 of 3)") == 2,
+          "retry: a refused instantiation did not say twice (two step keys) that it retries after 2 "
+          "steps");
+    free(said);
+    stderr_begin(&cap);
+    for (int r = 0; r < 3; r++) {   /* two eager steps, then the retry's capture */
+        snprintf(tag, sizeof tag, "retry: step %d after the refusal", r + 1);
+        check_run(s, c, 1, &in[0], &ref[0], seeds[0], ACT_FP32, tag);
+        if (r == 1) {
+            fflush(stderr);
+            CHECK(ftell(cap.f) == 0, "retry: something was said before the retry was due");
+        }
+    }
+    said = stderr_end(&cap);
+    CHECK(count_of(said, "graph captured on retry 1") == 2 && count_of(said, CAPTURE_FAILED) == 0,
+          "retry: the capture after two eager steps was not said to hold for both step keys");
+    free(said);
+    stderr_begin(&cap);
+    setenv("ACT_EMU_CAPTURE", "refuse-begin", 1);   /* a replay never begins a capture */
+    for (int r = 0; r < 2; r++)
+        check_run(s, c, 1, &in[0], &ref[0], seeds[0], ACT_FP32, "retry: replayed");
+    unsetenv("ACT_EMU_CAPTURE");
+    said = stderr_end(&cap);
+    CHECK(count_of(said, CAPTURE_FAILED) == 0, "retry: a step after the retry held began another "
+          "capture instead of replaying its graph");
+    free(said);
+    act_session_free(s);
+
+    /* refused every time, retries 1, 10 and 100 steps apart: failures at steps 2, 4, 15, 116 */
+    s = cuda_session(m, ACT_FP32, 1, "ACT_CUDA_GRAPH_RETRY", "1");
+    if (!s) return;
+    act_inputs ai;
+    memset(&ai, 0, sizeof ai);
+    ai.batch = 1;
+    ai.qpos = in[0].qpos;
+    for (int cam = 0; cam < c->num_cams; cam++) ai.images[cam] = in[0].images[cam];
+    float *out = xmalloc((size_t)c->pred_horizon * c->action_dim * sizeof *out);
+    act_outputs ao;
+    memset(&ao, 0, sizeof ao);
+    ao.actions = out;
+    setenv("ACT_EMU_CAPTURE", "refuse-instantiate", 1);
+    stderr_begin(&cap);
+    char err[1024];
+    int failed_at[8], nfail = 0, bad = 0;
+    for (int step = 1; step <= 120 && !bad; step++) {
+        fflush(stderr);
+        long before = ftell(cap.f);
+        if (act_run(s, &ai, &ao, err, sizeof err)) {
+            printf("FAIL retry: prior step %d: %s\n", step, err);
+            g_fail++;
+            bad = 1;
+        }
+        for (size_t i = 0; i < (size_t)c->pred_horizon * c->action_dim && !bad; i++)
+            if (!(fabsf(out[i] - ref[0].act[i]) <= 1e-4f * (1.0f + fabsf(ref[0].act[i])))) {
+                printf("FAIL retry: prior step %d, action %zu: %g vs %g on the CPU\n", step, i,
+                       out[i], ref[0].act[i]);
+                g_fail++;
+                bad = 1;
+            }
+        fflush(stderr);
+        if (ftell(cap.f) != before && nfail < 8) failed_at[nfail++] = step;
+    }
+    unsetenv("ACT_EMU_CAPTURE");
+    said = stderr_end(&cap);
+    CHECK(nfail == 4 && failed_at[0] == 2 && failed_at[1] == 4 && failed_at[2] == 15 &&
+          failed_at[3] == 116, "retry: %d failed captures said, at steps %d, %d, %d, %d; want 4, at "
+          "steps 2, 4, 15 and 116", nfail, nfail > 0 ? failed_at[0] : -1, nfail > 1 ? failed_at[1] : -1,
+          nfail > 2 ? failed_at[2] : -1, nfail > 3 ? failed_at[3] : -1);
+    CHECK(count_of(said, "(retry 3 of 3)") == 1 && count_of(said, NO_GRAPH_LINE) == 1,
+          "retry: the last retry's failure did not say the step stays eager from now on");
+    free(said);
+    free(out);
+    act_session_free(s);
 }
 
 /* An op refused under capture while the upload lane is forked into it (batch 3 with the lane
@@ -590,7 +687,9 @@ static void check_lane_joined(const act_model *m, const act_config *c, const run
         printf("note: one camera, the lane is joined before the first conv: lane check not run\n");
         return;
     }
+    setenv("ACT_CUDA_GRAPH_RETRY", "0", 1);
     act_session *s = cuda_session(m, ACT_FP32, 3, "ACT_CUDA_PIPELINE_MIN_BATCH", "2");
+    unsetenv("ACT_CUDA_GRAPH_RETRY");
     if (!s) return;
     check_run(s, c, 3, &in[1], &ref[1], seeds[1], ACT_FP32, "lane: batch 3 eager");
     setenv("ACT_EMU_CUDNN", "refuse-capture", 1);
@@ -625,6 +724,7 @@ static int test_faults(const char *path) {
         check_workspace_oom(m, c, in, ref, seeds);
         check_no_stale_error(m, c, in, ref, seeds);
         check_capture_refused(m, c, in, ref, seeds);
+        check_capture_retry(m, c, in, ref, seeds);
         check_lane_joined(m, c, in, ref, seeds);
     }
     free_sets(in, ref, 2, c->num_cams);

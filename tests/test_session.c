@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "act.h"
+#include "forward.h"
 #include "test_common.h"
 
 
@@ -148,6 +149,28 @@ static void test_options(const act_model *m) {
     o.copy_threads = 65;
     CHECK(act_session_create(m, &o, &s, err, sizeof err) == -1 && strstr(err, "copy_threads 65") && !s,
           "copy_threads 65 accepted: '%s'", err);
+    /* a failed graph capture's retry schedule (forward.c, read at every session) */
+    static const char *bad[] = {"x", "-1", "12z", "2000000000", " 5"};
+    o = act_session_default_opts();
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        setenv("ACT_CUDA_GRAPH_RETRY", bad[i], 1);
+        err[0] = 0;
+        s = NULL;
+        int rc = act_session_create(m, &o, &s, err, sizeof err);
+        CHECK(rc == -1 && strstr(err, "ACT_CUDA_GRAPH_RETRY=") && strstr(err, "step count") && !s,
+              "ACT_CUDA_GRAPH_RETRY='%s' accepted: '%s'", bad[i], err);
+        if (!rc) act_session_free(s);
+    }
+    setenv("ACT_CUDA_GRAPH_RETRY", "0", 1);
+    CHECK(act_session_create(m, &o, &s, err, sizeof err) == 0, "ACT_CUDA_GRAPH_RETRY=0 refused: %s", err);
+    if (s) act_session_free(s);
+    unsetenv("ACT_CUDA_GRAPH_RETRY");
+    CHECK(act_fwd_retry_wait(1, 100) == 100 && act_fwd_retry_wait(2, 100) == 1000 &&
+          act_fwd_retry_wait(3, 100) == 10000 && act_fwd_retry_wait(4, 100) == -1 &&
+          act_fwd_retry_wait(1, 0) == -1 && act_fwd_retry_wait(0, 100) == -1 &&
+          act_fwd_retry_wait(3, 1000000000L) == 100000000000L,
+          "graph retry schedule: %ld %ld %ld %ld", act_fwd_retry_wait(1, 100), act_fwd_retry_wait(2, 100),
+          act_fwd_retry_wait(3, 100), act_fwd_retry_wait(4, 100));
 }
 
 
