@@ -70,6 +70,9 @@ struct act_backend {
     void *(*host_alloc)(act_backend *be, size_t bytes);           /* pinned on CUDA */
     void (*host_free)(act_backend *be, void *p);
     size_t (*device_bytes)(act_backend *be);
+    /* optional (NULL: none): the part of device_bytes that is scratch the backend sizes itself
+     * (the CPU's conv workspaces), counted by act_session_memory as workspace, not weights */
+    size_t (*workspace_bytes)(act_backend *be);
     /* prepare weights for this model (CUDA: one upload of the blob + precision copies) */
     int (*load_weights)(act_backend *be, const act_model *m);
 

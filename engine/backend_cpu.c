@@ -75,7 +75,18 @@ static void *cpu_host_alloc(act_backend *be, size_t bytes) {
     return p;
 }
 static void cpu_host_free(act_backend *be, void *p) { act_aligned_free(p); }
-static size_t cpu_device_bytes(act_backend *be) { return ((act_cpu_ctx *)be->ctx)->bytes; }
+/* the scratch load_weights sizes: conv workspaces, Winograd row scratch, the packed linears' */
+static size_t cpu_workspace_bytes(act_backend *be) {
+    const act_cpu_ctx *ctx = be->ctx;
+    size_t f = ctx->ws_plin ? ctx->ws_plin_elems : 0;
+    if (ctx->ws_col)
+        f += ctx->ws_col_elems + ctx->ws_out_elems +
+             ((size_t)act_pool_threads(ctx->pool) + 1) * (ctx->ws_rows_elems ? ctx->ws_rows_elems : 1);
+    return f * sizeof(float);
+}
+static size_t cpu_device_bytes(act_backend *be) {
+    return ((act_cpu_ctx *)be->ctx)->bytes + cpu_workspace_bytes(be);
+}
 
 /* Weights are read in place from the model's blob; the conv workspaces are sized here, the
  * Winograd filters of the 3x3 stride-1 convs made (cpu_winograd.c) and the decoder's weights
@@ -270,6 +281,7 @@ int act_backend_cpu_create(act_precision prec, act_backend **out, char *err, siz
     be->host_alloc = cpu_host_alloc;
     be->host_free = cpu_host_free;
     be->device_bytes = cpu_device_bytes;
+    be->workspace_bytes = cpu_workspace_bytes;
     be->load_weights = cpu_load_weights;
     be->graph_replay = ctx->timing_model ? cpu_timed_replay : cpu_graph_replay;
     be->begin_capture = cpu_begin_capture;

@@ -83,6 +83,8 @@ act_session_opts act_session_default_opts(void) {
     return o;
 }
 
+static size_t ws_bytes(act_backend *be) { return be->workspace_bytes ? be->workspace_bytes(be) : 0; }
+
 int act_session_create(const act_model *m, const act_session_opts *opts, act_session **out,
                        char *err, size_t errlen) {
     if (!out) return act_errf(err, errlen, "act_session_create: out is NULL");
@@ -111,20 +113,22 @@ int act_session_create(const act_model *m, const act_session_opts *opts, act_ses
         free(s);
         return -1;
     }
-    size_t before = s->be->device_bytes(s->be);
+    size_t before = s->be->device_bytes(s->be), ws_before = ws_bytes(s->be);
     if (s->be->load_weights(s->be, m)) {
         act_errf(err, errlen, "act_session_create: %s backend: loading weights: %s", s->be->name,
                  s->be->err);
         act_session_free(s);
         return -1;
     }
-    s->weight_bytes = s->be->device_bytes(s->be) - before;
+    /* what load_weights and act_fwd_create took, less scratch (workspace: the rest of the total) */
+    s->weight_bytes = (s->be->device_bytes(s->be) - before) - (ws_bytes(s->be) - ws_before);
     before = s->be->device_bytes(s->be);
+    ws_before = ws_bytes(s->be);
     if (act_fwd_create(s->be, m, o.max_batch, &s->fwd, err, errlen)) {
         act_session_free(s);
         return -1;
     }
-    s->activation_bytes = s->be->device_bytes(s->be) - before;
+    s->activation_bytes = (s->be->device_bytes(s->be) - before) - (ws_bytes(s->be) - ws_before);
     int half = act_pool_cores() / 2;
     int threads = o.copy_threads ? o.copy_threads : act_pool_env_threads("ACT_COPY_THREADS", half < 1 ? 1 : half > 8 ? 8 : half);
     if (threads > 1) s->copy_pool = act_pool_create(threads);   /* NULL: copies run inline */

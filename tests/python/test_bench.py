@@ -74,7 +74,11 @@ def test_bench_json_has_every_figure_and_the_right_answer(act_infer, small_model
     assert mem["peak_rss_bytes"] > mem["weight_file_bytes"]
     assert mem["input_pool_bytes"] == os.path.getsize(inputs / "qpos.f32") + sum(
         os.path.getsize(inputs / f"{c}.u8") for c in cfg["camera_names"])
-    assert mem["device_bytes"] >= 0
+    # the CPU backend's buffers in parts: the weights it made (Winograd filters, packed linears),
+    # the step's activations and its scratch (conv workspaces), which the parts must cover
+    assert mem["device_activations_bytes"] > 0 and mem["device_workspace_bytes"] > 0, mem
+    assert mem["device_bytes"] == (mem["device_weights_bytes"] + mem["device_activations_bytes"]
+                                   + mem["device_workspace_bytes"]), mem
     # on the CPU the backend's buffers are host memory, held to the device goal: the RSS goal
     # counts the rest
     assert mem["rss_counted_bytes"] == max(

@@ -215,7 +215,8 @@ def test_metrics_audit_log_and_healthz(server, tiny, tmp_path, rng):
                  "act_serve_connections 1", "act_serve_batch_size_bucket", "act_serve_queue_wait_seconds_count 1",
                  "act_serve_inference_seconds_count", "act_serve_ready 1"):
         assert name in text, text
-    assert srv.metric('act_serve_device_memory_bytes{kind="activations"}') > 0, text
+    for kind in ("weights", "activations", "workspace"):   # the CPU's Winograd filters, buffers, conv scratch
+        assert srv.metric(f'act_serve_device_memory_bytes{{kind="{kind}"}}') > 0, text
     # the warm-up's duration, as the ready line says it (one decimal there)
     warm = srv.metric("act_serve_warmup_seconds")
     assert "act_serve_warmup_seconds " in text and warm > 0, text
