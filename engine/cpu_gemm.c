@@ -185,7 +185,9 @@ long act_cpu_spin_us(void) {
     return e && *e && (*end || us < 0 || us > 10000) ? dflt : us;
 }
 
+/* OpenBLAS's own count (OPENBLAS_NUM_THREADS, else its CPUs: it reads the affinity mask but
+ * not a cgroup quota), never more than the usable cores (pool.h) */
 int act_cpu_threads(void) {
-    int blas = blas_threads();
-    return act_pool_env_threads("ACT_CPU_THREADS", blas > 0 ? blas : act_pool_cores());
+    int blas = blas_threads(), cores = act_pool_cores();
+    return act_pool_env_threads("ACT_CPU_THREADS", blas > 0 && blas < cores ? blas : cores);
 }

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+#include "cores.h"
 #include "pool.h"
 
 struct act_pool {
@@ -171,9 +172,13 @@ void act_pool_destroy(act_pool *p) {
     free(p);
 }
 
+static act_cores g_cores;
+static pthread_once_t g_cores_once = PTHREAD_ONCE_INIT;
+static void cores_init(void) { act_cores_read(&g_cores); }
+
 int act_pool_cores(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
+    pthread_once(&g_cores_once, cores_init);
+    return g_cores.usable;
 }
 
 int act_pool_env_threads(const char *env, int dflt) {

@@ -23,7 +23,8 @@ void act_pool_set_spin_us(act_pool *p, long us);
 void act_pool_run(act_pool *p, act_pool_task fn, void *arg, int items);
 void act_pool_destroy(act_pool *p);
 
-/* Thread counts for pools: the online cores (at least 1); the value of environment variable
+/* Thread counts for pools: the cores this process may use (cores.h: the online CPUs, fewer
+ * under an affinity mask or a cgroup CPU quota; read once); the value of environment variable
  * `env` when it is a number in 1..ACT_POOL_MAX_THREADS, else dflt clamped to that range. */
 int act_pool_cores(void);
 int act_pool_env_threads(const char *env, int dflt);

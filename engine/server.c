@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include "server_internal.h"
+#include "pool.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -79,7 +80,7 @@ void act_server_wake(act_server *s)
  * TCP requests/s of 590 KB frames on the project's 2-vCPU VM: bench/RESULTS.md, session 9) */
 static int auto_io_threads(void)
 {
-    long n = sysconf(_SC_NPROCESSORS_ONLN) / 4;
+    long n = act_pool_cores() / 4;   /* the usable cores: an affinity mask or CPU quota counts */
     return n < 1 ? 1 : n > 4 ? 4 : (int)n;
 }
 

@@ -37,6 +37,7 @@
 
 #include "act.h"
 #include "act_infer_cmds.h"
+#include "cores.h"
 #include "frames.h"
 #include "infer_common.h"
 #include "json.h"
@@ -450,9 +451,8 @@ static void gpu_clocks(char *buf, size_t len) {
 }
 
 /* CPU clocks: the current frequency of core 0 from cpufreq when the kernel exposes it, else the
- * "cpu MHz" /proc/cpuinfo reports (a VM's nominal clock), with the cores the process may use. */
+ * "cpu MHz" /proc/cpuinfo reports (a VM's nominal clock). */
 static void cpu_clocks(char *buf, size_t len) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
     double mhz = 0;
     FILE *f = fopen("/sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq", "r");
     const char *src = "cpufreq";
@@ -466,8 +466,8 @@ static void cpu_clocks(char *buf, size_t len) {
         mhz = atof(v);
         src = "/proc/cpuinfo";
     }
-    if (mhz > 0) snprintf(buf, len, "%.0f MHz (%s), %ld cores online", mhz, src, cores);
-    else snprintf(buf, len, "n/a, %ld cores online", cores);
+    if (mhz > 0) snprintf(buf, len, "%.0f MHz (%s)", mhz, src);
+    else snprintf(buf, len, "n/a");
 }
 
 /* ---- output ---- */
@@ -477,6 +477,7 @@ typedef struct bench_report {
     const act_config *cfg;
     const char *model_path, *device_name;
     char host_cpu[256], clocks[256], date[32];
+    act_cores cores;                /* the CPUs the process may use: the thread counts follow them */
     size_t weight_file_bytes, device_bytes, rss_bytes, input_bytes;
     act_memory mem;                 /* what the device bytes hold */
     const batch_result *res;
@@ -563,6 +564,10 @@ static void print_table(const bench_report *r) {
            infer_precision_name(r->a->precision),
            r->a->device == ACT_DEVICE_CUDA ? (r->a->use_graphs ? ", CUDA graphs" : ", no graphs") : "");
     printf("host    %s; clocks %s\n", r->host_cpu, r->clocks);
+    char quota[48] = "no CPU quota";
+    if (r->cores.quota > 0) snprintf(quota, sizeof quota, "CPU quota %.2f", r->cores.quota);
+    printf("cores   %d online, %d usable (affinity %d, %s): the default thread counts follow the "
+           "usable\n", r->cores.online, r->cores.usable, r->cores.affinity, quota);
     printf("env    ");
     int switches = 0;
     for (char **e = environ; *e; e++)
@@ -641,6 +646,10 @@ static int write_json(const bench_report *r, const char *path, char *err, size_t
             r->a->device == ACT_DEVICE_CUDA && r->a->use_graphs ? "true" : "false");
     fprintf(f, "  \"host_cpu\": "); act_json_write_string(f, r->host_cpu);
     fprintf(f, ",\n  \"clocks\": "); act_json_write_string(f, r->clocks);
+    fprintf(f, ",\n  \"cores\": {\"online\": %d, \"affinity\": %d, \"quota\": ", r->cores.online,
+            r->cores.affinity);
+    if (r->cores.quota > 0) fprintf(f, "%.4g", r->cores.quota); else fputs("null", f);
+    fprintf(f, ", \"usable\": %d}", r->cores.usable);
     fprintf(f, ",\n  \"switches\": {");
     int n_sw = 0;
     for (char **e = environ; *e; e++) {
@@ -795,6 +804,7 @@ int act_cmd_bench(int argc, char **argv) {
     host_cpu_name(r.host_cpu, sizeof r.host_cpu);
     if (a.device == ACT_DEVICE_CUDA) gpu_clocks(r.clocks, sizeof r.clocks);
     else cpu_clocks(r.clocks, sizeof r.clocks);
+    act_cores_read(&r.cores);
     time_t now = time(NULL);
     strftime(r.date, sizeof r.date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     struct stat st;

@@ -175,6 +175,36 @@ def test_bench_names_the_thread_variables_openblas_reads(act_infer, small_model,
         assert line.split()[1:] == [f"{var}=1"], line
 
 
+@pytest.mark.skipif(not shutil.which("taskset") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs taskset and two CPUs to pin to one")
+def test_bench_counts_the_usable_cores(act_infer, small_model, tmp_path):
+    """The default thread counts follow the cores the process may use (engine/cores.c): pinned to
+    one CPU, bench's cores line and JSON say 1 usable of the online CPUs, and the backend runs one
+    thread; unpinned, usable is the affinity mask's count (no CPU quota on a CI runner is assumed
+    only where none is read)."""
+    prefixes = ("ACT_CPU_THREADS", "OPENBLAS_", "OMP_NUM_THREADS", "GOTO_NUM_THREADS")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    for pin in (None, cpu):
+        out = tmp_path / "cores.json"
+        cmd = [act_infer, "bench", "--model", small_model.model, "--device", "cpu", "--iters", 1,
+               "--warmup", 0, "--profile-iters", 0, "--json", out]
+        p = _run((["taskset", "-c", cpu] if pin is not None else []) + cmd, env=clean)
+        assert p.returncode == 0, p.stderr
+        r = json.loads(out.read_text())
+        c = r["cores"]
+        assert c["online"] == os.cpu_count() and 1 <= c["usable"] <= c["affinity"] <= c["online"], c
+        if pin is not None:
+            assert c["affinity"] == 1 and c["usable"] == 1, c
+            assert "1 thread," in r["device_name"], r["device_name"]
+        else:
+            assert c["affinity"] == len(os.sched_getaffinity(0)), c
+            assert c["usable"] == (c["affinity"] if c["quota"] is None
+                                   else min(c["affinity"], math.ceil(c["quota"] - 1e-9))), c
+        line = next(ln for ln in p.stdout.splitlines() if ln.startswith("cores "))
+        assert f"{c['usable']} usable" in line, line
+
+
 def test_bench_staged_inputs_give_the_same_chunk(act_infer, small_model, tmp_path):
     """--staged-inputs writes each window into the session's own input buffers before the step,
     --in-place-inputs registers the pool and passes a pointer per frame: the chunk is the one
