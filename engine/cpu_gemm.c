@@ -43,6 +43,10 @@ static void threads_init(void) {
     g_blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : 0;
     g_split = act_cpu_switch_on("ACT_CPU_SPLIT_GEMM") && openblas_set_num_threads;
     if (g_split) openblas_set_num_threads(1);
+    /* threading its own GEMMs, OpenBLAS counts the affinity mask's CPUs but not a cgroup quota:
+     * held to the usable cores, as the backend's pool is (act_cpu_threads) */
+    else if (openblas_set_num_threads && g_blas_threads > act_pool_cores())
+        openblas_set_num_threads(act_pool_cores());
 }
 
 static void blas_init_once(void) {
