@@ -567,10 +567,14 @@ int act_fwd_step(act_fwd *f, int B, int mode, int use_graphs, char *err, size_t 
          * memory, which the caller frees once act_run has returned */
         if (rc) be->sync(be);
         if (rc && cap == 0) return -1;
-        if (!rc && cap == 1 && r->retried) {
+        if (!rc && cap == 1) {
+            if (r->retried)
+                fprintf(stderr, "act-engine: batch %d (%s): graph captured on retry %d\n", B,
+                        step_name(mode, name, sizeof name), r->fails);
+            /* a capture that holds renews the retries: the graph may be dropped later (a conv
+             * workspace that grows drops them all) and its recapture fail for a passing reason */
             r->retried = 0;
-            fprintf(stderr, "act-engine: batch %d (%s): graph captured on retry %d\n", B,
-                    step_name(mode, name, sizeof name), r->fails);
+            r->fails = 0;
         }
         if (rc) {
             /* the capture failed (to begin, an op in it, or to end or instantiate it): the step

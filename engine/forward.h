@@ -58,7 +58,7 @@ typedef struct act_fwd_stage {
 /* A step key whose capture failed runs eagerly for a while, then tries a capture again: a
  * failure may pass (device memory short at instantiation while another process held it). The
  * retries come base, 10 x base and 100 x base eager steps apart; after ACT_FWD_RETRIES of them
- * the key stays eager. */
+ * the key stays eager. A capture that holds starts the count afresh. */
 #define ACT_FWD_RETRIES 3
 #define ACT_FWD_RETRY_BASE 100
 typedef struct {

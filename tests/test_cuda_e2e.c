@@ -591,8 +591,15 @@ static void check_capture_refused(const act_model *m, const act_config *c, const
  * stays eager ("from now on"). Every step is compared with the CPU. */
 static void check_capture_retry(const act_model *m, const act_config *c, const run_io *in,
                                 const run_io *ref, const uint64_t *seeds) {
+    /* convs that want 1 MiB of workspace more per image, as in check_workspace_oom: batch 3 grows it */
+    setenv("ACT_EMU_CONV_WS_PER_IMAGE", "1048576", 1);
+    setenv("ACT_CUDA_CONV_ALGO", "heuristic", 1);
     act_session *s = cuda_session(m, ACT_FP32, 3, "ACT_CUDA_GRAPH_RETRY", "2");
-    if (!s) return;
+    unsetenv("ACT_CUDA_CONV_ALGO");
+    if (!s) {
+        unsetenv("ACT_EMU_CONV_WS_PER_IMAGE");
+        return;
+    }
     char tag[96];
     check_run(s, c, 1, &in[0], &ref[0], seeds[0], ACT_FP32, "retry: eager first step");
     err_capture cap;
@@ -628,7 +635,25 @@ static void check_capture_retry(const act_model *m, const act_config *c, const r
     CHECK(count_of(said, CAPTURE_FAILED) == 0, "retry: a step after the retry held began another "
           "capture instead of replaying its graph");
     free(said);
+    /* batch 3's first step grows the conv workspace, which drops every graph; batch 1's
+     * recapture then fails anew: a retry that held renewed the count (retry 1, after 2 steps) */
+    act_memory before, after;
+    act_session_memory(s, &before);
+    check_run(s, c, 3, &in[1], &ref[1], seeds[1], ACT_FP32, "retry: batch 3 grows the workspace");
+    act_session_memory(s, &after);
+    CHECK(after.workspace > before.workspace, "retry: the workspace did not grow at batch 3 (%zu -> "
+          "%zu bytes): the graphs were not dropped, the recapture not tested", before.workspace,
+          after.workspace);
+    stderr_begin(&cap);
+    setenv("ACT_EMU_CAPTURE", "refuse-instantiate", 1);
+    check_run(s, c, 1, &in[0], &ref[0], seeds[0], ACT_FP32, "retry: recapture refused");
+    unsetenv("ACT_EMU_CAPTURE");
+    said = stderr_end(&cap);
+    CHECK(count_of(said, "for its next 2 steps, then tries a capture again (retry 1 of 3)") == 2,
+          "retry: a recapture that failed after a retry held did not start the retries afresh");
+    free(said);
     act_session_free(s);
+    unsetenv("ACT_EMU_CONV_WS_PER_IMAGE");
 
     /* refused every time, retries 1, 10 and 100 steps apart: failures at steps 2, 4, 15, 116 */
     s = cuda_session(m, ACT_FP32, 1, "ACT_CUDA_GRAPH_RETRY", "1");
