@@ -15,6 +15,7 @@
  * container's /sys/fs/cgroup (v1 without a cgroup namespace shows the host's path): the walk up
  * from it ends at the mount's root, which is then the container's own cgroup. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdio.h>
@@ -84,11 +85,18 @@ double act_cores_quota(const char *cgroup_root, const char *proc_cgroup) {
     char line[PATH_MAX + 256], v2_path[PATH_MAX] = "", v1_path[PATH_MAX] = "";
     int have_v2 = 0, have_v1 = 0;
     while (fgets(line, sizeof line, f)) {   /* "ID:CONTROLLERS:PATH" */
-        line[strcspn(line, "\n")] = 0;
+        size_t len = strlen(line);
+        if (len == 0 || line[len - 1] != '\n') {   /* longer than any path: skip the rest of it */
+            int ch;
+            while ((ch = fgetc(f)) != EOF && ch != '\n') {}
+            continue;
+        }
+        line[len - 1] = 0;
         char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
         if (!c2 || c2[1] != '/') continue;
         *c1 = *c2 = 0;
         const char *ctrl = c1 + 1, *path = c2 + 1;
+        if (strlen(path) >= sizeof v2_path) continue;   /* never the name cut short */
         if (!strcmp(line, "0") && !*ctrl) {
             snprintf(v2_path, sizeof v2_path, "%s", path);
             have_v2 = 1;
@@ -115,13 +123,27 @@ double act_cores_quota(const char *cgroup_root, const char *proc_cgroup) {
     return 0;
 }
 
+/* CPUs in the main thread's affinity mask (getpid(): the process's, not the calling thread's,
+ * which a program may have pinned to one core before it makes a session); the set grows for
+ * kernels built for more than 1024 CPUs. 0 when it cannot be read. */
+static int process_affinity(void) {
+    for (int n = 1024; n <= (1 << 16); n *= 2) {
+        cpu_set_t *set = CPU_ALLOC(n);
+        if (!set) return 0;
+        size_t size = CPU_ALLOC_SIZE(n);
+        CPU_ZERO_S(size, set);
+        int rc = sched_getaffinity(getpid(), size, set), err = errno, count = rc == 0 ? CPU_COUNT_S(size, set) : 0;
+        CPU_FREE(set);
+        if (rc == 0) return count;
+        if (err != EINVAL) return 0;
+    }
+    return 0;
+}
+
 void act_cores_read(act_cores *c) {
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     c->online = online < 1 ? 1 : online > 4096 ? 4096 : (int)online;
-    c->affinity = 0;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) == 0) c->affinity = CPU_COUNT(&set);
+    c->affinity = process_affinity();
     c->quota = act_cores_quota("/sys/fs/cgroup", "/proc/self/cgroup");
     int n = c->online;
     if (c->affinity > 0 && c->affinity < n) n = c->affinity;

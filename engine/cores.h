@@ -5,7 +5,7 @@
 
 typedef struct act_cores {
     int online;     /* sysconf(_SC_NPROCESSORS_ONLN), at least 1 */
-    int affinity;   /* CPUs in the affinity mask (taskset, cpusets); 0 when unreadable */
+    int affinity;   /* CPUs in the process's (main thread's) affinity mask (taskset, cpusets); 0 when unreadable */
     double quota;   /* CPUs the cgroup quota allows, e.g. 1.5; 0 when none is set */
     int usable;     /* the smallest of the three (the quota rounded up), at least 1 */
 } act_cores;

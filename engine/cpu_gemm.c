@@ -36,16 +36,29 @@ static char g_core[64] = "OpenBLAS";
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_blas_threads;   /* OpenBLAS's thread count at start (0: not OpenBLAS) */
 static int g_split;          /* the backend threads the products; OpenBLAS runs on one thread */
+static int g_blas_asked;     /* its count came from OPENBLAS_/GOTO_/OMP_NUM_THREADS */
 
 /* OpenBLAS's threads off when the backend splits the products; another BLAS (no
  * openblas_set_num_threads) keeps its own threading */
+/* a thread count asked of OpenBLAS by name (it reads these three at start) */
+static int blas_threads_asked(void) {
+    static const char *const vars[] = {"OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *e = getenv(vars[i]);
+        if (e && *e) return 1;
+    }
+    return 0;
+}
+
 static void threads_init(void) {
     g_blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : 0;
+    g_blas_asked = blas_threads_asked();
     g_split = act_cpu_switch_on("ACT_CPU_SPLIT_GEMM") && openblas_set_num_threads;
     if (g_split) openblas_set_num_threads(1);
-    /* threading its own GEMMs, OpenBLAS counts the affinity mask's CPUs but not a cgroup quota:
-     * held to the usable cores, as the backend's pool is (act_cpu_threads) */
-    else if (openblas_set_num_threads && g_blas_threads > act_pool_cores())
+    /* threading its own GEMMs, OpenBLAS by default counts the affinity mask's CPUs but not a
+     * cgroup quota: held to the usable cores, as the backend's pool is (act_cpu_threads); a
+     * count asked for by name stays */
+    else if (openblas_set_num_threads && !g_blas_asked && g_blas_threads > act_pool_cores())
         openblas_set_num_threads(act_pool_cores());
 }
 
@@ -189,9 +202,11 @@ long act_cpu_spin_us(void) {
     return e && *e && (*end || us < 0 || us > 10000) ? dflt : us;
 }
 
-/* OpenBLAS's own count (OPENBLAS_NUM_THREADS, else its CPUs: it reads the affinity mask but
- * not a cgroup quota), never more than the usable cores (pool.h) */
+/* OpenBLAS's own count when one was asked for by name (OPENBLAS_NUM_THREADS and the like), else
+ * the smaller of its default (the affinity mask's CPUs; it does not read a cgroup quota) and the
+ * usable cores (pool.h) */
 int act_cpu_threads(void) {
     int blas = blas_threads(), cores = act_pool_cores();
-    return act_pool_env_threads("ACT_CPU_THREADS", blas > 0 && blas < cores ? blas : cores);
+    int n = blas <= 0 ? cores : g_blas_asked || blas < cores ? blas : cores;
+    return act_pool_env_threads("ACT_CPU_THREADS", n);
 }

@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -52,6 +53,22 @@ static void expect(const char *what, double want) {
     double got = quota();
     CHECK(fabs(got - want) < 1e-9, "%s: quota %g, want %g", what, got, want);
     clear();
+}
+
+/* pins the calling thread to its first allowed CPU, then reads the cores into arg */
+static void *pinned_read(void *arg) {
+    cpu_set_t set, one;
+    CPU_ZERO(&set);
+    CPU_ZERO(&one);
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        for (int i = 0; i < CPU_SETSIZE; i++)
+            if (CPU_ISSET(i, &set)) {
+                CPU_SET(i, &one);
+                break;
+            }
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+    act_cores_read(arg);
+    return NULL;
 }
 
 int main(void) {
@@ -114,7 +131,20 @@ int main(void) {
     put("cpu,cpuacct/cpu.cfs_quota_us", "-1\n");
     put("cpu,cpuacct/cpu.cfs_period_us", "100000\n");
     put("cpu.max", "50000 100000\n");
-    expect("hybrid: v1 unlimited, the v2 limit holds", 0.5);
+    expect("a v1 cpu line without a quota, then the v2 root's limit", 0.5);
+
+    {   /* a line longer than any path (a damaged or made-up file) is skipped whole, its tail too */
+        char *big = malloc(20000);
+        memset(big, 'a', 19999);
+        big[0] = '0', big[1] = ':', big[2] = ':', big[3] = '/';
+        big[19999] = 0;
+        char text[20100];
+        snprintf(text, sizeof text, "%s\n0::/ok\n", big);
+        free(big);
+        put("proc_cgroup", text);
+        put("ok/cpu.max", "200000 100000\n");
+        expect("an over-long line skipped, the next one read", 2.0);
+    }
 
     char proc[600];
     snprintf(proc, sizeof proc, "%s/no_such_file", g_root);
@@ -134,7 +164,15 @@ int main(void) {
           c.affinity, aff, c.usable);
     CHECK(c.quota <= 0 || c.usable <= (int)ceil(c.quota) || c.usable == 1, "usable %d over a quota of %g",
           c.usable, c.quota);
-    if (aff > 1) {   /* pinned to one CPU, a fresh read says 1 usable */
+    if (aff > 1) {   /* a thread pinned to one CPU still reads the process's mask */
+        pthread_t t;
+        act_cores tc = {0};
+        CHECK(pthread_create(&t, NULL, pinned_read, &tc) == 0, "pthread_create");
+        pthread_join(t, NULL);
+        CHECK(tc.affinity == aff, "a thread pinned to one CPU read affinity %d, the process has %d",
+              tc.affinity, aff);
+    }
+    if (aff > 1) {   /* the process pinned to one CPU, a fresh read says 1 usable */
         cpu_set_t one;
         CPU_ZERO(&one);
         for (int i = 0; i < CPU_SETSIZE; i++)

@@ -648,7 +648,7 @@ static int write_json(const bench_report *r, const char *path, char *err, size_t
     fprintf(f, ",\n  \"clocks\": "); act_json_write_string(f, r->clocks);
     fprintf(f, ",\n  \"cores\": {\"online\": %d, \"affinity\": %d, \"quota\": ", r->cores.online,
             r->cores.affinity);
-    if (r->cores.quota > 0) fprintf(f, "%.4g", r->cores.quota); else fputs("null", f);
+    if (r->cores.quota > 0) fprintf(f, "%.17g", r->cores.quota); else fputs("null", f);
     fprintf(f, ", \"usable\": %d}", r->cores.usable);
     fprintf(f, ",\n  \"switches\": {");
     int n_sw = 0;
