@@ -24,7 +24,8 @@ typedef struct h5_episode {
     hid_t file;
     hid_t img[ACT_MAX_CAMS];
     char img_name[ACT_MAX_CAMS][ACT_NAME_LEN + 32];
-    int deflate_cd[ACT_MAX_CAMS][4];   /* [0] > 0: gzip chunks of this shape (t, y, x, c) (episode_inflate.c) */
+    int pool_kind[ACT_MAX_CAMS];       /* ACT_EP_POOL_*: gzip chunks or raw tiles (episode_inflate.c) */
+    int pool_cd[ACT_MAX_CAMS][4];      /* of this shape (t, y, x, c) */
     int direct_ok[ACT_MAX_CAMS];   /* 1: raw frames read by pread (episode_direct.c) */
     act_ep_direct direct[ACT_MAX_CAMS];
     int fd;                        /* HDF5's descriptor of the file, for those reads; < 0: none */
@@ -285,22 +286,23 @@ static int h5_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *dst,
     return rc;
 }
 
-/* gzip frames of camera cam go to episode_inflate.c */
+/* gzip frames (or raw tiles) of camera cam go to episode_inflate.c */
 static int inflated(const h5_episode *h, int cam) {
-    return h->deflate_cd[cam][0] > 0 && act_ep_inflate_threads() > 1;
+    return h->pool_kind[cam] != ACT_EP_POOL_NONE && act_ep_inflate_threads() > 1;
 }
 
 /* Frames [t0, t0 + n) of camera c on the pool's threads: gzip chunks inflated (their compressed
- * bytes fetched by pread when d locates them, else through HDF5), or raw frames by pread at d.
- * As act_ep_read_deflate / act_ep_read_direct: 0, -1 (err), 1 (leave it to HDF5). */
+ * bytes fetched by pread when d locates them, else through HDF5) or raw tiles scattered, or raw
+ * frames by pread at d. As act_ep_read_pool / act_ep_read_direct: 0, -1 (err), 1 (leave it to
+ * HDF5). */
 static int pool_read(act_episode *ep, int c, const act_ep_direct *d, int t0, int n, uint8_t *dst,
                      char *err, size_t errlen) {
     h5_episode *h = ep->impl;
     size_t frame = (size_t)ep->image_h * ep->image_w * 3;
     if (inflated(h, c))
-        return act_ep_read_deflate(h->img[c], h->deflate_cd[c], ep->image_h, ep->image_w, d, d ? h->fd : -1,
-                                   h->file_size, ep->path, h->img_name[c], t0, n, dst, &h->scratch, &h->rows[c], err,
-                                   errlen);
+        return act_ep_read_pool(h->img[c], h->pool_kind[c], h->pool_cd[c], ep->image_h, ep->image_w, d,
+                                d ? h->fd : -1, h->file_size, ep->path, h->img_name[c], t0, n, dst, &h->scratch,
+                                &h->rows[c], err, errlen);
     return act_ep_read_direct(d, h->fd, h->file_size, h->img[c], ep->path, h->img_name[c], t0, n, frame, dst,
                               err, errlen);
 }
@@ -402,7 +404,8 @@ static void direct_setup(act_episode *ep, int c) {
     h5_episode *h = ep->impl;
     act_ep_direct d;
     if (h->fd < 0 ||
-        !act_ep_direct_probe(h->file, h->img[c], ep->T, ep->image_h, ep->image_w, h->file_size, inflated(h, c), &d))
+        !act_ep_direct_probe(h->file, h->img[c], ep->T, ep->image_h, ep->image_w, h->file_size,
+                             inflated(h, c) && h->pool_kind[c] == ACT_EP_POOL_GZIP, &d))
         return;
     size_t frame = (size_t)ep->image_h * ep->image_w * 3;
     uint8_t *ref = malloc(2 * frame), *got = malloc(frame);
@@ -512,7 +515,7 @@ int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
             ep_fail(err, errlen, path, "dataset '%s' cannot be opened", name);
             goto fail;
         }
-        if (!act_ep_deflate_chunk(h->img[c], cfg->image_h, cfg->image_w, h->deflate_cd[c])) h->deflate_cd[c][0] = 0;
+        h->pool_kind[c] = act_ep_pool_chunk(h->img[c], cfg->image_h, cfg->image_w, h->pool_cd[c]);
         if (act_ep_check_chunks(h->img[c], path, name, inflated(h, c), err, errlen) != 0) goto fail;
         if (act_ep_inflate_threads() > 1 && act_ep_pread_on()) direct_setup(ep, c);
     }
@@ -544,13 +547,16 @@ void act_episode_reader(const act_episode *ep, int cam, char *buf, size_t len) {
     const char *inf = act_ep_inflater();
     if (cam < 0 || cam >= ep->num_cams)
         snprintf(buf, len, "no camera %d", cam);
-    else if (inflated(h, cam) && h->deflate_cd[cam][1] == ep->image_h && h->deflate_cd[cam][2] == ep->image_w &&
-             h->deflate_cd[cam][3] == 3)
-        snprintf(buf, len, "%s, gzip chunks of %d frames%s", inf ? inf : "?", h->deflate_cd[cam][0],
+    else if (inflated(h, cam) && h->pool_kind[cam] == ACT_EP_POOL_RAW_TILES)
+        snprintf(buf, len, "pool, raw chunks of (%d, %d, %d, %d)", h->pool_cd[cam][0], h->pool_cd[cam][1],
+                 h->pool_cd[cam][2], h->pool_cd[cam][3]);
+    else if (inflated(h, cam) && h->pool_cd[cam][1] == ep->image_h && h->pool_cd[cam][2] == ep->image_w &&
+             h->pool_cd[cam][3] == 3)
+        snprintf(buf, len, "%s, gzip chunks of %d frames%s", inf ? inf : "?", h->pool_cd[cam][0],
                  h->direct_ok[cam] ? ", pread" : "");
     else if (inflated(h, cam))
-        snprintf(buf, len, "%s, gzip chunks of (%d, %d, %d, %d)", inf ? inf : "?", h->deflate_cd[cam][0],
-                 h->deflate_cd[cam][1], h->deflate_cd[cam][2], h->deflate_cd[cam][3]);
+        snprintf(buf, len, "%s, gzip chunks of (%d, %d, %d, %d)", inf ? inf : "?", h->pool_cd[cam][0],
+                 h->pool_cd[cam][1], h->pool_cd[cam][2], h->pool_cd[cam][3]);
     else if (h->direct_ok[cam] && h->direct[cam].k > 0)
         snprintf(buf, len, "pread, chunks of %d frames", h->direct[cam].k);
     else if (h->direct_ok[cam])

@@ -1,6 +1,6 @@
 /* episode_inflate.c - gzip frame chunks inflated on the pool's threads (design: episode_inflate.h).
  * defines: act_ep_scratch_free, act_ep_inflate_threads, act_ep_pool_run, act_ep_inflater,
- *          act_ep_inflater_check, act_ep_frame_chunk, act_ep_deflate_chunk, act_ep_read_deflate,
+ *          act_ep_inflater_check, act_ep_frame_chunk, act_ep_pool_chunk, act_ep_read_pool,
  *          act_ep_inflate_one
  *
  * A read of frames [t0, t0 + n) covers chunks first..last. Their compressed bytes are read one by
@@ -13,7 +13,10 @@
  *
  * The inflater is libdeflate when the build found it (whole-buffer decompression, 2.3-3.3x
  * zlib's speed on 256x256 frames: bench/NOTES.md), else zlib; ACT_EPISODE_INFLATE=zlib picks zlib
- * in a libdeflate build (for comparisons). Both check the stream's Adler-32. */
+ * in a libdeflate build (for comparisons). Both check the stream's Adler-32.
+ *
+ * Uncompressed tiles go the same way without the inflate: their bytes, fetched the same way, are
+ * scattered into the window straight from the fetch buffer (or copied into the row kept). */
 #define _POSIX_C_SOURCE 200809L
 #include "episode_inflate.h"
 #include "episode_direct.h"
@@ -106,19 +109,23 @@ int act_ep_frame_chunk(hid_t dcpl, int H, int W) {
 #define MAX_TILE_BYTES ((size_t)4 << 20)    /* a tile (part of a frame): one per pool thread */
 #define MAX_ROW_BYTES ((size_t)64 << 20)    /* a row of tiles kept for the next window */
 
-int act_ep_deflate_chunk(hid_t ds, int H, int W, int cd[4]) {
-    int ok = 0;
+int act_ep_pool_chunk(hid_t ds, int H, int W, int cd[4]) {
+    int kind = ACT_EP_POOL_NONE;
     hsize_t c[4];
     hid_t dcpl = H5Dget_create_plist(ds);
     if (dcpl < 0 || H5Pget_layout(dcpl) != H5D_CHUNKED || H5Pget_chunk(dcpl, 4, c) != 4) goto out;
     double bytes = 1;
     for (int i = 0; i < 4; i++) bytes *= (double)c[i];
+    int whole = c[1] == (hsize_t)H && c[2] == (hsize_t)W && c[3] == 3;
     if (c[0] < 1 || c[1] < 1 || c[2] < 1 || c[3] < 1 || c[1] > (hsize_t)H || c[2] > (hsize_t)W || c[3] > 3 ||
-        c[0] > (1u << 20) || bytes > (double)MAX_CHUNK_BYTES ||
-        (!(c[1] == (hsize_t)H && c[2] == (hsize_t)W && c[3] == 3) && bytes > (double)MAX_TILE_BYTES))
+        c[0] > (1u << 20) || bytes > (double)MAX_CHUNK_BYTES || (!whole && bytes > (double)MAX_TILE_BYTES))
         goto out;
     int nf = H5Pget_nfilters(dcpl), deflate = 0, other = 0;
-    if (nf < 1 || nf > 2) goto out;
+    if (nf == 0) {   /* raw: tiles are the pool's, whole frames episode_direct.c's (pread) */
+        if (!whole && H5Pget_external_count(dcpl) == 0) kind = ACT_EP_POOL_RAW_TILES;
+        goto found;
+    }
+    if (nf > 2) goto out;
     for (int i = 0; i < nf; i++) {   /* gzip, and perhaps shuffle: of 1-byte pixels it moves nothing */
         unsigned flags, cdv[8] = {0};
         size_t ncd = 8;
@@ -129,14 +136,14 @@ int act_ep_deflate_chunk(hid_t ds, int H, int W, int cd[4]) {
     }
     unsigned copts = 0;   /* edge chunks stored unfiltered: HDF5's path reads those */
     if (H5Pget_chunk_opts(dcpl, &copts) >= 0 && (copts & H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS)) other++;
-    if (deflate == 1 && !other) {
+    if (deflate == 1 && !other) kind = ACT_EP_POOL_GZIP;
+found:
+    if (kind)
         for (int i = 0; i < 4; i++) cd[i] = (int)c[i];
-        ok = 1;
-    }
 out:
     if (dcpl >= 0) H5Pclose(dcpl);
     H5Eclear2(H5E_DEFAULT);
-    return ok;
+    return kind;
 }
 
 enum { INF_SHORT_READ = INF_NOMEM + 1 };   /* a verdict of the pool's fetch, before any inflate */
@@ -159,6 +166,7 @@ typedef struct inflate_job {
     chunk_job *c;
     size_t want;              /* a chunk's bytes */
     int libdeflate;
+    int raw;                  /* 1: uncompressed tiles: src is the tile itself */
     int fd;                   /* < 0: src already read */
     const int *cd;            /* the chunk shape (t, y, x, c) */
     int tiles;                /* 1: chunks are tiles, each group copied into the window by scatter */
@@ -224,8 +232,9 @@ int act_ep_inflate_one(void *dec, const uint8_t *in, size_t in_len, uint8_t *out
 }
 
 /* Items are groups of q->nc chunks (a tile per channel range, or a whole-frame chunk alone): each
- * fetched if a locator gave its place, inflated (into its dst, else its thread's scratch), and a
- * group of tiles whose every chunk came to exactly one chunk copied into the window. */
+ * fetched if a locator gave its place, inflated (into its dst, else its thread's scratch; a raw
+ * tile is its fetched bytes, copied only into a row kept), and a group of tiles whose every chunk
+ * came to exactly one chunk copied into the window. */
 static void inflate_task(void *arg, int th, int lo, int hi) {
     inflate_job *q = arg;
     for (int g = lo; g < hi; g++) {
@@ -233,7 +242,8 @@ static void inflate_task(void *arg, int th, int lo, int hi) {
         int ok = 1;
         for (int j = 0; j < q->nc; j++) {
             chunk_job *c = &q->c[g * q->nc + j];
-            uint8_t *dst = bufs[j] = c->dst ? c->dst : q->thr + ((size_t)th * q->nc + j) * q->want;
+            uint8_t *dst = bufs[j] = c->dst ? c->dst
+                                   : q->raw ? c->src : q->thr + ((size_t)th * q->nc + j) * q->want;
             if (c->cached) {
                 c->verdict = INF_OK;
                 c->got = q->want;
@@ -243,6 +253,13 @@ static void inflate_task(void *arg, int th, int lo, int hi) {
                 c->read_errno = errno;
                 c->verdict = INF_SHORT_READ;
                 ok = 0;
+                continue;
+            }
+            if (q->raw) {   /* scattered from the fetched bytes; copied only into a row kept */
+                c->verdict = INF_OK;
+                c->got = c->src_len;
+                ok &= c->got == q->want;
+                if (c->got == q->want && c->dst) memcpy(dst, c->src, q->want);
                 continue;
             }
             void *dec = NULL;
@@ -285,10 +302,10 @@ static const char *where(char *buf, size_t len, const int *o, int whole) {
     return buf;
 }
 
-int act_ep_read_deflate(hid_t ds, const int cd[4], int H, int W, const act_ep_direct *loc, int fd,
-                        uint64_t file_size, const char *path, const char *name, int t0, int n, uint8_t *dst,
-                        act_ep_scratch *s, act_ep_rowcache *rows, char *err, size_t errlen) {
-    int whole = cd[1] == H && cd[2] == W && cd[3] == 3, k = cd[0];
+int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const act_ep_direct *loc, int fd,
+                     uint64_t file_size, const char *path, const char *name, int t0, int n, uint8_t *dst,
+                     act_ep_scratch *s, act_ep_rowcache *rows, char *err, size_t errlen) {
+    int raw = kind == ACT_EP_POOL_RAW_TILES, whole = cd[1] == H && cd[2] == W && cd[3] == 3, k = cd[0];
     int nx = (W + cd[2] - 1) / cd[2], nc = (3 + cd[3] - 1) / cd[3];   /* tiles across, channel ranges */
     int per_t = ((H + cd[1] - 1) / cd[1]) * nx * nc;
     int first = t0 / k, last = (t0 + n - 1) / k;
@@ -297,23 +314,25 @@ int act_ep_read_deflate(hid_t ds, const int cd[4], int H, int W, const act_ep_di
      * split at a chunk boundary: its job records stay bounded, and their count an int */
     if (((double)last - first + 1) * per_t > (double)max_jobs()) {
         if (last == first) {
-            snprintf(err, errlen, "%s: dataset '%s' is stored in gzip tiles of (%d, %d, %d, %d): %d tiles for "
+            snprintf(err, errlen, "%s: dataset '%s' is stored in %s tiles of (%d, %d, %d, %d): %d tiles for "
                      "every %d frames, more than the %d a read takes; re-save it with larger chunks, e.g. "
-                     "h5repack -l %s:CHUNK=1x%dx%dx3 IN.hdf5 OUT.hdf5", path, name, cd[0], cd[1], cd[2], cd[3],
+                     "h5repack -l %s:CHUNK=1x%dx%dx3 IN.hdf5 OUT.hdf5", path, name, raw ? "uncompressed" : "gzip",
+                     cd[0], cd[1], cd[2], cd[3],
                      per_t, k, max_jobs(), name, H, W);
             return -1;
         }
         int mid = first + (last - first + 1) / 2, n1 = mid * k - t0;
-        int r = act_ep_read_deflate(ds, cd, H, W, loc, fd, file_size, path, name, t0, n1, dst, s, rows, err, errlen);
-        return r ? r : act_ep_read_deflate(ds, cd, H, W, loc, fd, file_size, path, name, mid * k, n - n1,
-                                           dst + (size_t)n1 * frame, s, rows, err, errlen);
+        int r = act_ep_read_pool(ds, kind, cd, H, W, loc, fd, file_size, path, name, t0, n1, dst, s, rows, err,
+                                 errlen);
+        return r ? r : act_ep_read_pool(ds, kind, cd, H, W, loc, fd, file_size, path, name, mid * k, n - n1,
+                                        dst + (size_t)n1 * frame, s, rows, err, errlen);
     }
     int nch = (last - first + 1) * per_t;
-    size_t max_src = chunk_bytes + (chunk_bytes >> 6) + 4096;
-    const char *inflater = act_ep_inflater();
+    size_t max_src = raw ? chunk_bytes : chunk_bytes + (chunk_bytes >> 6) + 4096;
+    const char *inflater = raw ? "raw" : act_ep_inflater(), *what = raw ? "chunk" : "gzip chunk";
     char at[64];
     if (!inflater) return act_ep_inflater_check(err, errlen);
-    if (fd < 0 || !whole) loc = NULL;   /* the locator finds whole-frame chunks only */
+    if (fd < 0 || !whole || raw) loc = NULL;   /* the locator finds whole-frame gzip chunks only */
     /* tiles: the first row may be kept from the last read (hit), the last one kept for the next
      * (keep: the window ends inside it), in the other of the two buffers */
     size_t row_bytes = (size_t)per_t * chunk_bytes;
@@ -357,6 +376,11 @@ int act_ep_read_deflate(hid_t ds, const int cd[4], int H, int W, const act_ep_di
         }
         if (rc == 0 && mask) {
             rc = 1;   /* stored with its filter skipped: HDF5's path knows what to do */
+        } else if (rc == 0 && raw && sz != chunk_bytes) {   /* HDF5 1.10 says a tile's own size; checked */
+            snprintf(err, errlen, "%s: dataset '%s': the chunk at %s stores %llu bytes, but a chunk holds %zu "
+                     "(damaged file)", path, name, where(at, sizeof at, c[i].o, whole), (unsigned long long)sz,
+                     chunk_bytes);
+            rc = -1;
         } else if (rc == 0 && sz > max_src) {
             snprintf(err, errlen, "%s: dataset '%s': the gzip chunk at %s claims %llu bytes, "
                      "more than a chunk of %zu bytes can compress to (corrupt file)", path, name,
@@ -371,7 +395,7 @@ int act_ep_read_deflate(hid_t ds, const int cd[4], int H, int W, const act_ep_di
     H5Eclear2(H5E_DEFAULT);
     int nthr = act_ep_inflate_threads();
     if (rc == 0 && (grow(&s->raw, &s->raw_cap, off) || grow(&s->tmp, &s->tmp_cap, (size_t)partial * chunk_bytes) ||
-                    (!whole && grow(&s->thr, &s->thr_cap, (size_t)nthr * nc * chunk_bytes)))) {
+                    (!whole && !raw && grow(&s->thr, &s->thr_cap, (size_t)nthr * nc * chunk_bytes)))) {
         snprintf(err, errlen, "%s: out of memory reading '%s'", path, name);
         rc = -1;
     }
@@ -397,21 +421,21 @@ int act_ep_read_deflate(hid_t ds, const int cd[4], int H, int W, const act_ep_di
             c[i].dst = c[i].partial ? s->tmp + (size_t)p++ * chunk_bytes : dst + (size_t)(c[i].o[0] - t0) * frame;
     }
     if (rc == 0) {
-        inflate_job q = {c, chunk_bytes, !strcmp(inflater, "libdeflate"), loc ? fd : -1, cd, !whole, whole ? 1 : nc,
-                         H, W, t0, n, dst, s->thr};
+        inflate_job q = {c, chunk_bytes, !strcmp(inflater, "libdeflate"), raw, loc ? fd : -1, cd, !whole,
+                         whole ? 1 : nc, H, W, t0, n, dst, s->thr};
         act_ep_pool_run(inflate_task, &q, nch / q.nc);
         for (int i = 0; i < nch && rc == 0; i++) {
             int v = c[i].verdict;
             if (v == INF_SHORT_READ) {
-                snprintf(err, errlen, "%s: dataset '%s': the gzip chunk at %s cannot be read: %s",
-                         path, name, where(at, sizeof at, c[i].o, whole), c[i].read_errno ? strerror(c[i].read_errno)
+                snprintf(err, errlen, "%s: dataset '%s': the %s at %s cannot be read: %s",
+                         path, name, what, where(at, sizeof at, c[i].o, whole), c[i].read_errno ? strerror(c[i].read_errno)
                          : "the file ends before it (truncated file)");
                 rc = -1;
                 break;
             }
             if (v != INF_OK || c[i].got != chunk_bytes) {
-                snprintf(err, errlen, "%s: dataset '%s': the gzip chunk at %s cannot be read: "
-                         "%s (%s%s)", path, name, where(at, sizeof at, c[i].o, whole),
+                snprintf(err, errlen, "%s: dataset '%s': the %s at %s cannot be read: "
+                         "%s (%s%s)", path, name, what, where(at, sizeof at, c[i].o, whole),
                          v == INF_NOMEM ? "out of memory" : "it is corrupt",
                          inflater, v == INF_NOMEM ? "" : v == INF_OK ? ": wrong size" : v == INF_BAD_DATA
                          ? ": bad data or checksum" : ": longer than the chunk");
@@ -432,15 +456,15 @@ int act_ep_read_deflate(hid_t ds, const int cd[4], int H, int W, const act_ep_di
 
 #elif defined(ACT_WITH_HDF5)
 
-int act_ep_deflate_chunk(hid_t ds, int H, int W, int cd[4]) {
+int act_ep_pool_chunk(hid_t ds, int H, int W, int cd[4]) {
     (void)ds, (void)H, (void)W, (void)cd;
-    return 0;   /* built without zlib or libdeflate: HDF5's own path */
+    return ACT_EP_POOL_NONE;   /* built without zlib or libdeflate: HDF5's own path */
 }
 
-int act_ep_read_deflate(hid_t ds, const int cd[4], int H, int W, const act_ep_direct *loc, int fd,
-                        uint64_t file_size, const char *path, const char *name, int t0, int n, uint8_t *dst,
-                        act_ep_scratch *s, act_ep_rowcache *rows, char *err, size_t errlen) {
-    (void)ds, (void)cd, (void)H, (void)W, (void)loc, (void)fd, (void)file_size, (void)path, (void)name, (void)t0;
+int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const act_ep_direct *loc, int fd,
+                     uint64_t file_size, const char *path, const char *name, int t0, int n, uint8_t *dst,
+                     act_ep_scratch *s, act_ep_rowcache *rows, char *err, size_t errlen) {
+    (void)ds, (void)kind, (void)cd, (void)H, (void)W, (void)loc, (void)fd, (void)file_size, (void)path, (void)name, (void)t0;
     (void)n, (void)dst, (void)s, (void)rows;
     (void)err, (void)errlen;
     return 1;

@@ -1,7 +1,7 @@
 /* episode_inflate.h - gzip frame chunks of an episode decompressed on several threads.
- * defines: act_ep_scratch, act_ep_frame_chunk, act_ep_deflate_chunk,
+ * defines: act_ep_scratch, act_ep_frame_chunk, act_ep_pool_chunk,
  *          act_ep_inflate_threads, act_ep_pool_run, act_ep_inflater, act_ep_inflater_check,
- *          act_ep_read_deflate, act_ep_inflate_one,
+ *          act_ep_read_pool, act_ep_inflate_one,
  *          act_ep_scratch_free, act_ep_rowcache, act_ep_rowcache_free
  *
  * libhdf5 runs its deflate filter on the calling thread, one chunk after another, and at ~1-5 ms
@@ -10,7 +10,9 @@
  * the raw chunks are read through HDF5 (H5Dread_chunk: I/O only) and inflated with libdeflate (or
  * zlib) on the engine's pool threads, whether a chunk holds whole frames or a tile of them (h5py's
  * automatic chunks, e.g. (50, 32, 32, 1), on which HDF5 itself ran at ~130 timesteps/s and
- * inflated a chunk that two reads share twice). Anything else (fletcher32, edge chunks stored
+ * inflated a chunk that two reads share twice). Uncompressed tiles (the same automatic chunks of
+ * a dataset stored without gzip) take the same path less the inflate: HDF5 scatters each tile's
+ * bytes into interleaved pixels one byte at a time. Anything else (fletcher32, edge chunks stored
  * unfiltered, ACT_EPISODE_THREADS=1) takes HDF5's own path (episode.c), after episode_check.c
  * checked every chunk's size. */
 #ifndef ACT_EPISODE_INFLATE_H
@@ -51,7 +53,7 @@ void act_ep_pool_run(act_pool_task fn, void *arg, int items);
 
 /* the inflater those threads use: "libdeflate" (when built with it, unless ACT_EPISODE_INFLATE=zlib),
  * "zlib", "hdf5" (built with neither, or without HDF5); NULL when ACT_EPISODE_INFLATE names one
- * this build lacks (act_ep_read_deflate then fails saying so) */
+ * this build lacks (act_ep_read_pool then fails saying so) */
 const char *act_ep_inflater(void);
 /* 0, or -1 with err naming ACT_EPISODE_INFLATE's value and the inflaters this build has */
 int act_ep_inflater_check(char *err, size_t errlen);
@@ -68,24 +70,34 @@ int act_ep_inflate_one(void *dec, const uint8_t *in, size_t in_len, uint8_t *out
 /* k when the dataset creation list dcpl chunks (T, H, W, 3) frames as (k, H, W, 3), k whole frames
  * (1 <= k <= 2^20), whatever its filters; else 0 (shared by the gzip and the pread paths) */
 int act_ep_frame_chunk(hid_t dcpl, int H, int W);
-/* 1 when the dataset (T, H, W, 3) uint8 is chunked with gzip alone (or gzip and shuffle, which
- * leaves 1-byte values where they are), whatever the chunk shape cd (t, y, x, c) - whole frames
+/* What the pool reads of a (T, H, W, 3) uint8 dataset (act_ep_pool_chunk). */
+enum { ACT_EP_POOL_NONE, ACT_EP_POOL_GZIP, ACT_EP_POOL_RAW_TILES };
+/* ACT_EP_POOL_GZIP when the dataset is chunked with gzip alone (or gzip and shuffle, which leaves
+ * 1-byte values where they are), whatever the chunk shape cd (t, y, x, c) - whole frames
  * (k, H, W, 3) of at most 32 MiB, or tiles such as h5py's automatic (50, 32, 32, 1) of at most
- * 4 MiB (each pool thread holds one) - so act_ep_read_deflate can read it; 0: it cannot (also when built without zlib and libdeflate). */
-int act_ep_deflate_chunk(hid_t ds, int H, int W, int cd[4]);
-/* Frames [t0, t0 + n) of an (T, H, W, 3) dataset with chunks cd into dst. With a locator loc
- * (episode_direct.h: the chunks' user-block base, checked at open; whole-frame chunks only) and
- * the file's descriptor fd, each chunk's compressed bytes are fetched by pread on the inflating
- * thread itself; without (loc NULL), one by one through H5Dread_chunk first. A whole-frame chunk
- * inside the window inflates straight into dst; any other chunk into its thread's scratch (or,
- * for tiles, into rows: the window's last row when the window ends inside it), whence the part
- * inside the window is copied out. rows may be NULL (no reuse). A window of more than 2^18
- * chunks (tiny tiles) is read in parts split at chunk boundaries; one row of tiles past that is
- * an error naming h5repack. 0: done; -1: error in err (file, dataset, chunk); 1: a chunk this
- * path does not handle (unallocated, or stored with its filter skipped): use H5Dread. */
-int act_ep_read_deflate(hid_t ds, const int cd[4], int H, int W, const act_ep_direct *loc, int fd,
-                        uint64_t file_size, const char *path, const char *name, int t0, int n, uint8_t *dst,
-                        act_ep_scratch *s, act_ep_rowcache *rows, char *err, size_t errlen);
+ * 4 MiB (each pool thread holds one); ACT_EP_POOL_RAW_TILES when it is chunked in tiles of at
+ * most 4 MiB with no filter at all (h5py's automatic chunks of an uncompressed dataset, which
+ * every resizable one is: a recorder that appends frames writes (64, 32, 32, 1); HDF5 copies
+ * those into interleaved pixels a byte at a time, ~300 timesteps/s); so act_ep_read_pool can
+ * read it. ACT_EP_POOL_NONE: it cannot (also when built without zlib and libdeflate); raw whole
+ * frames are episode_direct.c's. cd is set for either kind. */
+int act_ep_pool_chunk(hid_t ds, int H, int W, int cd[4]);
+/* Frames [t0, t0 + n) of an (T, H, W, 3) dataset with chunks cd of the given kind
+ * (act_ep_pool_chunk) into dst. With a locator loc (episode_direct.h: the chunks' user-block
+ * base, checked at open; whole-frame gzip chunks only) and the file's descriptor fd, each chunk's
+ * compressed bytes are fetched by pread on the inflating thread itself; without (loc NULL), one by
+ * one through H5Dread_chunk first. A whole-frame chunk inside the window inflates straight into
+ * dst; any other chunk into its thread's scratch (or, for tiles, into rows: the window's last row
+ * when the window ends inside it), whence the part inside the window is copied out. Raw tiles
+ * are copied into the window from the bytes H5Dread_chunk fetched (each of exactly one tile's
+ * size: episode_check.c checked every stored size at open). rows may be NULL (no reuse). A
+ * window of more than 2^18 chunks (tiny tiles) is read in parts split at chunk boundaries; one
+ * row of tiles past that is an error naming h5repack. 0: done; -1: error in err (file, dataset,
+ * chunk); 1: a chunk this path does not handle (unallocated, or stored with its filter skipped):
+ * use H5Dread. */
+int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const act_ep_direct *loc, int fd,
+                     uint64_t file_size, const char *path, const char *name, int t0, int n, uint8_t *dst,
+                     act_ep_scratch *s, act_ep_rowcache *rows, char *err, size_t errlen);
 #endif
 
 #endif

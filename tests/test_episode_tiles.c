@@ -1,6 +1,7 @@
 /* test_episode_tiles.c - gzip tiles (chunks of (t, y, x, c) that are not whole frames, like
- * h5py's automatic chunks) through the pool's reader and its row cache (engine/episode_inflate.c)
- * against the frames written, in every order a caller may read them:
+ * h5py's automatic chunks), and the same tiles stored uncompressed, through the pool's reader and
+ * its row cache (engine/episode_inflate.c) against the frames written, in every order a caller
+ * may read them:
  *   - windows anywhere, short windows, the same window twice, batches forward and backward,
  *     cameras interleaved (each camera keeps its own rows of inflated tiles, and a window that
  *     ends inside a row leaves it for the next: a stale or misplaced row shows as wrong bytes);
@@ -9,7 +10,8 @@
  *     chunk check finds by size, episode_check.c) and 30 random ones;
  *   - tiles of exactly 4 MiB (the pool's limit) and of 4 MiB + 64 KiB (HDF5's path), and rows
  *     of tiles too large to keep (past 64 MiB);
- *   - each inflater the build has (ACT_EPISODE_INFLATE: libdeflate, zlib);
+ *   - each inflater the build has (ACT_EPISODE_INFLATE: libdeflate, zlib), and no filter at all
+ *     ("raw": the fetched bytes copied into place);
  *   - half the random shapes with reads held to two rows of tiles at once (ACT_EPISODE_TILE_JOBS:
  *     longer windows are read in parts), and a row past the limit refused by name.
  * Frames are fresh random bytes (the seed is printed; ACT_TEST_SEED replays a run). The pool has
@@ -40,7 +42,8 @@ typedef struct {
     hsize_t tile[4]; /* (t, y, x, c) */
 } shape;
 
-static int write_episode(const char *path, const shape *s, uint8_t *const *frames) {
+/* gzip 0: the camera datasets are stored without filters */
+static int write_episode(const char *path, const shape *s, uint8_t *const *frames, int gzip) {
     hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (f < 0) return -1;
     float *tab = malloc(sizeof(float) * (size_t)s->T * OBS);
@@ -63,7 +66,7 @@ static int write_episode(const char *path, const shape *s, uint8_t *const *frame
     for (int c = 0; c < s->cams; c++) {
         hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
         H5Pset_chunk(dcpl, 4, s->tile);
-        H5Pset_deflate(dcpl, 1);
+        if (gzip) H5Pset_deflate(dcpl, 1);
         char name[16];
         snprintf(name, sizeof name, "c%d", c);
         ds = H5Dcreate2(gi, name, H5T_STD_U8LE, s4, H5P_DEFAULT, dcpl, H5P_DEFAULT);
@@ -106,6 +109,7 @@ static int tiles_per_row(const shape *s) {
 /* split: a read may inflate no more than two rows of tiles at once (ACT_EPISODE_TILE_JOBS), so
  * longer windows are read in parts (episode_inflate.c) */
 static void check_shape(const char *path, const shape *s, int reads, const char *inflater, int split) {
+    int gzip = strcmp(inflater, "raw") != 0;
     size_t frame = (size_t)s->H * s->W * 3;
     char jobs[32];
     snprintf(jobs, sizeof jobs, "%d", 2 * tiles_per_row(s));
@@ -116,7 +120,7 @@ static void check_shape(const char *path, const shape *s, int reads, const char 
         frames[c] = malloc(frame * s->T);
         for (size_t j = 0; j < frame * s->T; j++) frames[c][j] = (uint8_t)(rnd() >> 56);
     }
-    if (write_episode(path, s, frames)) {
+    if (write_episode(path, s, frames, gzip)) {
         CHECK(0, "writing the episode %s failed", path);
         goto out;
     }
@@ -141,7 +145,8 @@ static void check_shape(const char *path, const shape *s, int reads, const char 
     /* tiles up to 4 MiB are inflated by the pool with the inflater asked for; larger ones are
      * left to HDF5 (episode_inflate.c bounds the pool threads' scratch) */
     int pool = s->tile[0] * s->tile[1] * s->tile[2] * s->tile[3] <= (4u << 20);
-    CHECK(pool ? strstr(how, "gzip chunks of (") && !strncmp(how, inflater, strlen(inflater))
+    CHECK(pool ? (gzip ? strstr(how, "gzip chunks of (") && !strncmp(how, inflater, strlen(inflater))
+                       : !strncmp(how, "pool, raw chunks of (", 21))
                : !strcmp(how, "hdf5"),
           "tiles (%llu, %llu, %llu, %llu) should take %s, not: %s",
           (unsigned long long)s->tile[0], (unsigned long long)s->tile[1],
@@ -196,7 +201,7 @@ out:
 }
 
 /* one row of tiles past what a read takes: a clear error naming the dataset and the way out */
-static void check_too_many(const char *path) {
+static void check_too_many(const char *path, int gzip) {
     static const shape s = {6, 16, 16, 1, {2, 4, 4, 1}};   /* 48 tiles for every 2 frames */
     size_t frame = (size_t)s.H * s.W * 3;
     uint8_t *frames[1] = {malloc(frame * s.T)}, *got = malloc(frame * s.T);
@@ -212,13 +217,15 @@ static void check_too_many(const char *path) {
     act_episode *ep = NULL;
     char err[1024] = "";
     setenv("ACT_EPISODE_TILE_JOBS", "47", 1);
-    int rc = write_episode(path, &s, frames) || act_episode_open(path, &cfg, &ep, err, sizeof err);
+    int rc = write_episode(path, &s, frames, gzip) || act_episode_open(path, &cfg, &ep, err, sizeof err);
     CHECK(rc == 0, "the episode of 48 tiles a row: %s", err);
     if (rc == 0) {
         rc = act_episode_read_frames(ep, 0, 0, 1, got, err, sizeof err);
         CHECK(rc != 0 && strstr(err, "observations/images/c0") && strstr(err, "48 tiles for every 2 frames") &&
+                  strstr(err, gzip ? "in gzip tiles" : "in uncompressed tiles") &&
                   strstr(err, "h5repack -l observations/images/c0:CHUNK=1x16x16x3"),
-              "48 tiles a row past a limit of 47 should be refused by name: rc %d, %s", rc, err);
+              "48 tiles a row past a limit of 47 should be refused by name (%s): rc %d, %s", gzip ? "gzip" : "raw",
+              rc, err);
         setenv("ACT_EPISODE_TILE_JOBS", "48", 1);   /* one row at a time: read in parts */
         rc = act_episode_read_frames(ep, 0, 1, 5, got, err, sizeof err);
         CHECK(rc == 0 && !memcmp(got, frames[0] + frame, frame * 5), "a row a part, [1, 6): %s",
@@ -248,12 +255,19 @@ int main(void) {
         {10, 9, 9, 2, {3, 9, 9, 2}},     {25, 24, 20, 2, {50, 8, 8, 1}},   /* tiles past T */
         {24, 64, 64, 1, {1, 8, 8, 1}},   /* 4608 tiles: the open's check goes by size */
     };
-    static const char *inflaters[] = {"libdeflate", "zlib"};
+    const char *inf = act_ep_inflater();
+    if (inf && !strcmp(inf, "hdf5")) {   /* built without zlib and libdeflate: no pool reader */
+        printf("test_episode_tiles: built without an inflater, every tile is HDF5's: skipped\n");
+        rmdir(dir);
+        return 77;
+    }
+    static const char *inflaters[] = {"libdeflate", "zlib", "raw"};   /* raw: no filter */
     int ran = 0;
-    for (int i = 0; i < 2; i++) {
-        setenv("ACT_EPISODE_INFLATE", inflaters[i], 1);
+    for (int i = 0; i < 3; i++) {
+        if (strcmp(inflaters[i], "raw")) setenv("ACT_EPISODE_INFLATE", inflaters[i], 1);
+        else unsetenv("ACT_EPISODE_INFLATE");
         char e[256];
-        if (act_ep_inflater_check(e, sizeof e)) {
+        if (strcmp(inflaters[i], "raw") && act_ep_inflater_check(e, sizeof e)) {
             printf("%s: not in this build\n", inflaters[i]);
             continue;
         }
@@ -286,10 +300,11 @@ int main(void) {
         printf("%s: %d windows checked\n", inflaters[i], g_checks - before);
     }
     unsetenv("ACT_EPISODE_INFLATE");
-    check_too_many(path);
+    check_too_many(path, 1);
+    check_too_many(path, 0);
     unsetenv("ACT_EPISODE_TILE_JOBS");
     rmdir(dir);
-    CHECK(ran > 0, "no inflater in this build: the tile reader was not tested");
+    CHECK(ran > 1, "no inflater in this build: the gzip tile reader was not tested");
     printf("test_episode_tiles: %d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;
 }

@@ -11,12 +11,14 @@ Writes OUT_DIR/<target>/ for protocol, weights, json and episode:
             every --model file the same file with its tensor data zeroed and zstd-compressed:
             a complete model in a few KB, so mutations reach the model binder (model.c)
   json      a valid eval summary (two episodes, one failed) and a few plain JSON documents
-  episode   two episodes from tools/make_episodes.py for fuzz_episode.c's contract
+  episode   two episodes from tools/make_episodes.py for fuzz_episode.c's contract (raw and gzip),
+            and the raw one again in uncompressed tiles of a resizable dataset
 """
 
 import argparse
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -129,6 +131,16 @@ def episode_seeds(out):
             os.makedirs(d, exist_ok=True)
             os.replace(os.path.join(tmp, "episode_0.hdf5"),
                        os.path.join(d, "episode" + ("_gzip" if extra else "") + ".hdf5"))
+    # the same frames appended to a resizable dataset, uncompressed: h5py stores those in tiles,
+    # here (2, 2, 2, 1), which the pool copies into place (episode_inflate.c, raw tiles)
+    import h5py
+    raw = os.path.join(d, "episode_raw_tiles.hdf5")
+    shutil.copyfile(os.path.join(d, "episode.hdf5"), raw)
+    with h5py.File(raw, "r+") as f:
+        frames = f["observations/images/front"][()]
+        del f["observations/images/front"]
+        f.create_dataset("observations/images/front", data=frames, maxshape=(None,) + frames.shape[1:],
+                         chunks=(2, 2, 2, 1))
 
 
 def write_all(d, seeds):

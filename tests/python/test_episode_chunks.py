@@ -96,34 +96,48 @@ def test_a_gzip_table_chunk_that_inflates_short_is_refused(act_infer, episode_da
         assert p.returncode != 0 and f"dataset '{name}': the chunk at (4, 0) inflates to" in p.stderr, p.stderr
 
 
-def test_unfiltered_chunks_of_uneven_sizes_are_refused(act_infer, episode_data, tmp_path, chunk_lookup):
-    """one chunk half a frame short, the next half a frame long: their sum is right, each is not"""
+@pytest.mark.parametrize("tiles", [False, True], ids=["frames", "tiles"])
+def test_unfiltered_chunks_of_uneven_sizes_are_refused(act_infer, bench_read, episode_data, tmp_path, chunk_lookup,
+                                                        tiles):
+    """one chunk half a chunk short, the next half a chunk long: their sum is right, each is not.
+    Whole frames (read by pread) and tiles of one channel (the pool copies those from
+    H5Dread_chunk, which reads a chunk's stored size: the open's check is what bounds it)"""
     model, qpos, action, images = episode_data
     cam = next(iter(images))
     ep = tmp_path / "ep.hdf5"
     x = images[cam]
-    with h5py.File(ep, "w") as f:   # in the session that made it (a reopened file keeps the sizes)
-        f["action"] = action
-        f["observations/qpos"] = qpos
-        for c, frames in images.items():   # every chunk written raw, none through the chunk cache
-            d = f.create_dataset(f"observations/images/{c}", shape=frames.shape, dtype=np.uint8,
-                                 chunks=(1,) + frames.shape[1:])
-            for t in range(len(frames)):
-                b = frames[t].tobytes()
-                if c == cam and t == 2:
-                    b = b[: len(b) // 2]
-                elif c == cam and t == 3:
-                    b = b + bytes(len(b) // 2)
-                d.id.write_direct_chunk((t, 0, 0, 0), b, 0)
+    cs = (1,) + x.shape[1:3] + ((1,) if tiles else (3,))
+    origins = [(t, 0, 0, c) for t in range(len(x)) for c in range(0, 3, cs[3])]
+    short, long_ = ((2, 0, 0, 0), (2, 0, 0, 1)) if tiles else ((2, 0, 0, 0), (3, 0, 0, 0))
+    whole = x[0, :, :, :cs[3]].nbytes
+
+    def write(path, damaged):
+        with h5py.File(path, "w") as f:   # in the session that made it (a reopened file keeps the sizes)
+            f["action"] = action
+            f["observations/qpos"] = qpos
+            for c, frames in images.items():   # every chunk written raw, none through the chunk cache
+                d = f.create_dataset(f"observations/images/{c}", shape=frames.shape, dtype=np.uint8, chunks=cs)
+                for o in origins:
+                    b = np.ascontiguousarray(frames[o[0], :, :, o[3]:o[3] + cs[3]]).tobytes()
+                    if damaged and c == cam and o == short:
+                        b = b[: len(b) // 2]
+                    elif damaged and c == cam and o == long_:
+                        b = b + bytes(len(b) // 2)
+                    d.id.write_direct_chunk(o, b, 0)
+
+    write(tmp_path / "good.hdf5", False)   # the path the damaged file would take
+    want = "pool, raw chunks of (1, %d, %d, 1)" % x.shape[1:3] if tiles else "pread, chunks of 1 frames"
+    assert readers(bench_read, model, tmp_path / "good.hdf5", 3)[cam] == want
+    write(ep, True)
     with h5py.File(ep, "r") as f:
         d = f[f"observations/images/{cam}"]
-        assert [d.id.get_chunk_info_by_coord((t, 0, 0, 0)).size for t in (2, 3)] == [x[2].nbytes // 2, x[3].nbytes * 3 // 2]
+        assert [d.id.get_chunk_info_by_coord(o).size for o in (short, long_)] == [whole // 2, whole * 3 // 2]
         assert d.id.get_storage_size() == x.nbytes
     for threads in (1, 3):
         p = predict(act_infer, model, ep, tmp_path / "x.npy", threads)
         assert p.returncode != 0, p.stderr
-        assert f"observations/images/{cam}': the chunk at (2, 0, 0, 0) stores" in p.stderr, p.stderr
-        assert "unfiltered, but a chunk holds" in p.stderr
+        assert f"observations/images/{cam}': the chunk at {short} stores" in p.stderr, p.stderr
+        assert "unfiltered, but a chunk holds" in p.stderr and "Segmentation" not in p.stderr
 
 
 def test_a_filter_that_cannot_be_checked_is_refused_by_name(act_infer, episode_data, tmp_path):

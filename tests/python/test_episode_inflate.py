@@ -82,6 +82,47 @@ def test_gzip_tiles_give_hdf5s_frames(act_infer, bench_read, episode_data, tmp_p
                                       err_msg=f"tiles {shape}, {threads} threads, {want}")
 
 
+@pytest.mark.parametrize("tile", ["appended", True, (3, 8, 16, 1), (2, 7, 5, 2), (4, 16, 10, 3)],
+                         ids=["appended", "h5py-auto", "3x8x16x1", "2x7x5x2", "4x16x10x3"])
+def test_uncompressed_tiles_give_hdf5s_frames(act_infer, bench_read, episode_data, tmp_path, tile):
+    """tiles stored without gzip - what h5py makes of a resizable dataset, the way a recorder
+    appends frames one at a time - are copied into place on the pool (HDF5 scatters them into
+    interleaved pixels a byte at a time): every pixel equals HDF5's own read"""
+    model, qpos, action, images = episode_data
+    raw, tiled = tmp_path / "raw.hdf5", tmp_path / "tiles.hdf5"
+    write_episode(raw, qpos, action, images)
+    if tile == "appended":   # maxshape (None, ...): h5py picks the chunks
+        with h5py.File(tiled, "w") as f:
+            f["action"] = action
+            f["observations/qpos"] = qpos
+            for cam, frames in images.items():
+                d = f.create_dataset(f"observations/images/{cam}", shape=(0,) + frames.shape[1:],
+                                     maxshape=(None,) + frames.shape[1:], dtype=np.uint8)
+                for t in range(len(frames)):
+                    d.resize(t + 1, axis=0)
+                    d[t] = frames[t]
+    else:
+        write_episode(tiled, qpos, action, images, chunk=tile)
+    with h5py.File(tiled, "r") as f:
+        d = f[f"observations/images/{next(iter(images))}"]
+        shape = d.chunks
+        assert d.compression is None and shape[1:] != d.shape[1:], "uncompressed tiles expected"
+    want = f"pool, raw chunks of ({', '.join(map(str, shape))})"
+    assert set(readers(bench_read, model, tiled, 3).values()) == {want}
+    assert set(readers(bench_read, model, tiled, 1).values()) == {"hdf5"}
+    for batch in (4, 5):   # windows that cut tiles in time, every pixel as h5py reads it
+        got = dumped_frames(bench_read, model, tiled, tmp_path, 3, batch=batch)
+        for cam, frames in images.items():
+            np.testing.assert_array_equal(got[cam], frames, err_msg=f"{cam}, tiles {shape}, windows of {batch}")
+    p = predict(act_infer, model, raw, tmp_path / "want.npy", 1)
+    assert p.returncode == 0, p.stderr
+    for threads in (1, 3):   # HDF5's own path, then the pool's
+        p = predict(act_infer, model, tiled, tmp_path / f"got{threads}.npy", threads)
+        assert p.returncode == 0, p.stderr
+        np.testing.assert_array_equal(np.load(tmp_path / f"got{threads}.npy"), np.load(tmp_path / "want.npy"),
+                                      err_msg=f"tiles {shape}, {threads} threads")
+
+
 def test_a_corrupt_gzip_tile_is_named_by_its_origin(act_infer, episode_data, tmp_path, inflater):
     model, qpos, action, images = episode_data
     gz = tmp_path / "tiles.hdf5"
