@@ -20,6 +20,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "episode_inflate.h"
 #include "episode_direct.h"
+#include "cpu_ops.h"   /* ACT_CPU_VEC_CLONES */
 
 #include <errno.h>
 #include <pthread.h>
@@ -180,6 +181,19 @@ typedef struct inflate_job {
  * each byte of the window is written in one pass, in order: tiles of one channel (h5py's
  * (k, 32, 32, 1)) copied alone wrote every third byte, three passes over the same lines, and took
  * a quarter of the reader's time. */
+/* n pixels from three planes. Built for AVX2 and AVX-512 too (cpu_ops.h): the compilers interleave
+ * with byte shuffles there, 2.5x the baseline's byte stores (14 against 5.6 GB/s on rows of 32 in
+ * cache, this VM), and this loop was the uncompressed tiles' largest cost. */
+ACT_CPU_VEC_CLONES
+static void planes_to_pixels(uint8_t *restrict d, const uint8_t *restrict r, const uint8_t *restrict g,
+                             const uint8_t *restrict b, int n) {
+    for (int x = 0; x < n; x++) {
+        d[3 * x] = r[x];
+        d[3 * x + 1] = g[x];
+        d[3 * x + 2] = b[x];
+    }
+}
+
 static void scatter(const inflate_job *q, const chunk_job *c, uint8_t *const *src) {
     const int *cd = q->cd, *o = c->o, nc = q->nc;
     int ta = o[0] < q->t0 ? q->t0 : o[0], tb = o[0] + cd[0] < q->t0 + q->n ? o[0] + cd[0] : q->t0 + q->n;
@@ -192,12 +206,7 @@ static void scatter(const inflate_job *q, const chunk_job *c, uint8_t *const *sr
             if (nc == 1) {   /* all three channels in one tile */
                 memcpy(d, src[0] + at, (size_t)wb * 3);
             } else if (nc == 3) {   /* one channel per tile: planes to pixels */
-                const uint8_t *r = src[0] + at, *g = src[1] + at, *b = src[2] + at;
-                for (int x = 0; x < wb; x++) {
-                    d[3 * x] = r[x];
-                    d[3 * x + 1] = g[x];
-                    d[3 * x + 2] = b[x];
-                }
+                planes_to_pixels(d, src[0] + at, src[1] + at, src[2] + at, wb);
             } else {   /* two channels per tile: (0, 1) and (2) */
                 for (int x = 0; x < wb; x++)
                     for (int ch = 0; ch < 3; ch++)
