@@ -113,6 +113,11 @@ static int storage_short(const char *path, hid_t ds, const char *name, const hsi
         bad = ep_fail(err, errlen, path, "dataset '%s' keeps its data in external raw files (HDF5 reads past their "
                       "end as zeros): act-engine reads self-contained episodes; copy it into one file, e.g. "
                       "h5repack IN.hdf5 OUT.hdf5", name);
+    else if (layout == H5D_CHUNKED && H5Pget_chunk(dcpl, 0, NULL) != rank)
+        /* HDF5 1.10 reads such a dataset by walking chunks of the wrong rank: a fuzzed file of
+         * (3, 4, 4, 3) frames in chunks of (2, 2, 2) kept H5Dread busy for minutes */
+        bad = ep_fail(err, errlen, path, "dataset '%s' %s has chunks of rank %d, not %d (damaged file)", name, shp,
+                      H5Pget_chunk(dcpl, 0, NULL), rank);
     else if (layout == H5D_COMPACT || layout == H5D_CONTIGUOUS) {
         if (have < need)
             bad = ep_fail(err, errlen, path, "dataset '%s' stores %.0f bytes, but its shape %s of %zu-byte "
@@ -120,7 +125,7 @@ static int storage_short(const char *path, hid_t ds, const char *name, const hsi
     }
 #if ACT_EP_CHUNK_INFO
     hsize_t cd[8], nchunks = 0;
-    hid_t all = layout == H5D_CHUNKED ? H5Dget_space(ds) : -1;   /* 1.10 refuses H5S_ALL here */
+    hid_t all = layout == H5D_CHUNKED && !bad ? H5Dget_space(ds) : -1;   /* 1.10 refuses H5S_ALL here */
     hsize_t maxd[8];
     if (all >= 0 && H5Pget_chunk(dcpl, 8, cd) == rank && H5Sget_simple_extent_dims(all, NULL, maxd) == rank &&
         H5Dget_num_chunks(ds, all, &nchunks) >= 0) {
