@@ -110,20 +110,44 @@ int act_ep_frame_chunk(hid_t dcpl, int H, int W) {
 #define MAX_TILE_BYTES ((size_t)4 << 20)    /* a tile (part of a frame): one per pool thread */
 #define MAX_ROW_BYTES ((size_t)64 << 20)    /* a row of tiles kept for the next window */
 
+/* the most chunk bytes one read holds (256 MiB; ACT_EPISODE_READ_MIB sets another, for tests): a
+ * longer window is read in parts, and a dataset one row of whose chunks (every chunk of the same
+ * first timestep) is larger is left to HDF5 from the open on, checked there. Long tiles such as
+ * (1000, 16, 16, 1) of 480x640 frames would otherwise fetch ~0.9 GB for every window. */
+static double max_read_bytes(void) {
+    const char *e = getenv("ACT_EPISODE_READ_MIB");
+    long v = e ? strtol(e, NULL, 10) : 0;
+    return (double)(v > 0 && v < (1L << 20) ? v : 256) * (1 << 20);
+}
+
+/* the bytes of one row of chunks of shape c (t, y, x, c) over (H, W, 3) frames, edge tiles whole */
+static double row_bytes_of(const int *c, int H, int W) {
+    return (double)c[0] * c[1] * c[2] * c[3] * (double)((H + c[1] - 1) / c[1]) * ((W + c[2] - 1) / c[2]) *
+           ((3 + c[3] - 1) / c[3]);
+}
+
 int act_ep_pool_chunk(hid_t ds, int H, int W, int cd[4]) {
     int kind = ACT_EP_POOL_NONE;
     hsize_t c[4];
-    hid_t dcpl = H5Dget_create_plist(ds);
-    if (dcpl < 0 || H5Pget_layout(dcpl) != H5D_CHUNKED || H5Pget_chunk(dcpl, 4, c) != 4) goto out;
+    hid_t dcpl = H5Dget_create_plist(ds), type = H5Dget_type(ds);
+    if (dcpl < 0 || type < 0 || H5Pget_layout(dcpl) != H5D_CHUNKED || H5Pget_chunk(dcpl, 4, c) != 4) goto out;
+    /* the pool copies the stored bytes: a 1-byte type with fewer bits, or bits at an offset, is
+     * converted by HDF5's read (a 4-bit value at offset 2 is stored as 60 and read as 15) */
+    if (H5Tget_precision(type) != 8 || H5Tget_offset(type) != 0) goto out;
     double bytes = 1;
     for (int i = 0; i < 4; i++) bytes *= (double)c[i];
     int whole = c[1] == (hsize_t)H && c[2] == (hsize_t)W && c[3] == 3;
     if (c[0] < 1 || c[1] < 1 || c[2] < 1 || c[3] < 1 || c[1] > (hsize_t)H || c[2] > (hsize_t)W || c[3] > 3 ||
         c[0] > (1u << 20) || bytes > (double)MAX_CHUNK_BYTES || (!whole && bytes > (double)MAX_TILE_BYTES))
         goto out;
+    int ci[4] = {(int)c[0], (int)c[1], (int)c[2], (int)c[3]};
+    if (row_bytes_of(ci, H, W) > max_read_bytes()) goto out;
     int nf = H5Pget_nfilters(dcpl), deflate = 0, other = 0;
-    if (nf == 0) {   /* raw: tiles are the pool's, whole frames episode_direct.c's (pread) */
-        if (!whole && H5Pget_external_count(dcpl) == 0) kind = ACT_EP_POOL_RAW_TILES;
+    if (nf == 0) {
+        /* raw: tiles are the pool's, whole frames episode_direct.c's (pread). H5Dread_chunk
+         * writes a chunk's stored size, which only the open's check (episode_check.c, HDF5
+         * 1.10.5 on) holds to one chunk: without it they stay HDF5's */
+        if (ACT_EP_CHUNK_INFO && !whole && H5Pget_external_count(dcpl) == 0) kind = ACT_EP_POOL_RAW_TILES;
         goto found;
     }
     if (nf > 2) goto out;
@@ -143,6 +167,7 @@ found:
         for (int i = 0; i < 4; i++) cd[i] = (int)c[i];
 out:
     if (dcpl >= 0) H5Pclose(dcpl);
+    if (type >= 0) H5Tclose(type);
     H5Eclear2(H5E_DEFAULT);
     return kind;
 }
@@ -319,9 +344,12 @@ int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const ac
     int per_t = ((H + cd[1] - 1) / cd[1]) * nx * nc;
     int first = t0 / k, last = (t0 + n - 1) / k;
     size_t frame = (size_t)H * W * 3, chunk_bytes = (size_t)cd[0] * cd[1] * cd[2] * cd[3];
-    /* a window of more chunks than max_jobs() (tiny tiles, a long window) is read in two halves,
-     * split at a chunk boundary: its job records stay bounded, and their count an int */
-    if (((double)last - first + 1) * per_t > (double)max_jobs()) {
+    /* a window of more chunks than max_jobs() (tiny tiles, a long window), or of more bytes than
+     * max_read_bytes(), is read in two halves, split at a chunk boundary: its job records and
+     * buffers stay bounded, and their count an int */
+    double rows_in = (double)last - first + 1;
+    if (rows_in * per_t > (double)max_jobs() ||
+        (rows_in > 1 && rows_in * row_bytes_of(cd, H, W) > max_read_bytes())) {
         if (last == first) {
             snprintf(err, errlen, "%s: dataset '%s' is stored in %s tiles of (%d, %d, %d, %d): %d tiles for "
                      "every %d frames, more than the %d a read takes; re-save it with larger chunks, e.g. "
@@ -385,7 +413,7 @@ int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const ac
         }
         if (rc == 0 && mask) {
             rc = 1;   /* stored with its filter skipped: HDF5's path knows what to do */
-        } else if (rc == 0 && raw && sz != chunk_bytes) {   /* HDF5 1.10 says a tile's own size; checked */
+        } else if (rc == 0 && raw && sz != chunk_bytes) {   /* 1.10 says the nominal size: the open checked */
             snprintf(err, errlen, "%s: dataset '%s': the chunk at %s stores %llu bytes, but a chunk holds %zu "
                      "(damaged file)", path, name, where(at, sizeof at, c[i].o, whole), (unsigned long long)sz,
                      chunk_bytes);

@@ -79,8 +79,11 @@ enum { ACT_EP_POOL_NONE, ACT_EP_POOL_GZIP, ACT_EP_POOL_RAW_TILES };
  * most 4 MiB with no filter at all (h5py's automatic chunks of an uncompressed dataset, which
  * every resizable one is: a recorder that appends frames writes (64, 32, 32, 1); HDF5 copies
  * those into interleaved pixels a byte at a time, ~300 timesteps/s); so act_ep_read_pool can
- * read it. ACT_EP_POOL_NONE: it cannot (also when built without zlib and libdeflate); raw whole
- * frames are episode_direct.c's. cd is set for either kind. */
+ * read it. ACT_EP_POOL_NONE: it cannot (also when built without zlib and libdeflate, for raw
+ * tiles with HDF5 before 1.10.5, whose open cannot check their stored sizes, for a 1-byte type of
+ * fewer than 8 bits or at an offset, which HDF5's read converts, and when one row of chunks is
+ * over the 256 MiB a read holds); raw whole frames are episode_direct.c's. cd is set for either
+ * kind. */
 int act_ep_pool_chunk(hid_t ds, int H, int W, int cd[4]);
 /* Frames [t0, t0 + n) of an (T, H, W, 3) dataset with chunks cd of the given kind
  * (act_ep_pool_chunk) into dst. With a locator loc (episode_direct.h: the chunks' user-block

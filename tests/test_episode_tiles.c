@@ -143,8 +143,12 @@ static void check_shape(const char *path, const shape *s, int reads, const char 
     }
     act_episode_reader(ep, 0, how, sizeof how);
     /* tiles up to 4 MiB are inflated by the pool with the inflater asked for; larger ones are
-     * left to HDF5 (episode_inflate.c bounds the pool threads' scratch) */
-    int pool = s->tile[0] * s->tile[1] * s->tile[2] * s->tile[3] <= (4u << 20);
+     * left to HDF5 (episode_inflate.c bounds the pool threads' scratch), as are those a row of
+     * which (all tiles of one first timestep) is over the bytes a read holds */
+    const char *cap_env = getenv("ACT_EPISODE_READ_MIB");
+    double cap = (cap_env ? atof(cap_env) : 256) * (1 << 20);
+    double row = (double)s->tile[0] * s->tile[1] * s->tile[2] * s->tile[3] * tiles_per_row(s);
+    int pool = s->tile[0] * s->tile[1] * s->tile[2] * s->tile[3] <= (4u << 20) && row <= cap;
     CHECK(pool ? (gzip ? strstr(how, "gzip chunks of (") && !strncmp(how, inflater, strlen(inflater))
                        : !strncmp(how, "pool, raw chunks of (", 21))
                : !strcmp(how, "hdf5"),
@@ -300,6 +304,14 @@ int main(void) {
         printf("%s: %d windows checked\n", inflaters[i], g_checks - before);
     }
     unsetenv("ACT_EPISODE_INFLATE");
+    /* reads held to 1 MiB: rows of 384 KiB are read two at a time, rows of 3 MiB are HDF5's */
+    setenv("ACT_EPISODE_READ_MIB", "1", 1);
+    static const shape capped[] = {{40, 128, 128, 1, {8, 32, 32, 1}}, {20, 256, 256, 1, {16, 64, 64, 1}}};
+    for (int k = 0; k < 2; k++) {
+        check_shape(path, &capped[k], 60, act_ep_inflater(), 0);   /* the build's default inflater */
+        check_shape(path, &capped[k], 60, "raw", 0);
+    }
+    unsetenv("ACT_EPISODE_READ_MIB");
     check_too_many(path, 1);
     check_too_many(path, 0);
     unsetenv("ACT_EPISODE_TILE_JOBS");

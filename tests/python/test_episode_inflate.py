@@ -123,6 +123,40 @@ def test_uncompressed_tiles_give_hdf5s_frames(act_infer, bench_read, episode_dat
                                       err_msg=f"tiles {shape}, {threads} threads")
 
 
+@pytest.mark.parametrize("gzip", [False, True], ids=["raw", "gzip"])
+def test_pixels_of_fewer_bits_are_hdf5s_conversion(bench_read, episode_data, tmp_path, gzip):
+    """a 1-byte unsigned type of 4 bits at offset 2 is stored as (v << 2) and read by HDF5 as v:
+    the pool, which copies stored bytes, leaves such a camera to HDF5 (review, session 31)"""
+    model, qpos, action, images = episode_data
+    ep = tmp_path / "bits.hdf5"
+    cam = next(iter(images))
+    values = {c: (f >> 4).astype(np.uint8) for c, f in images.items()}   # 4-bit values
+    with h5py.File(ep, "w") as f:
+        f["action"] = action
+        f["observations/qpos"] = qpos
+        for c, v in values.items():
+            tid = h5py.h5t.STD_U8LE.copy()
+            tid.set_precision(4)
+            tid.set_offset(2)
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            dcpl.set_chunk((2, 8, 8, 1))
+            if gzip:
+                dcpl.set_deflate(4)
+            space = h5py.h5s.create_simple(v.shape)
+            d = h5py.h5d.create(f["observations"].require_group("images").id, c.encode(), tid, space, dcpl=dcpl)
+            d.write(h5py.h5s.ALL, h5py.h5s.ALL, v)
+    with h5py.File(ep, "r") as f:
+        d = f[f"observations/images/{cam}"]
+        np.testing.assert_array_equal(d[()], values[cam])
+        raw = d.id.read_direct_chunk((0, 0, 0, 0))[1]
+        stored = np.frombuffer(zlib.decompress(raw) if gzip else raw, np.uint8)
+        assert (stored == (values[cam][:2, :8, :8, 0].ravel() << 2)).all(), "the type's bits should sit at offset 2"
+    assert set(readers(bench_read, model, ep, 3).values()) == {"hdf5"}
+    got = dumped_frames(bench_read, model, ep, tmp_path, 3)
+    for c, v in values.items():
+        np.testing.assert_array_equal(got[c], v, err_msg=c)
+
+
 def test_a_corrupt_gzip_tile_is_named_by_its_origin(act_infer, episode_data, tmp_path, inflater):
     model, qpos, action, images = episode_data
     gz = tmp_path / "tiles.hdf5"
