@@ -150,8 +150,9 @@ def test_padded_last_batches_give_the_same_metrics(setup, act_infer, tmp_path, p
     """--pad-batches on: every step runs --batch rows, an episode's last, partial batch padded with
     stand-in rows that are computed and dropped; few (cuda's auto): a partial batch runs its own
     size while fewer than 4 sizes ran, then pads up to the smallest that ran. The metrics and
-    predictions are the unpadded run's (rows are independent; the CPU's GEMMs round alike up to
-    ~1e-6 across sizes), and the printout and summary count the padding."""
+    predictions are the unpadded run's (rows are independent; the CPU's GEMMs round differently by
+    batch size: ~1e-6 on AVX-512, 1.5e-5 on an AVX2 AMD EPYC, session 32), and the printout and
+    summary count the padding."""
     cfg, agent = setup["cfg"], setup["agent"]
     s, preds, line = _eval_lines(act_infer, setup, tmp_path, "--batch", batch, "--pad-batches", pad)
     plain = setup["single"]
@@ -164,7 +165,7 @@ def test_padded_last_batches_give_the_same_metrics(setup, act_infer, tmp_path, p
             ok, detail = close(e[key], e0[key], 1e-5)
             assert ok, (e["name"], key, "padded vs not", detail)
         np.testing.assert_allclose(np.load(preds / e["name"].replace(".hdf5", ".npy")),
-                                   np.load(setup["preds"] / e["name"].replace(".hdf5", ".npy")), rtol=1e-5, atol=1e-6)
+                                   np.load(setup["preds"] / e["name"].replace(".hdf5", ".npy")), rtol=1e-4, atol=2e-5)
     # the steps' real timesteps: windows over T = 7, 3, 5, 9 in episode order
     steps = [min(batch, T - t) for _, (T, _, _) in sorted(EPISODES.items()) for t in range(0, T, batch)]
     tp = s["overall"]["throughput"]
