@@ -7,6 +7,7 @@
 #include "episode.h"
 #include "episode_check.h"
 #include "episode_direct.h"
+#include "episode_index.h"
 #include "episode_inflate.h"
 
 #include <errno.h>
@@ -28,6 +29,8 @@ typedef struct h5_episode {
     int pool_cd[ACT_MAX_CAMS][4];      /* of this shape (t, y, x, c) */
     int direct_ok[ACT_MAX_CAMS];   /* 1: raw frames read by pread (episode_direct.c) */
     act_ep_direct direct[ACT_MAX_CAMS];
+    act_ep_index index[ACT_MAX_CAMS];   /* a chunked camera's chunk table (episode_index.h), or empty */
+    int pool_ix[ACT_MAX_CAMS];     /* 1: the pool preads camera c's tiles at the table's places */
     int fd;                        /* HDF5's descriptor of the file, for those reads; < 0: none */
     uint64_t file_size;
     struct stat opened;            /* fd's status at open: a file rewritten in place is noticed */
@@ -229,7 +232,7 @@ static int read_table(const char *path, hid_t file, const char *name, int width,
     }
     float *buf = malloc(sizeof(float) * d[0] * d[1]);
     if (!buf) { H5Dclose(ds); return ep_fail(err, errlen, path, "out of memory reading '%s'", name); }
-    if (act_ep_check_chunks(ds, path, name, 0, err, errlen) != 0) {
+    if (act_ep_check_chunks(ds, NULL, path, name, 0, err, errlen) != 0) {
         free(buf);
         H5Dclose(ds);
         return -1;
@@ -297,17 +300,17 @@ static int inflated(const h5_episode *h, int cam) {
 }
 
 /* Frames [t0, t0 + n) of camera c on the pool's threads: gzip chunks inflated (their compressed
- * bytes fetched by pread when d locates them, else through HDF5) or raw tiles scattered, or raw
- * frames by pread at d. As act_ep_read_pool / act_ep_read_direct: 0, -1 (err), 1 (leave it to
- * HDF5). */
-static int pool_read(act_episode *ep, int c, const act_ep_direct *d, int t0, int n, uint8_t *dst,
-                     char *err, size_t errlen) {
+ * bytes fetched by pread when d locates them or ix, the chunk table, has their places, else
+ * through HDF5) or raw tiles scattered (fetched the same two ways), or raw frames by pread at d.
+ * As act_ep_read_pool / act_ep_read_direct: 0, -1 (err), 1 (leave it to HDF5). */
+static int pool_read(act_episode *ep, int c, const act_ep_direct *d, const act_ep_index *ix, int t0, int n,
+                     uint8_t *dst, char *err, size_t errlen) {
     h5_episode *h = ep->impl;
     size_t frame = (size_t)ep->image_h * ep->image_w * 3;
     if (inflated(h, c))
-        return act_ep_read_pool(h->img[c], h->pool_kind[c], h->pool_cd[c], ep->image_h, ep->image_w, d,
-                                d ? h->fd : -1, h->file_size, ep->path, h->img_name[c], t0, n, dst, &h->scratch,
-                                &h->rows[c], err, errlen);
+        return act_ep_read_pool(h->img[c], h->pool_kind[c], h->pool_cd[c], ep->image_h, ep->image_w, d, ix,
+                                d || ix ? h->fd : -1, h->file_size, ep->path, h->img_name[c], t0, n, dst,
+                                &h->scratch, &h->rows[c], err, errlen);
     return act_ep_read_direct(d, h->fd, h->file_size, h->img[c], ep->path, h->img_name[c], t0, n, frame, dst,
                               err, errlen);
 }
@@ -320,7 +323,7 @@ static int pool_read(act_episode *ep, int c, const act_ep_direct *d, int t0, int
  * (H5Dread_chunk, then the size-checked inflate); HDF5 reads what that path leaves to it
  * (unallocated chunks, or filter-skipped ones, which made the check cover every chunk). */
 static int checked_read(act_episode *ep, int c, int t0, int n, uint8_t *dst, char *err, size_t errlen) {
-    int r = inflated(ep->impl, c) ? pool_read(ep, c, NULL, t0, n, dst, err, errlen) : 1;
+    int r = inflated(ep->impl, c) ? pool_read(ep, c, NULL, NULL, t0, n, dst, err, errlen) : 1;
     return r > 0 ? h5_read_frames(ep, c, t0, n, dst, err, errlen) : r;
 }
 
@@ -330,7 +333,8 @@ static int direct_agrees(act_episode *ep, int c, const act_ep_direct *d, const u
     char e[256];
     int ok = 1;
     for (int i = 0; i < 2 && ok; i++)
-        ok = !pool_read(ep, c, d, i ? ep->T - 1 : 0, 1, got, e, sizeof e) && !memcmp(ref + (size_t)i * frame, got, frame);
+        ok = !pool_read(ep, c, d, NULL, i ? ep->T - 1 : 0, 1, got, e, sizeof e) &&
+             !memcmp(ref + (size_t)i * frame, got, frame);
     return ok;
 }
 
@@ -412,6 +416,7 @@ static void direct_setup(act_episode *ep, int c) {
         !act_ep_direct_probe(h->file, h->img[c], ep->T, ep->image_h, ep->image_w, h->file_size,
                              inflated(h, c) && h->pool_kind[c] == ACT_EP_POOL_GZIP, &d))
         return;
+    if (d.k > 0 && h->index[c].n) d.ix = &h->index[c];   /* chunks found in the table, not by HDF5 */
     size_t frame = (size_t)ep->image_h * ep->image_w * 3;
     uint8_t *ref = malloc(2 * frame), *got = malloc(frame);
     char e[256];
@@ -426,6 +431,29 @@ static void direct_setup(act_episode *ep, int c) {
             h->direct_ok[c] = 1;
         }
     }
+    H5Eclear2(H5E_DEFAULT);
+    free(ref);
+    free(got);
+}
+
+/* Camera c's tiles (raw or gzip, on the pool) fetched by pread at the chunk table's places, when
+ * its first and last frames read that way equal those read through HDF5 (checked_read), as
+ * direct_setup checks the whole-frame locator. The rows this check leaves in the camera's row
+ * cache are dropped either way. */
+static void tiles_setup(act_episode *ep, int c) {
+    h5_episode *h = ep->impl;
+    if (h->fd < 0 || !h->index[c].n || !inflated(h, c) || h->direct_ok[c]) return;
+    size_t frame = (size_t)ep->image_h * ep->image_w * 3;
+    uint8_t *ref = malloc(frame), *got = malloc(frame);
+    char e[256];
+    int ok = ref && got;
+    for (int i = 0; i < 2 && ok; i++) {
+        int t = i ? ep->T - 1 : 0;
+        ok = !checked_read(ep, c, t, 1, ref, e, sizeof e) &&
+             !pool_read(ep, c, NULL, &h->index[c], t, 1, got, e, sizeof e) && !memcmp(ref, got, frame);
+    }
+    h->pool_ix[c] = ok;
+    h->rows[c].row1[0] = h->rows[c].row1[1] = 0;
     H5Eclear2(H5E_DEFAULT);
     free(ref);
     free(got);
@@ -521,8 +549,12 @@ int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
             goto fail;
         }
         h->pool_kind[c] = act_ep_pool_chunk(h->img[c], cfg->image_h, cfg->image_w, h->pool_cd[c]);
-        if (act_ep_check_chunks(h->img[c], path, name, inflated(h, c), err, errlen) != 0) goto fail;
-        if (act_ep_inflate_threads() > 1 && act_ep_pread_on()) direct_setup(ep, c);
+        act_ep_index_build(file, h->img[c], h->fd, h->file_size, &h->index[c]);
+        if (act_ep_check_chunks(h->img[c], &h->index[c], path, name, inflated(h, c), err, errlen) != 0) goto fail;
+        if (act_ep_inflate_threads() > 1 && act_ep_pread_on()) {
+            direct_setup(ep, c);
+            tiles_setup(ep, c);
+        }
     }
     if (zero_tail(ep, err, errlen) != 0) goto fail;
     *out = ep;
@@ -542,7 +574,8 @@ int act_episode_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *ds
     }
     int r = 1;
     if (inflated(h, cam) || h->direct_ok[cam])
-        r = pool_read(ep, cam, h->direct_ok[cam] ? &h->direct[cam] : NULL, t0, n, dst, err, errlen);
+        r = pool_read(ep, cam, h->direct_ok[cam] ? &h->direct[cam] : NULL, h->pool_ix[cam] ? &h->index[cam] : NULL,
+                      t0, n, dst, err, errlen);
     if (r > 0) r = h5_read_frames(ep, cam, t0, n, dst, err, errlen);   /* 1: a chunk that path leaves to HDF5 */
     return r == 0 ? unchanged(ep, err, errlen) : r;
 }
@@ -553,15 +586,15 @@ void act_episode_reader(const act_episode *ep, int cam, char *buf, size_t len) {
     if (cam < 0 || cam >= ep->num_cams)
         snprintf(buf, len, "no camera %d", cam);
     else if (inflated(h, cam) && h->pool_kind[cam] == ACT_EP_POOL_RAW_TILES)
-        snprintf(buf, len, "pool, raw chunks of (%d, %d, %d, %d)", h->pool_cd[cam][0], h->pool_cd[cam][1],
-                 h->pool_cd[cam][2], h->pool_cd[cam][3]);
+        snprintf(buf, len, "pool, raw chunks of (%d, %d, %d, %d)%s", h->pool_cd[cam][0], h->pool_cd[cam][1],
+                 h->pool_cd[cam][2], h->pool_cd[cam][3], h->pool_ix[cam] ? ", pread" : "");
     else if (inflated(h, cam) && h->pool_cd[cam][1] == ep->image_h && h->pool_cd[cam][2] == ep->image_w &&
              h->pool_cd[cam][3] == 3)
         snprintf(buf, len, "%s, gzip chunks of %d frames%s", inf ? inf : "?", h->pool_cd[cam][0],
                  h->direct_ok[cam] ? ", pread" : "");
     else if (inflated(h, cam))
-        snprintf(buf, len, "%s, gzip chunks of (%d, %d, %d, %d)", inf ? inf : "?", h->pool_cd[cam][0],
-                 h->pool_cd[cam][1], h->pool_cd[cam][2], h->pool_cd[cam][3]);
+        snprintf(buf, len, "%s, gzip chunks of (%d, %d, %d, %d)%s", inf ? inf : "?", h->pool_cd[cam][0],
+                 h->pool_cd[cam][1], h->pool_cd[cam][2], h->pool_cd[cam][3], h->pool_ix[cam] ? ", pread" : "");
     else if (h->direct_ok[cam] && h->direct[cam].k > 0)
         snprintf(buf, len, "pread, chunks of %d frames", h->direct[cam].k);
     else if (h->direct_ok[cam])
@@ -580,6 +613,7 @@ void act_episode_close(act_episode *ep) {
         H5Eclear2(H5E_DEFAULT);
         act_ep_scratch_free(&h->scratch);
         for (int c = 0; c < ACT_MAX_CAMS; c++) act_ep_rowcache_free(&h->rows[c]);
+        for (int c = 0; c < ACT_MAX_CAMS; c++) act_ep_index_free(&h->index[c]);
         free(h);
     }
     free(ep->qpos);

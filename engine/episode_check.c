@@ -53,8 +53,9 @@ static int fail(const ctx *c, const hsize_t *o, int rank, const char *fmt, ...) 
  * says which). A chunk larger than probe is left with mask 0: every size check below refuses it
  * anyway. Filtered datasets only: for an unfiltered one HDF5 1.10's storage size is the nominal
  * chunk size, not the stored one (a chunk stored half a frame short reads as whole). */
-static herr_t locate(hid_t ds, const hsize_t *o, int by_size, uint8_t *probe, size_t cap,
+static herr_t locate(hid_t ds, const act_ep_index *ix, const hsize_t *o, int by_size, uint8_t *probe, size_t cap,
                      unsigned *mask, haddr_t *addr, hsize_t *size) {
+    if (ix) return act_ep_index_at(ix, o, mask, addr, size);   /* the table read at open */
     if (!by_size) return H5Dget_chunk_info_by_coord(ds, o, mask, addr, size);
     if (H5Dget_chunk_storage_size(ds, o, size) < 0) return -1;
     if (*size == 0) return H5Dget_chunk_info_by_coord(ds, o, mask, addr, size);
@@ -76,7 +77,8 @@ static int lookup_by_size(double spans, size_t max_raw, int nf) {
     return want && nf > 0 && max_raw <= BY_SIZE_MAX_CHUNK;
 }
 
-int act_ep_check_chunks(hid_t ds, const char *path, const char *name, int skip_inflated, char *err, size_t errlen) {
+int act_ep_check_chunks(hid_t ds, const act_ep_index *ix, const char *path, const char *name, int skip_inflated,
+                        char *err, size_t errlen) {
     ctx c = {path, name, err, errlen};
     hid_t dcpl = H5Dget_create_plist(ds), type = H5Dget_type(ds), space = H5Dget_space(ds);
     int rc = 0, rank = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;
@@ -130,13 +132,14 @@ int act_ep_check_chunks(hid_t ds, const char *path, const char *name, int skip_i
         goto nomem;
 #endif
 
-    int by_size = lookup_by_size(spans, max_raw, nf);
+    if (ix && !ix->n) ix = NULL;
+    int by_size = !ix && lookup_by_size(spans, max_raw, nf);
     if (by_size && !(probe = malloc(max_raw))) goto nomem;
     for (;;) {   /* every chunk of the grid, as coordinates o */
         unsigned mask = 0;
         haddr_t addr = HADDR_UNDEF;
         hsize_t size = 0;
-        if (locate(ds, o, by_size, probe, max_raw, &mask, &addr, &size) < 0) {
+        if (locate(ds, ix, o, by_size, probe, max_raw, &mask, &addr, &size) < 0) {
             rc = fail(&c, o, rank, "cannot be located in the chunk index");
             break;
         }
@@ -241,8 +244,9 @@ out:
 
 #elif defined(ACT_WITH_HDF5)
 
-int act_ep_check_chunks(hid_t ds, const char *path, const char *name, int skip_inflated, char *err, size_t errlen) {
-    (void)ds, (void)path, (void)name, (void)skip_inflated, (void)err, (void)errlen;
+int act_ep_check_chunks(hid_t ds, const act_ep_index *ix, const char *path, const char *name, int skip_inflated,
+                        char *err, size_t errlen) {
+    (void)ds, (void)ix, (void)path, (void)name, (void)skip_inflated, (void)err, (void)errlen;
     return 0;   /* HDF5 older than 1.10.5: no chunk index queries */
 }
 

@@ -8,8 +8,9 @@
  * either contiguous or chunked in whole frames, has each frame at a known place in the file, so
  * the frames of a read are copied by pread straight into the caller's buffer on the episode pool's
  * threads (act_ep_pool_run). HDF5 still says where: H5Dget_offset for a contiguous dataset, and
- * H5Dget_chunk_info_by_coord, once per chunk per read, for a chunked one (episode.c reads the
- * first and last frames both ways before it trusts the addresses). Anything else (filters,
+ * for a chunked one the chunk table read at open (episode_index.h, checked against HDF5 there),
+ * or else H5Dget_chunk_info_by_coord once per chunk per read (episode.c reads the first and last
+ * frames both ways before it trusts the addresses). Anything else (filters,
  * external storage, another file driver, unallocated chunks) takes HDF5's own path (episode.c). */
 #ifndef ACT_EPISODE_DIRECT_H
 #define ACT_EPISODE_DIRECT_H
@@ -17,11 +18,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef ACT_WITH_HDF5
+#include "episode_index.h"
+#endif
+
 typedef struct act_ep_direct {
     uint64_t base;   /* k == 0: the file offset of frame 0 (contiguous); k > 0: what to add to
                         HDF5's chunk addresses (HDF5 1.10 gives them from the end of the user
                         block, while H5Dget_offset counts from the start of the file) */
     int k;           /* > 0: chunks of k whole frames, no filters */
+#ifdef ACT_WITH_HDF5
+    const act_ep_index *ix;   /* k > 0: the chunk table read at open, or NULL (HDF5's lookups) */
+#endif
 } act_ep_direct;
 
 /* 0 when ACT_EPISODE_PREAD=0: frames (and gzip chunks) are then read through HDF5 alone, for
@@ -45,6 +53,10 @@ size_t act_ep_pread(int fd, uint8_t *p, size_t n, uint64_t off);
  * inflating threads. */
 int act_ep_direct_probe(hid_t file, hid_t ds, int T, int H, int W, uint64_t file_size, int filtered,
                         act_ep_direct *d);
+
+/* 0 when the size bytes at file offset off lie inside the file, -1 when not; *file_size is taken
+ * again from fd first when they seem past it (the file may have grown since the open). */
+int act_ep_in_file(int fd, uint64_t *file_size, uint64_t off, uint64_t size);
 
 /* Where dataset ds's chunk holding timestep t is stored, through locator d (k > 0): *off its file
  * offset, *size its stored bytes, *mask its skipped filters. 0; 1: not stored (HDF5 fills it) or

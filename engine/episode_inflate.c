@@ -336,8 +336,8 @@ static const char *where(char *buf, size_t len, const int *o, int whole) {
     return buf;
 }
 
-int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const act_ep_direct *loc, int fd,
-                     uint64_t file_size, const char *path, const char *name, int t0, int n, uint8_t *dst,
+int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const act_ep_direct *loc,
+                     const act_ep_index *ix, int fd, uint64_t file_size, const char *path, const char *name, int t0, int n, uint8_t *dst,
                      act_ep_scratch *s, act_ep_rowcache *rows, char *err, size_t errlen) {
     int raw = kind == ACT_EP_POOL_RAW_TILES, whole = cd[1] == H && cd[2] == W && cd[3] == 3, k = cd[0];
     int nx = (W + cd[2] - 1) / cd[2], nc = (3 + cd[3] - 1) / cd[3];   /* tiles across, channel ranges */
@@ -359,9 +359,9 @@ int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const ac
             return -1;
         }
         int mid = first + (last - first + 1) / 2, n1 = mid * k - t0;
-        int r = act_ep_read_pool(ds, kind, cd, H, W, loc, fd, file_size, path, name, t0, n1, dst, s, rows, err,
-                                 errlen);
-        return r ? r : act_ep_read_pool(ds, kind, cd, H, W, loc, fd, file_size, path, name, mid * k, n - n1,
+        int r = act_ep_read_pool(ds, kind, cd, H, W, loc, ix, fd, file_size, path, name, t0, n1, dst, s, rows,
+                                 err, errlen);
+        return r ? r : act_ep_read_pool(ds, kind, cd, H, W, loc, ix, fd, file_size, path, name, mid * k, n - n1,
                                         dst + (size_t)n1 * frame, s, rows, err, errlen);
     }
     int nch = (last - first + 1) * per_t;
@@ -370,6 +370,7 @@ int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const ac
     char at[64];
     if (!inflater) return act_ep_inflater_check(err, errlen);
     if (fd < 0 || !whole || raw) loc = NULL;   /* the locator finds whole-frame gzip chunks only */
+    if (fd < 0 || loc || (ix && !ix->n)) ix = NULL;
     /* tiles: the first row may be kept from the last read (hit), the last one kept for the next
      * (keep: the window ends inside it), in the other of the two buffers */
     size_t row_bytes = (size_t)per_t * chunk_bytes;
@@ -406,6 +407,17 @@ int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const ac
         if (loc) {   /* located through HDF5's chunk index; the task preads the bytes */
             rc = act_ep_chunk_at(loc, fd, &file_size, ds, path, name, c[i].o[0], &c[i].file_off, &sz, &mask, err,
                                  errlen);
+        } else if (ix) {   /* found in the table read at open; the task preads the bytes */
+            hsize_t o[4] = {(hsize_t)c[i].o[0], (hsize_t)c[i].o[1], (hsize_t)c[i].o[2], (hsize_t)c[i].o[3]}, hs = 0;
+            haddr_t a = HADDR_UNDEF;
+            rc = act_ep_index_at(ix, o, &mask, &a, &hs) < 0 || a == HADDR_UNDEF || hs == 0;   /* 1: HDF5's */
+            sz = (uint64_t)hs;
+            c[i].file_off = (uint64_t)a + ix->base;
+            if (rc == 0 && act_ep_in_file(fd, &file_size, c[i].file_off, sz)) {
+                snprintf(err, errlen, "%s: dataset '%s': the %s at %s lies past the end of the file (truncated "
+                         "file)", path, name, what, where(at, sizeof at, c[i].o, whole));
+                rc = -1;
+            }
         } else {
             hsize_t o[4] = {(hsize_t)c[i].o[0], (hsize_t)c[i].o[1], (hsize_t)c[i].o[2], (hsize_t)c[i].o[3]}, hs = 0;
             rc = H5Dget_chunk_storage_size(ds, o, &hs) < 0 || hs == 0;   /* 1: unallocated, HDF5 fills */
@@ -443,7 +455,7 @@ int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const ac
         uint32_t mask = 0;
         if (c[i].cached) continue;
         c[i].src = s->raw + off;
-        if (!loc && H5Dread_chunk(ds, H5P_DEFAULT, o, &mask, s->raw + off) < 0) {   /* else the task preads */
+        if (!loc && !ix && H5Dread_chunk(ds, H5P_DEFAULT, o, &mask, s->raw + off) < 0) {   /* else the task preads */
             H5Eclear2(H5E_DEFAULT);
             snprintf(err, errlen, "%s: dataset '%s': the chunk at %s cannot be read "
                      "(truncated or corrupt file)", path, name, where(at, sizeof at, c[i].o, whole));
@@ -458,7 +470,7 @@ int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const ac
             c[i].dst = c[i].partial ? s->tmp + (size_t)p++ * chunk_bytes : dst + (size_t)(c[i].o[0] - t0) * frame;
     }
     if (rc == 0) {
-        inflate_job q = {c, chunk_bytes, !strcmp(inflater, "libdeflate"), raw, loc ? fd : -1, cd, !whole,
+        inflate_job q = {c, chunk_bytes, !strcmp(inflater, "libdeflate"), raw, loc || ix ? fd : -1, cd, !whole,
                          whole ? 1 : nc, H, W, t0, n, dst, s->thr};
         act_ep_pool_run(inflate_task, &q, nch / q.nc);
         for (int i = 0; i < nch && rc == 0; i++) {
@@ -498,10 +510,10 @@ int act_ep_pool_chunk(hid_t ds, int H, int W, int cd[4]) {
     return ACT_EP_POOL_NONE;   /* built without zlib or libdeflate: HDF5's own path */
 }
 
-int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const act_ep_direct *loc, int fd,
-                     uint64_t file_size, const char *path, const char *name, int t0, int n, uint8_t *dst,
+int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const act_ep_direct *loc,
+                     const act_ep_index *ix, int fd, uint64_t file_size, const char *path, const char *name, int t0, int n, uint8_t *dst,
                      act_ep_scratch *s, act_ep_rowcache *rows, char *err, size_t errlen) {
-    (void)ds, (void)kind, (void)cd, (void)H, (void)W, (void)loc, (void)fd, (void)file_size, (void)path, (void)name, (void)t0;
+    (void)ds, (void)kind, (void)cd, (void)H, (void)W, (void)loc, (void)ix, (void)fd, (void)file_size, (void)path, (void)name, (void)t0;
     (void)n, (void)dst, (void)s, (void)rows;
     (void)err, (void)errlen;
     return 1;

@@ -12,6 +12,8 @@
  *     of tiles too large to keep (past 64 MiB);
  *   - each inflater the build has (ACT_EPISODE_INFLATE: libdeflate, zlib), and no filter at all
  *     ("raw": the fetched bytes copied into place);
+ *   - tiles fetched by pread at the places of the chunk table read at open (episode_index.c),
+ *     and for a third of the random shapes through H5Dread_chunk (ACT_EPISODE_PREAD=0);
  *   - half the random shapes with reads held to two rows of tiles at once (ACT_EPISODE_TILE_JOBS:
  *     longer windows are read in parts), and a row past the limit refused by name.
  * Frames are fresh random bytes (the seed is printed; ACT_TEST_SEED replays a run). The pool has
@@ -156,6 +158,13 @@ static void check_shape(const char *path, const shape *s, int reads, const char 
           (unsigned long long)s->tile[0], (unsigned long long)s->tile[1],
           (unsigned long long)s->tile[2], (unsigned long long)s->tile[3],
           pool ? "the pool's tile path" : "HDF5's path", how);
+    /* the pool fetches tiles by pread at the places of the chunk table read at open
+     * (episode_index.c), or through H5Dread_chunk with ACT_EPISODE_PREAD=0 */
+    const char *pe = getenv("ACT_EPISODE_PREAD");
+    int pread = !(pe && !strcmp(pe, "0"));
+    CHECK(!pool || (strstr(how, ", pread") != NULL) == pread, "tiles (%llu, %llu, %llu, %llu): fetched %s, not: %s",
+          (unsigned long long)s->tile[0], (unsigned long long)s->tile[1], (unsigned long long)s->tile[2],
+          (unsigned long long)s->tile[3], pread ? "by pread" : "through HDF5", how);
     uint8_t *got = malloc(frame * s->T);
     int T = s->T;
     for (int r = 0; r < reads; r++) {
@@ -292,7 +301,9 @@ int main(void) {
             if (s.tile[1] == (hsize_t)s.H && s.tile[2] == (hsize_t)s.W && s.tile[3] == 3)
                 s.tile[3] = 1;   /* whole frames are the other path's (test_episode_reader) */
             if (s.tile[0] > (hsize_t)s.T) s.tile[0] = s.T;
+            if (k % 3 == 2) setenv("ACT_EPISODE_PREAD", "0", 1);   /* a third fetched through HDF5 */
             check_shape(path, &s, 80, inflaters[i], k & 1);
+            unsetenv("ACT_EPISODE_PREAD");
         }
         /* 4 MiB tiles are the pool's; 4 MiB + 64 KiB ones HDF5's (bounding the scratch); a row
          * of 64 x 600 x 600 x 3 bytes (65.9 MiB: 1083 tiles of 64 frames, 3 of them written)

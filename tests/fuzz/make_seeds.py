@@ -12,7 +12,8 @@ Writes OUT_DIR/<target>/ for protocol, weights, json and episode:
             a complete model in a few KB, so mutations reach the model binder (model.c)
   json      a valid eval summary (two episodes, one failed) and a few plain JSON documents
   episode   two episodes from tools/make_episodes.py for fuzz_episode.c's contract (raw and gzip),
-            and the raw one again in uncompressed tiles of a resizable dataset
+            and the raw one again in uncompressed tiles of a resizable dataset; 80 frames appended
+            one chunk each (a chunk index of two B-tree levels, which episode_index.c walks)
 """
 
 import argparse
@@ -141,6 +142,17 @@ def episode_seeds(out):
         del f["observations/images/front"]
         f.create_dataset("observations/images/front", data=frames, maxshape=(None,) + frames.shape[1:],
                          chunks=(2, 2, 2, 1))
+    # 80 frames appended one chunk each: HDF5's nodes hold 64 chunks, so the index has two levels
+    # (episode_index.c reads it from the file: its own parser of untrusted bytes)
+    rng = np.random.default_rng(3)
+    with h5py.File(os.path.join(d, "episode_btree.hdf5"), "w") as f:
+        f["action"] = rng.standard_normal((80, 2)).astype(np.float32)
+        f["observations/qpos"] = rng.standard_normal((80, 3)).astype(np.float32)
+        ds = f.create_dataset("observations/images/front", (0, 4, 4, 3), maxshape=(None, 4, 4, 3), dtype=np.uint8,
+                              chunks=(1, 4, 4, 3))
+        for t in range(80):
+            ds.resize(t + 1, axis=0)
+            ds[t] = rng.integers(0, 256, (4, 4, 3), dtype=np.uint8)
 
 
 def write_all(d, seeds):

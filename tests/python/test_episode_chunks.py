@@ -126,7 +126,7 @@ def test_unfiltered_chunks_of_uneven_sizes_are_refused(act_infer, bench_read, ep
                     d.id.write_direct_chunk(o, b, 0)
 
     write(tmp_path / "good.hdf5", False)   # the path the damaged file would take
-    want = "pool, raw chunks of (1, %d, %d, 1)" % x.shape[1:3] if tiles else "pread, chunks of 1 frames"
+    want = "pool, raw chunks of (1, %d, %d, 1), pread" % x.shape[1:3] if tiles else "pread, chunks of 1 frames"
     assert readers(bench_read, model, tmp_path / "good.hdf5", 3)[cam] == want
     write(ep, True)
     with h5py.File(ep, "r") as f:

@@ -67,12 +67,15 @@ def test_gzip_tiles_give_hdf5s_frames(act_infer, bench_read, episode_data, tmp_p
         shape = f[f"observations/images/{next(iter(images))}"].chunks
     assert shape[1:] != images[next(iter(images))].shape[1:], "tiles expected, not whole frames"
     want = f"{inflater}, gzip chunks of ({', '.join(map(str, shape))})"
-    assert set(readers(bench_read, model, gz, 3, inflater).values()) == {want}
+    # fetched by pread at the chunk table's places (episode_index.c), or through H5Dread_chunk
+    assert set(readers(bench_read, model, gz, 3, inflater).values()) == {want + ", pread"}
+    assert set(readers(bench_read, model, gz, 3, inflater, pread=False).values()) == {want}
     assert set(readers(bench_read, model, gz, 1, inflater).values()) == {"hdf5"}
-    for batch in (4, 5):   # windows that cut tiles in time, every pixel as h5py reads it
-        got = dumped_frames(bench_read, model, gz, tmp_path, 3, inflater, batch=batch)
-        for cam, frames in images.items():
-            np.testing.assert_array_equal(got[cam], frames, err_msg=f"{cam}, tiles {shape}, windows of {batch}")
+    for batch, pread in ((4, True), (5, True), (5, False)):   # windows that cut tiles in time
+        got = dumped_frames(bench_read, model, gz, tmp_path, 3, inflater, pread=pread, batch=batch)
+        for cam, frames in images.items():   # every pixel as h5py reads it
+            np.testing.assert_array_equal(got[cam], frames, err_msg=f"{cam}, tiles {shape}, windows of {batch}, "
+                                          f"pread {pread}")
     p = predict(act_infer, model, raw, tmp_path / "want.npy", 1)
     assert p.returncode == 0, p.stderr
     for threads in (1, 3):   # HDF5's own inflate, then the pool's (predict reads windows of 4 timesteps)
@@ -82,8 +85,8 @@ def test_gzip_tiles_give_hdf5s_frames(act_infer, bench_read, episode_data, tmp_p
                                       err_msg=f"tiles {shape}, {threads} threads, {want}")
 
 
-@pytest.mark.parametrize("tile", ["appended", True, (3, 8, 16, 1), (2, 7, 5, 2), (4, 16, 10, 3)],
-                         ids=["appended", "h5py-auto", "3x8x16x1", "2x7x5x2", "4x16x10x3"])
+@pytest.mark.parametrize("tile", ["appended", True, (3, 8, 16, 1), (2, 7, 5, 2), (4, 16, 10, 3), "userblock"],
+                         ids=["appended", "h5py-auto", "3x8x16x1", "2x7x5x2", "4x16x10x3", "userblock"])
 def test_uncompressed_tiles_give_hdf5s_frames(act_infer, bench_read, episode_data, tmp_path, tile):
     """tiles stored without gzip - what h5py makes of a resizable dataset, the way a recorder
     appends frames one at a time - are copied into place on the pool (HDF5 scatters them into
@@ -101,6 +104,8 @@ def test_uncompressed_tiles_give_hdf5s_frames(act_infer, bench_read, episode_dat
                 for t in range(len(frames)):
                     d.resize(t + 1, axis=0)
                     d[t] = frames[t]
+    elif tile == "userblock":   # 1024 bytes before HDF5's: the chunk table's addresses count from its end
+        write_episode(tiled, qpos, action, images, chunk=(3, 8, 16, 1), userblock=1024)
     else:
         write_episode(tiled, qpos, action, images, chunk=tile)
     with h5py.File(tiled, "r") as f:
@@ -108,12 +113,15 @@ def test_uncompressed_tiles_give_hdf5s_frames(act_infer, bench_read, episode_dat
         shape = d.chunks
         assert d.compression is None and shape[1:] != d.shape[1:], "uncompressed tiles expected"
     want = f"pool, raw chunks of ({', '.join(map(str, shape))})"
-    assert set(readers(bench_read, model, tiled, 3).values()) == {want}
+    # fetched by pread at the chunk table's places (episode_index.c), or through H5Dread_chunk
+    assert set(readers(bench_read, model, tiled, 3).values()) == {want + ", pread"}
+    assert set(readers(bench_read, model, tiled, 3, pread=False).values()) == {want}
     assert set(readers(bench_read, model, tiled, 1).values()) == {"hdf5"}
-    for batch in (4, 5):   # windows that cut tiles in time, every pixel as h5py reads it
-        got = dumped_frames(bench_read, model, tiled, tmp_path, 3, batch=batch)
-        for cam, frames in images.items():
-            np.testing.assert_array_equal(got[cam], frames, err_msg=f"{cam}, tiles {shape}, windows of {batch}")
+    for batch, pread in ((4, True), (5, True), (5, False)):   # windows that cut tiles in time
+        got = dumped_frames(bench_read, model, tiled, tmp_path, 3, pread=pread, batch=batch)
+        for cam, frames in images.items():   # every pixel as h5py reads it
+            np.testing.assert_array_equal(got[cam], frames, err_msg=f"{cam}, tiles {shape}, windows of {batch}, "
+                                          f"pread {pread}")
     p = predict(act_infer, model, raw, tmp_path / "want.npy", 1)
     assert p.returncode == 0, p.stderr
     for threads in (1, 3):   # HDF5's own path, then the pool's

@@ -1,0 +1,289 @@
+/* episode_index.c - a chunked dataset's chunk index read from the file in one pass (see
+ * episode_index.h). Formats: the HDF5 file format specification, version 3.0 (object headers
+ * IV.A.1.a/b, layout message IV.A.2.i, version 1 B-trees III.A.1). All integers little-endian. */
+#define _POSIX_C_SOURCE 200809L
+#include "episode_index.h"
+
+#ifdef ACT_WITH_HDF5
+#include "episode_direct.h"   /* act_ep_pread */
+
+#include <stdlib.h>
+#include <string.h>
+
+#if ACT_EP_INDEX
+
+#define MAX_CELLS ((size_t)1 << 22)       /* 64 MiB of table: no episode comes near */
+#define MAX_BLOCKS 64                     /* object header blocks (continuations) */
+#define MAX_BLOCK ((uint64_t)1 << 20)     /* bytes in one */
+#define MAX_LEVEL 32                      /* B-tree depth: 64 entries a node, 2^192 chunks */
+
+typedef struct {
+    int fd;
+    uint64_t fsize, base;   /* file bytes; what is added to a file address to get an offset */
+    int sa, ss;             /* sizes of addresses and lengths */
+} fctx;
+
+static uint64_t le(const uint8_t *p, int w) {
+    uint64_t v = 0;
+    for (int i = w - 1; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+static int undef(uint64_t a, int sa) {
+    return sa == 8 ? a == UINT64_MAX : a == (((uint64_t)1 << (8 * sa)) - 1);
+}
+
+/* n bytes at file address a; 0, or -1 when they are not all in the file */
+static int rd(const fctx *f, uint64_t a, void *buf, size_t n) {
+    if (a > f->fsize || f->base > f->fsize - a || n > f->fsize - a - f->base) return -1;
+    return act_ep_pread(f->fd, buf, n, a + f->base) == n ? 0 : -1;
+}
+
+/* The layout message of the object header at address oh: its bytes into msg (up to cap), its
+ * length returned; -1 when the header is not one this reads or holds none. */
+static long find_layout(const fctx *f, uint64_t oh, uint8_t *msg, size_t cap) {
+    uint8_t hdr[64];
+    uint64_t blk_a[MAX_BLOCKS], blk_n[MAX_BLOCKS];
+    int nblk = 0, v2 = 0, crt = 0;
+    if (rd(f, oh, hdr, 16) != 0) return -1;
+    if (hdr[0] == 1 && hdr[1] == 0) {   /* version 1: 16-byte prefix, messages 8-aligned */
+        blk_a[0] = oh + 16;
+        blk_n[0] = le(hdr + 8, 4);
+    } else if (!memcmp(hdr, "OHDR", 4) && hdr[4] == 2) {
+        v2 = 1;
+        int flags = hdr[5], p = 6, w = 1 << (flags & 3);
+        if (flags & 0x20) p += 16;   /* times */
+        if (flags & 0x10) p += 4;    /* attribute phase change */
+        if (rd(f, oh, hdr, (size_t)p + (size_t)w) != 0) return -1;
+        crt = (flags & 0x04) != 0;   /* messages carry a creation order */
+        blk_a[0] = oh + (uint64_t)p + (uint64_t)w;
+        blk_n[0] = le(hdr + p, w);
+    } else {
+        return -1;
+    }
+    nblk = 1;
+    uint8_t *buf = NULL;
+    long found = -1;
+    for (int b = 0; b < nblk && found < 0; b++) {
+        uint64_t a = blk_a[b], n = blk_n[b];
+        if (n > MAX_BLOCK) break;
+        uint8_t *nb = realloc(buf, (size_t)n + 1);
+        if (!nb) break;
+        buf = nb;
+        if (rd(f, a, buf, (size_t)n) != 0) break;
+        size_t p = 0, len = (size_t)n;
+        if (v2 && b > 0) {   /* a continuation block: "OCHK", messages, checksum */
+            if (len < 8 || memcmp(buf, "OCHK", 4)) break;
+            p = 4;
+            len -= 4;
+        }
+        size_t hsz = v2 ? 4u + (crt ? 2u : 0u) : 8u;
+        while (p + hsz <= len) {
+            unsigned type = v2 ? buf[p] : (unsigned)le(buf + p, 2);
+            size_t msz = (size_t)le(buf + p + (v2 ? 1 : 2), 2);
+            const uint8_t *d = buf + p + hsz;
+            if (msz > len - p - hsz) break;
+            if (type == 0x08) {
+                if (msz > cap) break;
+                memcpy(msg, d, msz);
+                found = (long)msz;
+                break;
+            }
+            if (type == 0x10) {   /* continuation: address, length */
+                if (msz < (size_t)(f->sa + f->ss) || nblk == MAX_BLOCKS) break;
+                blk_a[nblk] = le(d, f->sa);
+                blk_n[nblk] = le(d + f->sa, f->ss);
+                nblk++;
+            }
+            p += hsz + msz;
+        }
+    }
+    free(buf);
+    return found;
+}
+
+typedef struct {
+    const fctx *f;
+    int nd;                 /* key dimensions: the dataset's rank + 1 */
+    hsize_t dims[8];
+    act_ep_index *ix;
+    size_t records, nodes, max_nodes;
+    uint64_t bytes;
+} walk_ctx;
+
+/* the node at address a, which must be at level want (-1: the root, any level up to MAX_LEVEL) */
+static int walk(walk_ctx *w, uint64_t a, int want) {
+    const fctx *f = w->f;
+    uint8_t hdr[8 + 16];
+    size_t hlen = 8 + 2 * (size_t)f->sa, ks = 8 + 8 * (size_t)w->nd, es = ks + (size_t)f->sa;
+    if (++w->nodes > w->max_nodes || rd(f, a, hdr, hlen) != 0) return -1;
+    int level = hdr[5];
+    size_t entries = (size_t)le(hdr + 6, 2);
+    if (memcmp(hdr, "TREE", 4) || hdr[4] != 1 || level > MAX_LEVEL || (want >= 0 && level != want)) return -1;
+    size_t blen = entries * es + ks;
+    uint8_t *body = malloc(blen);
+    if (!body || rd(f, a + hlen, body, blen) != 0) {
+        free(body);
+        return -1;
+    }
+    act_ep_index *ix = w->ix;
+    int rc = 0;
+    for (size_t i = 0; i < entries && rc == 0; i++) {
+        const uint8_t *key = body + i * es;
+        uint64_t child = le(key + ks, f->sa);
+        if (undef(child, f->sa)) {
+            rc = -1;
+        } else if (level > 0) {
+            rc = walk(w, child, level - 1);
+        } else {
+            size_t cell = 0;
+            if (le(key + 8 + 8 * (size_t)ix->rank, 8) != 0) rc = -1;   /* the element dimension */
+            for (int d = 0; d < ix->rank && rc == 0; d++) {
+                uint64_t o = le(key + 8 + 8 * (size_t)d, 8);
+                if (o % ix->cd[d] || o >= w->dims[d]) rc = -1;
+                else cell = cell * ix->spans[d] + (size_t)(o / ix->cd[d]);
+            }
+            if (rc == 0 && ix->rec[cell].addr != HADDR_UNDEF) rc = -1;   /* twice in the index */
+            if (rc == 0) {
+                ix->rec[cell].addr = (haddr_t)child;
+                ix->rec[cell].size = (uint32_t)le(key, 4);
+                ix->rec[cell].mask = (uint32_t)le(key + 4, 4);
+                w->records++;
+                w->bytes += ix->rec[cell].size;
+            }
+        }
+    }
+    free(body);
+    return rc;
+}
+
+static int off_env(void) {
+    const char *e = getenv("ACT_EPISODE_INDEX");
+    return e && !strcmp(e, "0");
+}
+
+/* the cell's coordinates */
+static void coords_of(const act_ep_index *ix, size_t cell, hsize_t *o) {
+    for (int d = ix->rank - 1; d >= 0; d--) {
+        o[d] = (hsize_t)(cell % ix->spans[d]) * ix->cd[d];
+        cell /= ix->spans[d];
+    }
+}
+
+/* HDF5's answers for the first, middle and last chunks stored, against the table's: 0 when they
+ * agree (1.10 gives addresses as the index stores them, from the user block's end) */
+static int agrees(hid_t ds, const act_ep_index *ix, size_t records) {
+    size_t want[3] = {0, records / 2, records ? records - 1 : 0}, seen = 0;
+    int k = 0;
+    for (size_t cell = 0; cell < ix->n && k < 3; cell++) {
+        if (ix->rec[cell].addr == HADDR_UNDEF) continue;
+        while (k < 3 && want[k] == seen) {
+            hsize_t o[8];
+            unsigned mask = 0;
+            haddr_t a = HADDR_UNDEF;
+            hsize_t sz = 0;
+            coords_of(ix, cell, o);
+            if (H5Dget_chunk_info_by_coord(ds, o, &mask, &a, &sz) < 0 || a != ix->rec[cell].addr ||
+                sz != ix->rec[cell].size || mask != ix->rec[cell].mask)
+                return -1;
+            k++;
+        }
+        seen++;
+    }
+    return records && k < 3 ? -1 : 0;
+}
+
+int act_ep_index_build(hid_t file, hid_t ds, int fd, uint64_t file_size, act_ep_index *ix) {
+    memset(ix, 0, sizeof *ix);
+    if (fd < 0 || off_env()) return 0;
+    int ok = 0;
+    hid_t dcpl = H5Dget_create_plist(ds), space = H5Dget_space(ds), type = H5Dget_type(ds),
+          fcpl = H5Fget_create_plist(file);
+    hsize_t dims[8], ub = 0;
+    size_t sa = 0, ss = 0;
+    int rank = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;
+    H5O_info_t oi;
+    if (dcpl < 0 || space < 0 || type < 0 || fcpl < 0 || rank < 1 || rank > 7 ||
+        H5Pget_layout(dcpl) != H5D_CHUNKED || H5Pget_chunk(dcpl, 8, ix->cd) != rank ||
+        H5Sget_simple_extent_dims(space, dims, NULL) != rank || H5Pget_sizes(fcpl, &sa, &ss) < 0 ||
+        (sa != 4 && sa != 8) || (ss != 4 && ss != 8) || H5Pget_userblock(fcpl, &ub) < 0 ||
+        H5Oget_info2(ds, &oi, H5O_INFO_BASIC) < 0)
+        goto out;
+    ix->rank = rank;
+    double cells = 1;
+    for (int d = 0; d < rank; d++) {
+        if (ix->cd[d] == 0) goto out;
+        ix->spans[d] = (dims[d] + ix->cd[d] - 1) / ix->cd[d];
+        cells *= (double)ix->spans[d];
+    }
+    if (cells < 1 || cells > (double)MAX_CELLS) goto out;
+    ix->n = (size_t)cells;
+    if (!(ix->rec = malloc(ix->n * sizeof *ix->rec))) goto out;
+    for (size_t i = 0; i < ix->n; i++) ix->rec[i] = (act_ep_chunk_rec){HADDR_UNDEF, 0, 0};
+
+    /* the layout message, from the user block's end (HDF5's base) or, failing that, the file's start */
+    uint64_t bases[2] = {(uint64_t)ub, 0};
+    for (int b = 0; b < (ub ? 2 : 1) && !ok; b++) {
+        fctx f = {fd, file_size, bases[b], (int)sa, (int)ss};
+        uint8_t msg[256];
+        long n = find_layout(&f, (uint64_t)oi.addr, msg, sizeof msg);
+        int nd = rank + 1;
+        if (n < 3 + (long)sa + 4L * nd || msg[0] != 3 || msg[1] != 2 || msg[2] != nd) continue;
+        int same = 1;
+        for (int d = 0; d < nd; d++) {
+            uint64_t v = le(msg + 3 + sa + 4 * (size_t)d, 4);
+            same &= d < rank ? v == ix->cd[d] : v == H5Tget_size(type);
+        }
+        if (!same) continue;
+        uint64_t root = le(msg + 3, (int)sa);
+        walk_ctx w = {&f, nd, {0}, ix, 0, 0, ix->n + 64, 0};
+        memcpy(w.dims, dims, sizeof(hsize_t) * (size_t)rank);
+        for (size_t i = 0; i < ix->n; i++) ix->rec[i] = (act_ep_chunk_rec){HADDR_UNDEF, 0, 0};
+        if (!undef(root, (int)sa) && walk(&w, root, -1) != 0) continue;
+        hsize_t nchunks = 0;
+        if (H5Dget_num_chunks(ds, space, &nchunks) < 0 || nchunks != w.records ||
+            (hsize_t)H5Dget_storage_size(ds) != (hsize_t)w.bytes || agrees(ds, ix, w.records) != 0)
+            continue;
+        ix->base = bases[b];
+        ok = 1;
+    }
+out:
+    if (!ok) act_ep_index_free(ix);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (space >= 0) H5Sclose(space);
+    if (type >= 0) H5Tclose(type);
+    if (fcpl >= 0) H5Pclose(fcpl);
+    H5Eclear2(H5E_DEFAULT);
+    return ok;
+}
+
+#else /* HDF5 without H5Dget_chunk_info_by_coord, or 1.12+ (H5O_info_t has no addr) */
+
+int act_ep_index_build(hid_t file, hid_t ds, int fd, uint64_t file_size, act_ep_index *ix) {
+    (void)file, (void)ds, (void)fd, (void)file_size;
+    memset(ix, 0, sizeof *ix);
+    return 0;
+}
+
+#endif
+
+int act_ep_index_at(const act_ep_index *ix, const hsize_t *o, unsigned *mask, haddr_t *addr, hsize_t *size) {
+    size_t cell = 0;
+    if (!ix->n) return -1;
+    for (int d = 0; d < ix->rank; d++) {
+        if (o[d] % ix->cd[d] || o[d] / ix->cd[d] >= ix->spans[d]) return -1;
+        cell = cell * ix->spans[d] + (size_t)(o[d] / ix->cd[d]);
+    }
+    const act_ep_chunk_rec *r = &ix->rec[cell];
+    *addr = r->addr;
+    *size = r->addr == HADDR_UNDEF ? 0 : r->size;
+    *mask = r->addr == HADDR_UNDEF ? 0 : r->mask;
+    return 0;
+}
+
+void act_ep_index_free(act_ep_index *ix) {
+    free(ix->rec);
+    memset(ix, 0, sizeof *ix);
+}
+
+#endif
