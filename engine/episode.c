@@ -438,8 +438,9 @@ static void direct_setup(act_episode *ep, int c) {
 
 /* Camera c's tiles (raw or gzip, on the pool) fetched by pread at the chunk table's places, when
  * its first and last frames read that way equal those read through HDF5 (checked_read), as
- * direct_setup checks the whole-frame locator. The rows this check leaves in the camera's row
- * cache are dropped either way. */
+ * direct_setup checks the whole-frame locator. The camera's row cache is emptied before each
+ * read by the table (a row HDF5's read kept would otherwise answer it: tiles of several frames)
+ * and after the check. */
 static void tiles_setup(act_episode *ep, int c) {
     h5_episode *h = ep->impl;
     if (h->fd < 0 || !h->index[c].n || !inflated(h, c) || h->direct_ok[c]) return;
@@ -449,8 +450,9 @@ static void tiles_setup(act_episode *ep, int c) {
     int ok = ref && got;
     for (int i = 0; i < 2 && ok; i++) {
         int t = i ? ep->T - 1 : 0;
-        ok = !checked_read(ep, c, t, 1, ref, e, sizeof e) &&
-             !pool_read(ep, c, NULL, &h->index[c], t, 1, got, e, sizeof e) && !memcmp(ref, got, frame);
+        ok = !checked_read(ep, c, t, 1, ref, e, sizeof e);
+        h->rows[c].row1[0] = h->rows[c].row1[1] = 0;
+        ok = ok && !pool_read(ep, c, NULL, &h->index[c], t, 1, got, e, sizeof e) && !memcmp(ref, got, frame);
     }
     h->pool_ix[c] = ok;
     h->rows[c].row1[0] = h->rows[c].row1[1] = 0;

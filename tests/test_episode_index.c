@@ -8,7 +8,10 @@
  *     addresses count from its end), and object headers of version 2 (libver 1.8);
  *   - where no table may come: libver latest (layout version 4, whose indexes this does not
  *     read), a contiguous dataset, ACT_EPISODE_INDEX=0, and files damaged in the index itself (a
- *     node's signature, its level, a key's offset, a child's address): no table, no crash.
+ *     node's signature, its level, a key's offset, a child's address, two chunks out of order, a
+ *     chunk past the file's end, a node over its entries): no table, no crash. (Chunks out of
+ *     order and one past the end get past HDF5's count and spot checks: the walk itself must
+ *     refuse them. The entries' cap bounds memory; what lies past the 64th entry fails anyway.)
  * Frames are fresh random bytes (the seed is printed; ACT_TEST_SEED replays a run). Built
  * without HDF5, or with an HDF5 whose table is not read (not 1.10.5-1.11), it reports itself
  * skipped. */
@@ -213,6 +216,17 @@ static void damage_case(const char *dir, const char *what, const layout *l, int 
         case 1: b[leaf + 5] = 3; break;                /* level */
         case 2: b[key0 + 8] ^= 0x01; break;            /* the first key's time offset: off the grid */
         case 3: memset(b + key0 + 8 + 40, 0xff, 8); break;   /* its child's address: undefined */
+        case 4: {   /* the second and third keys' time offsets swapped: chunks out of order */
+            uint8_t t[8];
+            memcpy(t, b + key0 + 56 + 8, 8);
+            memcpy(b + key0 + 56 + 8, b + key0 + 112 + 8, 8);
+            memcpy(b + key0 + 112 + 8, t, 8);
+            break;
+        }
+        case 5:   /* the first chunk's address at the file's end */
+            for (int i = 0; i < 8; i++) b[key0 + 48 + i] = (uint8_t)((uint64_t)n >> (8 * i));
+            break;
+        case 6: b[leaf + 6] = 65, b[leaf + 7] = 0; break;   /* 65 entries: HDF5's nodes hold 2K = 64 */
         }
         fseek(fp, 0, SEEK_SET);
         fwrite(b, 1, (size_t)n, fp);
@@ -269,8 +283,9 @@ int main(void) {
 
     printf("damaged indexes (300 appended frames):\n");
     const char *modes[] = {"a leaf's signature", "a leaf's level", "a key's offset off the grid",
-                           "a child's address undefined"};
-    for (int m = 0; m < 4; m++) damage_case(dir, modes[m], &layouts[1], m);
+                           "a child's address undefined", "two chunks out of order", "a chunk past the file's end",
+                           "a leaf of more than 2K entries"};
+    for (int m = 0; m < 7; m++) damage_case(dir, modes[m], &layouts[1], m);
     rmdir(dir);
     printf("test_episode_index: %d checks, %d failed\n", g_checks, g_fail);
     if (g_fail) return 1;
