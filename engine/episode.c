@@ -327,15 +327,36 @@ static int checked_read(act_episode *ep, int c, int t0, int n, uint8_t *dst, cha
     return r > 0 ? h5_read_frames(ep, c, t0, n, dst, err, errlen) : r;
 }
 
-/* 1 when frames 0 and T-1 of camera c read through locator d equal HDF5's (ref: those two) */
-static int direct_agrees(act_episode *ep, int c, const act_ep_direct *d, const uint8_t *ref, uint8_t *got) {
+/* 1 when frames 0 and T-1 of camera c read through locator d or chunk table ix equal HDF5's
+ * (ref: those two, by checked_read). The camera's row cache is emptied before each read (a row of
+ * tiles HDF5's reads kept would answer it: the check would compare HDF5's bytes with themselves)
+ * and after. */
+static int places_agree(act_episode *ep, int c, const act_ep_direct *d, const act_ep_index *ix, const uint8_t *ref,
+                        uint8_t *got) {
+    h5_episode *h = ep->impl;
     size_t frame = (size_t)ep->image_h * ep->image_w * 3;
     char e[256];
     int ok = 1;
-    for (int i = 0; i < 2 && ok; i++)
-        ok = !pool_read(ep, c, d, NULL, i ? ep->T - 1 : 0, 1, got, e, sizeof e) &&
+    for (int i = 0; i < 2 && ok; i++) {
+        h->rows[c].row1[0] = h->rows[c].row1[1] = 0;
+        ok = !pool_read(ep, c, d, ix, i ? ep->T - 1 : 0, 1, got, e, sizeof e) &&
              !memcmp(ref + (size_t)i * frame, got, frame);
+    }
+    h->rows[c].row1[0] = h->rows[c].row1[1] = 0;
     return ok;
+}
+
+/* frames 0 and T-1 of camera c through HDF5 (checked_read) into ref, or NULL */
+static uint8_t *reference_frames(act_episode *ep, int c) {
+    size_t frame = (size_t)ep->image_h * ep->image_w * 3;
+    uint8_t *ref = malloc(2 * frame);
+    char e[256];
+    if (ref && (checked_read(ep, c, 0, 1, ref, e, sizeof e) || checked_read(ep, c, ep->T - 1, 1, ref + frame, e,
+                                                                            sizeof e))) {
+        free(ref);
+        ref = NULL;
+    }
+    return ref;
 }
 
 /* HDF5's descriptor of the file (the sec2 driver's), its size and status, once at open */
@@ -417,15 +438,12 @@ static void direct_setup(act_episode *ep, int c) {
                              inflated(h, c) && h->pool_kind[c] == ACT_EP_POOL_GZIP, &d))
         return;
     if (d.k > 0 && h->index[c].n) d.ix = &h->index[c];   /* chunks found in the table, not by HDF5 */
-    size_t frame = (size_t)ep->image_h * ep->image_w * 3;
-    uint8_t *ref = malloc(2 * frame), *got = malloc(frame);
-    char e[256];
-    if (ref && got && !checked_read(ep, c, 0, 1, ref, e, sizeof e) &&
-        !checked_read(ep, c, ep->T - 1, 1, ref + frame, e, sizeof e)) {
+    uint8_t *ref = reference_frames(ep, c), *got = malloc((size_t)ep->image_h * ep->image_w * 3);
+    if (ref && got) {
         act_ep_direct alt = d;
         alt.base = 0;
-        int a = direct_agrees(ep, c, &d, ref, got);
-        int b = d.k > 0 && d.base > 0 && direct_agrees(ep, c, &alt, ref, got);
+        int a = places_agree(ep, c, &d, NULL, ref, got);
+        int b = d.k > 0 && d.base > 0 && places_agree(ep, c, &alt, NULL, ref, got);
         if (a != b) {
             h->direct[c] = a ? d : alt;
             h->direct_ok[c] = 1;
@@ -437,25 +455,13 @@ static void direct_setup(act_episode *ep, int c) {
 }
 
 /* Camera c's tiles (raw or gzip, on the pool) fetched by pread at the chunk table's places, when
- * its first and last frames read that way equal those read through HDF5 (checked_read), as
- * direct_setup checks the whole-frame locator. The camera's row cache is emptied before each
- * read by the table (a row HDF5's read kept would otherwise answer it: tiles of several frames)
- * and after the check. */
+ * its first and last frames read that way equal HDF5's (places_agree), as direct_setup checks the
+ * whole-frame locator. */
 static void tiles_setup(act_episode *ep, int c) {
     h5_episode *h = ep->impl;
     if (h->fd < 0 || !h->index[c].n || !inflated(h, c) || h->direct_ok[c]) return;
-    size_t frame = (size_t)ep->image_h * ep->image_w * 3;
-    uint8_t *ref = malloc(frame), *got = malloc(frame);
-    char e[256];
-    int ok = ref && got;
-    for (int i = 0; i < 2 && ok; i++) {
-        int t = i ? ep->T - 1 : 0;
-        ok = !checked_read(ep, c, t, 1, ref, e, sizeof e);
-        h->rows[c].row1[0] = h->rows[c].row1[1] = 0;
-        ok = ok && !pool_read(ep, c, NULL, &h->index[c], t, 1, got, e, sizeof e) && !memcmp(ref, got, frame);
-    }
-    h->pool_ix[c] = ok;
-    h->rows[c].row1[0] = h->rows[c].row1[1] = 0;
+    uint8_t *ref = reference_frames(ep, c), *got = malloc((size_t)ep->image_h * ep->image_w * 3);
+    h->pool_ix[c] = ref && got && places_agree(ep, c, NULL, &h->index[c], ref, got);
     H5Eclear2(H5E_DEFAULT);
     free(ref);
     free(got);

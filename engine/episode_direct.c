@@ -70,38 +70,38 @@ out:
     return ok;
 }
 
-int act_ep_in_file(int fd, uint64_t *file_size, uint64_t off, uint64_t size) {
-    struct stat st;
-    if ((off > *file_size || size > *file_size - off) && !fstat(fd, &st)) *file_size = (uint64_t)st.st_size;
-    return off > *file_size || size > *file_size - off ? -1 : 0;
+int act_ep_chunk_place(const act_ep_index *ix, hid_t ds, uint64_t base, int fd, uint64_t *file_size,
+                       const hsize_t o[4], uint64_t *off, uint64_t *size, unsigned *mask) {
+    hsize_t sz = 0;
+    haddr_t a = HADDR_UNDEF;
+    int r = -1;
+    *mask = 0;
+    if (ix) r = act_ep_index_at(ix, o, mask, &a, &sz);   /* the table read at open */
+#if CHUNK_INFO
+    else r = H5Dget_chunk_info_by_coord(ds, o, mask, &a, &sz);
+#else
+    (void)ds;
+#endif
+    if (r < 0 || a == HADDR_UNDEF || sz == 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return 1;
+    }
+    *off = (uint64_t)a + base;
+    *size = (uint64_t)sz;
+    struct stat st;   /* past the size seen at open: the file may have grown since */
+    if ((*off > *file_size || *size > *file_size - *off) && !fstat(fd, &st)) *file_size = (uint64_t)st.st_size;
+    return *off > *file_size || *size > *file_size - *off ? -1 : 0;
 }
 
 int act_ep_chunk_at(const act_ep_direct *d, int fd, uint64_t *file_size, hid_t ds, const char *path,
                     const char *name, int t, uint64_t *off, uint64_t *size, unsigned *mask, char *err,
                     size_t errlen) {
-#if CHUNK_INFO
-    hsize_t o[4] = {(hsize_t)(t / d->k) * (hsize_t)d->k, 0, 0, 0}, sz = 0;
-    haddr_t a = HADDR_UNDEF;
-    *mask = 0;
-    int r = d->ix ? act_ep_index_at(d->ix, o, mask, &a, &sz)   /* the table read at open */
-                  : H5Dget_chunk_info_by_coord(ds, o, mask, &a, &sz);
-    if (r < 0 || a == HADDR_UNDEF || sz == 0) {
-        H5Eclear2(H5E_DEFAULT);
-        return 1;
-    }
-    *off = (uint64_t)a + d->base;
-    *size = (uint64_t)sz;
-    if (act_ep_in_file(fd, file_size, *off, *size)) {
+    hsize_t o[4] = {(hsize_t)(t / d->k) * (hsize_t)d->k, 0, 0, 0};
+    int r = act_ep_chunk_place(d->ix, ds, d->base, fd, file_size, o, off, size, mask);
+    if (r < 0)
         snprintf(err, errlen, "%s: dataset '%s': the chunk at timestep %d lies past the end of the file "
                  "(truncated file)", path, name, (int)o[0]);
-        return -1;
-    }
-    return 0;
-#else
-    (void)d, (void)fd, (void)file_size, (void)ds, (void)path, (void)name, (void)t, (void)off, (void)size;
-    (void)mask, (void)err, (void)errlen;
-    return 1;
-#endif
+    return r;
 }
 
 typedef struct direct_job {

@@ -1,6 +1,6 @@
 /* episode_direct.h - frames of uncompressed camera datasets read with pread on several threads.
  * defines: act_ep_direct, ACT_EP_CHUNK_INFO, act_ep_pread_on, act_ep_pread, act_ep_direct_probe,
- *          act_ep_chunk_at, act_ep_read_direct
+ *          act_ep_chunk_place, act_ep_chunk_at, act_ep_read_direct
  *
  * HDF5 reads a hyperslab on the calling thread: for raw frames that is one copy out of the page
  * cache at ~5.5 GB/s on one core (bench/NOTES.md), ~6-9k timesteps of three 256x256 frames per
@@ -54,15 +54,17 @@ size_t act_ep_pread(int fd, uint8_t *p, size_t n, uint64_t off);
 int act_ep_direct_probe(hid_t file, hid_t ds, int T, int H, int W, uint64_t file_size, int filtered,
                         act_ep_direct *d);
 
-/* 0 when the size bytes at file offset off lie inside the file, -1 when not; *file_size is taken
- * again from fd first when they seem past it (the file may have grown since the open). */
-int act_ep_in_file(int fd, uint64_t *file_size, uint64_t off, uint64_t size);
+/* Where dataset ds's chunk at coordinates o is stored: found in the chunk table ix, else (NULL)
+ * asked of HDF5's index; base is added to its address. *off its file offset, *size its stored
+ * bytes, *mask its skipped filters. 0; 1: not stored (HDF5 fills it), or no table and HDF5
+ * 1.10.5's chunk index missing; -1: it lies past the end of the file (no message: the caller
+ * names the chunk). *file_size is taken again from fd first when the chunk seems past it (the
+ * file may have grown since the open). */
+int act_ep_chunk_place(const act_ep_index *ix, hid_t ds, uint64_t base, int fd, uint64_t *file_size,
+                       const hsize_t o[4], uint64_t *off, uint64_t *size, unsigned *mask);
 
-/* Where dataset ds's chunk holding timestep t is stored, through locator d (k > 0): *off its file
- * offset, *size its stored bytes, *mask its skipped filters. 0; 1: not stored (HDF5 fills it) or
- * HDF5 1.10.5's chunk index is missing; -1: it lies past the end of the file (err names dataset
- * and timestep). *file_size is taken again from fd first when the chunk seems past it (the file
- * may have grown since the open). Shared by the raw and the gzip readers. */
+/* act_ep_chunk_place for the chunk holding timestep t, through locator d (k > 0: its table and
+ * base), with err naming dataset and timestep on -1. Shared by the raw and the gzip readers. */
 int act_ep_chunk_at(const act_ep_direct *d, int fd, uint64_t *file_size, hid_t ds, const char *path,
                     const char *name, int t, uint64_t *off, uint64_t *size, unsigned *mask, char *err,
                     size_t errlen);

@@ -239,7 +239,6 @@ int act_ep_index_build(hid_t file, hid_t ds, int fd, uint64_t file_size, act_ep_
     if (cells < 1 || cells > (double)MAX_CELLS) goto out;
     ix->n = (size_t)cells;
     if (!(ix->rec = malloc(ix->n * sizeof *ix->rec))) goto out;
-    for (size_t i = 0; i < ix->n; i++) ix->rec[i] = (act_ep_chunk_rec){HADDR_UNDEF, 0, 0};
 
     /* the layout message, from the user block's end (HDF5's base) or, failing that, the file's start */
     uint64_t bases[2] = {(uint64_t)ub, 0};

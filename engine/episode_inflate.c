@@ -337,8 +337,8 @@ static const char *where(char *buf, size_t len, const int *o, int whole) {
 }
 
 int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const act_ep_direct *loc,
-                     const act_ep_index *ix, int fd, uint64_t file_size, const char *path, const char *name, int t0, int n, uint8_t *dst,
-                     act_ep_scratch *s, act_ep_rowcache *rows, char *err, size_t errlen) {
+                     const act_ep_index *ix, int fd, uint64_t file_size, const char *path, const char *name, int t0,
+                     int n, uint8_t *dst, act_ep_scratch *s, act_ep_rowcache *rows, char *err, size_t errlen) {
     int raw = kind == ACT_EP_POOL_RAW_TILES, whole = cd[1] == H && cd[2] == W && cd[3] == 3, k = cd[0];
     int nx = (W + cd[2] - 1) / cd[2], nc = (3 + cd[3] - 1) / cd[3];   /* tiles across, channel ranges */
     int per_t = ((H + cd[1] - 1) / cd[1]) * nx * nc;
@@ -408,16 +408,11 @@ int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const ac
             rc = act_ep_chunk_at(loc, fd, &file_size, ds, path, name, c[i].o[0], &c[i].file_off, &sz, &mask, err,
                                  errlen);
         } else if (ix) {   /* found in the table read at open; the task preads the bytes */
-            hsize_t o[4] = {(hsize_t)c[i].o[0], (hsize_t)c[i].o[1], (hsize_t)c[i].o[2], (hsize_t)c[i].o[3]}, hs = 0;
-            haddr_t a = HADDR_UNDEF;
-            rc = act_ep_index_at(ix, o, &mask, &a, &hs) < 0 || a == HADDR_UNDEF || hs == 0;   /* 1: HDF5's */
-            sz = (uint64_t)hs;
-            c[i].file_off = (uint64_t)a + ix->base;
-            if (rc == 0 && act_ep_in_file(fd, &file_size, c[i].file_off, sz)) {
+            hsize_t o[4] = {(hsize_t)c[i].o[0], (hsize_t)c[i].o[1], (hsize_t)c[i].o[2], (hsize_t)c[i].o[3]};
+            rc = act_ep_chunk_place(ix, ds, ix->base, fd, &file_size, o, &c[i].file_off, &sz, &mask);
+            if (rc < 0)
                 snprintf(err, errlen, "%s: dataset '%s': the %s at %s lies past the end of the file (truncated "
                          "file)", path, name, what, where(at, sizeof at, c[i].o, whole));
-                rc = -1;
-            }
         } else {
             hsize_t o[4] = {(hsize_t)c[i].o[0], (hsize_t)c[i].o[1], (hsize_t)c[i].o[2], (hsize_t)c[i].o[3]}, hs = 0;
             rc = H5Dget_chunk_storage_size(ds, o, &hs) < 0 || hs == 0;   /* 1: unallocated, HDF5 fills */
@@ -511,9 +506,10 @@ int act_ep_pool_chunk(hid_t ds, int H, int W, int cd[4]) {
 }
 
 int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const act_ep_direct *loc,
-                     const act_ep_index *ix, int fd, uint64_t file_size, const char *path, const char *name, int t0, int n, uint8_t *dst,
-                     act_ep_scratch *s, act_ep_rowcache *rows, char *err, size_t errlen) {
-    (void)ds, (void)kind, (void)cd, (void)H, (void)W, (void)loc, (void)ix, (void)fd, (void)file_size, (void)path, (void)name, (void)t0;
+                     const act_ep_index *ix, int fd, uint64_t file_size, const char *path, const char *name, int t0,
+                     int n, uint8_t *dst, act_ep_scratch *s, act_ep_rowcache *rows, char *err, size_t errlen) {
+    (void)ds, (void)kind, (void)cd, (void)H, (void)W, (void)loc, (void)ix, (void)fd, (void)file_size, (void)path;
+    (void)name, (void)t0;
     (void)n, (void)dst, (void)s, (void)rows;
     (void)err, (void)errlen;
     return 1;

@@ -90,18 +90,19 @@ int act_ep_pool_chunk(hid_t ds, int H, int W, int cd[4]);
  * base, checked at open; whole-frame gzip chunks only) and the file's descriptor fd, each chunk's
  * compressed bytes are fetched by pread on the inflating thread itself; so are any chunk's (tiles
  * too, raw or gzip) found in the chunk table ix (episode_index.h; episode.c checked at open what
- * its addresses mean); without either (NULL), one by one through H5Dread_chunk first. A whole-frame chunk inside the window inflates straight into
- * dst; any other chunk into its thread's scratch (or, for tiles, into rows: the window's last row
- * when the window ends inside it), whence the part inside the window is copied out. Raw tiles
- * are copied into the window from the bytes H5Dread_chunk fetched (each of exactly one tile's
- * size: episode_check.c checked every stored size at open). rows may be NULL (no reuse). A
+ * its addresses mean); without either (NULL), one by one through H5Dread_chunk first. A
+ * whole-frame chunk inside the window inflates straight into dst; any other chunk into its
+ * thread's scratch (or, for tiles, into rows: the window's last row when the window ends inside
+ * it), whence the part inside the window is copied out. Raw tiles are copied into the window
+ * from the bytes fetched (each of exactly one tile's size: episode_check.c checked every stored
+ * size at open). rows may be NULL (no reuse). A
  * window of more than 2^18 chunks (tiny tiles) is read in parts split at chunk boundaries; one
  * row of tiles past that is an error naming h5repack. 0: done; -1: error in err (file, dataset,
  * chunk); 1: a chunk this path does not handle (unallocated, or stored with its filter skipped):
  * use H5Dread. */
 int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const act_ep_direct *loc,
-                     const act_ep_index *ix, int fd, uint64_t file_size, const char *path, const char *name, int t0, int n, uint8_t *dst,
-                     act_ep_scratch *s, act_ep_rowcache *rows, char *err, size_t errlen);
+                     const act_ep_index *ix, int fd, uint64_t file_size, const char *path, const char *name, int t0,
+                     int n, uint8_t *dst, act_ep_scratch *s, act_ep_rowcache *rows, char *err, size_t errlen);
 #endif
 
 #endif
