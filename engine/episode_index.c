@@ -17,6 +17,7 @@
 #define MAX_BLOCK ((uint64_t)1 << 20)     /* bytes in one */
 #define MAX_LEVEL 32                      /* B-tree depth: 64 entries a node, 2^192 chunks */
 
+#if ACT_EP_INDEX_WALK
 typedef struct {
     int fd;
     uint64_t fsize, base;   /* file bytes; what is added to a file address to get an offset */
@@ -166,6 +167,8 @@ static int walk(walk_ctx *w, uint64_t a, int want) {
     return rc;
 }
 
+#endif /* ACT_EP_INDEX_WALK */
+
 /* ACT_EPISODE_INDEX=0, or ACT_EPISODE_PREAD=0 (every byte through HDF5): no table */
 static int off_env(void) {
     const char *e = getenv("ACT_EPISODE_INDEX");
@@ -189,7 +192,7 @@ static void coords_of(const act_ep_index *ix, size_t cell, hsize_t *o) {
 }
 
 /* HDF5's answers for the first, middle and last chunks stored, against the table's: 0 when they
- * agree (1.10 gives addresses as the index stores them, from the user block's end) */
+ * agree (addresses as H5Dget_chunk_info_by_coord gives them) */
 static int agrees(hid_t ds, const act_ep_index *ix, size_t records) {
     size_t want[3] = {0, records / 2, records ? records - 1 : 0}, seen = 0;
     int k = 0;
@@ -211,36 +214,36 @@ static int agrees(hid_t ds, const act_ep_index *ix, size_t records) {
     return records && k < 3 ? -1 : 0;
 }
 
-int act_ep_index_build(hid_t file, hid_t ds, int fd, uint64_t file_size, act_ep_index *ix) {
-    memset(ix, 0, sizeof *ix);
-    if (fd < 0 || off_env()) return 0;
-    int ok = 0;
-    hid_t dcpl = H5Dget_create_plist(ds), space = H5Dget_space(ds), type = H5Dget_type(ds),
-          fcpl = H5Fget_create_plist(file);
-    hsize_t dims[8], ub = 0;
+/* the table filled (records chunks, bytes stored) is one HDF5 agrees with: the same count, the
+ * same total of stored bytes, the same first, middle and last chunks */
+static int hdf5_agrees(hid_t ds, hid_t space, const act_ep_index *ix, size_t records, uint64_t bytes) {
+    hsize_t nchunks = 0;
+    return H5Dget_num_chunks(ds, space, &nchunks) >= 0 && nchunks == records &&
+           (hsize_t)H5Dget_storage_size(ds) == (hsize_t)bytes && agrees(ds, ix, records) == 0;
+}
+
+static void clear_cells(act_ep_index *ix) {
+    for (size_t i = 0; i < ix->n; i++) ix->rec[i] = (act_ep_chunk_rec){HADDR_UNDEF, 0, 0};
+}
+
+#if ACT_EP_INDEX_WALK
+/* 1.10: the layout message found from the object header's address, the B-tree walked, from the
+ * user block's end (HDF5's base) or, failing that, the file's start; 1 when HDF5 agrees */
+static int fill_walk(hid_t file, hid_t ds, hid_t space, hid_t type, const hsize_t *dims, int fd,
+                     uint64_t file_size, act_ep_index *ix) {
+    hid_t fcpl = H5Fget_create_plist(file);
+    hsize_t ub = 0;
     size_t sa = 0, ss = 0;
     unsigned ik = 0;
-    int rank = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;
     H5O_info_t oi;
-    if (dcpl < 0 || space < 0 || type < 0 || fcpl < 0 || rank < 1 || rank > 7 ||
-        H5Pget_layout(dcpl) != H5D_CHUNKED || H5Pget_chunk(dcpl, 8, ix->cd) != rank ||
-        H5Sget_simple_extent_dims(space, dims, NULL) != rank || H5Pget_sizes(fcpl, &sa, &ss) < 0 ||
-        (sa != 4 && sa != 8) || (ss != 4 && ss != 8) || H5Pget_userblock(fcpl, &ub) < 0 ||
-        H5Pget_istore_k(fcpl, &ik) < 0 || ik < 1 ||
-        H5Oget_info2(ds, &oi, H5O_INFO_BASIC) < 0)
-        goto out;
-    ix->rank = rank;
-    double cells = 1;
-    for (int d = 0; d < rank; d++) {
-        if (ix->cd[d] == 0) goto out;
-        ix->spans[d] = (dims[d] + ix->cd[d] - 1) / ix->cd[d];
-        cells *= (double)ix->spans[d];
+    int ok = 0, rank = ix->rank;
+    if (fcpl < 0 || H5Pget_sizes(fcpl, &sa, &ss) < 0 || (sa != 4 && sa != 8) || (ss != 4 && ss != 8) ||
+        H5Pget_userblock(fcpl, &ub) < 0 || H5Pget_istore_k(fcpl, &ik) < 0 || ik < 1 ||
+        H5Oget_info2(ds, &oi, H5O_INFO_BASIC) < 0) {
+        if (fcpl >= 0) H5Pclose(fcpl);
+        return 0;
     }
-    if (cells < 1 || cells > (double)MAX_CELLS) goto out;
-    ix->n = (size_t)cells;
-    if (!(ix->rec = malloc(ix->n * sizeof *ix->rec))) goto out;
-
-    /* the layout message, from the user block's end (HDF5's base) or, failing that, the file's start */
+    H5Pclose(fcpl);
     uint64_t bases[2] = {(uint64_t)ub, 0};
     for (int b = 0; b < (ub ? 2 : 1) && !ok; b++) {
         if (bases[b] > file_size) continue;
@@ -258,29 +261,110 @@ int act_ep_index_build(hid_t file, hid_t ds, int fd, uint64_t file_size, act_ep_
         uint64_t root = le(msg + 3, (int)sa);
         walk_ctx w = {&f, nd, {0}, ix, 0, 0, ix->n + 64, 2 * (size_t)ik, 0, 0};
         memcpy(w.dims, dims, sizeof(hsize_t) * (size_t)rank);
-        for (size_t i = 0; i < ix->n; i++) ix->rec[i] = (act_ep_chunk_rec){HADDR_UNDEF, 0, 0};
+        clear_cells(ix);
         if (!undef(root, (int)sa) && walk(&w, root, -1) != 0) continue;
-        hsize_t nchunks = 0;
-        if (H5Dget_num_chunks(ds, space, &nchunks) < 0 || nchunks != w.records ||
-            (hsize_t)H5Dget_storage_size(ds) != (hsize_t)w.bytes || agrees(ds, ix, w.records) != 0)
-            continue;
+        if (!hdf5_agrees(ds, space, ix, w.records, w.bytes)) continue;
         ix->base = bases[b];
-        uint64_t skew = skew_env();
-        for (size_t i = 0; i < ix->n && skew; i++)
-            if (ix->rec[i].addr != HADDR_UNDEF) ix->rec[i].addr += skew;
         ok = 1;
     }
+    return ok;
+}
+#endif
+
+#if ACT_EP_INDEX_ITER
+typedef struct {
+    act_ep_index *ix;
+    const hsize_t *dims;
+    uint64_t fsize;
+    size_t records;
+    size_t next;   /* the least cell the next chunk may have */
+    uint64_t bytes;
+} iter_ctx;
+
+/* one chunk H5Dchunk_iter lists: on the grid, inside the dataset, inside the file, and after the
+ * one before in row-major order. The indexes of the layouts recorders write (time the first or
+ * only unlimited dimension, or none) list their chunks so, and a version 1 B-tree whose keys do
+ * not ascend is one HDF5's binary searches could read otherwise (see walk); another order only
+ * costs the table. */
+static int iter_cb(const hsize_t *off, unsigned mask, haddr_t addr, hsize_t size, void *op) {
+    iter_ctx *c = op;
+    act_ep_index *ix = c->ix;
+    size_t cell = 0;
+    for (int d = 0; d < ix->rank; d++) {
+        if (off[d] % ix->cd[d] || off[d] >= c->dims[d]) return -1;
+        cell = cell * ix->spans[d] + (size_t)(off[d] / ix->cd[d]);
+    }
+    uint64_t at = (uint64_t)addr + ix->base;   /* its file offset */
+    if (addr == HADDR_UNDEF || size == 0 || size > UINT32_MAX || cell < c->next ||
+        at < (uint64_t)addr || at > c->fsize || (uint64_t)size > c->fsize - at)
+        return -1;
+    ix->rec[cell] = (act_ep_chunk_rec){addr, (uint32_t)size, (uint32_t)mask};
+    c->next = cell + 1;
+    c->records++;
+    c->bytes += size;
+    return 0;
+}
+
+/* H5Dchunk_iter (1.10.10+, 1.12.3+, 1.14+) lists every chunk in one pass, whatever the index
+ * (version 1 B-tree, or layout version 4's arrays and version 2 B-tree); 1 when HDF5 agrees. Its
+ * addresses, like H5Dget_chunk_info_by_coord's, count from the user block's end before 1.14.4 and
+ * from the file's start since (HDF5 pull request 4236; 1.10 and 1.12 ended before it): the base
+ * is set by the library that runs. */
+static int fill_iter(hid_t file, hid_t ds, hid_t space, const hsize_t *dims, uint64_t file_size,
+                     act_ep_index *ix) {
+    hid_t fcpl = H5Fget_create_plist(file);
+    hsize_t ub = 0;
+    unsigned maj = 0, min = 0, rel = 0;
+    int ok = fcpl >= 0 && H5Pget_userblock(fcpl, &ub) >= 0 && H5get_libversion(&maj, &min, &rel) >= 0;
+    if (fcpl >= 0) H5Pclose(fcpl);
+    if (!ok) return 0;
+    int from_start = maj > 1 || min > 14 || (min == 14 && rel >= 4);
+    ix->base = from_start ? 0 : (uint64_t)ub;
+    iter_ctx c = {ix, dims, file_size, 0, 0, 0};
+    clear_cells(ix);
+    return H5Dchunk_iter(ds, H5P_DEFAULT, iter_cb, &c) >= 0 && hdf5_agrees(ds, space, ix, c.records, c.bytes);
+}
+#endif
+
+int act_ep_index_build(hid_t file, hid_t ds, int fd, uint64_t file_size, act_ep_index *ix) {
+    memset(ix, 0, sizeof *ix);
+    if (fd < 0 || off_env()) return 0;
+    int ok = 0;
+    hid_t dcpl = H5Dget_create_plist(ds), space = H5Dget_space(ds), type = H5Dget_type(ds);
+    hsize_t dims[8];
+    int rank = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;
+    if (dcpl < 0 || space < 0 || type < 0 || rank < 1 || rank > 7 || H5Pget_layout(dcpl) != H5D_CHUNKED ||
+        H5Pget_chunk(dcpl, 8, ix->cd) != rank || H5Sget_simple_extent_dims(space, dims, NULL) != rank)
+        goto out;
+    ix->rank = rank;
+    double cells = 1;
+    for (int d = 0; d < rank; d++) {
+        if (ix->cd[d] == 0) goto out;
+        ix->spans[d] = (dims[d] + ix->cd[d] - 1) / ix->cd[d];
+        cells *= (double)ix->spans[d];
+    }
+    if (cells < 1 || cells > (double)MAX_CELLS) goto out;
+    ix->n = (size_t)cells;
+    if (!(ix->rec = malloc(ix->n * sizeof *ix->rec))) goto out;
+#if ACT_EP_INDEX_WALK
+    ok = fill_walk(file, ds, space, type, dims, fd, file_size, ix);
+#else
+    ok = fill_iter(file, ds, space, dims, file_size, ix);
+#endif
+    uint64_t skew = ok ? skew_env() : 0;
+    for (size_t i = 0; i < ix->n && skew; i++)
+        if (ix->rec[i].addr != HADDR_UNDEF) ix->rec[i].addr += skew;
 out:
     if (!ok) act_ep_index_free(ix);
     if (dcpl >= 0) H5Pclose(dcpl);
     if (space >= 0) H5Sclose(space);
     if (type >= 0) H5Tclose(type);
-    if (fcpl >= 0) H5Pclose(fcpl);
     H5Eclear2(H5E_DEFAULT);
     return ok;
 }
 
-#else /* HDF5 without H5Dget_chunk_info_by_coord, or 1.12+ (H5O_info_t has no addr) */
+#else /* HDF5 before 1.10.5 (no H5Dget_chunk_info_by_coord), or 1.12-1.13 (no H5O_info_t addr, no
+       * H5Dchunk_iter of the final signature) */
 
 int act_ep_index_build(hid_t file, hid_t ds, int fd, uint64_t file_size, act_ep_index *ix) {
     (void)file, (void)ds, (void)fd, (void)file_size;

@@ -1,23 +1,26 @@
 /* episode_index.h - a chunked dataset's whole chunk index, read once at open.
- * defines: act_ep_index, ACT_EP_INDEX, act_ep_index_build, act_ep_index_at, act_ep_index_free
+ * defines: act_ep_index, ACT_EP_INDEX(_WALK, _ITER), act_ep_index_build, act_ep_index_at, act_ep_index_free
  *
- * HDF5 1.10 answers H5Dget_chunk_info_by_coord by walking the dataset's whole chunk index, so a
- * lookup costs ~20 ns per chunk stored: the open's size check of every chunk and the readers' one
- * lookup per chunk per read grow as the square of an episode's length (ACT's own recorder's
- * layout, one uncompressed frame per chunk: 700 steps read at 7000 timesteps/s against 12000
- * contiguous, 2500 at 3600 against 8200). 1.10 has no public call that lists the chunks in one
- * pass, so this reads the index from the file itself: the dataset's object header (version 1 or
- * 2) for its layout message (version 3, chunked), then the version 1 B-tree the message names,
- * node by node, into a table of every chunk's address, stored size and filter mask.
+ * HDF5 (1.10 and 1.14 alike) answers H5Dget_chunk_info_by_coord by walking the dataset's whole
+ * chunk index, so a lookup costs ~20 ns per chunk stored: the open's size check of every chunk and
+ * the readers' one lookup per chunk per read grow as the square of an episode's length (ACT's own
+ * recorder's layout, one uncompressed frame per chunk: 700 steps read at 7000 timesteps/s against
+ * 12000 contiguous, 2500 at 3600 against 8200). 1.10 has no public call that lists the chunks in
+ * one pass, so there this reads the index from the file itself: the dataset's object header
+ * (version 1 or 2) for its layout message (version 3, chunked), then the version 1 B-tree the
+ * message names, node by node, into a table of every chunk's address, stored size and filter
+ * mask. 1.10.10+, 1.12.3+ and 1.14+ list every chunk in one pass (H5Dchunk_iter, whatever the
+ * index, layout version 4's arrays and version 2 B-trees included): there the table is filled
+ * from that list.
  *
- * The table is an accelerator, never an authority: any structure it does not know (layout
- * version 4 indexes, another file driver, node types, levels that do not step down by one,
- * chunk offsets off the grid or repeated, more chunks than the grid holds) gives no table, and a
- * table is kept only if HDF5 agrees with it: the same number of chunks (H5Dget_num_chunks walks
- * the tree with HDF5's own parser), the same total of stored bytes (H5Dget_storage_size), and the
- * same address, size and mask for the first, middle and last chunks looked up by coordinates.
- * Without a table the callers ask HDF5 chunk by chunk, as before. ACT_EPISODE_INDEX=0 turns it
- * off (comparisons, tests). */
+ * The table is an accelerator, never an authority: any structure the walk does not know (layout
+ * version 4 indexes, another file driver, node types, levels that do not step down by one),
+ * chunk offsets off the grid, out of order or repeated, chunks past the file's end, more chunks
+ * than the grid holds give no table, and a table is kept only if HDF5 agrees with it: the same
+ * number of chunks (H5Dget_num_chunks walks the tree with HDF5's own parser), the same total of
+ * stored bytes (H5Dget_storage_size), and the same address, size and mask for the first, middle
+ * and last chunks looked up by coordinates. Without a table the callers ask HDF5 chunk by chunk,
+ * as before. ACT_EPISODE_INDEX=0 turns it off (comparisons, tests). */
 #ifndef ACT_EPISODE_INDEX_H
 #define ACT_EPISODE_INDEX_H
 
@@ -27,8 +30,16 @@
 #ifdef ACT_WITH_HDF5
 #include <hdf5.h>
 
-/* 1.10.5 and later 1.10s: H5Dget_chunk_info_by_coord to agree with, H5O_info_t's addr */
-#define ACT_EP_INDEX (H5_VERSION_GE(1, 10, 5) && !H5_VERSION_GE(1, 12, 0))
+/* ITER: listed by H5Dchunk_iter, any index, where the build found it with its final callback
+ * (CMakeLists.txt: 1.10.10+, 1.12.3+, 1.14+); WALK: else, in 1.10.5-1.10.9, the index walked here
+ * (H5O_info_t's addr, H5Dget_chunk_info_by_coord to agree with); else (1.12.0-1.12.2): no table */
+#ifdef ACT_HAVE_H5DCHUNK_ITER
+#define ACT_EP_INDEX_ITER 1
+#else
+#define ACT_EP_INDEX_ITER 0
+#endif
+#define ACT_EP_INDEX_WALK (!ACT_EP_INDEX_ITER && H5_VERSION_GE(1, 10, 5) && !H5_VERSION_GE(1, 12, 0))
+#define ACT_EP_INDEX (ACT_EP_INDEX_WALK || ACT_EP_INDEX_ITER)
 
 typedef struct act_ep_chunk_rec {
     haddr_t addr;    /* as H5Dget_chunk_info_by_coord gives it; HADDR_UNDEF: never written */

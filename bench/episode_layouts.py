@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""episode_layouts.py - one episode in one of the storage layouts the episode reader's benchmarks
+compare (bench/episode_read_ab.sh), three 256x256 cameras, frames written the way that layout's
+recorder writes them. Content: 8 random frames repeated (the reader's speed does not depend on it).
+
+  episode_layouts.py OUT.hdf5 T LAYOUT
+    frames   chunks (1, 256, 256, 3), written in blocks of 50 (ACT's recorder layout)
+    append   resizable, chunks (1, 256, 256, 3), appended one frame at a time
+    tiles    resizable, h5py's automatic chunks ((64, 32, 32, 1) tiles), appended one at a time
+    latest   as append, in a libver="latest" file (layout version 4: an extensible array index,
+             what a recorder writing with SWMR makes)
+    tiny     raw tiles of (1, 8, 8, 1), written whole (a worst case for per-chunk costs)
+"""
+import sys
+
+import h5py
+import numpy as np
+
+
+def main(argv):
+    if len(argv) != 3 or argv[2] not in ("frames", "append", "tiles", "latest", "tiny"):
+        sys.exit(__doc__)
+    path, T, layout = argv[0], int(argv[1]), argv[2]
+    rng = np.random.default_rng(7)
+    base = rng.integers(0, 256, (8, 256, 256, 3), dtype=np.uint8)
+    kw = {"libver": "latest"} if layout == "latest" else {}
+    with h5py.File(path, "w", **kw) as f:
+        f["action"] = rng.standard_normal((T, 16)).astype(np.float32)
+        f["observations/qpos"] = rng.standard_normal((T, 16)).astype(np.float32)
+        for cam in ("l_vis", "r_vis", "front"):
+            name = f"observations/images/{cam}"
+            if layout in ("frames", "tiny"):
+                chunks = (1, 256, 256, 3) if layout == "frames" else (1, 8, 8, 1)
+                d = f.create_dataset(name, (T, 256, 256, 3), np.uint8, chunks=chunks)
+                for t in range(0, T, 50):
+                    n = min(50, T - t)
+                    d[t:t + n] = base[np.arange(t, t + n) % 8]
+            else:
+                chunks = {} if layout == "tiles" else {"chunks": (1, 256, 256, 3)}
+                d = f.create_dataset(name, (0, 256, 256, 3), np.uint8, maxshape=(None, 256, 256, 3), **chunks)
+                for t in range(T):
+                    d.resize(t + 1, axis=0)
+                    d[t] = base[t % 8]
+    print(f"{path}: {T} steps, {layout}, chunks {d.chunks}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
