@@ -1,7 +1,8 @@
 /* episode_read.c - how fast the episode reader alone delivers frames: every episode's frames
  * read in windows of --batch timesteps, camera by camera, as act-infer eval's reader thread does
  * (engine/episode.c: raw frames by pread on the pool's threads, gzip by libdeflate/zlib on them,
- * or HDF5 itself), nothing else running. Figures: timesteps/s and GB/s per round; the variables
+ * or HDF5 itself), nothing else running. Figures: timesteps/s and GB/s per round (the opens'
+ * share of the round's time in brackets), and the HDF5 read with (act_episode_library); the variables
  * ACT_EPISODE_THREADS / ACT_EPISODE_INFLATE pick the path, so alternate them to compare.
  *
  *   build/bench_episode_read --model M.actw --episodes DIR [--batch 64] [--rounds 3] [--dump PREFIX]
@@ -75,6 +76,9 @@ int main(int argc, char **argv) {
     const char *th = getenv("ACT_EPISODE_THREADS"), *inf = getenv("ACT_EPISODE_INFLATE");
     printf("episodes %d, batch %d, ACT_EPISODE_THREADS=%s ACT_EPISODE_INFLATE=%s\n", npaths, batch,
            th ? th : "(default)", inf ? inf : "(default)");
+    char lib[160];
+    act_episode_library(lib, sizeof lib);
+    printf("library %s\n", lib);
     int rc = 0;
     FILE *dumps[ACT_MAX_CAMS] = {0};
     for (int k = 0; dump && k < c->num_cams && !rc; k++) {
@@ -87,13 +91,15 @@ int main(int argc, char **argv) {
     }
     for (int r = 0; r < rounds && !rc; r++) {
         long steps = 0;
-        double t0 = now_s();
+        double t0 = now_s(), opens = 0;
         for (int e = 0; e < npaths && !rc; e++) {
             act_episode *ep = NULL;
+            double o0 = now_s();
             if (act_episode_open(paths[e], c, &ep, err, sizeof err)) {
                 rc = 1;
                 break;
             }
+            opens += now_s() - o0;
             if (r == 0 && e == 0)   /* how the first episode's cameras are read */
                 for (int k = 0; k < c->num_cams; k++) {
                     char how[128];
@@ -115,8 +121,8 @@ int main(int argc, char **argv) {
         }
         double s = now_s() - t0;
         if (!rc)
-            printf("round %d: %ld timesteps in %.3f s: %.0f timesteps/s, %.2f GB/s of frames\n", r + 1,
-                   steps, s, steps / s, steps * (double)frame * c->num_cams / s / 1e9);
+            printf("round %d: %ld timesteps in %.3f s: %.0f timesteps/s, %.2f GB/s of frames (opens %.3f s)\n",
+                   r + 1, steps, s, steps / s, steps * (double)frame * c->num_cams / s / 1e9, opens);
     }
     for (int k = 0; k < ACT_MAX_CAMS; k++)
         if (dumps[k] && fclose(dumps[k]) && !rc) {

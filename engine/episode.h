@@ -41,6 +41,10 @@ void act_episode_reader(const act_episode *ep, int cam, char *buf, size_t len);
  * front: pread, contiguous" or "l_vis: hdf5; r_vis, front: pread, contiguous". */
 void act_episode_readers(const act_episode *ep, const act_config *cfg, char *buf, size_t len);
 void act_episode_close(act_episode *ep);
+/* The HDF5 this build reads with and how it lists a dataset's chunks (engine/episode_index.h):
+ * "HDF5 1.10.8 (built against 1.10.8), chunk table: walked" / "...: H5Dchunk_iter" / "...: none",
+ * or "no HDF5". */
+void act_episode_library(char *buf, size_t len);
 
 /* Expands arguments into episode paths: a directory becomes its episode_*.hdf5 files sorted by
  * episode number; a file is taken as is, in argument order. */

@@ -227,10 +227,22 @@ static void clear_cells(act_ep_index *ix) {
 }
 
 #if ACT_EP_INDEX_WALK
+/* a layout message of version 4, chunked (msg[0] 4, msg[1] 2, n bytes): 1 when it names the
+ * chunk shape HDF5 gave (flags, dimensionality, the width of each dimension, the dimensions, the
+ * last the element's size) */
+static int layout_v4(const uint8_t *msg, long n, const act_ep_index *ix, size_t elem) {
+    int nd = ix->rank + 1, w = msg[4];
+    if (msg[3] != nd || w < 1 || w > 8 || n < 5 + (long)w * nd) return 0;
+    for (int d = 0; d < nd; d++)
+        if (le(msg + 5 + (size_t)w * (size_t)d, w) != (d < ix->rank ? (uint64_t)ix->cd[d] : (uint64_t)elem)) return 0;
+    return 1;
+}
+
 /* 1.10: the layout message found from the object header's address, the B-tree walked, from the
- * user block's end (HDF5's base) or, failing that, the file's start; 1 when HDF5 agrees */
+ * user block's end (HDF5's base) or, failing that, the file's start; 1 when HDF5 agrees. A layout
+ * message of version 4 (whose indexes the walk does not read) sets *v4. */
 static int fill_walk(hid_t file, hid_t ds, hid_t space, hid_t type, const hsize_t *dims, int fd,
-                     uint64_t file_size, act_ep_index *ix) {
+                     uint64_t file_size, act_ep_index *ix, int *v4) {
     hid_t fcpl = H5Fget_create_plist(file);
     hsize_t ub = 0;
     size_t sa = 0, ss = 0;
@@ -251,6 +263,7 @@ static int fill_walk(hid_t file, hid_t ds, hid_t space, hid_t type, const hsize_
         uint8_t msg[256];
         long n = find_layout(&f, (uint64_t)oi.addr, msg, sizeof msg);
         int nd = rank + 1;
+        if (n >= 5 && msg[0] == 4 && msg[1] == 2 && !*v4) *v4 = layout_v4(msg, n, ix, H5Tget_size(type));
         if (n < 3 + (long)sa + 4L * nd || msg[0] != 3 || msg[1] != 2 || msg[2] != nd) continue;
         int same = 1;
         for (int d = 0; d < nd; d++) {
@@ -329,7 +342,7 @@ static int fill_iter(hid_t file, hid_t ds, hid_t space, const hsize_t *dims, uin
 int act_ep_index_build(hid_t file, hid_t ds, int fd, uint64_t file_size, act_ep_index *ix) {
     memset(ix, 0, sizeof *ix);
     if (fd < 0 || off_env()) return 0;
-    int ok = 0;
+    int ok = 0, v4 = 0;
     hid_t dcpl = H5Dget_create_plist(ds), space = H5Dget_space(ds), type = H5Dget_type(ds);
     hsize_t dims[8];
     int rank = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;
@@ -347,7 +360,7 @@ int act_ep_index_build(hid_t file, hid_t ds, int fd, uint64_t file_size, act_ep_
     ix->n = (size_t)cells;
     if (!(ix->rec = malloc(ix->n * sizeof *ix->rec))) goto out;
 #if ACT_EP_INDEX_WALK
-    ok = fill_walk(file, ds, space, type, dims, fd, file_size, ix);
+    ok = fill_walk(file, ds, space, type, dims, fd, file_size, ix, &v4);
 #else
     ok = fill_iter(file, ds, space, dims, file_size, ix);
 #endif
@@ -355,7 +368,10 @@ int act_ep_index_build(hid_t file, hid_t ds, int fd, uint64_t file_size, act_ep_
     for (size_t i = 0; i < ix->n && skew; i++)
         if (ix->rec[i].addr != HADDR_UNDEF) ix->rec[i].addr += skew;
 out:
-    if (!ok) act_ep_index_free(ix);
+    if (!ok) {
+        act_ep_index_free(ix);
+        ix->v4_unread = v4;
+    }
     if (dcpl >= 0) H5Pclose(dcpl);
     if (space >= 0) H5Sclose(space);
     if (type >= 0) H5Tclose(type);

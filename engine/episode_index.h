@@ -54,11 +54,16 @@ typedef struct act_ep_index {
     size_t n;            /* cells of the grid (the product of spans); 0: no table */
     uint64_t base;       /* added to an address, the file offset (the user block's size) */
     act_ep_chunk_rec *rec;   /* n cells, row-major over spans */
+    int v4_unread;       /* no table (n 0), and the walk (1.10) found the dataset's layout message to
+                          * be version 4, whose indexes it does not read. HDF5 1.10's by-coordinate
+                          * lookups walk those at ~0.1-0.2 us a chunk, so episode_check.c and
+                          * episode.c ask it no chunk's place by coordinates (unfiltered chunks
+                          * have no stored size there: each is one chunk's bytes by format) */
 } act_ep_index;
 
 /* Reads ds's chunk index (ds in file, whose bytes fd reads; file_size bytes long) into ix. 1: a
- * table HDF5 agrees with (above); 0: none (ix empty: ask HDF5). Never an error: what is wrong
- * with a damaged file is HDF5's to say. */
+ * table HDF5 agrees with (above); 0: none (ix empty but for v4_unread: ask HDF5). Never an
+ * error: what is wrong with a damaged file is HDF5's to say. */
 int act_ep_index_build(hid_t file, hid_t ds, int fd, uint64_t file_size, act_ep_index *ix);
 
 /* The chunk at coordinates o (a multiple of the chunk shape), as H5Dget_chunk_info_by_coord

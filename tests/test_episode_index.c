@@ -177,8 +177,12 @@ static void run_layout(const char *dir, const layout *l) {
         if (l->cd[0] > 1) CHECK(act_ep_index_at(&ix, off, &m, &a, &s) < 0, "%s: an offset off the grid", l->what);
         printf("  %-44s %6zu cells, %d never written: table = HDF5\n", l->what, ix.n, unwritten);
     } else if (!l->want_table) {
-        printf("  %-44s no table (as it should be)\n", l->what);
+        printf("  %-44s no table (as it should be)%s\n", l->what, ix.v4_unread ? ", layout v4 seen" : "");
     }
+    /* without a table, a layout message of version 4 is told (the reader then asks HDF5 no
+     * chunk's place by coordinates); never with one, nor for other layouts */
+    int want_v4 = !got && l->libver == 99 && ACT_EP_INDEX_WALK && !getenv("ACT_EPISODE_INDEX");
+    CHECK(ix.v4_unread == want_v4, "%s: v4_unread %d, want %d", l->what, ix.v4_unread, want_v4);
     CHECK(ix.n == 0 || got, "%s: an empty answer keeps cells", l->what);
     act_ep_index_free(&ix);
     close_file(&o);
