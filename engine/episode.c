@@ -212,9 +212,11 @@ static void fmt_shape(char *buf, size_t len, const hsize_t *d, int n) {
     if (o < (int)len) snprintf(buf + o, len - (size_t)o, ")");
 }
 
-/* Reads a (T, width) float dataset whole into a new float32 array and checks it is finite. */
-static int read_table(const char *path, hid_t file, const char *name, int width, int *T,
-                      float **out, char *err, size_t errlen) {
+/* Reads a (T, width) float dataset whole into a new float32 array and checks it is finite. Its
+ * chunks (a recorder appending a row a step may store one a chunk) are checked against the chunk
+ * table where one is read (fd: HDF5's descriptor, or < 0), as the cameras' are. */
+static int read_table(const char *path, hid_t file, int fd, uint64_t file_size, const char *name, int width,
+                      int *T, float **out, char *err, size_t errlen) {
     hsize_t d[2];
     hid_t ds = open_checked(path, file, name, 2, d, 1, err, errlen);
     if (ds < 0) return -1;
@@ -232,7 +234,11 @@ static int read_table(const char *path, hid_t file, const char *name, int width,
     }
     float *buf = malloc(sizeof(float) * d[0] * d[1]);
     if (!buf) { H5Dclose(ds); return ep_fail(err, errlen, path, "out of memory reading '%s'", name); }
-    if (act_ep_check_chunks(ds, NULL, path, name, 0, err, errlen) != 0) {
+    act_ep_index ix;
+    act_ep_index_build(file, ds, fd, file_size, &ix);
+    int bad = act_ep_check_chunks(ds, &ix, path, name, 0, err, errlen) != 0;
+    act_ep_index_free(&ix);
+    if (bad) {
         free(buf);
         H5Dclose(ds);
         return -1;
@@ -520,8 +526,9 @@ int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
 
     file_setup(h);
     int T = -1;
-    if (read_table(path, file, "action", cfg->action_dim, &T, &ep->action, err, errlen) != 0 ||
-        read_table(path, file, "observations/qpos", cfg->obs_dim, &T, &ep->qpos, err, errlen) != 0)
+    if (read_table(path, file, h->fd, h->file_size, "action", cfg->action_dim, &T, &ep->action, err, errlen) != 0 ||
+        read_table(path, file, h->fd, h->file_size, "observations/qpos", cfg->obs_dim, &T, &ep->qpos, err,
+                   errlen) != 0)
         goto fail;
     ep->T = T;
     for (int c = 0; c < cfg->num_cams; c++) {

@@ -69,6 +69,19 @@ static herr_t locate(hid_t ds, const act_ep_index *ix, const hsize_t *o, int by_
     return 0;
 }
 
+/* The chunk at o, listed (by the table or H5Dget_chunk_info_by_coord, both of which walk the
+ * index's leaves in order) with `size` stored bytes, is also what H5Dread finds: HDF5 reads by a
+ * search down the index, whose inner keys the listing never reads. A damaged inner key (a version
+ * 1 B-tree's key lowered) sends the search past chunks that are listed, which HDF5 then reads as
+ * unallocated: zeros, while a table's pread reads the stored frames. H5Dget_chunk_storage_size
+ * searches as H5Dread does (~1 us a chunk): it must find the chunk, with the same stored size
+ * where the dataset is filtered (unfiltered, 1.10 answers the nominal size). 1 when it does.
+ * (A chunk listed at 0 stored bytes is the size checks' below.) */
+static int found_by_lookup(hid_t ds, const hsize_t *o, int nf, hsize_t size) {
+    hsize_t s = 0;
+    return H5Dget_chunk_storage_size(ds, o, &s) >= 0 && s > 0 && (nf == 0 || s == size);
+}
+
 /* by size from BY_SIZE_FROM chunks of a filtered dataset; ACT_EPISODE_CHECK_LOOKUP=by-coord or
  * by-size forces one for every filtered dataset (tests) */
 static int lookup_by_size(double spans, size_t max_raw, int nf) {
@@ -160,6 +173,11 @@ int act_ep_check_chunks(hid_t ds, const act_ep_index *ix, const char *path, cons
             skip_inflated = 0;
             memset(o, 0, sizeof o);
             continue;
+        }
+        if (addr != HADDR_UNDEF && size > 0 && !by_size && !found_by_lookup(ds, o, nf, size)) {
+            rc = fail(&c, o, rank, "is in the chunk index's list, but HDF5's lookup of its coordinates does not "
+                      "find it (damaged index: HDF5 would read it as zeros)");
+            break;
         }
         int edge = 0;
         for (int i = 0; i < rank; i++) edge |= o[i] + cd[i] > dims[i];

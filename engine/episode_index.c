@@ -288,17 +288,15 @@ static int fill_walk(hid_t file, hid_t ds, hid_t space, hid_t type, const hsize_
 typedef struct {
     act_ep_index *ix;
     const hsize_t *dims;
-    uint64_t fsize;
     size_t records;
     size_t next;   /* the least cell the next chunk may have */
     uint64_t bytes;
 } iter_ctx;
 
-/* one chunk H5Dchunk_iter lists: on the grid, inside the dataset, inside the file, and after the
- * one before in row-major order. The indexes of the layouts recorders write (time the first or
- * only unlimited dimension, or none) list their chunks so, and a version 1 B-tree whose keys do
- * not ascend is one HDF5's binary searches could read otherwise (see walk); another order only
- * costs the table. */
+/* one chunk H5Dchunk_iter lists: on the grid, inside the dataset, and after the one before in
+ * row-major order. The indexes of the layouts recorders write (time the first or only unlimited
+ * dimension, or none) list their chunks so, and a version 1 B-tree whose keys do not ascend is
+ * one HDF5's searches could read otherwise (see walk); another order only costs the table. */
 static int iter_cb(const hsize_t *off, unsigned mask, haddr_t addr, hsize_t size, void *op) {
     iter_ctx *c = op;
     act_ep_index *ix = c->ix;
@@ -307,10 +305,7 @@ static int iter_cb(const hsize_t *off, unsigned mask, haddr_t addr, hsize_t size
         if (off[d] % ix->cd[d] || off[d] >= c->dims[d]) return -1;
         cell = cell * ix->spans[d] + (size_t)(off[d] / ix->cd[d]);
     }
-    uint64_t at = (uint64_t)addr + ix->base;   /* its file offset */
-    if (addr == HADDR_UNDEF || size == 0 || size > UINT32_MAX || cell < c->next ||
-        at < (uint64_t)addr || at > c->fsize || (uint64_t)size > c->fsize - at)
-        return -1;
+    if (addr == HADDR_UNDEF || size == 0 || size > UINT32_MAX || cell < c->next) return -1;
     ix->rec[cell] = (act_ep_chunk_rec){addr, (uint32_t)size, (uint32_t)mask};
     c->next = cell + 1;
     c->records++;
@@ -318,12 +313,26 @@ static int iter_cb(const hsize_t *off, unsigned mask, haddr_t addr, hsize_t size
     return 0;
 }
 
+/* the first chunk's stored bytes read at its address plus base equal what H5Dread_chunk gives */
+static int reads_at(const act_ep_index *ix, int fd, uint64_t file_size, uint64_t base, const uint8_t *want,
+                    uint8_t *got) {
+    for (size_t cell = 0; cell < ix->n; cell++) {
+        const act_ep_chunk_rec *r = &ix->rec[cell];
+        if (r->addr == HADDR_UNDEF) continue;
+        uint64_t at = (uint64_t)r->addr + base;
+        return at >= base && at <= file_size && r->size <= file_size - at &&
+               act_ep_pread(fd, got, r->size, at) == r->size && !memcmp(want, got, r->size);
+    }
+    return 0;
+}
+
 /* H5Dchunk_iter (1.10.10+, 1.12.3+, 1.14+) lists every chunk in one pass, whatever the index
- * (version 1 B-tree, or layout version 4's arrays and version 2 B-tree); 1 when HDF5 agrees. Its
- * addresses, like H5Dget_chunk_info_by_coord's, count from the user block's end before 1.14.4 and
- * from the file's start since (HDF5 pull request 4236; 1.10 and 1.12 ended before it): the base
- * is set by the library that runs. */
-static int fill_iter(hid_t file, hid_t ds, hid_t space, const hsize_t *dims, uint64_t file_size,
+ * (version 1 B-tree, or layout version 4's arrays and version 2 B-tree); 1 when HDF5 agrees and
+ * every chunk lies inside the file. Its addresses, like H5Dget_chunk_info_by_coord's, count from
+ * the user block's end before 1.14.4 and from the file's start since (HDF5 pull request 4236; 1.10
+ * and 1.12 ended before it). With a user block, the base is the one at which the first chunk
+ * reads as H5Dread_chunk gives it, if exactly one does; else the library version's. */
+static int fill_iter(hid_t file, hid_t ds, hid_t space, const hsize_t *dims, int fd, uint64_t file_size,
                      act_ep_index *ix) {
     hid_t fcpl = H5Fget_create_plist(file);
     hsize_t ub = 0;
@@ -331,11 +340,32 @@ static int fill_iter(hid_t file, hid_t ds, hid_t space, const hsize_t *dims, uin
     int ok = fcpl >= 0 && H5Pget_userblock(fcpl, &ub) >= 0 && H5get_libversion(&maj, &min, &rel) >= 0;
     if (fcpl >= 0) H5Pclose(fcpl);
     if (!ok) return 0;
+    iter_ctx c = {ix, dims, 0, 0, 0};
+    clear_cells(ix);
+    if (H5Dchunk_iter(ds, H5P_DEFAULT, iter_cb, &c) < 0 || !hdf5_agrees(ds, space, ix, c.records, c.bytes)) return 0;
     int from_start = maj > 1 || min > 14 || (min == 14 && rel >= 4);
     ix->base = from_start ? 0 : (uint64_t)ub;
-    iter_ctx c = {ix, dims, file_size, 0, 0, 0};
-    clear_cells(ix);
-    return H5Dchunk_iter(ds, H5P_DEFAULT, iter_cb, &c) >= 0 && hdf5_agrees(ds, space, ix, c.records, c.bytes);
+    size_t first = 0;
+    while (first < ix->n && ix->rec[first].addr == HADDR_UNDEF) first++;
+    if (ub && first < ix->n && ix->rec[first].size <= MAX_BLOCK * 64) {   /* up to 64 MiB */
+        uint32_t sz = ix->rec[first].size, m = 0;
+        hsize_t o[8];
+        coords_of(ix, first, o);
+        uint8_t *want = malloc(sz), *got = malloc(sz);
+        if (want && got && H5Dread_chunk(ds, H5P_DEFAULT, o, &m, want) >= 0) {
+            int at_ub = reads_at(ix, fd, file_size, (uint64_t)ub, want, got),
+                at_0 = reads_at(ix, fd, file_size, 0, want, got);
+            if (at_ub != at_0) ix->base = at_ub ? (uint64_t)ub : 0;
+        }
+        free(want);
+        free(got);
+    }
+    for (size_t i = 0; i < ix->n; i++) {   /* every chunk inside the file */
+        const act_ep_chunk_rec *r = &ix->rec[i];
+        uint64_t at = (uint64_t)r->addr + ix->base;
+        if (r->addr != HADDR_UNDEF && (at < ix->base || at > file_size || r->size > file_size - at)) return 0;
+    }
+    return 1;
 }
 #endif
 
@@ -362,7 +392,7 @@ int act_ep_index_build(hid_t file, hid_t ds, int fd, uint64_t file_size, act_ep_
 #if ACT_EP_INDEX_WALK
     ok = fill_walk(file, ds, space, type, dims, fd, file_size, ix, &v4);
 #else
-    ok = fill_iter(file, ds, space, dims, file_size, ix);
+    ok = fill_iter(file, ds, space, dims, fd, file_size, ix);
 #endif
     uint64_t skew = ok ? skew_env() : 0;
     for (size_t i = 0; i < ix->n && skew; i++)

@@ -16,8 +16,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 suite=${ACT_HDF5_SUITE:-trixie}
 deps=${ACT_DEPS_DIR:-$PWD/.deps}
+mkdir -p "$deps"
+deps=$(cd "$deps" && pwd)
 prefix=$deps/hdf5-1.14
-if [ -f "$prefix/include/hdf5.h" ] && ls "$prefix"/lib/libhdf5.so >/dev/null 2>&1; then
+if [ -f "$prefix/.built" ]; then   # written only after a whole install
     echo "$prefix"
     exit 0
 fi
@@ -26,7 +28,8 @@ log() { echo "hdf5_114: $*" >&2; }
 # the Debian mirror this machine's apt already uses (deb822 .sources or a one-line sources.list)
 uri=$(grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources | awk '{print $2}' | grep -v security | head -1 || true)
 [ -n "$uri" ] || uri=$(grep -hs '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list |
-                       awk '{print $2}' | grep -v security | head -1 || true)
+                       awk '{for (i = 2; i <= NF; i++) if ($i ~ /^[a-z+]+:\//) { print $i; break }}' |
+                       grep -v security | head -1 || true)
 if [ -z "$uri" ]; then
     log "no Debian mirror in this machine's apt sources: cannot fetch HDF5 1.14's source"
     exit 2
@@ -49,6 +52,8 @@ if ! (cd "$work/src" && apt-get "${apt_opts[@]}" update >&2 &&
     log "could not fetch the hdf5 source package from $suite"
     exit 2
 fi
+# from here on a failure is a real one (exit 1), never the skip above (exit 2)
+trap 'exit 1' ERR
 orig=$(ls "$work"/src/hdf5_1.14*.orig.tar.* 2>/dev/null | head -1 || true)
 if [ -z "$orig" ]; then
     log "$suite's hdf5 source is not 1.14: $(ls "$work/src" | tr '\n' ' ')"
@@ -66,4 +71,5 @@ rm -rf "$prefix"
     tail -20 "$work"/configure.log "$work"/make.log "$work"/install.log 2>/dev/null >&2 || true
     exit 1
 }
+touch "$prefix/.built"
 echo "$prefix"

@@ -21,8 +21,10 @@ ACT_SERVE_IO_THREADS=3 ACT_BUILD_DIR="$PWD/build" "$PY" -m pytest -q tests/pytho
 # comes from H5Dchunk_iter there, and 1.14's API must compile.
 h5rc=0
 h5=$(scripts/hdf5_114.sh) || h5rc=$?
-if [ $h5rc -eq 0 ]; then
-    ACT_HDF5_ROOT="$h5" scripts/setup.sh build-h5114 -DACT_ENABLE_CUDA=OFF
+if [ $h5rc -eq 0 ] && ! ACT_HDF5_ROOT="$h5" scripts/setup.sh build-h5114 -DACT_ENABLE_CUDA=OFF; then
+    echo "test.sh: the build against HDF5 1.14 failed" >&2
+    status=1
+elif [ $h5rc -eq 0 ]; then
     (cd build-h5114 && ctest --output-on-failure -R 'make_testdata|episode|eval_summary|fuzz_corpus') || status=1
     ACT_BUILD_DIR="$PWD/build-h5114" "$PY" -m pytest -q tests/python/test_episode_chunks.py \
         tests/python/test_episode_direct.py tests/python/test_episode_inflate.py tests/python/test_episode_libver.py \

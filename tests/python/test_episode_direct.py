@@ -83,6 +83,49 @@ def test_a_truncated_file_is_refused_at_open(act_infer, episode_data, tmp_path, 
         assert "Traceback" not in p.stderr and not out.exists()
 
 
+def lower_inner_keys(path, by=10):
+    """Lowers the time offset of key 1 in every inner node (level 1, two entries or more) of the
+    file's version 1 chunk B-trees (8-byte addresses): the leaves still list every chunk, but
+    HDF5's search for a chunk just below the lowered key now goes down the wrong child and finds
+    nothing. Returns the nodes changed."""
+    b = bytearray(path.read_bytes())
+    i = n = 0
+    while (i := b.find(b"TREE", i)) >= 0:
+        if b[i + 4] == 1 and b[i + 5] == 1 and int.from_bytes(b[i + 6:i + 8], "little") >= 2:
+            # header 24 bytes (signature, type, level, entries, two siblings), key 0 (size, mask,
+            # 5 offsets: 48 bytes), child 0 (8): key 1's time offset 8 bytes into key 1
+            at = i + 24 + 48 + 8 + 8
+            t = int.from_bytes(b[at:at + 8], "little")
+            b[at:at + 8] = (t - by).to_bytes(8, "little")
+            n += 1
+        i += 4
+    path.write_bytes(bytes(b))
+    return n
+
+
+def test_a_damaged_inner_btree_key_is_refused_at_open(act_infer, episode_data, tmp_path):
+    """A chunk index whose leaves list every chunk but whose inner key is wrong: the listing (the
+    chunk table, H5Dget_chunk_info_by_coord, H5Dget_num_chunks) sees every frame, HDF5's own read
+    finds some of them missing and returns zeros. Before, the pool's readers read the stored
+    frames and HDF5's path zeros, so predictions differed with the thread count; now the open
+    refuses the file on both, naming the chunk."""
+    model, qpos, action, images = episode_data
+    T = 150   # 150 chunks of one frame: three leaves of 64 entries under one inner node
+    rng = np.random.default_rng(5)
+    big = {c: rng.integers(1, 255, (T,) + f.shape[1:], dtype=np.uint8) for c, f in images.items()}
+    q = np.resize(qpos, (T, qpos.shape[1]))
+    a = np.resize(action, (T, action.shape[1]))
+    ep = tmp_path / "ep.hdf5"
+    write_episode(ep, q, a, big, chunk=1, resizable=True)
+    assert lower_inner_keys(ep) == len(big)
+    for threads in (3, 1):
+        out = tmp_path / f"x{threads}.npy"
+        p = predict(act_infer, model, ep, out, threads)
+        assert p.returncode != 0, f"{threads} threads: an index HDF5 cannot search was read"
+        assert "ep.hdf5" in p.stderr and "damaged index" in p.stderr, p.stderr
+        assert "Traceback" not in p.stderr and not out.exists()
+
+
 def test_eval_names_each_cameras_reader(act_infer, episode_data, tmp_path):
     """An episode whose cameras are stored differently: eval's summary groups the cameras by how
     their frames were read (config order), so a slow camera is named, not averaged away."""
