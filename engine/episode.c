@@ -159,10 +159,28 @@ static int storage_short(const char *path, hid_t ds, const char *name, const hsi
     return bad ? 1 : 0;
 }
 
+/* A chunked dataset whose version 1 B-tree has a node pointing back up the tree (act_ep_index's
+ * loops: HDF5 1.10 would recurse until the stack overflows in H5Dget_storage_size or H5Dread):
+ * 1, err set. Read by the walk in episode_index.c from the file (fd, file_size), before HDF5
+ * walks that index itself. */
+static int index_loops(const char *path, hid_t file, hid_t ds, int fd, uint64_t file_size, const char *name,
+                       char *err, size_t errlen) {
+    act_ep_index ix;
+    act_ep_index_build(file, ds, fd, file_size, &ix);
+    int loops = ix.loops;
+    act_ep_index_free(&ix);
+    if (loops)
+        ep_fail(err, errlen, path, "dataset '%s': its chunk index has a B-tree node at its parent's level or "
+                "above (a tree that may point back up itself, which HDF5 1.10 would follow until its stack "
+                "overflows): damaged file", name);
+    return loops;
+}
+
 /* Opens `name` and checks its rank and stored size; dims are returned. want_float: float of any width
- * (converted to float32 on read); else uint8. */
-static hid_t open_checked(const char *path, hid_t file, const char *name, int rank, hsize_t *dims,
-                          int want_float, char *err, size_t errlen) {
+ * (converted to float32 on read); else uint8. fd, file_size: HDF5's descriptor of the file (or < 0)
+ * and its size, for index_loops. */
+static hid_t open_checked(const char *path, hid_t file, int fd, uint64_t file_size, const char *name, int rank,
+                          hsize_t *dims, int want_float, char *err, size_t errlen) {
     if (!ep_exists(file, name)) {
         ep_fail(err, errlen, path, "missing dataset '%s'", name);
         return -1;
@@ -198,6 +216,7 @@ static hid_t open_checked(const char *path, hid_t file, const char *name, int ra
             H5Sget_simple_extent_dims(space, dims, NULL);
         }
     }
+    if (ok) ok = !index_loops(path, file, ds, fd, file_size, name, err, errlen);
     if (ok) ok = !storage_short(path, ds, name, dims, rank, H5Tget_size(type), err, errlen);
     if (space >= 0) H5Sclose(space);
     if (type >= 0) H5Tclose(type);
@@ -218,7 +237,7 @@ static void fmt_shape(char *buf, size_t len, const hsize_t *d, int n) {
 static int read_table(const char *path, hid_t file, int fd, uint64_t file_size, const char *name, int width,
                       int *T, float **out, char *err, size_t errlen) {
     hsize_t d[2];
-    hid_t ds = open_checked(path, file, name, 2, d, 1, err, errlen);
+    hid_t ds = open_checked(path, file, fd, file_size, name, 2, d, 1, err, errlen);
     if (ds < 0) return -1;
     char shp[64];
     fmt_shape(shp, sizeof shp, d, 2);
@@ -535,7 +554,7 @@ int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
         char *name = h->img_name[c];
         snprintf(name, sizeof h->img_name[c], "observations/images/%s", cfg->camera_names[c]);
         hsize_t d[4];
-        hid_t ds = open_checked(path, file, name, 4, d, 0, err, errlen);
+        hid_t ds = open_checked(path, file, h->fd, h->file_size, name, 4, d, 0, err, errlen);
         if (ds < 0) {
             if (!ep_exists(file, name)) {
                 snprintf(err + strlen(err), errlen - strlen(err),

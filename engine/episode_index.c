@@ -167,6 +167,38 @@ static int walk(walk_ctx *w, uint64_t a, int want) {
     return rc;
 }
 
+#define MAX_LOOP_NODES ((size_t)1 << 16)   /* inner nodes and leaves tree_loops reads at most */
+
+/* 1 when a node of the version 1 B-tree at a (level want; -1: the root) or below it has a child at
+ * its own level or above: the only way the tree can point back up itself, which HDF5 1.10 follows
+ * forever (it recurses by each node's own level). Only the nodes' levels and child addresses are
+ * read, whatever else is wrong with them (the walk may have stopped at a bad leaf before the bad
+ * inner node). 0: no such child found; -1: a node unreadable, or *budget nodes read. */
+static int tree_loops(const fctx *f, uint64_t a, int want, int nd, size_t *budget) {
+    uint8_t hdr[8 + 16];
+    size_t hlen = 8 + 2 * (size_t)f->sa, ks = 8 + 8 * (size_t)nd, es = ks + (size_t)f->sa;
+    if (*budget == 0) return -1;
+    (*budget)--;
+    if (rd(f, a, hdr, hlen) != 0 || memcmp(hdr, "TREE", 4) || hdr[4] != 1) return -1;
+    int level = hdr[5];
+    if (want >= 0 && level > want) return 1;
+    if (level == 0 || level > MAX_LEVEL) return 0;
+    size_t entries = (size_t)le(hdr + 6, 2);
+    if (entries > 1024) return -1;
+    uint8_t *body = malloc(entries * es);
+    if (!body || rd(f, a + hlen, body, entries * es) != 0) {
+        free(body);
+        return -1;
+    }
+    int r = 0;
+    for (size_t i = 0; i < entries && r != 1; i++) {
+        uint64_t child = le(body + i * es + ks, f->sa);
+        if (!undef(child, f->sa)) r = tree_loops(f, child, level - 1, nd, budget) == 1 ? 1 : r;
+    }
+    free(body);
+    return r;
+}
+
 #endif /* ACT_EP_INDEX_WALK */
 
 /* ACT_EPISODE_INDEX=0, or ACT_EPISODE_PREAD=0 (every byte through HDF5): no table */
@@ -240,9 +272,10 @@ static int layout_v4(const uint8_t *msg, long n, const act_ep_index *ix, size_t 
 
 /* 1.10: the layout message found from the object header's address, the B-tree walked, from the
  * user block's end (HDF5's base) or, failing that, the file's start; 1 when HDF5 agrees. A layout
- * message of version 4 (whose indexes the walk does not read) sets *v4. */
+ * message of version 4 (whose indexes the walk does not read) sets *v4, a child node at its
+ * parent's level or above in the tree the layout message names *loops. */
 static int fill_walk(hid_t file, hid_t ds, hid_t space, hid_t type, const hsize_t *dims, int fd,
-                     uint64_t file_size, act_ep_index *ix, int *v4) {
+                     uint64_t file_size, act_ep_index *ix, int *v4, int *loops) {
     hid_t fcpl = H5Fget_create_plist(file);
     hsize_t ub = 0;
     size_t sa = 0, ss = 0;
@@ -275,7 +308,11 @@ static int fill_walk(hid_t file, hid_t ds, hid_t space, hid_t type, const hsize_
         walk_ctx w = {&f, nd, {0}, ix, 0, 0, ix->n + 64, 2 * (size_t)ik, 0, 0};
         memcpy(w.dims, dims, sizeof(hsize_t) * (size_t)rank);
         clear_cells(ix);
-        if (!undef(root, (int)sa) && walk(&w, root, -1) != 0) continue;
+        if (!undef(root, (int)sa) && walk(&w, root, -1) != 0) {
+            size_t budget = MAX_LOOP_NODES;
+            *loops |= tree_loops(&f, root, -1, nd, &budget) == 1;
+            continue;
+        }
         if (!hdf5_agrees(ds, space, ix, w.records, w.bytes)) continue;
         ix->base = bases[b];
         ok = 1;
@@ -372,7 +409,7 @@ static int fill_iter(hid_t file, hid_t ds, hid_t space, const hsize_t *dims, int
 int act_ep_index_build(hid_t file, hid_t ds, int fd, uint64_t file_size, act_ep_index *ix) {
     memset(ix, 0, sizeof *ix);
     if (fd < 0 || off_env()) return 0;
-    int ok = 0, v4 = 0;
+    int ok = 0, v4 = 0, loops = 0;
     hid_t dcpl = H5Dget_create_plist(ds), space = H5Dget_space(ds), type = H5Dget_type(ds);
     hsize_t dims[8];
     int rank = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;
@@ -390,7 +427,7 @@ int act_ep_index_build(hid_t file, hid_t ds, int fd, uint64_t file_size, act_ep_
     ix->n = (size_t)cells;
     if (!(ix->rec = malloc(ix->n * sizeof *ix->rec))) goto out;
 #if ACT_EP_INDEX_WALK
-    ok = fill_walk(file, ds, space, type, dims, fd, file_size, ix, &v4);
+    ok = fill_walk(file, ds, space, type, dims, fd, file_size, ix, &v4, &loops);
 #else
     ok = fill_iter(file, ds, space, dims, fd, file_size, ix);
 #endif
@@ -401,6 +438,7 @@ out:
     if (!ok) {
         act_ep_index_free(ix);
         ix->v4_unread = v4;
+        ix->loops = loops;
     }
     if (dcpl >= 0) H5Pclose(dcpl);
     if (space >= 0) H5Sclose(space);

@@ -59,6 +59,12 @@ typedef struct act_ep_index {
                           * lookups walk those at ~0.1-0.2 us a chunk, so episode_check.c and
                           * episode.c ask it no chunk's place by coordinates (unfiltered chunks
                           * have no stored size there: each is one chunk's bytes by format) */
+    int loops;           /* no table: the walk (1.10) met a child node at its parent's level or
+                          * above. HDF5 1.10 recurses by each node's own level, so a node that
+                          * points back up the tree sends every call that walks the index
+                          * (H5Dget_storage_size, H5Dread) into endless recursion: a stack
+                          * overflow (fuzzing found one; 1.14.5 does not recurse so). Every
+                          * cycle has such a child; the open refuses the file first */
 } act_ep_index;
 
 /* Reads ds's chunk index (ds in file, whose bytes fd reads; file_size bytes long) into ix. 1: a

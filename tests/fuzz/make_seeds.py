@@ -153,6 +153,18 @@ def episode_seeds(out):
         for t in range(80):
             ds.resize(t + 1, axis=0)
             ds[t] = rng.integers(0, 256, (4, 4, 3), dtype=np.uint8)
+    # the same, written with libver="latest" (as SWMR recorders do): layout version 4, an
+    # extensible array index, whose layout message the walk in episode_index.c parses to tell it
+    # (with HDF5 1.10), and qpos/action chunked a row each
+    with h5py.File(os.path.join(d, "episode_v4.hdf5"), "w", libver="latest") as f:
+        for name, width in (("action", 2), ("observations/qpos", 3)):
+            f.create_dataset(name, data=rng.standard_normal((40, width)).astype(np.float32), chunks=(1, width),
+                             maxshape=(None, width))
+        ds = f.create_dataset("observations/images/front", (0, 4, 4, 3), maxshape=(None, 4, 4, 3), dtype=np.uint8,
+                              chunks=(1, 4, 4, 3))
+        for t in range(40):
+            ds.resize(t + 1, axis=0)
+            ds[t] = rng.integers(0, 256, (4, 4, 3), dtype=np.uint8)
 
 
 def write_all(d, seeds):
