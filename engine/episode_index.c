@@ -182,7 +182,7 @@ static int tree_loops(const fctx *f, uint64_t a, int want, int nd, size_t *budge
     if (rd(f, a, hdr, hlen) != 0 || memcmp(hdr, "TREE", 4) || hdr[4] != 1) return -1;
     int level = hdr[5];
     if (want >= 0 && level > want) return 1;
-    if (level == 0 || level > MAX_LEVEL) return 0;
+    if (level == 0) return 0;   /* any level up to 255 descends: each step goes down one, so at most 255 deep */
     size_t entries = (size_t)le(hdr + 6, 2);
     if (entries > 1024) return -1;
     uint8_t *body = malloc(entries * es);
