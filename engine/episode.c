@@ -159,16 +159,14 @@ static int storage_short(const char *path, hid_t ds, const char *name, const hsi
     return bad ? 1 : 0;
 }
 
-/* A chunked dataset whose version 1 B-tree has a node pointing back up the tree (act_ep_index's
- * loops: HDF5 1.10 would recurse until the stack overflows in H5Dget_storage_size or H5Dread):
- * 1, err set. Read by the walk in episode_index.c from the file (fd, file_size), before HDF5
- * walks that index itself. */
+/* ds's chunk table read into ix (episode_index.c, from the file: fd, file_size), before HDF5
+ * walks that index itself: 1, err set, when its version 1 B-tree has a node pointing back up the
+ * tree (act_ep_index's loops: HDF5 1.10 would recurse until the stack overflows in
+ * H5Dget_storage_size or H5Dread). */
 static int index_loops(const char *path, hid_t file, hid_t ds, int fd, uint64_t file_size, const char *name,
-                       char *err, size_t errlen) {
-    act_ep_index ix;
-    act_ep_index_build(file, ds, fd, file_size, &ix);
-    int loops = ix.loops;
-    act_ep_index_free(&ix);
+                       act_ep_index *ix, char *err, size_t errlen) {
+    act_ep_index_build(file, ds, fd, file_size, ix);
+    int loops = ix->loops;
     if (loops)
         ep_fail(err, errlen, path, "dataset '%s': its chunk index has a B-tree node at its parent's level or "
                 "above (a tree that may point back up itself, which HDF5 1.10 would follow until its stack "
@@ -176,11 +174,12 @@ static int index_loops(const char *path, hid_t file, hid_t ds, int fd, uint64_t 
     return loops;
 }
 
-/* Opens `name` and checks its rank and stored size; dims are returned. want_float: float of any width
- * (converted to float32 on read); else uint8. fd, file_size: HDF5's descriptor of the file (or < 0)
- * and its size, for index_loops. */
+/* Opens `name` and checks its rank and stored size; dims are returned, and its chunk table in ix
+ * (the caller's to free; empty on failure). want_float: float of any width (converted to float32
+ * on read); else uint8. fd, file_size: HDF5's descriptor of the file (or < 0) and its size. */
 static hid_t open_checked(const char *path, hid_t file, int fd, uint64_t file_size, const char *name, int rank,
-                          hsize_t *dims, int want_float, char *err, size_t errlen) {
+                          hsize_t *dims, int want_float, act_ep_index *ix, char *err, size_t errlen) {
+    memset(ix, 0, sizeof *ix);
     if (!ep_exists(file, name)) {
         ep_fail(err, errlen, path, "missing dataset '%s'", name);
         return -1;
@@ -216,11 +215,15 @@ static hid_t open_checked(const char *path, hid_t file, int fd, uint64_t file_si
             H5Sget_simple_extent_dims(space, dims, NULL);
         }
     }
-    if (ok) ok = !index_loops(path, file, ds, fd, file_size, name, err, errlen);
+    if (ok) ok = !index_loops(path, file, ds, fd, file_size, name, ix, err, errlen);
     if (ok) ok = !storage_short(path, ds, name, dims, rank, H5Tget_size(type), err, errlen);
     if (space >= 0) H5Sclose(space);
     if (type >= 0) H5Tclose(type);
-    if (!ok) { H5Dclose(ds); return -1; }
+    if (!ok) {
+        act_ep_index_free(ix);
+        H5Dclose(ds);
+        return -1;
+    }
     return ds;
 }
 
@@ -237,25 +240,22 @@ static void fmt_shape(char *buf, size_t len, const hsize_t *d, int n) {
 static int read_table(const char *path, hid_t file, int fd, uint64_t file_size, const char *name, int width,
                       int *T, float **out, char *err, size_t errlen) {
     hsize_t d[2];
-    hid_t ds = open_checked(path, file, fd, file_size, name, 2, d, 1, err, errlen);
+    act_ep_index ix;
+    hid_t ds = open_checked(path, file, fd, file_size, name, 2, d, 1, &ix, err, errlen);
     if (ds < 0) return -1;
     char shp[64];
     fmt_shape(shp, sizeof shp, d, 2);
-    if (d[1] != (hsize_t)width || d[0] < 1 || d[0] > (1u << 24)) {
-        H5Dclose(ds);
-        return ep_fail(err, errlen, path, "dataset '%s' has shape %s, expected (T, %d) with T >= 1",
-                       name, shp, width);
-    }
-    if (*T >= 0 && d[0] != (hsize_t)*T) {
-        H5Dclose(ds);
-        return ep_fail(err, errlen, path, "dataset '%s' has %llu timesteps, 'action' has %d",
-                       name, (unsigned long long)d[0], *T);
-    }
-    float *buf = malloc(sizeof(float) * d[0] * d[1]);
-    if (!buf) { H5Dclose(ds); return ep_fail(err, errlen, path, "out of memory reading '%s'", name); }
-    act_ep_index ix;
-    act_ep_index_build(file, ds, fd, file_size, &ix);
-    int bad = act_ep_check_chunks(ds, &ix, path, name, 0, err, errlen) != 0;
+    int bad = 0;
+    float *buf = NULL;
+    if (d[1] != (hsize_t)width || d[0] < 1 || d[0] > (1u << 24))
+        bad = ep_fail(err, errlen, path, "dataset '%s' has shape %s, expected (T, %d) with T >= 1", name, shp, width);
+    else if (*T >= 0 && d[0] != (hsize_t)*T)
+        bad = ep_fail(err, errlen, path, "dataset '%s' has %llu timesteps, 'action' has %d", name,
+                      (unsigned long long)d[0], *T);
+    else if (!(buf = malloc(sizeof(float) * d[0] * d[1])))
+        bad = ep_fail(err, errlen, path, "out of memory reading '%s'", name);
+    else
+        bad = act_ep_check_chunks(ds, &ix, path, name, 0, err, errlen) != 0;
     act_ep_index_free(&ix);
     if (bad) {
         free(buf);
@@ -554,7 +554,7 @@ int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
         char *name = h->img_name[c];
         snprintf(name, sizeof h->img_name[c], "observations/images/%s", cfg->camera_names[c]);
         hsize_t d[4];
-        hid_t ds = open_checked(path, file, h->fd, h->file_size, name, 4, d, 0, err, errlen);
+        hid_t ds = open_checked(path, file, h->fd, h->file_size, name, 4, d, 0, &h->index[c], err, errlen);
         if (ds < 0) {
             if (!ep_exists(file, name)) {
                 snprintf(err + strlen(err), errlen - strlen(err),
@@ -587,7 +587,6 @@ int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
             goto fail;
         }
         h->pool_kind[c] = act_ep_pool_chunk(h->img[c], cfg->image_h, cfg->image_w, h->pool_cd[c]);
-        act_ep_index_build(file, h->img[c], h->fd, h->file_size, &h->index[c]);
         if (act_ep_check_chunks(h->img[c], &h->index[c], path, name, inflated(h, c), err, errlen) != 0) goto fail;
         if (act_ep_inflate_threads() > 1 && act_ep_pread_on()) {
             direct_setup(ep, c);

@@ -75,11 +75,17 @@ def test_a_truncated_file_is_refused_at_open(act_infer, episode_data, tmp_path, 
     write_episode(ep, qpos, action, images, **LAYOUTS[layout][0])
     data = ep.read_bytes()
     ep.write_bytes(data[:len(data) * 2 // 3])   # HDF5's metadata sits at the start: frames go missing
+    assert_refused(act_infer, model, ep, tmp_path, "truncated", f"{layout}: a truncated file")
+
+
+def assert_refused(act_infer, model, ep, tmp_path, words, what):
+    """act-infer predict refuses episode ep on the pool's readers and on HDF5's own, naming the
+    file and saying `words`, with no traceback and no output written"""
     for threads in (3, 1):
         out = tmp_path / f"x{threads}.npy"
         p = predict(act_infer, model, ep, out, threads)
-        assert p.returncode != 0, f"{layout}, {threads} threads: a truncated file was read"
-        assert "ep.hdf5" in p.stderr and "truncated" in p.stderr, p.stderr
+        assert p.returncode != 0, f"{what} was read ({threads} threads)"
+        assert ep.name in p.stderr and words in p.stderr, p.stderr
         assert "Traceback" not in p.stderr and not out.exists()
 
 
@@ -118,12 +124,7 @@ def test_a_damaged_inner_btree_key_is_refused_at_open(act_infer, episode_data, t
     ep = tmp_path / "ep.hdf5"
     write_episode(ep, q, a, big, chunk=1, resizable=True)
     assert lower_inner_keys(ep) == len(big)
-    for threads in (3, 1):
-        out = tmp_path / f"x{threads}.npy"
-        p = predict(act_infer, model, ep, out, threads)
-        assert p.returncode != 0, f"{threads} threads: an index HDF5 cannot search was read"
-        assert "ep.hdf5" in p.stderr and "damaged index" in p.stderr, p.stderr
-        assert "Traceback" not in p.stderr and not out.exists()
+    assert_refused(act_infer, model, ep, tmp_path, "damaged index", "an index HDF5 cannot search")
 
 
 def test_eval_names_each_cameras_reader(act_infer, episode_data, tmp_path):
