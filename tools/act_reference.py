@@ -780,9 +780,25 @@ def load_config(path: str) -> dict:
         cfg = yaml.safe_load(f)
     if not isinstance(cfg, dict):
         raise ValueError(f"{path}: expected a mapping (the Hydra agent section)")
-    if "agent" in cfg and isinstance(cfg["agent"], dict):
-        cfg = cfg["agent"]
-    return cfg
+    return _with_dataset_resize(cfg, path)
+
+
+def _with_dataset_resize(cfg: dict, path: str) -> dict:
+    """The agent section, its input_shape set to the size the run's dataset resized the frames
+    to (the converter's rule, convert_config.dataset_resize): this model resizes to input_shape."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from convert_config import dataset_resize, split_agent
+    agent, root = split_agent(cfg)
+    vb = agent.get("vision_backbone") if isinstance(agent.get("vision_backbone"), dict) else {}
+    inp = tuple(vb["input_shape"][-2:]) if isinstance(vb.get("input_shape"), list) else None
+    notes: list = []
+    size, _ = dataset_resize(agent, root, path, inp, notes)
+    for note in notes:
+        warnings.warn(note)
+    if size is not None and size != inp:
+        agent = copy.deepcopy(agent)
+        agent.setdefault("vision_backbone", {})["input_shape"] = [3, int(size[0]), int(size[1])]
+    return agent
 
 
 NORM_STAT_KINDS = {"min_max": ("min", "max"), "mean_std": ("mean", "std")}

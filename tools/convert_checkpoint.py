@@ -307,12 +307,12 @@ def convert(args):
         unresolved = {}
         settings.add("checkpoint config entry",
                      settings_from_agent(agent, root, f"{args.checkpoint} config entry",
-                                         unresolved), unresolved)
+                                         unresolved, report["warnings"]), unresolved)
     if args.config:
         agent, root = load_config_file(args.config)
         unresolved = {}
-        settings.add(args.config, settings_from_agent(agent, root, args.config, unresolved),
-                     unresolved)
+        settings.add(args.config, settings_from_agent(agent, root, args.config, unresolved,
+                                                      report["warnings"]), unresolved)
     settings.add("command-line flags", flag_settings(args))
     ignore = []
     for p in args.ignore:
@@ -422,7 +422,8 @@ def parse_args(argv):
     ap.add_argument("--ignore", action="append", default=[], metavar="REGEX",
                     help="skip state-dict keys matching REGEX (listed in the report)")
     ap.add_argument("--image-size", help="uint8 frame size served, HxW (default 256x256)")
-    ap.add_argument("--input-size", help="bilinear resize target, HxW (default 224x224)")
+    ap.add_argument("--input-size", help="bilinear resize target, HxW (default: the config's "
+                    "data.image_resize_shape, else vision_backbone.input_shape, else 224x224)")
     ap.add_argument("--crop", help="center crop after resize, HxW or 'none'")
     ap.add_argument("--imagenet-norm", action="store_true", help="ImageNet mean/std after crop")
     ap.add_argument("--normalization", choices=tuple(STAT_KINDS))

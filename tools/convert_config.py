@@ -1,6 +1,6 @@
 """convert_config.py - the model settings the converter cannot read off tensor shapes.
 
-defines: DEFAULTS, Settings, load_config_file, settings_from_agent, ConfigError
+defines: DEFAULTS, Settings, load_config_file, settings_from_agent, dataset_resize, ConfigError
 
 Settings come in layers, lowest first: act_resnet.yaml defaults, the checkpoint's `config`
 entry, the --config file, command-line flags. Each layer is a flat dict of canonical setting
@@ -98,11 +98,52 @@ def _pair(value, what, source):
     return tuple(value[-2:])
 
 
-def settings_from_agent(agent, root, source, unresolved=None):
+def dataset_resize(agent, root, source, inp, warnings):
+    """The size the trunk was trained on. roboimi's dataset resizes the frames
+    (`data.image_resize_shape`, or the backbone's `dataset_image_resize_shape`, which wins) and
+    the backbone's input_shape only shapes its SpatialSoftmax grid, so a run whose two sizes
+    differ but give the same feature map (any of 193..224 gives 7x7) trains on the dataset's
+    size: that is the resize target. Returns ((h, w), config key) or (input_shape's, its key)."""
+    found = []
+    vbn = agent.get("vision_backbone")
+    if isinstance(vbn, dict) and vbn.get("dataset_image_resize_shape") is not None:
+        found.append(("vision_backbone.dataset_image_resize_shape",
+                      vbn["dataset_image_resize_shape"]))
+    data = root.get("data") if isinstance(root, dict) else None
+    if isinstance(data, dict) and data.get("image_resize_shape") is not None:
+        found.append(("data.image_resize_shape", data["image_resize_shape"]))
+    for key, value in found:
+        value = _resolve(value, root)
+        if isinstance(value, Unresolved):
+            warnings.append(f"WARNING {source}: {key} is {value}, which that file cannot "
+                            f"resolve; the frames' resize target is left to "
+                            f"vision_backbone.input_shape or --input-size")
+            return inp, "vision_backbone.input_shape"
+        size = _pair(value, key, source)
+        if size is None:
+            continue
+        if inp is None or size == inp:
+            return size, key
+        if size[0] != size[1]:
+            warnings.append(f"WARNING {source}: {key} is {list(value)} but "
+                            f"vision_backbone.input_shape says {list(inp)}; a non-square resize "
+                            f"may be [W, H] (cv2) or [H, W], so the engine keeps "
+                            f"{inp[0]}x{inp[1]}: pass --input-size HxW if training resized to "
+                            f"another size")
+            return inp, "vision_backbone.input_shape"
+        warnings.append(f"WARNING {source}: {key} = {list(value)} and vision_backbone.input_shape "
+                        f"= {list(inp)} differ; the dataset resized the frames, so the engine "
+                        f"resizes to {size[0]}x{size[1]} as training did")
+        return size, key
+    return inp, "vision_backbone.input_shape"
+
+
+def settings_from_agent(agent, root, source, unresolved=None, warnings=None):
     """Map an agent section onto canonical setting names (only what it actually sets).
     unresolved, when given, receives {setting: (config key, `${...}` text)} for settings the
-    file names but cannot resolve."""
+    file names but cannot resolve; warnings, when given, receives what the caller should print."""
     unresolved = {} if unresolved is None else unresolved
+    warnings = [] if warnings is None else warnings
 
     def get(section, key, name=None):
         node = agent if section is None else agent.get(section)
@@ -146,9 +187,10 @@ def settings_from_agent(agent, root, source, unresolved=None):
     if tokens is not None:
         put("tokens_per_camera", int(bool(tokens)), "vision_backbone.output_tokens_per_camera")
     inp = _pair(get(vb, "input_shape", "input_height"), "vision_backbone.input_shape", source)
-    if inp:
-        put("input_height", inp[0], "vision_backbone.input_shape")
-        put("input_width", inp[1], "vision_backbone.input_shape")
+    size, origin = dataset_resize(agent, root, source, inp, warnings)
+    if size:
+        put("input_height", size[0], origin)
+        put("input_width", size[1], origin)
     img = _pair(get(vb, "image_shape", "image_height"), "vision_backbone.image_shape", source)
     if img:
         put("image_height", img[0], "vision_backbone.image_shape")

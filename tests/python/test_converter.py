@@ -424,6 +424,44 @@ def test_json_config_with_hydra_keys_and_flags(bn):
     assert report["config_sources"]["hidden_dim"] == "shapes: head.query"
 
 
+def test_the_datasets_resize_is_the_resize_target(bn, bn_out):
+    """roboimi resizes frames in the dataset (data.image_resize_shape, or the backbone's
+    dataset_image_resize_shape); input_shape only shapes the SpatialSoftmax grid. 60 and 64 both
+    give the small model's 2x2 map, so only the config can tell which size training used."""
+    def full(data=None, **vb):
+        agent = json.loads(json.dumps(bn.cfg))
+        agent["vision_backbone"].update(vb)
+        path = bn.dir / "full_resize.json"
+        path.write_text(json.dumps({"agent": agent, "data": data or {}}))
+        meta, _, report, text = convert_ok(bn.ckpt, bn.dir, "--config", path, name="resize")
+        return (int(meta["vision.input_height"]), int(meta["vision.input_width"])), text, report
+
+    size, text, report = full({"image_resize_shape": [60, 60]})
+    assert size == (60, 60)
+    assert "data.image_resize_shape = [60, 60] and vision_backbone.input_shape = [64, 64]" in text
+    assert report["config_sources"]["input_height"].endswith("full_resize.json")
+    size, text, _ = full({"image_resize_shape": [60, 60]}, dataset_image_resize_shape=[56, 56])
+    assert size == (56, 56) and "dataset_image_resize_shape = [56, 56]" in text
+    size, text, _ = full({"image_resize_shape": [48, 60]},
+                         dataset_image_resize_shape="${data.image_resize_shape}")
+    assert size == (64, 64) and "may be [W, H] (cv2) or [H, W]" in text and "--input-size" in text
+    size, text, _ = full({"image_resize_shape": [64, 64]})
+    assert size == (64, 64) and "resize" not in text.lower().replace("resize.actw", "")
+    size, text, _ = full({"image_resize_shape": None})
+    assert size == (64, 64) and "image_resize_shape" not in text
+    size, text, _ = full({"image_resize_shape": "${train.size}"})
+    assert size == (64, 64) and "data.image_resize_shape is ${train.size}" in text
+    # a flag still wins over every config key
+    path = bn.dir / "full_resize.json"
+    meta = convert_ok(bn.ckpt, bn.dir, "--config", path, "--input-size", "62x62", name="r2")[0]
+    assert meta["vision.input_height"] == "62"
+    # a resize that changes the feature map is refused as before, naming the key
+    agent = json.loads(json.dumps(bn.cfg))
+    path.write_text(json.dumps({"agent": agent, "data": {"image_resize_shape": [96, 96]}}))
+    err = convert_fails(bn.ckpt, bn.dir, "--config", path)
+    assert "feature_height: pool.pos_grid says 2" in err and "gives 3" in err
+
+
 # ------------------------------------------------------------------ tensors as stored --
 
 def test_noncontiguous_offset_and_low_precision_tensors(bn, bn_out):
@@ -836,3 +874,35 @@ def test_engine_matches_reference_with_crop_and_imagenet_flags(act_infer, episod
     ep = episode_factory(T=3, image_size=80, obs_dim=5, action_dim=4, seed=22)
     err = _engine_vs_reference(act_infer, agent.eval(), bn.dir / "engine_crop.actw", ep, bn.dir)
     assert err <= 1e-4, f"engine vs reference rel err {err:.2e}"
+
+
+def test_engine_matches_reference_at_the_datasets_resize(act_infer, episode_factory, bn):
+    """A run that resized its frames to 60x60 in the dataset (input_shape left at 64): the
+    engine must resize to 60 as the training data was, i.e. match a reference built at 60."""
+    cfg = json.loads(json.dumps(bn.cfg))
+    cfg["vision_backbone"]["input_shape"] = [3, 60, 60]
+    agent = ar.build_agent(cfg)
+    agent.load_state_dict(bn.agent.state_dict())
+    path = bn.dir / "engine_resize.json"
+    path.write_text(json.dumps({"agent": bn.cfg, "data": {"image_resize_shape": [60, 60]}}))
+    convert_ok(bn.ckpt, bn.dir, "--config", path, name="engine_resize")
+    ep = episode_factory(T=3, image_size=80, obs_dim=5, action_dim=4, seed=23)
+    err = _engine_vs_reference(act_infer, agent.eval(), bn.dir / "engine_resize.actw", ep, bn.dir)
+    assert err <= 1e-4, f"engine vs reference rel err {err:.2e}"
+    convert_ok(bn.ckpt, bn.dir, "--config", bn.config, name="engine_noresize")
+    err = _engine_vs_reference(act_infer, agent.eval(), bn.dir / "engine_noresize.actw", ep,
+                               bn.dir)
+    assert err > 1e-3, "a 64x64 resize gave the 60x60 run's actions: the test cannot tell"
+
+
+def test_reference_loads_a_full_config_at_the_datasets_resize(bn, tmp_path):
+    """tools/act_reference.py (eval_compare, compare_torch) reads the same key the converter
+    does, so both sides of a parity check resize alike."""
+    path = tmp_path / "config.yaml"
+    import yaml
+    path.write_text(yaml.safe_dump({"agent": bn.cfg, "data": {"image_resize_shape": [60, 60]}}))
+    with pytest.warns(UserWarning, match="data.image_resize_shape"):
+        cfg = ar.load_config(str(path))
+    assert cfg["vision_backbone"]["input_shape"] == [3, 60, 60]
+    path.write_text(yaml.safe_dump({"agent": bn.cfg, "data": {"image_resize_shape": None}}))
+    assert ar.load_config(str(path))["vision_backbone"]["input_shape"] == [3, 64, 64]
