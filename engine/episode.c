@@ -9,6 +9,7 @@
 #include "episode_direct.h"
 #include "episode_index.h"
 #include "episode_inflate.h"
+#include "episode_lzf.h"
 
 #include <errno.h>
 #include <math.h>
@@ -501,6 +502,7 @@ int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
     *out = NULL;
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     if (act_ep_inflater_check(err, errlen)) return -1;   /* a misspelt ACT_EPISODE_INFLATE */
+    act_ep_lzf_register();   /* h5py's lzf, for HDF5's own path */
     struct stat st;
     if (stat(path, &st) != 0) {
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
@@ -620,6 +622,7 @@ int act_episode_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *ds
 void act_episode_reader(const act_episode *ep, int cam, char *buf, size_t len) {
     const h5_episode *h = ep->impl;
     const char *inf = act_ep_inflater();
+    int lzf = cam >= 0 && cam < ep->num_cams && h->pool_kind[cam] == ACT_EP_POOL_LZF;
     if (cam < 0 || cam >= ep->num_cams)
         snprintf(buf, len, "no camera %d", cam);
     else if (inflated(h, cam) && h->pool_kind[cam] == ACT_EP_POOL_RAW_TILES)
@@ -627,10 +630,11 @@ void act_episode_reader(const act_episode *ep, int cam, char *buf, size_t len) {
                  h->pool_cd[cam][2], h->pool_cd[cam][3], h->pool_ix[cam] ? ", pread" : "");
     else if (inflated(h, cam) && h->pool_cd[cam][1] == ep->image_h && h->pool_cd[cam][2] == ep->image_w &&
              h->pool_cd[cam][3] == 3)
-        snprintf(buf, len, "%s, gzip chunks of %d frames%s", inf ? inf : "?", h->pool_cd[cam][0],
-                 h->direct_ok[cam] ? ", pread" : "");
+        snprintf(buf, len, "%s, %s chunks of %d frames%s", lzf ? "pool" : inf ? inf : "?", lzf ? "lzf" : "gzip",
+                 h->pool_cd[cam][0], h->direct_ok[cam] || h->pool_ix[cam] ? ", pread" : "");
     else if (inflated(h, cam))
-        snprintf(buf, len, "%s, gzip chunks of (%d, %d, %d, %d)%s", inf ? inf : "?", h->pool_cd[cam][0],
+        snprintf(buf, len, "%s, %s chunks of (%d, %d, %d, %d)%s", lzf ? "pool" : inf ? inf : "?",
+                 lzf ? "lzf" : "gzip", h->pool_cd[cam][0],
                  h->pool_cd[cam][1], h->pool_cd[cam][2], h->pool_cd[cam][3], h->pool_ix[cam] ? ", pread" : "");
     else if (h->direct_ok[cam] && h->direct[cam].k > 0)
         snprintf(buf, len, "pread, chunks of %d frames", h->direct[cam].k);

@@ -2,6 +2,7 @@
 #include "episode_check.h"
 #include "episode_direct.h"   /* ACT_EP_CHUNK_INFO */
 #include "episode_inflate.h"  /* act_ep_inflate_one */
+#include "episode_lzf.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -103,7 +104,7 @@ int act_ep_check_chunks(hid_t ds, const act_ep_index *ix, const char *path, cons
         goto out;   /* not chunked (or unreadable: the read says so) */
 
     /* the pipeline, in the order the writer applied it */
-    int nf = H5Pget_nfilters(dcpl), ids[MAX_FILTERS], has_deflate = 0;
+    int nf = H5Pget_nfilters(dcpl), ids[MAX_FILTERS], has_deflate = 0, has_lzf = 0;
     if (nf > MAX_FILTERS) nf = MAX_FILTERS;
     for (int i = 0; i < nf; i++) {
         unsigned flags, cdv[8];
@@ -111,10 +112,12 @@ int act_ep_check_chunks(hid_t ds, const act_ep_index *ix, const char *path, cons
         char fname[64] = "";
         ids[i] = (int)H5Pget_filter2(dcpl, (unsigned)i, &flags, &ncd, cdv, sizeof fname, fname, NULL);
         if (ids[i] == H5Z_FILTER_DEFLATE) has_deflate = 1;
-        if (ids[i] != H5Z_FILTER_DEFLATE && ids[i] != H5Z_FILTER_SHUFFLE && ids[i] != H5Z_FILTER_FLETCHER32) {
+        if (ids[i] == ACT_EP_FILTER_LZF) has_lzf = 1;
+        if (ids[i] != H5Z_FILTER_DEFLATE && ids[i] != ACT_EP_FILTER_LZF && ids[i] != H5Z_FILTER_SHUFFLE &&
+            ids[i] != H5Z_FILTER_FLETCHER32) {
             H5Eclear2(H5E_DEFAULT);
             snprintf(err, errlen, "%s: dataset '%s' is stored with the HDF5 filter '%s' (id %d): act-engine reads "
-                     "episodes stored raw or with gzip (shuffle, fletcher32); re-save it, e.g. "
+                     "episodes stored raw, with gzip or h5py's lzf (shuffle, fletcher32); re-save it, e.g. "
                      "h5repack -f GZIP=4 IN.hdf5 OUT.hdf5", path, name, fname[0] ? fname : "?", ids[i]);
             rc = -1;
             goto out;
@@ -123,6 +126,7 @@ int act_ep_check_chunks(hid_t ds, const act_ep_index *ix, const char *path, cons
 #if !defined(ACT_WITH_LIBDEFLATE) && !defined(ACT_WITH_ZLIB)
     if (has_deflate) goto out;   /* nothing here to inflate with: left to HDF5 unchecked */
 #endif
+    int has_codec = has_deflate || has_lzf;   /* a filter that changes a chunk's size */
 
     double cb = (double)H5Tget_size(type), spans = 1;
     for (int i = 0; i < rank; i++) {
@@ -130,7 +134,7 @@ int act_ep_check_chunks(hid_t ds, const act_ep_index *ix, const char *path, cons
         spans *= cd[i] ? (double)((dims[i] + cd[i] - 1) / cd[i]) : 0;
     }
     if (spans == 0) goto out;
-    if (has_deflate && cb > (double)MAX_CHECK_CHUNK) {   /* inflating one needs buffers of that size */
+    if (has_codec && cb > (double)MAX_CHECK_CHUNK) {   /* decoding one needs buffers of that size */
         snprintf(err, errlen, "%s: dataset '%s' has chunks of %.0f bytes, more than the %zu an episode's reader "
                  "takes (damaged file?)", path, name, cb, MAX_CHECK_CHUNK);
         rc = -1;
@@ -186,7 +190,7 @@ int act_ep_check_chunks(hid_t ds, const act_ep_index *ix, const char *path, cons
             if (!(mask & (1u << i))) {
                 live++;
                 nflet += ids[i] == H5Z_FILTER_FLETCHER32;
-                deflated |= ids[i] == H5Z_FILTER_DEFLATE;
+                deflated |= ids[i] == H5Z_FILTER_DEFLATE || ids[i] == ACT_EP_FILTER_LZF;
             }
         if (addr == HADDR_UNDEF) {
             /* never written: storage_short (episode.c) counts these */
@@ -221,21 +225,23 @@ int act_ep_check_chunks(hid_t ds, const act_ep_index *ix, const char *path, cons
                     fl_left--;
                     if (len < 4) rc = fail(&c, o, rank, "is too short for its fletcher32 checksum (%zu bytes)", len);
                     else len -= 4;
-                } else if (ids[i] == H5Z_FILTER_DEFLATE) {
+                } else if (ids[i] == H5Z_FILTER_DEFLATE || ids[i] == ACT_EP_FILTER_LZF) {
                     size_t want = chunk + 4 * (size_t)fl_left;   /* what the earlier filters leave */
                     uint8_t *dst = cur == a ? b : a;
                     size_t got = 0;
+                    int lzf = ids[i] == ACT_EP_FILTER_LZF;
 #if defined(ACT_WITH_LIBDEFLATE) || defined(ACT_WITH_ZLIB)
-                    int v = act_ep_inflate_one(dec, cur, len, dst, want, &got);
+                    int v = lzf ? act_ep_lzf_decode(cur, len, dst, want, &got) : act_ep_inflate_one(dec, cur, len, dst, want, &got);
 #else
-                    int v = INF_BAD_DATA;   /* not reached: such a build checks no gzip chunk */
+                    int v = lzf ? act_ep_lzf_decode(cur, len, dst, want, &got) : INF_BAD_DATA;   /* not reached for gzip */
 #endif
                     if (v == INF_TOO_LONG)
                         rc = fail(&c, o, rank, "inflates to more than the %zu bytes of a chunk", want);
                     else if (v == INF_NOMEM)
                         goto nomem;
                     else if (v != INF_OK)
-                        rc = fail(&c, o, rank, "is not a valid gzip stream (%zu compressed bytes)", len);
+                        rc = fail(&c, o, rank, "is not a valid %s stream (%zu compressed bytes)", lzf ? "LZF" : "gzip",
+                                  len);
                     cur = dst;
                     len = got;
                 }   /* shuffle: same length */

@@ -7,9 +7,9 @@
  * to half a frame, or an unfiltered chunk stored short (another one long by as much, so their sum
  * looks right), makes H5Dread read past its own buffer (heap garbage as input, or a crash; review
  * of 2026-12-04). So at open, for a chunked dataset: its filters must be ones whose output size
- * can be checked (gzip, shuffle, fletcher32; any other is refused by name), every unfiltered
+ * can be checked (gzip, h5py's lzf, shuffle, fletcher32; any other is refused by name), every unfiltered
  * chunk must store exactly one chunk's bytes, and every filtered chunk is fetched raw
- * (H5Dread_chunk) and undone here - fletcher32 strips its 4 bytes, gzip inflates, shuffle keeps
+ * (H5Dread_chunk) and undone here - fletcher32 strips its 4 bytes, gzip or lzf decodes, shuffle keeps
  * the length - to exactly one chunk's bytes. Chunks that episode_inflate.c will inflate itself
  * (gzip chunks, whole frames or tiles, stored with every filter applied) are checked there as
  * they are read, so the caller may leave them out here (unless one chunk sends its read window

@@ -20,6 +20,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "episode_inflate.h"
 #include "episode_direct.h"
+#include "episode_lzf.h"
 #include "cpu_ops.h"   /* ACT_CPU_VEC_CLONES */
 
 #include <errno.h>
@@ -142,7 +143,7 @@ int act_ep_pool_chunk(hid_t ds, int H, int W, int cd[4]) {
         goto out;
     int ci[4] = {(int)c[0], (int)c[1], (int)c[2], (int)c[3]};
     if (row_bytes_of(ci, H, W) > max_read_bytes()) goto out;
-    int nf = H5Pget_nfilters(dcpl), deflate = 0, other = 0;
+    int nf = H5Pget_nfilters(dcpl), deflate = 0, lzf = 0, other = 0;
     if (nf == 0) {
         /* raw: tiles are the pool's, whole frames episode_direct.c's (pread). H5Dread_chunk
          * writes a chunk's stored size, which only the open's check (episode_check.c, HDF5
@@ -151,17 +152,18 @@ int act_ep_pool_chunk(hid_t ds, int H, int W, int cd[4]) {
         goto found;
     }
     if (nf > 2) goto out;
-    for (int i = 0; i < nf; i++) {   /* gzip, and perhaps shuffle: of 1-byte pixels it moves nothing */
+    for (int i = 0; i < nf; i++) {   /* gzip or lzf, perhaps shuffle: of 1-byte pixels it moves nothing */
         unsigned flags, cdv[8] = {0};
         size_t ncd = 8;
         char fname[64];
         H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)i, &flags, &ncd, cdv, sizeof fname, fname, NULL);
         if (id == H5Z_FILTER_DEFLATE) deflate++;
+        else if (id == ACT_EP_FILTER_LZF) lzf++;
         else if (!(id == H5Z_FILTER_SHUFFLE && (ncd < 1 || cdv[0] == 1))) other++;
     }
     unsigned copts = 0;   /* edge chunks stored unfiltered: HDF5's path reads those */
     if (H5Pget_chunk_opts(dcpl, &copts) >= 0 && (copts & H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS)) other++;
-    if (deflate == 1 && !other) kind = ACT_EP_POOL_GZIP;
+    if (deflate + lzf == 1 && !other) kind = deflate ? ACT_EP_POOL_GZIP : ACT_EP_POOL_LZF;
 found:
     if (kind)
         for (int i = 0; i < 4; i++) cd[i] = (int)c[i];
@@ -199,6 +201,7 @@ typedef struct inflate_job {
     int nc;                   /* chunks per group: 1, or the tiles of one (t, y, x) across channels */
     int H, W, t0, n;          /* tiles: the window [t0, t0 + n) of (T, H, W, 3) frames in out */
     uint8_t *out, *thr;       /* tiles: the window; one chunk's scratch per pool thread */
+    int lzf;                  /* 1: h5py's lzf chunks (episode_lzf.h), not gzip */
 } inflate_job;
 
 /* The part inside the window of a group of tiles - the nc tiles of one (t, y, x) origin, one per
@@ -298,14 +301,15 @@ static void inflate_task(void *arg, int th, int lo, int hi) {
             }
             void *dec = NULL;
 #ifdef ACT_WITH_LIBDEFLATE
-            if (q->libdeflate && !g_dec[th] && !(g_dec[th] = libdeflate_alloc_decompressor())) {
+            if (q->libdeflate && !q->lzf && !g_dec[th] && !(g_dec[th] = libdeflate_alloc_decompressor())) {
                 c->verdict = INF_NOMEM;
                 ok = 0;
                 continue;
             }
             if (q->libdeflate) dec = g_dec[th];
 #endif
-            c->verdict = act_ep_inflate_one(dec, c->src, c->src_len, dst, q->want, &c->got);
+            c->verdict = q->lzf ? act_ep_lzf_decode(c->src, c->src_len, dst, q->want, &c->got)
+                                : act_ep_inflate_one(dec, c->src, c->src_len, dst, q->want, &c->got);
             ok &= c->verdict == INF_OK && c->got == q->want;
         }
         if (q->tiles && ok) scatter(q, &q->c[g * q->nc], bufs);
@@ -339,7 +343,7 @@ static const char *where(char *buf, size_t len, const int *o, int whole) {
 int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const act_ep_direct *loc,
                      const act_ep_index *ix, int fd, uint64_t file_size, const char *path, const char *name, int t0,
                      int n, uint8_t *dst, act_ep_scratch *s, act_ep_rowcache *rows, char *err, size_t errlen) {
-    int raw = kind == ACT_EP_POOL_RAW_TILES, whole = cd[1] == H && cd[2] == W && cd[3] == 3, k = cd[0];
+    int raw = kind == ACT_EP_POOL_RAW_TILES, lzf = kind == ACT_EP_POOL_LZF, whole = cd[1] == H && cd[2] == W && cd[3] == 3, k = cd[0];
     int nx = (W + cd[2] - 1) / cd[2], nc = (3 + cd[3] - 1) / cd[3];   /* tiles across, channel ranges */
     int per_t = ((H + cd[1] - 1) / cd[1]) * nx * nc;
     int first = t0 / k, last = (t0 + n - 1) / k;
@@ -353,7 +357,7 @@ int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const ac
         if (last == first) {
             snprintf(err, errlen, "%s: dataset '%s' is stored in %s tiles of (%d, %d, %d, %d): %d tiles for "
                      "every %d frames, more than the %d a read takes; re-save it with larger chunks, e.g. "
-                     "h5repack -l %s:CHUNK=1x%dx%dx3 IN.hdf5 OUT.hdf5", path, name, raw ? "uncompressed" : "gzip",
+                     "h5repack -l %s:CHUNK=1x%dx%dx3 IN.hdf5 OUT.hdf5", path, name, raw ? "uncompressed" : lzf ? "lzf" : "gzip",
                      cd[0], cd[1], cd[2], cd[3],
                      per_t, k, max_jobs(), name, H, W);
             return -1;
@@ -366,10 +370,11 @@ int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const ac
     }
     int nch = (last - first + 1) * per_t;
     size_t max_src = raw ? chunk_bytes : chunk_bytes + (chunk_bytes >> 6) + 4096;
-    const char *inflater = raw ? "raw" : act_ep_inflater(), *what = raw ? "chunk" : "gzip chunk";
+    const char *inflater = raw ? "raw" : lzf ? "lzf" : act_ep_inflater();
+    const char *what = raw ? "chunk" : lzf ? "lzf chunk" : "gzip chunk";
     char at[64];
     if (!inflater) return act_ep_inflater_check(err, errlen);
-    if (fd < 0 || !whole || raw) loc = NULL;   /* the locator finds whole-frame gzip chunks only */
+    if (fd < 0 || !whole || raw || lzf) loc = NULL;   /* the locator finds whole-frame gzip chunks only */
     if (fd < 0 || loc || (ix && !ix->n)) ix = NULL;
     /* tiles: the first row may be kept from the last read (hit), the last one kept for the next
      * (keep: the window ends inside it), in the other of the two buffers */
@@ -426,8 +431,8 @@ int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const ac
                      chunk_bytes);
             rc = -1;
         } else if (rc == 0 && sz > max_src) {
-            snprintf(err, errlen, "%s: dataset '%s': the gzip chunk at %s claims %llu bytes, "
-                     "more than a chunk of %zu bytes can compress to (corrupt file)", path, name,
+            snprintf(err, errlen, "%s: dataset '%s': the %s at %s claims %llu bytes, "
+                     "more than a chunk of %zu bytes can compress to (corrupt file)", path, name, what,
                      where(at, sizeof at, c[i].o, whole), (unsigned long long)sz, chunk_bytes);
             rc = -1;
         }
@@ -466,7 +471,7 @@ int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const ac
     }
     if (rc == 0) {
         inflate_job q = {c, chunk_bytes, !strcmp(inflater, "libdeflate"), raw, loc || ix ? fd : -1, cd, !whole,
-                         whole ? 1 : nc, H, W, t0, n, dst, s->thr};
+                         whole ? 1 : nc, H, W, t0, n, dst, s->thr, lzf};
         act_ep_pool_run(inflate_task, &q, nch / q.nc);
         for (int i = 0; i < nch && rc == 0; i++) {
             int v = c[i].verdict;

@@ -71,11 +71,12 @@ int act_ep_inflate_one(void *dec, const uint8_t *in, size_t in_len, uint8_t *out
  * (1 <= k <= 2^20), whatever its filters; else 0 (shared by the gzip and the pread paths) */
 int act_ep_frame_chunk(hid_t dcpl, int H, int W);
 /* What the pool reads of a (T, H, W, 3) uint8 dataset (act_ep_pool_chunk). */
-enum { ACT_EP_POOL_NONE, ACT_EP_POOL_GZIP, ACT_EP_POOL_RAW_TILES };
+enum { ACT_EP_POOL_NONE, ACT_EP_POOL_GZIP, ACT_EP_POOL_RAW_TILES, ACT_EP_POOL_LZF };
 /* ACT_EP_POOL_GZIP when the dataset is chunked with gzip alone (or gzip and shuffle, which leaves
  * 1-byte values where they are), whatever the chunk shape cd (t, y, x, c) - whole frames
  * (k, H, W, 3) of at most 32 MiB, or tiles such as h5py's automatic (50, 32, 32, 1) of at most
- * 4 MiB (each pool thread holds one); ACT_EP_POOL_RAW_TILES when it is chunked in tiles of at
+ * 4 MiB (each pool thread holds one); ACT_EP_POOL_LZF for the same with h5py's lzf in gzip's place
+ * (episode_lzf.h); ACT_EP_POOL_RAW_TILES when it is chunked in tiles of at
  * most 4 MiB with no filter at all (h5py's automatic chunks of an uncompressed dataset, which
  * every resizable one is: a recorder that appends frames writes (64, 32, 32, 1); HDF5 copies
  * those into interleaved pixels a byte at a time, ~300 timesteps/s); so act_ep_read_pool can

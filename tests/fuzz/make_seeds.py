@@ -142,6 +142,13 @@ def episode_seeds(out):
         del f["observations/images/front"]
         f.create_dataset("observations/images/front", data=frames, maxshape=(None,) + frames.shape[1:],
                          chunks=(2, 2, 2, 1))
+    # the same frames with h5py's own lzf filter (engine/episode_lzf.c decodes it), whole frames and
+    # shuffle, repeated 4 times so lzf has repeats to find (a chunk it cannot shrink is stored raw)
+    with h5py.File(os.path.join(d, "episode_lzf.hdf5"), "w") as f:
+        f["action"] = np.zeros((6, 2), np.float32) + 0.5
+        f["observations/qpos"] = np.zeros((6, 3), np.float32) - 0.25
+        f.create_dataset("observations/images/front", data=np.concatenate([frames, frames]).repeat(2, 0)[:6],
+                         chunks=(2, 4, 4, 3), compression="lzf", shuffle=True)
     # 80 frames appended one chunk each: HDF5's nodes hold 64 chunks, so the index has two levels
     # (episode_index.c reads it from the file: its own parser of untrusted bytes)
     rng = np.random.default_rng(3)

@@ -12,14 +12,15 @@ T = 11
 
 
 def write_episode(path, qpos, action, images, chunk=None, gzip=False, userblock=0, unwritten=(), libver=None,
-                  resizable=False):
+                  resizable=False, lzf=False, shuffle=False):
     """images: camera -> (T, H, W, 3) uint8. chunk None: contiguous; else chunks of `chunk` frames
     (an int), of that shape (a tuple: tiles), or h5py's automatic ones (True), gzip level 4 when
     asked. userblock: bytes of user block before HDF5's data. unwritten: the timesteps of chunks
     never written (HDF5 would read them as zeros; the engine refuses the file). libver: h5py's
     file format bounds ("latest": chunk indexes of layout version 4, as SWMR recorders write).
     resizable: maxshape (None, H, W, 3), as a recorder that appends frames makes (with "latest":
-    an extensible array index; fixed datasets get a fixed array, one chunk a single-chunk index)."""
+    an extensible array index; fixed datasets get a fixed array, one chunk a single-chunk index).
+    lzf: h5py's own lzf filter instead of gzip; shuffle: the shuffle filter before either."""
     fkw = {}
     if userblock:
         fkw["userblock_size"] = userblock
@@ -34,6 +35,10 @@ def write_episode(path, qpos, action, images, chunk=None, gzip=False, userblock=
                 kw = {"chunks": chunk if isinstance(chunk, (tuple, bool)) else (chunk,) + frames.shape[1:]}
                 if gzip:
                     kw.update(compression="gzip", compression_opts=4)
+                if lzf:
+                    kw.update(compression="lzf")
+                if shuffle:
+                    kw.update(shuffle=True)
             if resizable:
                 kw["maxshape"] = (None,) + frames.shape[1:]
             if unwritten:

@@ -143,10 +143,12 @@ def test_unfiltered_chunks_of_uneven_sizes_are_refused(act_infer, bench_read, ep
 def test_a_filter_that_cannot_be_checked_is_refused_by_name(act_infer, episode_data, tmp_path):
     model, qpos, action, images = episode_data
     ep = tmp_path / "ep.hdf5"
-    write_with(ep, qpos, action, images, chunks=(1,) + next(iter(images.values())).shape[1:], compression="lzf")
+    # scale-offset: libhdf5 has it, but its output size cannot be checked here (h5py's lzf, which
+    # this test once used, is read now: test_episode_lzf.py)
+    write_with(ep, qpos, action, images, chunks=(1,) + next(iter(images.values())).shape[1:], scaleoffset=0)
     p = predict(act_infer, model, ep, tmp_path / "x.npy", 3)
-    assert p.returncode != 0 and "HDF5 filter" in p.stderr and "(id 32000)" in p.stderr, p.stderr
-    assert "h5repack" in p.stderr
+    assert p.returncode != 0 and "HDF5 filter" in p.stderr and "(id 6)" in p.stderr, p.stderr
+    assert "h5repack" in p.stderr and "gzip or h5py's lzf" in p.stderr
 
 
 def test_virtual_and_external_datasets_are_refused(act_infer, episode_data, tmp_path):

@@ -1,0 +1,107 @@
+"""Episodes saved with h5py's own lzf filter (compression="lzf", HDF5 filter 32000, which
+libhdf5 and h5repack do not have): read by the engine's decoder (engine/episode_lzf.c) on the
+pool's threads and, registered as HDF5's filter 32000, on HDF5's own path. Every pixel equals
+h5py's read; chunks lzf could not shrink (stored raw, the filter skipped in their mask) are read
+too; a damaged lzf chunk is an error naming the chunk, at open on HDF5's path (episode_check.c)
+and at the read on the pool's."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+from episode_util import dumped_frames, make_episode_data, predict, readers, write_episode
+
+
+@pytest.fixture
+def episode_data(make_model, make_cfg, tmp_path, rng):
+    """make_episode_data's frames with their noise in blocks of 4x4 pixels: lzf only finds
+    repeats of 3 bytes or more, so per-pixel noise would leave every chunk stored raw"""
+    model, qpos, action, images = make_episode_data(make_model, make_cfg, tmp_path, rng)
+    for v in images.values():
+        v[:] = v[:, ::4, ::4].repeat(4, 1).repeat(4, 2)[:, :v.shape[1], :v.shape[2]]
+    return model, qpos, action, images
+
+
+def chunk_shape(ep, cam):
+    with h5py.File(ep, "r") as f:
+        d = f[f"observations/images/{cam}"]
+        assert d.compression == "lzf", d.compression
+        return d.chunks
+
+
+@pytest.mark.parametrize("chunk, shuffle", [(1, False), (3, True), (True, False), ((2, 7, 5, 2), True)],
+                         ids=["frames", "3-frames-shuffle", "h5py-auto", "2x7x5x2-shuffle"])
+def test_lzf_episodes_give_h5pys_frames(act_infer, bench_read, episode_data, tmp_path, chunk, shuffle):
+    model, qpos, action, images = episode_data
+    raw, lz = tmp_path / "raw.hdf5", tmp_path / "lzf.hdf5"
+    write_episode(raw, qpos, action, images)
+    write_episode(lz, qpos, action, images, chunk=chunk, lzf=True, shuffle=shuffle)
+    cam = next(iter(images))
+    shape = chunk_shape(lz, cam)
+    whole = shape[1:] == images[cam].shape[1:]
+    what = f"{shape[0]} frames" if whole else f"({', '.join(map(str, shape))})"
+    # the pool's path is taken (HDF5's own would pass the comparison as well), by pread at the
+    # chunk table's places or through H5Dread_chunk; one thread: HDF5's path with our filter
+    assert set(readers(bench_read, model, lz, 3).values()) == {f"pool, lzf chunks of {what}, pread"}
+    assert set(readers(bench_read, model, lz, 3, pread=False).values()) == {f"pool, lzf chunks of {what}"}
+    assert set(readers(bench_read, model, lz, 1).values()) == {"hdf5"}
+    for threads, batch, pread in ((3, 4, True), (3, 5, True), (3, 5, False), (1, 4, True)):
+        got = dumped_frames(bench_read, model, lz, tmp_path, threads, pread=pread, batch=batch)
+        for c, frames in images.items():
+            np.testing.assert_array_equal(got[c], frames, err_msg=f"{c}, chunks {shape}, {threads} threads, "
+                                          f"windows of {batch}, pread {pread}")
+    p = predict(act_infer, model, raw, tmp_path / "want.npy", 1)
+    assert p.returncode == 0, p.stderr
+    for threads in (1, 3):
+        p = predict(act_infer, model, lz, tmp_path / f"got{threads}.npy", threads)
+        assert p.returncode == 0, p.stderr
+        np.testing.assert_array_equal(np.load(tmp_path / f"got{threads}.npy"), np.load(tmp_path / "want.npy"))
+
+
+def test_chunks_lzf_could_not_shrink_are_read_raw(bench_read, episode_data, tmp_path, rng):
+    """h5py's lzf is optional: a chunk of noise, which lzf cannot shrink, is stored as it is with
+    the filter's bit set in its mask; the pool leaves its window to HDF5's path, which copies it"""
+    model, qpos, action, images = episode_data
+    noisy = {c: v.copy() for c, v in images.items()}
+    for v in noisy.values():
+        v[2:4] = rng.integers(0, 256, v[2:4].shape, dtype=np.uint8)
+    lz = tmp_path / "noise.hdf5"
+    write_episode(lz, qpos, action, noisy, chunk=1, lzf=True)
+    cam = next(iter(images))
+    with h5py.File(lz, "r") as f:
+        d = f[f"observations/images/{cam}"]
+        masks = [d.id.read_direct_chunk((t, 0, 0, 0))[0] for t in range(d.shape[0])]
+    assert masks[2] == masks[3] == 1 and masks[0] == 0, masks
+    for threads in (3, 1):
+        got = dumped_frames(bench_read, model, lz, tmp_path, threads, batch=3)
+        for c, frames in noisy.items():
+            np.testing.assert_array_equal(got[c], frames, err_msg=f"{c}, {threads} threads")
+
+
+@pytest.mark.parametrize("chunk", [1, (3, 8, 16, 1)], ids=["frames", "tiles"])
+def test_a_damaged_lzf_chunk_is_named(act_infer, episode_data, tmp_path, chunk):
+    model, qpos, action, images = episode_data
+    lz = tmp_path / "lzf.hdf5"
+    write_episode(lz, qpos, action, images, chunk=chunk, lzf=True)
+    cam = next(iter(images))
+    origin = (3, 0, 0, 0) if chunk == 1 else (3, 8, 16, 2)
+    with h5py.File(lz, "r") as f:
+        ds = f[f"observations/images/{cam}"]
+        loc = next(ds.id.get_chunk_info(i) for i in range(ds.id.get_num_chunks())
+                   if ds.id.get_chunk_info(i).chunk_offset == origin)
+    data = bytearray(lz.read_bytes())
+    # a back reference to before the chunk's start: the stream's first control byte made one
+    assert loc.filter_mask == 0 and data[loc.byte_offset] < 32
+    data[loc.byte_offset] = 0xE0 | 31
+    lz.write_bytes(bytes(data))
+    where = "timestep 3" if chunk == 1 else "(3, 8, 16, 2)"
+    p = predict(act_infer, model, lz, tmp_path / "x.npy", 3)
+    assert p.returncode != 0 and f"observations/images/{cam}" in p.stderr, p.stderr
+    assert "lzf chunk" in p.stderr and where in p.stderr and "corrupt (lzf" in p.stderr, p.stderr
+    assert not (tmp_path / "x.npy").exists()
+    p = predict(act_infer, model, lz, tmp_path / "y.npy", 1)   # HDF5's path: refused at open
+    at = "(3, 0, 0, 0)" if chunk == 1 else "(3, 8, 16, 2)"
+    assert p.returncode != 0 and f"the chunk at {at} is not a valid LZF stream" in p.stderr, p.stderr
+    assert not (tmp_path / "y.npy").exists()
+

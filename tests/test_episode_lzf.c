@@ -1,0 +1,158 @@
+/* test_episode_lzf.c - the LZF decoder of h5py's lzf episodes (engine/episode_lzf.h):
+ *   1. random buffers (runs, repeats at every distance, noise) encoded by a plain greedy LZF
+ *      encoder here decode to themselves, exactly into a buffer of their size;
+ *   2. the decoder's edge cases: a run copied from 1 byte back, a length-extended reference, a
+ *      reference at the largest distance (8192);
+ *   3. damaged streams are refused, never read or written out of bounds (run it under ASan):
+ *      a literal run past the input's end, a reference missing its distance byte or its length
+ *      byte, a reference before the output's start, and output past the buffer (INF_TOO_LONG).
+ * The seed is printed for reproduction; ACT_TEST_SEED sets one. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "episode_inflate.h"   /* INF_* */
+#include "episode_lzf.h"
+
+static int failures;
+#define CHECK(cond, ...) do { if (!(cond)) { failures++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+    fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
+
+static uint64_t rng_state;
+static uint32_t rnd(void) {
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (uint32_t)(rng_state >> 33);
+}
+
+/* a greedy LZF encoder: the longest match (3..264 bytes, up to 8192 back) among distances
+ * 1..8 and the last place of the next three bytes (a hash table, as liblzf keeps), else a literal */
+static size_t encode(const uint8_t *in, size_t n, uint8_t *out) {
+    static size_t last[1 << 16];
+    size_t ip = 0, op = 0, lit_at = 0, lit = 0;
+    memset(last, 0, sizeof last);   /* 0: none (positions are stored + 1) */
+    while (ip < n) {
+        size_t best = 0, dist = 0, cand[9];
+        unsigned h = ip + 2 < n ? ((unsigned)in[ip] << 8 ^ (unsigned)in[ip + 1] << 4 ^ in[ip + 2]) & 0xFFFF : 0;
+        for (size_t d = 1; d <= 8; d++) cand[d - 1] = d;
+        cand[8] = ip + 2 < n && last[h] ? ip - (last[h] - 1) : 0;
+        if (ip + 2 < n) last[h] = ip + 1;
+        for (int c = 0; c < 9; c++) {
+            size_t d = cand[c], l = 0;
+            if (d < 1 || d > 8192 || d > ip) continue;
+            while (l < 264 && ip + l < n && in[ip + l] == in[ip + l - d]) l++;
+            if (l > best) best = l, dist = d;
+        }
+        if (best >= 3) {
+            if (lit) out[lit_at] = (uint8_t)(lit - 1), lit = 0;
+            size_t len = best - 2, off = dist - 1;
+            if (len < 7) {
+                out[op++] = (uint8_t)((len << 5) | (off >> 8));
+            } else {
+                out[op++] = (uint8_t)((7 << 5) | (off >> 8));
+                out[op++] = (uint8_t)(len - 7);
+            }
+            out[op++] = (uint8_t)(off & 255);
+            ip += best;
+        } else {
+            if (!lit) lit_at = op++;
+            out[op++] = in[ip++];
+            if (++lit == 32) out[lit_at] = 31, lit = 0;
+        }
+    }
+    if (lit) out[lit_at] = (uint8_t)(lit - 1);
+    return op;
+}
+
+static void fill(uint8_t *b, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        size_t k = 1 + rnd() % 300, kind = rnd() % 4;
+        for (size_t j = 0; j < k && i < n; j++, i++) {
+            if (kind == 0) b[i] = (uint8_t)rnd();                           /* noise */
+            else if (kind == 1) b[i] = i ? b[i - 1] : 7;                     /* a run */
+            else if (kind == 2) b[i] = i >= 3 ? b[i - 3] : (uint8_t)i;       /* a pixel repeated */
+            else {                                                           /* a far repeat */
+                size_t d = 1 + rnd() % 8192;
+                b[i] = i >= d ? b[i - d] : (uint8_t)rnd();
+            }
+        }
+    }
+}
+
+static int decode(const uint8_t *in, size_t len, uint8_t *out, size_t cap, size_t *got) {
+    return act_ep_lzf_decode(in, len, out, cap, got);
+}
+
+int main(void) {
+    const char *s = getenv("ACT_TEST_SEED");
+    unsigned seed = s ? (unsigned)strtoul(s, NULL, 10) : (unsigned)time(NULL);
+    rng_state = seed;
+    printf("test_episode_lzf: seed %u\n", seed);
+
+    enum { N = 40000 };
+    uint8_t *in = malloc(N), *enc = malloc(N + N / 32 + 64), *out = malloc(N + 16);
+    for (int round = 0; round < 20; round++) {   /* 1 */
+        size_t n = 1 + rnd() % N, got = 0;
+        fill(in, n);
+        size_t e = encode(in, n, enc);
+        memset(out, 0xA5, N + 16);
+        int v = decode(enc, e, out, n, &got);
+        CHECK(v == INF_OK && got == n && !memcmp(in, out, n), "round %d: %zu bytes (%zu encoded): verdict %d, got %zu",
+              round, n, e, v, got);
+        CHECK(out[n] == 0xA5, "round %d: wrote past the output's end", round);
+        if (n > 1) {   /* one byte short of room */
+            v = decode(enc, e, out, n - 1, &got);
+            CHECK(v == INF_TOO_LONG, "round %d: a buffer a byte short gave verdict %d", round, v);
+        }
+    }
+
+    size_t got = 0;   /* 2 */
+    const uint8_t run[] = {0, 'x', 0xE0, 20, 0};   /* 'x', then 7 + 20 + 2 bytes from 1 back */
+    CHECK(decode(run, sizeof run, out, 64, &got) == INF_OK && got == 30, "run: got %zu", got);
+    for (size_t i = 0; i < got; i++) CHECK(out[i] == 'x', "run: byte %zu is %d", i, out[i]);
+    uint8_t far[8192 + 300], *f = far;
+    for (int i = 0; i < 256; i++) {   /* 8192 literal bytes in 256 runs of 32 */
+        *f++ = 31;
+        for (int j = 0; j < 32; j++) *f++ = (uint8_t)(i * 32 + j) ^ (uint8_t)(i >> 3);
+    }
+    *f++ = (uint8_t)((1 << 5) | 31);   /* 3 bytes from 8192 back: the stream's first three */
+    *f++ = 255;
+    uint8_t *big = malloc(8192 + 3);
+    CHECK(decode(far, (size_t)(f - far), big, 8195, &got) == INF_OK && got == 8195 && !memcmp(big + 8192, big, 3),
+          "largest distance: got %zu", got);
+    free(big);
+
+    const struct {   /* 3 */
+        const char *what;
+        uint8_t s[8];
+        size_t n;
+        int want;
+    } bad[] = {
+        {"a literal run past the input's end", {4, 'a', 'b'}, 3, INF_BAD_DATA},
+        {"a reference with no distance byte", {0, 'a', 0x20}, 3, INF_BAD_DATA},
+        {"a long reference with no length byte", {0, 'a', 0xE0}, 3, INF_BAD_DATA},
+        {"a long reference with no distance byte", {0, 'a', 0xE0, 5}, 4, INF_BAD_DATA},
+        {"a reference before the output's start", {0, 'a', 0x20, 1}, 4, INF_BAD_DATA},
+        {"a reference as the first instruction", {0x20, 0}, 2, INF_BAD_DATA},
+        {"a reference at distance 8192 into 1 byte", {0, 'a', 0x3F, 255}, 4, INF_BAD_DATA},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int v = decode(bad[i].s, bad[i].n, out, 64, &got);
+        CHECK(v == bad[i].want, "%s: verdict %d, want %d", bad[i].what, v, bad[i].want);
+    }
+    CHECK(decode(run, sizeof run, out, 29, &got) == INF_TOO_LONG, "a run past the output's end");
+    CHECK(decode(run, 2, out, 0, &got) == INF_TOO_LONG, "a literal into no room");
+    CHECK(decode(run, 0, out, 0, &got) == INF_OK && got == 0, "an empty stream");
+
+    free(in);
+    free(enc);
+    free(out);
+    if (failures) {
+        fprintf(stderr, "test_episode_lzf: %d failure(s) (seed %u)\n", failures, seed);
+        return 1;
+    }
+    printf("test_episode_lzf: ok\n");
+    return 0;
+}
