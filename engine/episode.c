@@ -190,6 +190,7 @@ static hid_t open_checked(const char *path, hid_t file, int fd, uint64_t file_si
         ep_fail(err, errlen, path, "dataset '%s' cannot be opened (not a dataset, or the file is damaged)", name);
         return -1;
     }
+    act_ep_lzf_register_for(ds);   /* h5py's lzf, for HDF5's own path */
     hid_t type = H5Dget_type(ds), space = H5Dget_space(ds);
     int ok = type >= 0 && space >= 0;
     if (!ok) ep_fail(err, errlen, path, "dataset '%s': unreadable type or dataspace", name);
@@ -502,7 +503,6 @@ int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
     *out = NULL;
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     if (act_ep_inflater_check(err, errlen)) return -1;   /* a misspelt ACT_EPISODE_INFLATE */
-    act_ep_lzf_register();   /* h5py's lzf, for HDF5's own path */
     struct stat st;
     if (stat(path, &st) != 0) {
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));

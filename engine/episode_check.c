@@ -236,7 +236,8 @@ int act_ep_check_chunks(hid_t ds, const act_ep_index *ix, const char *path, cons
                     int v = lzf ? act_ep_lzf_decode(cur, len, dst, want, &got) : INF_BAD_DATA;   /* not reached for gzip */
 #endif
                     if (v == INF_TOO_LONG)
-                        rc = fail(&c, o, rank, "inflates to more than the %zu bytes of a chunk", want);
+                        rc = fail(&c, o, rank, "%s to more than the %zu bytes of a chunk", lzf ? "decodes" : "inflates",
+                                  want);
                     else if (v == INF_NOMEM)
                         goto nomem;
                     else if (v != INF_OK)
@@ -247,7 +248,8 @@ int act_ep_check_chunks(hid_t ds, const act_ep_index *ix, const char *path, cons
                 }   /* shuffle: same length */
             }
             if (rc == 0 && len != chunk)
-                rc = fail(&c, o, rank, "inflates to %llu bytes, but a chunk holds %llu", (unsigned long long)len,
+                rc = fail(&c, o, rank, "%s to %llu bytes, but a chunk holds %llu", has_deflate ? "inflates" : "decodes",
+                          (unsigned long long)len,
                           (unsigned long long)chunk);
         }
         if (rc) break;

@@ -355,11 +355,15 @@ int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const ac
     if (rows_in * per_t > (double)max_jobs() ||
         (rows_in > 1 && rows_in * row_bytes_of(cd, H, W) > max_read_bytes())) {
         if (last == first) {
+            char fix[192];
+            if (lzf)   /* h5repack has no lzf filter */
+                snprintf(fix, sizeof fix, "with h5py, chunks=(1, %d, %d, 3) (h5repack cannot read lzf)", H, W);
+            else
+                snprintf(fix, sizeof fix, "h5repack -l %s:CHUNK=1x%dx%dx3 IN.hdf5 OUT.hdf5", name, H, W);
             snprintf(err, errlen, "%s: dataset '%s' is stored in %s tiles of (%d, %d, %d, %d): %d tiles for "
-                     "every %d frames, more than the %d a read takes; re-save it with larger chunks, e.g. "
-                     "h5repack -l %s:CHUNK=1x%dx%dx3 IN.hdf5 OUT.hdf5", path, name, raw ? "uncompressed" : lzf ? "lzf" : "gzip",
-                     cd[0], cd[1], cd[2], cd[3],
-                     per_t, k, max_jobs(), name, H, W);
+                     "every %d frames, more than the %d a read takes; re-save it with larger chunks, e.g. %s", path,
+                     name, raw ? "uncompressed" : lzf ? "lzf" : "gzip", cd[0], cd[1], cd[2], cd[3], per_t, k,
+                     max_jobs(), fix);
             return -1;
         }
         int mid = first + (last - first + 1) / 2, n1 = mid * k - t0;

@@ -53,7 +53,9 @@ int act_ep_lzf_decode(const uint8_t *in, size_t in_len, uint8_t *out, size_t cap
 #include <hdf5.h>
 
 /* HDF5's filter callback: replaces *buf (nbytes of a stored chunk) with its decoded bytes.
- * cd_values[2], where h5py stored it, is the chunk's size; 0 means failure to HDF5. */
+ * cd_values[2], where h5py stored it, is the chunk's size, which the stream must decode to
+ * exactly (HDF5 before 1.10.5, with no check at open, would copy a short one's missing bytes
+ * from uninitialised memory); 0 means failure to HDF5. */
 static size_t lzf_filter(unsigned flags, size_t cd_nelmts, const unsigned cd_values[], size_t nbytes,
                          size_t *buf_size, void **buf) {
     if (!(flags & H5Z_FLAG_REVERSE)) return 0;   /* no writing */
@@ -63,6 +65,7 @@ static size_t lzf_filter(unsigned flags, size_t cd_nelmts, const unsigned cd_val
         if (!out) return 0;
         size_t got = 0;
         int v = act_ep_lzf_decode(*buf, nbytes, out, cap, &got);
+        if (v == INF_OK && cd_nelmts >= 3 && cd_values[2] && got != cd_values[2]) v = INF_BAD_DATA;   /* short */
         if (v == INF_OK) {
             H5free_memory(*buf);
             *buf = out;
@@ -77,7 +80,8 @@ static size_t lzf_filter(unsigned flags, size_t cd_nelmts, const unsigned cd_val
 }
 
 static void register_once(void) {
-    if (H5Zfilter_avail(ACT_EP_FILTER_LZF) > 0) return;
+    /* not H5Zfilter_avail first: it would dlopen every library in HDF5's plugin folder; H5Zregister
+     * replaces a filter 32000 registered before (this decoder checks every stream it reads) */
     static const H5Z_class2_t cls = {H5Z_CLASS_T_VERS, ACT_EP_FILTER_LZF, 0, 1, "lzf (act-engine, decode only)",
                                      NULL, NULL, lzf_filter};
     H5Zregister(&cls);
@@ -87,6 +91,16 @@ static void register_once(void) {
 void act_ep_lzf_register(void) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, register_once);
+}
+
+void act_ep_lzf_register_for(hid_t ds) {
+    hid_t dcpl = H5Dget_create_plist(ds);
+    unsigned flags = 0, cd[4];
+    size_t n = 4;
+    if (dcpl >= 0 && H5Pget_filter_by_id2(dcpl, ACT_EP_FILTER_LZF, &flags, &n, cd, 0, NULL, NULL) >= 0)
+        act_ep_lzf_register();
+    if (dcpl >= 0) H5Pclose(dcpl);
+    H5Eclear2(H5E_DEFAULT);
 }
 #else
 void act_ep_lzf_register(void) {}

@@ -21,8 +21,13 @@
  * stream that ends inside an instruction or refers back before the output's start. */
 int act_ep_lzf_decode(const uint8_t *in, size_t in_len, uint8_t *out, size_t cap, size_t *got);
 
-/* Registers the decoder as HDF5's filter 32000 (once per process; a no-op when HDF5 already has
- * one, e.g. from HDF5_PLUGIN_PATH). Writing with it fails: the engine only reads. */
+/* Registers the decoder as HDF5's filter 32000, once per process (in place of any other; called
+ * when an episode's dataset uses that filter). Writing with it fails: the engine only reads. */
 void act_ep_lzf_register(void);
+#ifdef ACT_WITH_HDF5
+#include <hdf5.h>
+/* act_ep_lzf_register when dataset ds is stored with filter 32000 */
+void act_ep_lzf_register_for(hid_t ds);
+#endif
 
 #endif

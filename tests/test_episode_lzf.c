@@ -5,7 +5,10 @@
  *      reference at the largest distance (8192);
  *   3. damaged streams are refused, never read or written out of bounds (run it under ASan):
  *      a literal run past the input's end, a reference missing its distance byte or its length
- *      byte, a reference before the output's start, and output past the buffer (INF_TOO_LONG).
+ *      byte, a reference before the output's start, and output past the buffer (INF_TOO_LONG);
+ *   4. registered as HDF5's filter 32000 (built with HDF5): H5Dread of chunks written raw by
+ *      H5Dwrite_chunk gives a valid stream's bytes and a raw-stored chunk's (filter skipped in
+ *      its mask), and fails on a stream that decodes short of the chunk or past it.
  * The seed is printed for reproduction; ACT_TEST_SEED sets one. */
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +18,10 @@
 
 #include "episode_inflate.h"   /* INF_* */
 #include "episode_lzf.h"
+#ifdef ACT_WITH_HDF5
+#include <hdf5.h>
+#include <unistd.h>
+#endif
 
 static int failures;
 #define CHECK(cond, ...) do { if (!(cond)) { failures++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
@@ -85,6 +92,71 @@ static int decode(const uint8_t *in, size_t len, uint8_t *out, size_t cap, size_
     return act_ep_lzf_decode(in, len, out, cap, got);
 }
 
+#ifdef ACT_WITH_HDF5
+/* 4: one dataset of 4 chunks of (1, 16, 16, 3) with filter 32000, each chunk's stored bytes
+ * written as given; then each chunk read back through HDF5's pipeline */
+static void hdf5_filter(void) {
+    enum { CH = 16 * 16 * 3 };
+    char path[] = "/tmp/act_test_lzf_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        CHECK(0, "mkstemp failed");
+        return;
+    }
+    close(fd);
+    uint8_t frame[CH], enc[CH * 2], got[CH];
+    fill(frame, CH);
+    hsize_t dims[4] = {4, 16, 16, 3}, cdim[4] = {1, 16, 16, 3};
+    unsigned cdv[3] = {4, 4, CH};
+    hid_t file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), space = H5Screate_simple(4, dims, NULL);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 4, cdim);
+    H5Pset_filter(dcpl, ACT_EP_FILTER_LZF, H5Z_FLAG_OPTIONAL, 3, cdv);
+    hid_t ds = H5Dcreate2(file, "x", H5T_NATIVE_UINT8, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    CHECK(ds >= 0, "cannot create a dataset with filter 32000");
+    size_t e = encode(frame, CH, enc), e_short = encode(frame, CH / 2, enc + e);
+    uint8_t *longer = malloc(CH + 64);
+    fill(longer, CH + 64);
+    uint8_t *enc_long = malloc((CH + 64) * 2);
+    size_t e_long = encode(longer, CH + 64, enc_long);
+    const struct { const uint8_t *b; size_t n; uint32_t mask; int ok; const char *what; } c[4] = {
+        {enc, e, 0, 1, "a valid stream"}, {enc + e, e_short, 0, 0, "a stream of half a chunk"},
+        {enc_long, e_long, 0, 0, "a stream 64 bytes past the chunk"}, {frame, CH, 1, 1, "a chunk stored raw"}};
+    for (int i = 0; i < 4; i++) {
+        hsize_t off[4] = {(hsize_t)i, 0, 0, 0};
+        CHECK(H5Dwrite_chunk(ds, H5P_DEFAULT, c[i].mask, off, c[i].n, c[i].b) >= 0, "write chunk %d", i);
+    }
+    H5Dclose(ds);
+    H5Fclose(file);
+    act_ep_lzf_register();   /* after the create: HDF5 creates no dataset with a filter that cannot encode */
+    file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    ds = H5Dopen2(file, "x", H5P_DEFAULT);
+    hsize_t one[4] = {1, 16, 16, 3};
+    hid_t mem = H5Screate_simple(4, one, NULL);
+    for (int i = 0; i < 4; i++) {
+        hsize_t off[4] = {(hsize_t)i, 0, 0, 0};
+        hid_t fs = H5Dget_space(ds);
+        H5Sselect_hyperslab(fs, H5S_SELECT_SET, off, NULL, one, NULL);
+        memset(got, 0xA5, CH);
+        herr_t r = H5Dread(ds, H5T_NATIVE_UINT8, mem, fs, H5P_DEFAULT, got);
+        H5Sclose(fs);
+        if (c[i].ok)
+            CHECK(r >= 0 && !memcmp(got, frame, CH), "%s: read %s", c[i].what, r < 0 ? "failed" : "other bytes");
+        else
+            CHECK(r < 0, "%s: HDF5's read succeeded", c[i].what);
+    }
+    H5Eclear2(H5E_DEFAULT);
+    H5Sclose(mem);
+    H5Dclose(ds);
+    H5Fclose(file);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    free(longer);
+    free(enc_long);
+    unlink(path);
+}
+#endif
+
 int main(void) {
     const char *s = getenv("ACT_TEST_SEED");
     unsigned seed = s ? (unsigned)strtoul(s, NULL, 10) : (unsigned)time(NULL);
@@ -149,6 +221,10 @@ int main(void) {
     free(in);
     free(enc);
     free(out);
+#ifdef ACT_WITH_HDF5
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);   /* the failing reads are expected */
+    hdf5_filter();
+#endif
     if (failures) {
         fprintf(stderr, "test_episode_lzf: %d failure(s) (seed %u)\n", failures, seed);
         return 1;

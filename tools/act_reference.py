@@ -787,14 +787,17 @@ def _with_dataset_resize(cfg: dict, path: str) -> dict:
     """The agent section, its input_shape set to the size the run's dataset resized the frames
     to (the converter's rule, convert_config.dataset_resize): this model resizes to input_shape."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from convert_config import dataset_resize, split_agent
+    from convert_config import dataset_resize, pick_input_size, split_agent
     agent, root = split_agent(cfg)
     vb = agent.get("vision_backbone") if isinstance(agent.get("vision_backbone"), dict) else {}
     inp = tuple(vb["input_shape"][-2:]) if isinstance(vb.get("input_shape"), list) else None
     notes: list = []
-    size, _ = dataset_resize(agent, root, path, inp, notes)
+    found = dataset_resize(agent, root, path, notes)
+    picked = pick_input_size(found and (found[0], f"{path}: {found[1]}"),
+                             inp and (inp, "vision_backbone.input_shape"), notes)
     for note in notes:
         warnings.warn(note)
+    size = picked[0] if picked else None
     if size is not None and size != inp:
         agent = copy.deepcopy(agent)
         agent.setdefault("vision_backbone", {})["input_shape"] = [3, int(size[0]), int(size[1])]

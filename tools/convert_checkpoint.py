@@ -25,8 +25,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import actw  # noqa: E402
-from convert_config import (DEFAULTS, Settings, load_config_file, settings_from_agent,  # noqa: E402,E501
-                            split_agent)
+from convert_config import (DEFAULTS, FLAGS_LAYER, Settings, apply_dataset_resize,  # noqa: E402,E501
+                            load_config_file, settings_from_agent, split_agent)
 from convert_keys import map_state_dict  # noqa: E402
 from convert_model import (STAT_KINDS, ConvertError, Model, build_tensors, check_tensor,  # noqa: E402,E501
                            infer, resolve, short_list, validate)
@@ -313,7 +313,8 @@ def convert(args):
         unresolved = {}
         settings.add(args.config, settings_from_agent(agent, root, args.config, unresolved,
                                                       report["warnings"]), unresolved)
-    settings.add("command-line flags", flag_settings(args))
+    settings.add(FLAGS_LAYER, flag_settings(args))
+    apply_dataset_resize(settings, report["warnings"])
     ignore = []
     for p in args.ignore:
         try:

@@ -1,6 +1,7 @@
 """convert_config.py - the model settings the converter cannot read off tensor shapes.
 
-defines: DEFAULTS, Settings, load_config_file, settings_from_agent, dataset_resize, ConfigError
+defines: DEFAULTS, Settings, load_config_file, settings_from_agent, dataset_resize,
+         pick_input_size, apply_dataset_resize, ConfigError
 
 Settings come in layers, lowest first: act_resnet.yaml defaults, the checkpoint's `config`
 entry, the --config file, command-line flags. Each layer is a flat dict of canonical setting
@@ -27,6 +28,8 @@ DEFAULTS = {
     "latent_dim": 32, "activation": "gelu", "kl_weight": 10.0, "norm_type": "min_max",
     "tokens_per_camera": 1,
 }
+# The layer command-line flags add (convert_checkpoint.py).
+FLAGS_LAYER = "command-line flags"
 # The trunk the engine runs (ResNetDiffusionBackbone's torchvision name).
 TRUNK = "resnet18"
 
@@ -98,12 +101,11 @@ def _pair(value, what, source):
     return tuple(value[-2:])
 
 
-def dataset_resize(agent, root, source, inp, warnings):
-    """The size the trunk was trained on. roboimi's dataset resizes the frames
-    (`data.image_resize_shape`, or the backbone's `dataset_image_resize_shape`, which wins) and
-    the backbone's input_shape only shapes its SpatialSoftmax grid, so a run whose two sizes
-    differ but give the same feature map (any of 193..224 gives 7x7) trains on the dataset's
-    size: that is the resize target. Returns ((h, w), config key) or (input_shape's, its key)."""
+def dataset_resize(agent, root, source, warnings):
+    """The size roboimi's dataset resized the frames to, as this file says it: the backbone's
+    `dataset_image_resize_shape` (which wins) or `data.image_resize_shape`. Returns
+    ((h, w), config key), or None (not set, null, or `${...}` the file cannot resolve, which is
+    warned about)."""
     found = []
     vbn = agent.get("vision_backbone")
     if isinstance(vbn, dict) and vbn.get("dataset_image_resize_shape") is not None:
@@ -116,26 +118,43 @@ def dataset_resize(agent, root, source, inp, warnings):
         value = _resolve(value, root)
         if isinstance(value, Unresolved):
             warnings.append(f"WARNING {source}: {key} is {value}, which that file cannot "
-                            f"resolve; the frames' resize target is left to "
+                            f"resolve; the frames' resize target is left to the other keys, "
                             f"vision_backbone.input_shape or --input-size")
-            return inp, "vision_backbone.input_shape"
-        size = _pair(value, key, source)
-        if size is None:
             continue
-        if inp is None or size == inp:
+        size = _pair(value, key, source)
+        if size is not None:
             return size, key
-        if size[0] != size[1]:
-            warnings.append(f"WARNING {source}: {key} is {list(value)} but "
-                            f"vision_backbone.input_shape says {list(inp)}; a non-square resize "
-                            f"may be [W, H] (cv2) or [H, W], so the engine keeps "
-                            f"{inp[0]}x{inp[1]}: pass --input-size HxW if training resized to "
-                            f"another size")
-            return inp, "vision_backbone.input_shape"
-        warnings.append(f"WARNING {source}: {key} = {list(value)} and vision_backbone.input_shape "
-                        f"= {list(inp)} differ; the dataset resized the frames, so the engine "
-                        f"resizes to {size[0]}x{size[1]} as training did")
-        return size, key
-    return inp, "vision_backbone.input_shape"
+    return None
+
+
+def pick_input_size(dataset, inp, warnings):
+    """The frames' resize target. roboimi's dataset resizes the frames and the backbone's
+    input_shape only shapes its SpatialSoftmax grid, so a run whose two sizes differ but give the
+    same feature map (any of 193..224 gives 7x7) trained on the dataset's size: that wins.
+    dataset: ((h, w), where) from dataset_resize, or None; inp: ((h, w), where) of the
+    input_shape in effect, or None. Returns ((h, w), where) or inp."""
+    if dataset is None:
+        return inp
+    (size, where), shape = dataset, inp[0] if inp else None
+    if size == shape:
+        return dataset
+    h, w = size
+    if h != w and shape == (w, h):
+        return inp   # the same size, if the dataset resized with cv2 (dsize is [W, H])
+    if h != w and shape is not None:
+        warnings.append(f"WARNING {where} is {list(size)} but {inp[1]} says {list(shape)}; a "
+                        f"non-square resize may be [W, H] (cv2) or [H, W], so the engine keeps "
+                        f"{shape[0]}x{shape[1]}: pass --input-size HxW if training resized to "
+                        f"another size")
+        return inp
+    if h != w:
+        warnings.append(f"WARNING {where} is {list(size)}, taken as [H, W] = {h}x{w}; if the "
+                        f"dataset resized with cv2 (dsize [W, H]), pass --input-size {w}x{h}")
+    elif shape is not None:
+        warnings.append(f"WARNING {where} = {list(size)} and {inp[1]} = {list(shape)} differ; "
+                        f"the dataset resized the frames, so the engine resizes to {h}x{w} as "
+                        f"training did")
+    return dataset
 
 
 def settings_from_agent(agent, root, source, unresolved=None, warnings=None):
@@ -187,10 +206,10 @@ def settings_from_agent(agent, root, source, unresolved=None, warnings=None):
     if tokens is not None:
         put("tokens_per_camera", int(bool(tokens)), "vision_backbone.output_tokens_per_camera")
     inp = _pair(get(vb, "input_shape", "input_height"), "vision_backbone.input_shape", source)
-    size, origin = dataset_resize(agent, root, source, inp, warnings)
-    if size:
-        put("input_height", size[0], origin)
-        put("input_width", size[1], origin)
+    if inp:
+        put("input_height", inp[0], "vision_backbone.input_shape")
+        put("input_width", inp[1], "vision_backbone.input_shape")
+    resize = dataset_resize(agent, root, source, warnings)
     img = _pair(get(vb, "image_shape", "image_height"), "vision_backbone.image_shape", source)
     if img:
         put("image_height", img[0], "vision_backbone.image_shape")
@@ -230,7 +249,31 @@ def settings_from_agent(agent, root, source, unresolved=None, warnings=None):
             out[key] = int(value)
         elif not isinstance(out[key], want):
             raise ConfigError(f"{source}: {seen[key]} is {value!r}, expected {want.__name__}")
+    if resize:   # not a setting of DEFAULTS: apply_dataset_resize weighs it against the others
+        out["dataset_resize"] = resize
     return out
+
+
+def apply_dataset_resize(settings, warnings):
+    """Once every layer is in: the dataset's resize size (any layer's, the highest one) over any
+    layer's input_shape (pick_input_size), as one more layer; --input-size still wins."""
+    found = settings.find("dataset_resize")
+    if found is None:
+        return
+    (size, key), layer = found
+    where = f"{layer}: {key}"
+    flag = settings.source("input_height") == FLAGS_LAYER
+    shape = (settings.get("input_height"), settings.get("input_width"))
+    if flag:
+        if shape != size:
+            warnings.append(f"WARNING --input-size {shape[0]}x{shape[1]} overrides {where} = "
+                            f"{list(size)}, the size the dataset resized the frames to")
+        return
+    inp = (shape, f"vision_backbone.input_shape ({settings.source('input_height')})") \
+        if settings.explicit("input_height") else None
+    picked = pick_input_size((size, where), inp, warnings)
+    if picked is not inp:
+        settings.add(where, {"input_height": size[0], "input_width": size[1]})
 
 
 class Settings:
@@ -252,6 +295,13 @@ class Settings:
 
     def get(self, name):
         return self.lookup(name)[0]
+
+    def find(self, name):
+        """(value, layer) of the highest layer that sets name, or None."""
+        try:
+            return self.lookup(name)
+        except KeyError:
+            return None
 
     def source(self, name):
         return self.lookup(name)[1]

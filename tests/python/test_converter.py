@@ -79,9 +79,9 @@ class Setup:
         self.ckpt = tmp / "ckpt.pt"
         ar.save_checkpoint(self.agent, str(self.ckpt), cfg)
 
-    def save(self, name, **kw):
+    def save(self, name, cfg=None, **kw):
         path = self.dir / name
-        ar.save_checkpoint(self.agent, str(path), self.cfg, **kw)
+        ar.save_checkpoint(self.agent, str(path), cfg or self.cfg, **kw)
         return path
 
     def save_sd(self, name, sd):
@@ -428,38 +428,54 @@ def test_the_datasets_resize_is_the_resize_target(bn, bn_out):
     """roboimi resizes frames in the dataset (data.image_resize_shape, or the backbone's
     dataset_image_resize_shape); input_shape only shapes the SpatialSoftmax grid. 60 and 64 both
     give the small model's 2x2 map, so only the config can tell which size training used."""
-    def full(data=None, **vb):
-        agent = json.loads(json.dumps(bn.cfg))
+    path = bn.dir / "full_resize.json"
+
+    def full(data=None, *flags, agent=None, **vb):
+        agent = json.loads(json.dumps(agent or bn.cfg))
         agent["vision_backbone"].update(vb)
-        path = bn.dir / "full_resize.json"
         path.write_text(json.dumps({"agent": agent, "data": data or {}}))
-        meta, _, report, text = convert_ok(bn.ckpt, bn.dir, "--config", path, name="resize")
+        meta, _, report, text = convert_ok(bn.ckpt, bn.dir, "--config", path, *flags, name="resize")
         return (int(meta["vision.input_height"]), int(meta["vision.input_width"])), text, report
 
     size, text, report = full({"image_resize_shape": [60, 60]})
     assert size == (60, 60)
-    assert "data.image_resize_shape = [60, 60] and vision_backbone.input_shape = [64, 64]" in text
-    assert report["config_sources"]["input_height"].endswith("full_resize.json")
+    assert "full_resize.json: data.image_resize_shape = [60, 60] and vision_backbone.input_shape " \
+        f"({path}) = [64, 64] differ" in text and "resizes to 60x60 as training did" in text
+    assert report["config_sources"]["input_height"] == f"{path}: data.image_resize_shape"
     size, text, _ = full({"image_resize_shape": [60, 60]}, dataset_image_resize_shape=[56, 56])
     assert size == (56, 56) and "dataset_image_resize_shape = [56, 56]" in text
+    # non-square: cv2 takes [W, H], torch [H, W]
     size, text, _ = full({"image_resize_shape": [48, 60]},
                          dataset_image_resize_shape="${data.image_resize_shape}")
     assert size == (64, 64) and "may be [W, H] (cv2) or [H, W]" in text and "--input-size" in text
+    size, text, _ = full({"image_resize_shape": [60, 48]}, input_shape=[3, 48, 60])
+    assert size == (48, 60) and "image_resize_shape" not in text   # cv2's [W, H] of input_shape
+    agent = json.loads(json.dumps(bn.cfg))
+    del agent["vision_backbone"]["input_shape"]
+    size, text, _ = full({"image_resize_shape": [60, 52]}, agent=agent)
+    assert size == (60, 52) and "taken as [H, W] = 60x52" in text and "--input-size 52x60" in text
     size, text, _ = full({"image_resize_shape": [64, 64]})
-    assert size == (64, 64) and "resize" not in text.lower().replace("resize.actw", "")
+    assert size == (64, 64) and "image_resize_shape" not in text
     size, text, _ = full({"image_resize_shape": None})
     assert size == (64, 64) and "image_resize_shape" not in text
     size, text, _ = full({"image_resize_shape": "${train.size}"})
     assert size == (64, 64) and "data.image_resize_shape is ${train.size}" in text
-    # a flag still wins over every config key
-    path = bn.dir / "full_resize.json"
-    meta = convert_ok(bn.ckpt, bn.dir, "--config", path, "--input-size", "62x62", name="r2")[0]
-    assert meta["vision.input_height"] == "62"
+    size, text, _ = full({"image_resize_shape": [60, 60]}, dataset_image_resize_shape="${train.size}")
+    assert size == (60, 60) and "dataset_image_resize_shape is ${train.size}" in text
+    # a flag still wins over every config key, and says what it overrides
+    size, text, _ = full({"image_resize_shape": [60, 60]}, "--input-size", "62x62")
+    assert size == (62, 62) and "--input-size 62x62 overrides" in text and "resizes to 60x60" not in text
+    # the dataset's size in the checkpoint's own full config beats a bare agent section's
+    # input_shape given by --config (which cannot know what the dataset did)
+    ckpt = bn.save("with_full_config.pt", include_config=True,
+                   cfg={"agent": bn.cfg, "data": {"image_resize_shape": [60, 60]}})
+    meta, _, _, text = convert_ok(ckpt, bn.dir, "--config", bn.config, name="r3")
+    assert meta["vision.input_height"] == "60" and "resizes to 60x60" in text
     # a resize that changes the feature map is refused as before, naming the key
-    agent = json.loads(json.dumps(bn.cfg))
-    path.write_text(json.dumps({"agent": agent, "data": {"image_resize_shape": [96, 96]}}))
+    path.write_text(json.dumps({"agent": bn.cfg, "data": {"image_resize_shape": [96, 96]}}))
     err = convert_fails(bn.ckpt, bn.dir, "--config", path)
     assert "feature_height: pool.pos_grid says 2" in err and "gives 3" in err
+    assert "data.image_resize_shape" in err
 
 
 # ------------------------------------------------------------------ tensors as stored --

@@ -2,15 +2,21 @@
 libhdf5 and h5repack do not have): read by the engine's decoder (engine/episode_lzf.c) on the
 pool's threads and, registered as HDF5's filter 32000, on HDF5's own path. Every pixel equals
 h5py's read; chunks lzf could not shrink (stored raw, the filter skipped in their mask) are read
-too; a damaged lzf chunk is an error naming the chunk, at open on HDF5's path (episode_check.c)
-and at the read on the pool's."""
+too; a damaged lzf chunk (bad data, a stream decoding short of its chunk or past it, a raw one
+of the wrong size) is an error naming the chunk, at open on HDF5's path (episode_check.c) and at
+the read on the pool's; fletcher32 and lzf on qpos/action read through HDF5's path with the
+engine's filter, which is registered without loading HDF5's plugins."""
 
 from __future__ import annotations
+
+import os
+import shutil
+import subprocess
 
 import h5py
 import numpy as np
 import pytest
-from episode_util import dumped_frames, make_episode_data, predict, readers, write_episode
+from episode_util import dumped_frames, make_episode_data, predict, reader_env, readers, write_episode
 
 
 @pytest.fixture
@@ -105,3 +111,97 @@ def test_a_damaged_lzf_chunk_is_named(act_infer, episode_data, tmp_path, chunk):
     assert p.returncode != 0 and f"the chunk at {at} is not a valid LZF stream" in p.stderr, p.stderr
     assert not (tmp_path / "y.npy").exists()
 
+
+
+def lzf_zeros(n):
+    """a valid lzf stream of n zero bytes: one literal, then references 1 byte back"""
+    out, left = bytearray([0, 0]), n - 1
+    while left > 0:
+        k = min(264, left)
+        if k < 3:
+            out += bytes([k - 1]) + b"\0" * k
+        elif k - 2 < 7:
+            out += bytes([(k - 2) << 5, 0])
+        else:
+            out += bytes([0xE0, k - 9, 0])
+        left -= k
+    return bytes(out)
+
+
+@pytest.mark.parametrize("what", ["short", "long", "zeros", "raw-short"])
+def test_crafted_lzf_chunks(bench_read, episode_data, tmp_path, what):
+    """chunks written as stored bytes (h5py's write_direct_chunk): a valid stream of a whole chunk
+    of zeros is read as zeros; one that decodes short of the chunk or past it, and a chunk stored
+    raw (filter skipped) of the wrong size, are named on the pool's path and at open"""
+    model, qpos, action, images = episode_data
+    ep = tmp_path / "crafted.hdf5"
+    write_episode(ep, qpos, action, images, chunk=1, lzf=True)
+    cam = next(iter(images))
+    n = images[cam][0].nbytes
+    stored = {"short": (lzf_zeros(n // 2), 0), "long": (lzf_zeros(n + 300), 0), "zeros": (lzf_zeros(n), 0),
+              "raw-short": (b"\0" * (n - 10), 1)}[what]
+    with h5py.File(ep, "r+") as f:
+        f[f"observations/images/{cam}"].id.write_direct_chunk((3, 0, 0, 0), stored[0], stored[1])
+    want = {"short": ("it is corrupt (lzf: wrong size)", f"decodes to {n // 2} bytes, but a chunk holds {n}"),
+            "long": ("it is corrupt (lzf: longer than the chunk)", f"decodes to more than the {n} bytes"),
+            "raw-short": (f"stores {n - 10} bytes unfiltered", f"stores {n - 10} bytes unfiltered")}
+    for threads in (3, 1):
+        if what == "zeros":
+            expect = images[cam].copy()
+            expect[3] = 0
+            got = dumped_frames(bench_read, model, ep, tmp_path, threads)
+            np.testing.assert_array_equal(got[cam], expect, err_msg=f"{threads} threads")
+            continue
+        p = read_frames(bench_read, model, ep, reader_env(threads))
+        assert p.returncode != 0 and f"observations/images/{cam}" in p.stderr, p.stderr
+        assert want[what][threads == 1] in p.stderr, (threads, p.stderr)
+
+
+def read_frames(bench_read, model, ep, env):
+    return subprocess.run([str(bench_read), "--model", str(model), "--episodes", str(ep), "--rounds", "1"],
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_lzf_with_fletcher32_and_on_qpos_and_action(act_infer, bench_read, episode_data, tmp_path):
+    """fletcher32 after lzf (h5py's order: shuffle, compression, fletcher32) sends the cameras to
+    HDF5's path, which decodes with the engine's filter; qpos and action stored with lzf too"""
+    model, qpos, action, images = episode_data
+    raw, ep = tmp_path / "raw.hdf5", tmp_path / "f32.hdf5"
+    write_episode(raw, qpos, action, images)
+    with h5py.File(ep, "w") as f:
+        for name, v in (("action", action), ("observations/qpos", qpos)):
+            f.create_dataset(name, data=v, chunks=(3, v.shape[1]), compression="lzf", shuffle=True)
+        for cam, frames in images.items():
+            f.create_dataset(f"observations/images/{cam}", data=frames, chunks=(1,) + frames.shape[1:],
+                             compression="lzf", shuffle=True, fletcher32=True)
+    assert set(readers(bench_read, model, ep, 3).values()) == {"hdf5"}
+    for threads in (3, 1):
+        got = dumped_frames(bench_read, model, ep, tmp_path, threads)
+        for c, frames in images.items():
+            np.testing.assert_array_equal(got[c], frames, err_msg=f"{c}, {threads} threads")
+    p = predict(act_infer, model, raw, tmp_path / "want.npy", 1)
+    assert p.returncode == 0, p.stderr
+    p = predict(act_infer, model, ep, tmp_path / "got.npy", 3)
+    assert p.returncode == 0, p.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "got.npy"), np.load(tmp_path / "want.npy"))
+
+
+def test_no_hdf5_plugin_is_loaded(bench_read, episode_data, tmp_path):
+    """the filter is registered only for a dataset that uses it, and without asking HDF5 whether
+    it has one (H5Zfilter_avail would dlopen every library in HDF5_PLUGIN_PATH)"""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build a marker plugin")
+    model, qpos, action, images = episode_data
+    plugins, marker = tmp_path / "plugins", tmp_path / "loaded"
+    plugins.mkdir()
+    src = tmp_path / "marker.c"
+    src.write_text('#include <stdio.h>\n__attribute__((constructor)) static void hit(void) {\n'
+                   f'    FILE *f = fopen("{marker}", "w"); if (f) fclose(f);\n}}\n')
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(plugins / "libmarker.so"), str(src)], check=True)
+    for name, kw in (("raw.hdf5", {}), ("lzf.hdf5", {"chunk": 1, "lzf": True})):
+        ep = tmp_path / name
+        write_episode(ep, qpos, action, images, **kw)
+        p = read_frames(bench_read, model, ep, dict(reader_env(1), HDF5_PLUGIN_PATH=str(plugins)))
+        assert p.returncode == 0, p.stderr
+        assert not os.path.exists(marker), f"{name}: a plugin of HDF5_PLUGIN_PATH was loaded"
