@@ -323,7 +323,7 @@ static int h5_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *dst,
 
 /* gzip frames (or raw tiles) of camera cam go to episode_inflate.c */
 static int inflated(const h5_episode *h, int cam) {
-    return h->pool_kind[cam] != ACT_EP_POOL_NONE && act_ep_inflate_threads() > 1;
+    return h->pool_kind[cam] != ACT_EP_POOL_NONE && act_ep_pool_on();
 }
 
 /* Frames [t0, t0 + n) of camera c on the pool's threads: gzip chunks inflated (their compressed
@@ -590,7 +590,7 @@ int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
         }
         h->pool_kind[c] = act_ep_pool_chunk(h->img[c], cfg->image_h, cfg->image_w, h->pool_cd[c]);
         if (act_ep_check_chunks(h->img[c], &h->index[c], path, name, inflated(h, c), err, errlen) != 0) goto fail;
-        if (act_ep_inflate_threads() > 1 && act_ep_pread_on()) {
+        if (act_ep_pool_on() && act_ep_pread_on()) {
             direct_setup(ep, c);
             tiles_setup(ep, c);
         }

@@ -49,6 +49,15 @@ int act_ep_inflate_threads(void) {
     return n;
 }
 
+int act_ep_pool_on(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("ACT_EPISODE_THREADS");
+        on = !(e && strtol(e, NULL, 10) == 1 && act_ep_inflate_threads() == 1);
+    }
+    return on;
+}
+
 static act_pool *g_pool;
 static pthread_mutex_t g_pool_mu = PTHREAD_MUTEX_INITIALIZER;
 

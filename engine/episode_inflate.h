@@ -44,8 +44,13 @@ typedef struct act_ep_rowcache {
 
 void act_ep_rowcache_free(act_ep_rowcache *r);
 
-/* ACT_EPISODE_THREADS, else the online cores (at most 8); 1 = HDF5's own path always */
+/* ACT_EPISODE_THREADS, else the usable cores (at most 8) */
 int act_ep_inflate_threads(void);
+/* 0 when ACT_EPISODE_THREADS=1 asks for HDF5's own path always; else 1: the pool reads, with one
+ * thread (inline) on a host of one usable core, where it still beats HDF5's path (each gzip chunk
+ * inflated once, by libdeflate, instead of at open and again by HDF5's zlib; raw tiles copied
+ * whole instead of scattered a byte at a time) */
+int act_ep_pool_on(void);
 
 /* runs fn over [0, items) on the episode readers' pool (act_ep_inflate_threads threads, made at
  * the first call), one run at a time; shared by the gzip path and episode_direct.c */

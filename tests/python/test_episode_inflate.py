@@ -6,6 +6,8 @@ dataset and timestep (the tile's origin), never a crash or wrong frames."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import struct
 import subprocess
 import zlib
@@ -277,3 +279,36 @@ def test_a_chunk_table_off_by_a_byte_is_caught_at_open(bench_read, episode_data,
         got = dumped_frames(bench_read, model, ep, tmp_path, 3, batch=batch)
         for cam, frames in images.items():
             np.testing.assert_array_equal(got[cam], frames, err_msg=f"{cam}, {layout}, windows of {batch}")
+
+
+@pytest.mark.parametrize("layout", ["gzip", "raw-tiles", "raw"])
+def test_a_one_core_host_reads_on_the_pool(act_infer, bench_read, episode_data, tmp_path, layout):
+    """a host (or container) of one usable core: the pool runs its one thread inline, still
+    inflating each gzip chunk once with libdeflate (HDF5's path inflates it at open and again at
+    the read, with zlib) and copying raw tiles whole; ACT_EPISODE_THREADS=1 keeps HDF5's path"""
+    if not shutil.which("taskset"):
+        pytest.skip("no taskset")
+    model, qpos, action, images = episode_data
+    raw, ep = tmp_path / "raw.hdf5", tmp_path / f"{layout}.hdf5"
+    write_episode(raw, qpos, action, images)
+    write_episode(ep, qpos, action, images, **{"gzip": {"chunk": 1, "gzip": True},
+                                              "raw-tiles": {"chunk": (3, 8, 16, 1)}, "raw": {"chunk": 1}}[layout])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACT_EPISODE_")}
+    one = ["taskset", "-c", "0"]
+    p = subprocess.run(one + [str(bench_read), "--model", str(model), "--episodes", str(ep), "--rounds", "1"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    how = {line.split(":", 1)[1].strip() for line in p.stdout.splitlines() if line.startswith("reader")}
+    want = {"gzip": "gzip chunks of 1 frames, pread", "raw-tiles": "pool, raw chunks of (3, 8, 16, 1), pread",
+            "raw": "pread, chunks of 1 frames"}[layout]
+    assert len(how) == 1 and how.pop().endswith(want), p.stdout
+    p = subprocess.run(one + [str(act_infer), "predict", "--model", str(model), "--episode", str(raw), "--out",
+                              str(tmp_path / "want.npy"), "--device", "cpu"], capture_output=True, text=True,
+                       timeout=600, env=env)
+    assert p.returncode == 0, p.stderr
+    p = subprocess.run(one + [str(act_infer), "predict", "--model", str(model), "--episode", str(ep), "--out",
+                              str(tmp_path / "got.npy"), "--device", "cpu"], capture_output=True, text=True,
+                       timeout=600, env=env)
+    assert p.returncode == 0, p.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "got.npy"), np.load(tmp_path / "want.npy"))
+    assert set(readers(bench_read, model, ep, 1).values()) == {"hdf5"}
