@@ -623,6 +623,7 @@ void act_episode_reader(const act_episode *ep, int cam, char *buf, size_t len) {
     const h5_episode *h = ep->impl;
     const char *inf = act_ep_inflater();
     int lzf = cam >= 0 && cam < ep->num_cams && h->pool_kind[cam] == ACT_EP_POOL_LZF;
+    const char *by = lzf ? "pool" : inf ? inf : "?", *codec = lzf ? "lzf" : "gzip";   /* who decodes what */
     if (cam < 0 || cam >= ep->num_cams)
         snprintf(buf, len, "no camera %d", cam);
     else if (inflated(h, cam) && h->pool_kind[cam] == ACT_EP_POOL_RAW_TILES)
@@ -630,12 +631,11 @@ void act_episode_reader(const act_episode *ep, int cam, char *buf, size_t len) {
                  h->pool_cd[cam][2], h->pool_cd[cam][3], h->pool_ix[cam] ? ", pread" : "");
     else if (inflated(h, cam) && h->pool_cd[cam][1] == ep->image_h && h->pool_cd[cam][2] == ep->image_w &&
              h->pool_cd[cam][3] == 3)
-        snprintf(buf, len, "%s, %s chunks of %d frames%s", lzf ? "pool" : inf ? inf : "?", lzf ? "lzf" : "gzip",
-                 h->pool_cd[cam][0], h->direct_ok[cam] || h->pool_ix[cam] ? ", pread" : "");
+        snprintf(buf, len, "%s, %s chunks of %d frames%s", by, codec, h->pool_cd[cam][0],
+                 h->direct_ok[cam] || h->pool_ix[cam] ? ", pread" : "");
     else if (inflated(h, cam))
-        snprintf(buf, len, "%s, %s chunks of (%d, %d, %d, %d)%s", lzf ? "pool" : inf ? inf : "?",
-                 lzf ? "lzf" : "gzip", h->pool_cd[cam][0],
-                 h->pool_cd[cam][1], h->pool_cd[cam][2], h->pool_cd[cam][3], h->pool_ix[cam] ? ", pread" : "");
+        snprintf(buf, len, "%s, %s chunks of (%d, %d, %d, %d)%s", by, codec, h->pool_cd[cam][0], h->pool_cd[cam][1],
+                 h->pool_cd[cam][2], h->pool_cd[cam][3], h->pool_ix[cam] ? ", pread" : "");
     else if (h->direct_ok[cam] && h->direct[cam].k > 0)
         snprintf(buf, len, "pread, chunks of %d frames", h->direct[cam].k);
     else if (h->direct_ok[cam])

@@ -310,7 +310,7 @@ static void inflate_task(void *arg, int th, int lo, int hi) {
             }
             void *dec = NULL;
 #ifdef ACT_WITH_LIBDEFLATE
-            if (q->libdeflate && !q->lzf && !g_dec[th] && !(g_dec[th] = libdeflate_alloc_decompressor())) {
+            if (q->libdeflate && !g_dec[th] && !(g_dec[th] = libdeflate_alloc_decompressor())) {
                 c->verdict = INF_NOMEM;
                 ok = 0;
                 continue;

@@ -786,7 +786,9 @@ def load_config(path: str) -> dict:
 def _with_dataset_resize(cfg: dict, path: str) -> dict:
     """The agent section, its input_shape set to the size the run's dataset resized the frames
     to (the converter's rule, convert_config.dataset_resize): this model resizes to input_shape."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
     from convert_config import dataset_resize, pick_input_size, split_agent
     agent, root = split_agent(cfg)
     vb = agent.get("vision_backbone") if isinstance(agent.get("vision_backbone"), dict) else {}
