@@ -12,6 +12,8 @@ recorder writes them. Content: 8 random frames repeated (the reader's speed does
     tiny     raw tiles of (1, 8, 8, 1), written whole (a worst case for per-chunk costs)
     lzf      chunks (1, 256, 256, 3) with h5py's lzf, written in blocks of 50
     gzip     the same with gzip level 4 (lzf's peer)
+  Any of frames, tiles, lzf and gzip followed by +f32 (e.g. gzip+f32) adds h5py's fletcher32
+  checksum to the camera datasets.
 For lzf and gzip the frames are flat 8x8 patches with a gradient and a grain in runs of 4 pixels
 (lzf finds only exact repeats: random frames would be stored raw, the filter skipped): lzf
 stores ~54% of the bytes, gzip ~27%.
@@ -23,9 +25,15 @@ import numpy as np
 
 
 def main(argv):
-    if len(argv) != 3 or argv[2] not in ("frames", "append", "tiles", "latest", "tiny", "lzf", "gzip"):
+    if len(argv) != 3:
         sys.exit(__doc__)
     path, T, layout = argv[0], int(argv[1]), argv[2]
+    f32 = layout.endswith("+f32")
+    layout = layout[:-4] if f32 else layout
+    if layout not in ("frames", "append", "tiles", "latest", "tiny", "lzf", "gzip") or (
+            f32 and layout not in ("frames", "tiles", "lzf", "gzip")):
+        sys.exit(__doc__)
+    check = {"fletcher32": True} if f32 else {}
     rng = np.random.default_rng(7)
     base = rng.integers(0, 256, (8, 256, 256, 3), dtype=np.uint8)
     if layout in ("lzf", "gzip"):
@@ -41,18 +49,19 @@ def main(argv):
             if layout in ("frames", "tiny", "lzf", "gzip"):
                 chunks = (1, 8, 8, 1) if layout == "tiny" else (1, 256, 256, 3)
                 comp = {"lzf": {"compression": "lzf"}, "gzip": {"compression": "gzip", "compression_opts": 4}}
-                d = f.create_dataset(name, (T, 256, 256, 3), np.uint8, chunks=chunks, **comp.get(layout, {}))
+                d = f.create_dataset(name, (T, 256, 256, 3), np.uint8, chunks=chunks, **comp.get(layout, {}), **check)
                 for t in range(0, T, 50):
                     n = min(50, T - t)
                     d[t:t + n] = base[np.arange(t, t + n) % 8]
             else:
                 chunks = {} if layout == "tiles" else {"chunks": (1, 256, 256, 3)}
-                d = f.create_dataset(name, (0, 256, 256, 3), np.uint8, maxshape=(None, 256, 256, 3), **chunks)
+                d = f.create_dataset(name, (0, 256, 256, 3), np.uint8, maxshape=(None, 256, 256, 3), **chunks,
+                                     **check)
                 for t in range(T):
                     d.resize(t + 1, axis=0)
                     d[t] = base[t % 8]
         stored = d.id.get_storage_size() / (d.size or 1)
-    print(f"{path}: {T} steps, {layout}, chunks {d.chunks}, {stored:.0%} of the bytes stored")
+    print(f"{path}: {T} steps, {layout}{'+f32' if f32 else ''}, chunks {d.chunks}, {stored:.0%} of the bytes stored")
 
 
 if __name__ == "__main__":

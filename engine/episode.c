@@ -26,8 +26,9 @@ typedef struct h5_episode {
     hid_t file;
     hid_t img[ACT_MAX_CAMS];
     char img_name[ACT_MAX_CAMS][ACT_NAME_LEN + 32];
-    int pool_kind[ACT_MAX_CAMS];       /* ACT_EP_POOL_*: gzip chunks or raw tiles (episode_inflate.c) */
+    int pool_kind[ACT_MAX_CAMS];       /* ACT_EP_POOL_*: gzip or lzf chunks, raw ones (episode_inflate.c) */
     int pool_cd[ACT_MAX_CAMS][4];      /* of this shape (t, y, x, c) */
+    int pool_fl[ACT_MAX_CAMS];         /* 1: each chunk ends in a fletcher32 checksum the pool checks */
     int direct_ok[ACT_MAX_CAMS];   /* 1: raw frames read by pread (episode_direct.c) */
     act_ep_direct direct[ACT_MAX_CAMS];
     act_ep_index index[ACT_MAX_CAMS];   /* a chunked camera's chunk table (episode_index.h), or empty */
@@ -265,9 +266,11 @@ static int read_table(const char *path, hid_t file, int fd, uint64_t file_size, 
         return -1;
     }
     if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
+        ep_fail(err, errlen, path, "dataset '%s' cannot be read (truncated or corrupt file)", name);
+        act_ep_check_sums(ds, NULL, path, name, err, errlen);   /* names a chunk failing its checksum */
         free(buf);
         H5Dclose(ds);
-        return ep_fail(err, errlen, path, "dataset '%s' cannot be read (truncated or corrupt file)", name);
+        return -1;
     }
     H5Dclose(ds);
     for (hsize_t i = 0; i < d[0] * d[1]; i++) {
@@ -313,15 +316,18 @@ static int h5_read_frames(act_episode *ep, int cam, int t0, int n, uint8_t *dst,
     int rc = 0;
     if (fspace < 0 || mspace < 0 ||
         H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL) < 0 ||
-        H5Dread(h->img[cam], H5T_NATIVE_UCHAR, mspace, fspace, H5P_DEFAULT, dst) < 0)
+        H5Dread(h->img[cam], H5T_NATIVE_UCHAR, mspace, fspace, H5P_DEFAULT, dst) < 0) {
         rc = ep_fail(err, errlen, ep->path, "dataset '%s': frames [%d, %d) cannot be read (truncated or corrupt file)",
                      h->img_name[cam], t0, t0 + n);
+        act_ep_check_sums(h->img[cam], &h->index[cam], ep->path, h->img_name[cam], err, errlen);   /* names a bad one */
+    }
     if (mspace >= 0) H5Sclose(mspace);
     if (fspace >= 0) H5Sclose(fspace);
     return rc;
 }
 
-/* gzip frames (or raw tiles) of camera cam go to episode_inflate.c */
+/* gzip or lzf chunks, raw tiles, or chunks with fletcher32 checksums of camera cam go to
+ * episode_inflate.c */
 static int inflated(const h5_episode *h, int cam) {
     return h->pool_kind[cam] != ACT_EP_POOL_NONE && act_ep_pool_on();
 }
@@ -335,8 +341,8 @@ static int pool_read(act_episode *ep, int c, const act_ep_direct *d, const act_e
     h5_episode *h = ep->impl;
     size_t frame = (size_t)ep->image_h * ep->image_w * 3;
     if (inflated(h, c))
-        return act_ep_read_pool(h->img[c], h->pool_kind[c], h->pool_cd[c], ep->image_h, ep->image_w, d, ix,
-                                d || ix ? h->fd : -1, h->file_size, ep->path, h->img_name[c], t0, n, dst,
+        return act_ep_read_pool(h->img[c], h->pool_kind[c], h->pool_fl[c], h->pool_cd[c], ep->image_h, ep->image_w,
+                                d, ix, d || ix ? h->fd : -1, h->file_size, ep->path, h->img_name[c], t0, n, dst,
                                 &h->scratch, &h->rows[c], err, errlen);
     return act_ep_read_direct(d, h->fd, h->file_size, h->img[c], ep->path, h->img_name[c], t0, n, frame, dst,
                               err, errlen);
@@ -588,8 +594,9 @@ int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
             ep_fail(err, errlen, path, "dataset '%s' cannot be opened", name);
             goto fail;
         }
-        h->pool_kind[c] = act_ep_pool_chunk(h->img[c], cfg->image_h, cfg->image_w, h->pool_cd[c]);
-        if (act_ep_check_chunks(h->img[c], &h->index[c], path, name, inflated(h, c), err, errlen) != 0) goto fail;
+        h->pool_kind[c] = act_ep_pool_chunk(h->img[c], cfg->image_h, cfg->image_w, h->pool_cd[c], &h->pool_fl[c]);
+        int mode = inflated(h, c) ? ACT_EP_CHECK_SKIP_POOL : 0;
+        if (act_ep_check_chunks(h->img[c], &h->index[c], path, name, mode, err, errlen) != 0) goto fail;
         if (act_ep_pool_on() && act_ep_pread_on()) {
             direct_setup(ep, c);
             tiles_setup(ep, c);
@@ -624,18 +631,19 @@ void act_episode_reader(const act_episode *ep, int cam, char *buf, size_t len) {
     const char *inf = act_ep_inflater();
     int lzf = cam >= 0 && cam < ep->num_cams && h->pool_kind[cam] == ACT_EP_POOL_LZF;
     const char *by = lzf ? "pool" : inf ? inf : "?", *codec = lzf ? "lzf" : "gzip";   /* who decodes what */
+    const char *sum = cam >= 0 && cam < ep->num_cams && h->pool_fl[cam] ? ", fletcher32" : "";
     if (cam < 0 || cam >= ep->num_cams)
         snprintf(buf, len, "no camera %d", cam);
-    else if (inflated(h, cam) && h->pool_kind[cam] == ACT_EP_POOL_RAW_TILES)
-        snprintf(buf, len, "pool, raw chunks of (%d, %d, %d, %d)%s", h->pool_cd[cam][0], h->pool_cd[cam][1],
-                 h->pool_cd[cam][2], h->pool_cd[cam][3], h->pool_ix[cam] ? ", pread" : "");
+    else if (inflated(h, cam) && h->pool_kind[cam] == ACT_EP_POOL_RAW)
+        snprintf(buf, len, "pool, raw chunks of (%d, %d, %d, %d)%s%s", h->pool_cd[cam][0], h->pool_cd[cam][1],
+                 h->pool_cd[cam][2], h->pool_cd[cam][3], sum, h->pool_ix[cam] ? ", pread" : "");
     else if (inflated(h, cam) && h->pool_cd[cam][1] == ep->image_h && h->pool_cd[cam][2] == ep->image_w &&
              h->pool_cd[cam][3] == 3)
-        snprintf(buf, len, "%s, %s chunks of %d frames%s", by, codec, h->pool_cd[cam][0],
+        snprintf(buf, len, "%s, %s chunks of %d frames%s%s", by, codec, h->pool_cd[cam][0], sum,
                  h->direct_ok[cam] || h->pool_ix[cam] ? ", pread" : "");
     else if (inflated(h, cam))
-        snprintf(buf, len, "%s, %s chunks of (%d, %d, %d, %d)%s", by, codec, h->pool_cd[cam][0], h->pool_cd[cam][1],
-                 h->pool_cd[cam][2], h->pool_cd[cam][3], h->pool_ix[cam] ? ", pread" : "");
+        snprintf(buf, len, "%s, %s chunks of (%d, %d, %d, %d)%s%s", by, codec, h->pool_cd[cam][0], h->pool_cd[cam][1],
+                 h->pool_cd[cam][2], h->pool_cd[cam][3], sum, h->pool_ix[cam] ? ", pread" : "");
     else if (h->direct_ok[cam] && h->direct[cam].k > 0)
         snprintf(buf, len, "pread, chunks of %d frames", h->direct[cam].k);
     else if (h->direct_ok[cam])

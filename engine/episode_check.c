@@ -1,6 +1,7 @@
 /* episode_check.c - each stored chunk's size checked before HDF5 reads it (see episode_check.h). */
 #include "episode_check.h"
 #include "episode_direct.h"   /* ACT_EP_CHUNK_INFO */
+#include "episode_fletcher.h"
 #include "episode_inflate.h"  /* act_ep_inflate_one */
 #include "episode_lzf.h"
 
@@ -91,9 +92,10 @@ static int lookup_by_size(double spans, size_t max_raw, int nf) {
     return want && nf > 0 && max_raw <= BY_SIZE_MAX_CHUNK;
 }
 
-int act_ep_check_chunks(hid_t ds, const act_ep_index *ix, const char *path, const char *name, int skip_inflated,
+int act_ep_check_chunks(hid_t ds, const act_ep_index *ix, const char *path, const char *name, int mode,
                         char *err, size_t errlen) {
     ctx c = {path, name, err, errlen};
+    int skip_inflated = mode & ACT_EP_CHECK_SKIP_POOL, sums = mode & ACT_EP_CHECK_SUMS;
     hid_t dcpl = H5Dget_create_plist(ds), type = H5Dget_type(ds), space = H5Dget_space(ds);
     int rc = 0, rank = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;
     uint8_t *raw = NULL, *a = NULL, *b = NULL, *probe = NULL;
@@ -207,7 +209,7 @@ int act_ep_check_chunks(hid_t ds, const act_ep_index *ix, const char *path, cons
                 rc = fail(&c, o, rank, "claims %llu compressed bytes for a chunk of %llu", (unsigned long long)size,
                           (unsigned long long)chunk);
             if (rc) break;
-            if (!deflated) goto next;   /* shuffle and fletcher32 alone: the size says it all */
+            if (!deflated && !(sums && nflet)) goto next;   /* shuffle and fletcher32 alone: the size says it all */
             if (!raw && (!(raw = malloc(max_raw)) || !(a = malloc(chunk + 4 * MAX_FILTERS)) ||
                          !(b = malloc(chunk + 4 * MAX_FILTERS))))
                 goto nomem;
@@ -225,6 +227,8 @@ int act_ep_check_chunks(hid_t ds, const act_ep_index *ix, const char *path, cons
                 if (ids[i] == H5Z_FILTER_FLETCHER32) {
                     fl_left--;
                     if (len < 4) rc = fail(&c, o, rank, "is too short for its fletcher32 checksum (%zu bytes)", len);
+                    else if (!act_ep_fletcher32_ok(cur, len))
+                        rc = fail(&c, o, rank, "does not match its fletcher32 checksum");
                     else len -= 4;
                 } else if (ids[i] == H5Z_FILTER_DEFLATE || ids[i] == ACT_EP_FILTER_LZF) {
                     size_t want = chunk + 4 * (size_t)fl_left;   /* what the earlier filters leave */
@@ -277,12 +281,32 @@ out:
     return rc;
 }
 
+int act_ep_check_sums(hid_t ds, const act_ep_index *ix, const char *path, const char *name, char *err,
+                      size_t errlen) {
+    hid_t dcpl = H5Dget_create_plist(ds);
+    unsigned flags = 0, cdv[4];
+    size_t ncd = 4;
+    int has = dcpl >= 0 && H5Pget_filter_by_id2(dcpl, H5Z_FILTER_FLETCHER32, &flags, &ncd, cdv, 0, NULL, NULL) >= 0;
+    if (dcpl >= 0) H5Pclose(dcpl);
+    H5Eclear2(H5E_DEFAULT);
+    char e[512];
+    if (!has || act_ep_check_chunks(ds, ix, path, name, ACT_EP_CHECK_SUMS, e, sizeof e) == 0) return 0;
+    snprintf(err, errlen, "%s", e);
+    return -1;
+}
+
 #elif defined(ACT_WITH_HDF5)
 
-int act_ep_check_chunks(hid_t ds, const act_ep_index *ix, const char *path, const char *name, int skip_inflated,
+int act_ep_check_chunks(hid_t ds, const act_ep_index *ix, const char *path, const char *name, int mode,
                         char *err, size_t errlen) {
-    (void)ds, (void)ix, (void)path, (void)name, (void)skip_inflated, (void)err, (void)errlen;
+    (void)ds, (void)ix, (void)path, (void)name, (void)mode, (void)err, (void)errlen;
     return 0;   /* HDF5 older than 1.10.5: no chunk index queries */
+}
+
+int act_ep_check_sums(hid_t ds, const act_ep_index *ix, const char *path, const char *name, char *err,
+                      size_t errlen) {
+    (void)ds, (void)ix, (void)path, (void)name, (void)err, (void)errlen;
+    return 0;
 }
 
 #endif

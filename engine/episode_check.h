@@ -1,6 +1,6 @@
 /* episode_check.h - every stored chunk of an episode's dataset checked for its size before HDF5
  * reads it.
- * defines: act_ep_check_chunks
+ * defines: act_ep_check_chunks, act_ep_check_sums
  *
  * HDF5 1.10 copies a whole chunk's bytes out of whatever its filter pipeline returned, and out of
  * an unfiltered chunk's stored bytes, without comparing the two sizes: a gzip chunk that inflates
@@ -8,9 +8,9 @@
  * looks right), makes H5Dread read past its own buffer (heap garbage as input, or a crash; review
  * of 2026-12-04). So at open, for a chunked dataset: its filters must be ones whose output size
  * can be checked (gzip, h5py's lzf, shuffle, fletcher32; any other is refused by name), every unfiltered
- * chunk must store exactly one chunk's bytes, and every filtered chunk is fetched raw
- * (H5Dread_chunk) and undone here - fletcher32 strips its 4 bytes, gzip or lzf decodes, shuffle keeps
- * the length - to exactly one chunk's bytes. Chunks that episode_inflate.c will inflate itself
+ * chunk must store exactly one chunk's bytes, and every compressed chunk is fetched raw
+ * (H5Dread_chunk) and undone here - fletcher32 checks and strips its 4 bytes, gzip or lzf decodes,
+ * shuffle keeps the length - to exactly one chunk's bytes. Chunks that episode_inflate.c will inflate itself
  * (gzip chunks, whole frames or tiles, stored with every filter applied) are checked there as
  * they are read, so the caller may leave them out here (unless one chunk sends its read window
  * to HDF5: stored with a filter skipped, or 0 bytes in the index, which the inflater takes for
@@ -29,15 +29,28 @@
 #include <hdf5.h>
 #include "episode_index.h"
 
-/* 0, or -1 with err naming path, the dataset and the chunk. skip_inflated: filtered chunks whose
- * filter mask is 0 are not inflated here (episode_inflate.c checks them), unless some chunk has a
- * filter mask or 0 stored bytes (above). Does nothing for a
+/* act_ep_check_chunks' modes (bits) */
+enum {
+    ACT_EP_CHECK_SKIP_POOL = 1,   /* filtered chunks whose filter mask is 0 are not decoded here
+                                     (episode_inflate.c checks them), unless some chunk has a
+                                     filter mask or 0 stored bytes (above) */
+    ACT_EP_CHECK_SUMS = 2         /* chunks with a live fletcher32 and no codec are fetched and
+                                     their checksums checked too (else their size says enough) */
+};
+/* 0, or -1 with err naming path, the dataset and the chunk; mode: ACT_EP_CHECK_* bits, 0 for the
+ * open's check of a dataset HDF5 reads. Does nothing for a
  * layout that is not chunked, or with an HDF5 older than 1.10.5 (no chunk index queries); the
  * size checks of filtered chunks need zlib or libdeflate in the build. ix: the dataset's chunk
  * table (episode_index.h), where the chunks are found without asking HDF5; NULL or empty: HDF5's
  * lookups. */
-int act_ep_check_chunks(hid_t ds, const act_ep_index *ix, const char *path, const char *name, int skip_inflated,
+int act_ep_check_chunks(hid_t ds, const act_ep_index *ix, const char *path, const char *name, int mode,
                         char *err, size_t errlen);
+/* After HDF5 failed to read dataset ds: when it is stored with fletcher32, every chunk's checksum
+ * is checked (act_ep_check_chunks with ACT_EP_CHECK_SUMS: the whole dataset is read), and -1 with
+ * err naming the first chunk that check refuses, for its checksum or anything else (HDF5 1.14
+ * says only "filter returned failure during read"); else 0, err untouched. */
+int act_ep_check_sums(hid_t ds, const act_ep_index *ix, const char *path, const char *name, char *err,
+                      size_t errlen);
 #endif
 
 #endif

@@ -20,6 +20,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "episode_inflate.h"
 #include "episode_direct.h"
+#include "episode_fletcher.h"
 #include "episode_lzf.h"
 #include "cpu_ops.h"   /* ACT_CPU_VEC_CLONES */
 
@@ -136,8 +137,9 @@ static double row_bytes_of(const int *c, int H, int W) {
            ((3 + c[3] - 1) / c[3]);
 }
 
-int act_ep_pool_chunk(hid_t ds, int H, int W, int cd[4]) {
+int act_ep_pool_chunk(hid_t ds, int H, int W, int cd[4], int *fletcher) {
     int kind = ACT_EP_POOL_NONE;
+    *fletcher = 0;
     hsize_t c[4];
     hid_t dcpl = H5Dget_create_plist(ds), type = H5Dget_type(ds);
     if (dcpl < 0 || type < 0 || H5Pget_layout(dcpl) != H5D_CHUNKED || H5Pget_chunk(dcpl, 4, c) != 4) goto out;
@@ -152,15 +154,8 @@ int act_ep_pool_chunk(hid_t ds, int H, int W, int cd[4]) {
         goto out;
     int ci[4] = {(int)c[0], (int)c[1], (int)c[2], (int)c[3]};
     if (row_bytes_of(ci, H, W) > max_read_bytes()) goto out;
-    int nf = H5Pget_nfilters(dcpl), deflate = 0, lzf = 0, other = 0;
-    if (nf == 0) {
-        /* raw: tiles are the pool's, whole frames episode_direct.c's (pread). H5Dread_chunk
-         * writes a chunk's stored size, which only the open's check (episode_check.c, HDF5
-         * 1.10.5 on) holds to one chunk: without it they stay HDF5's */
-        if (ACT_EP_CHUNK_INFO && !whole && H5Pget_external_count(dcpl) == 0) kind = ACT_EP_POOL_RAW_TILES;
-        goto found;
-    }
-    if (nf > 2) goto out;
+    int nf = H5Pget_nfilters(dcpl), deflate = 0, lzf = 0, f32 = 0, other = 0;
+    if (nf < 0 || nf > 3) goto out;
     for (int i = 0; i < nf; i++) {   /* gzip or lzf, perhaps shuffle: of 1-byte pixels it moves nothing */
         unsigned flags, cdv[8] = {0};
         size_t ncd = 8;
@@ -168,12 +163,22 @@ int act_ep_pool_chunk(hid_t ds, int H, int W, int cd[4]) {
         H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)i, &flags, &ncd, cdv, sizeof fname, fname, NULL);
         if (id == H5Z_FILTER_DEFLATE) deflate++;
         else if (id == ACT_EP_FILTER_LZF) lzf++;
+        else if (id == H5Z_FILTER_FLETCHER32 && i == nf - 1) f32++;   /* applied last: checked first */
         else if (!(id == H5Z_FILTER_SHUFFLE && (ncd < 1 || cdv[0] == 1))) other++;
     }
     unsigned copts = 0;   /* edge chunks stored unfiltered: HDF5's path reads those */
-    if (H5Pget_chunk_opts(dcpl, &copts) >= 0 && (copts & H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS)) other++;
-    if (deflate + lzf == 1 && !other) kind = deflate ? ACT_EP_POOL_GZIP : ACT_EP_POOL_LZF;
-found:
+    if (nf > 0 && H5Pget_chunk_opts(dcpl, &copts) >= 0 && (copts & H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS)) other++;
+    if (deflate + lzf == 0) {
+        /* raw (shuffle aside): tiles are the pool's, whole frames episode_direct.c's (pread),
+         * unless they carry checksums (pread cannot check them: the pool's then). H5Dread_chunk
+         * writes a chunk's stored size, which only the open's check (episode_check.c, HDF5
+         * 1.10.5 on) holds to one chunk: without it they stay HDF5's */
+        if (ACT_EP_CHUNK_INFO && (!whole || f32) && !other && H5Pget_external_count(dcpl) == 0)
+            kind = ACT_EP_POOL_RAW;
+    } else if (deflate + lzf == 1 && !other) {
+        kind = deflate ? ACT_EP_POOL_GZIP : ACT_EP_POOL_LZF;
+    }
+    if (kind) *fletcher = f32;
     if (kind)
         for (int i = 0; i < 4; i++) cd[i] = (int)c[i];
 out:
@@ -183,7 +188,10 @@ out:
     return kind;
 }
 
-enum { INF_SHORT_READ = INF_NOMEM + 1 };   /* a verdict of the pool's fetch, before any inflate */
+enum {
+    INF_SHORT_READ = INF_NOMEM + 1,   /* verdicts of the pool's fetch, before any inflate: a short pread */
+    INF_BAD_SUM                       /* a fletcher32 checksum that does not match */
+};
 
 typedef struct chunk_job {
     uint8_t *src;             /* the compressed bytes (scratch) */
@@ -211,6 +219,7 @@ typedef struct inflate_job {
     int H, W, t0, n;          /* tiles: the window [t0, t0 + n) of (T, H, W, 3) frames in out */
     uint8_t *out, *thr;       /* tiles: the window; one chunk's scratch per pool thread */
     int lzf;                  /* 1: h5py's lzf chunks (episode_lzf.h), not gzip */
+    int fletcher;             /* 1: each stored chunk ends in a fletcher32 checksum (episode_fletcher.h) */
 } inflate_job;
 
 /* The part inside the window of a group of tiles - the nc tiles of one (t, y, x) origin, one per
@@ -301,9 +310,18 @@ static void inflate_task(void *arg, int th, int lo, int hi) {
                 ok = 0;
                 continue;
             }
+            size_t len = c->src_len;   /* the bytes the earlier filters made */
+            if (q->fletcher) {
+                if (!act_ep_fletcher32_ok(c->src, len)) {
+                    c->verdict = INF_BAD_SUM;
+                    ok = 0;
+                    continue;
+                }
+                len -= 4;
+            }
             if (q->raw) {   /* scattered from the fetched bytes; copied only into a row kept */
                 c->verdict = INF_OK;
-                c->got = c->src_len;
+                c->got = len;
                 ok &= c->got == q->want;
                 if (c->got == q->want && c->dst) memcpy(dst, c->src, q->want);
                 continue;
@@ -317,8 +335,8 @@ static void inflate_task(void *arg, int th, int lo, int hi) {
             }
             if (q->libdeflate) dec = g_dec[th];
 #endif
-            c->verdict = q->lzf ? act_ep_lzf_decode(c->src, c->src_len, dst, q->want, &c->got)
-                                : act_ep_inflate_one(dec, c->src, c->src_len, dst, q->want, &c->got);
+            c->verdict = q->lzf ? act_ep_lzf_decode(c->src, len, dst, q->want, &c->got)
+                                : act_ep_inflate_one(dec, c->src, len, dst, q->want, &c->got);
             ok &= c->verdict == INF_OK && c->got == q->want;
         }
         if (q->tiles && ok) scatter(q, &q->c[g * q->nc], bufs);
@@ -349,10 +367,11 @@ static const char *where(char *buf, size_t len, const int *o, int whole) {
     return buf;
 }
 
-int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const act_ep_direct *loc,
+int act_ep_read_pool(hid_t ds, int kind, int fletcher, const int cd[4], int H, int W, const act_ep_direct *loc,
                      const act_ep_index *ix, int fd, uint64_t file_size, const char *path, const char *name, int t0,
                      int n, uint8_t *dst, act_ep_scratch *s, act_ep_rowcache *rows, char *err, size_t errlen) {
-    int raw = kind == ACT_EP_POOL_RAW_TILES, lzf = kind == ACT_EP_POOL_LZF, whole = cd[1] == H && cd[2] == W && cd[3] == 3, k = cd[0];
+    int raw = kind == ACT_EP_POOL_RAW, lzf = kind == ACT_EP_POOL_LZF, k = cd[0];
+    int whole = cd[1] == H && cd[2] == W && cd[3] == 3;
     int nx = (W + cd[2] - 1) / cd[2], nc = (3 + cd[3] - 1) / cd[3];   /* tiles across, channel ranges */
     int per_t = ((H + cd[1] - 1) / cd[1]) * nx * nc;
     int first = t0 / k, last = (t0 + n - 1) / k;
@@ -376,13 +395,14 @@ int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const ac
             return -1;
         }
         int mid = first + (last - first + 1) / 2, n1 = mid * k - t0;
-        int r = act_ep_read_pool(ds, kind, cd, H, W, loc, ix, fd, file_size, path, name, t0, n1, dst, s, rows,
-                                 err, errlen);
-        return r ? r : act_ep_read_pool(ds, kind, cd, H, W, loc, ix, fd, file_size, path, name, mid * k, n - n1,
-                                        dst + (size_t)n1 * frame, s, rows, err, errlen);
+        int r = act_ep_read_pool(ds, kind, fletcher, cd, H, W, loc, ix, fd, file_size, path, name, t0, n1, dst, s,
+                                 rows, err, errlen);
+        return r ? r : act_ep_read_pool(ds, kind, fletcher, cd, H, W, loc, ix, fd, file_size, path, name, mid * k,
+                                        n - n1, dst + (size_t)n1 * frame, s, rows, err, errlen);
     }
     int nch = (last - first + 1) * per_t;
-    size_t max_src = raw ? chunk_bytes : chunk_bytes + (chunk_bytes >> 6) + 4096;
+    size_t sum = fletcher ? 4 : 0;   /* a checksum's bytes after each stored chunk */
+    size_t max_src = (raw ? chunk_bytes : chunk_bytes + (chunk_bytes >> 6) + 4096) + sum;
     const char *inflater = raw ? "raw" : lzf ? "lzf" : act_ep_inflater();
     const char *what = raw ? "chunk" : lzf ? "lzf chunk" : "gzip chunk";
     char at[64];
@@ -438,10 +458,10 @@ int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const ac
         }
         if (rc == 0 && mask) {
             rc = 1;   /* stored with its filter skipped: HDF5's path knows what to do */
-        } else if (rc == 0 && raw && sz != chunk_bytes) {   /* 1.10 says the nominal size: the open checked */
+        } else if (rc == 0 && raw && sz != chunk_bytes + sum) {   /* 1.10 says the nominal size: the open checked */
             snprintf(err, errlen, "%s: dataset '%s': the chunk at %s stores %llu bytes, but a chunk holds %zu "
                      "(damaged file)", path, name, where(at, sizeof at, c[i].o, whole), (unsigned long long)sz,
-                     chunk_bytes);
+                     chunk_bytes + sum);
             rc = -1;
         } else if (rc == 0 && sz > max_src) {
             snprintf(err, errlen, "%s: dataset '%s': the %s at %s claims %llu bytes, "
@@ -484,7 +504,7 @@ int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const ac
     }
     if (rc == 0) {
         inflate_job q = {c, chunk_bytes, !strcmp(inflater, "libdeflate"), raw, loc || ix ? fd : -1, cd, !whole,
-                         whole ? 1 : nc, H, W, t0, n, dst, s->thr, lzf};
+                         whole ? 1 : nc, H, W, t0, n, dst, s->thr, lzf, fletcher};
         act_ep_pool_run(inflate_task, &q, nch / q.nc);
         for (int i = 0; i < nch && rc == 0; i++) {
             int v = c[i].verdict;
@@ -492,6 +512,13 @@ int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const ac
                 snprintf(err, errlen, "%s: dataset '%s': the %s at %s cannot be read: %s",
                          path, name, what, where(at, sizeof at, c[i].o, whole), c[i].read_errno ? strerror(c[i].read_errno)
                          : "the file ends before it (truncated file)");
+                rc = -1;
+                break;
+            }
+            if (v == INF_BAD_SUM) {
+                snprintf(err, errlen, "%s: dataset '%s': the %s at %s cannot be read: its fletcher32 checksum "
+                         "does not match its bytes (corrupt file)", path, name, what,
+                         where(at, sizeof at, c[i].o, whole));
                 rc = -1;
                 break;
             }
@@ -518,15 +545,17 @@ int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const ac
 
 #elif defined(ACT_WITH_HDF5)
 
-int act_ep_pool_chunk(hid_t ds, int H, int W, int cd[4]) {
+int act_ep_pool_chunk(hid_t ds, int H, int W, int cd[4], int *fletcher) {
     (void)ds, (void)H, (void)W, (void)cd;
+    *fletcher = 0;
     return ACT_EP_POOL_NONE;   /* built without zlib or libdeflate: HDF5's own path */
 }
 
-int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const act_ep_direct *loc,
+int act_ep_read_pool(hid_t ds, int kind, int fletcher, const int cd[4], int H, int W, const act_ep_direct *loc,
                      const act_ep_index *ix, int fd, uint64_t file_size, const char *path, const char *name, int t0,
                      int n, uint8_t *dst, act_ep_scratch *s, act_ep_rowcache *rows, char *err, size_t errlen) {
-    (void)ds, (void)kind, (void)cd, (void)H, (void)W, (void)loc, (void)ix, (void)fd, (void)file_size, (void)path;
+    (void)ds, (void)kind, (void)fletcher, (void)cd, (void)H, (void)W, (void)loc, (void)ix, (void)fd, (void)file_size;
+    (void)path;
     (void)name, (void)t0;
     (void)n, (void)dst, (void)s, (void)rows;
     (void)err, (void)errlen;

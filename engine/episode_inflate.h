@@ -12,9 +12,10 @@
  * automatic chunks, e.g. (50, 32, 32, 1), on which HDF5 itself ran at ~130 timesteps/s and
  * inflated a chunk that two reads share twice). Uncompressed tiles (the same automatic chunks of
  * a dataset stored without gzip) take the same path less the inflate: HDF5 scatters each tile's
- * bytes into interleaved pixels one byte at a time. Anything else (fletcher32, edge chunks stored
- * unfiltered, ACT_EPISODE_THREADS=1) takes HDF5's own path (episode.c), after episode_check.c
- * checked every chunk's size. */
+ * bytes into interleaved pixels one byte at a time. A fletcher32 checksum after either (h5py's
+ * `fletcher32=True`) is checked on the same threads (episode_fletcher.h). Anything else (edge
+ * chunks stored unfiltered, ACT_EPISODE_THREADS=1) takes HDF5's own path (episode.c), after
+ * episode_check.c checked every chunk's size. */
 #ifndef ACT_EPISODE_INFLATE_H
 #define ACT_EPISODE_INFLATE_H
 
@@ -76,21 +77,24 @@ int act_ep_inflate_one(void *dec, const uint8_t *in, size_t in_len, uint8_t *out
  * (1 <= k <= 2^20), whatever its filters; else 0 (shared by the gzip and the pread paths) */
 int act_ep_frame_chunk(hid_t dcpl, int H, int W);
 /* What the pool reads of a (T, H, W, 3) uint8 dataset (act_ep_pool_chunk). */
-enum { ACT_EP_POOL_NONE, ACT_EP_POOL_GZIP, ACT_EP_POOL_RAW_TILES, ACT_EP_POOL_LZF };
+enum { ACT_EP_POOL_NONE, ACT_EP_POOL_GZIP, ACT_EP_POOL_RAW, ACT_EP_POOL_LZF };
 /* ACT_EP_POOL_GZIP when the dataset is chunked with gzip alone (or gzip and shuffle, which leaves
  * 1-byte values where they are), whatever the chunk shape cd (t, y, x, c) - whole frames
  * (k, H, W, 3) of at most 32 MiB, or tiles such as h5py's automatic (50, 32, 32, 1) of at most
  * 4 MiB (each pool thread holds one); ACT_EP_POOL_LZF for the same with h5py's lzf in gzip's place
- * (episode_lzf.h); ACT_EP_POOL_RAW_TILES when it is chunked in tiles of at
+ * (episode_lzf.h); ACT_EP_POOL_RAW when it is chunked in tiles of at
  * most 4 MiB with no filter at all (h5py's automatic chunks of an uncompressed dataset, which
  * every resizable one is: a recorder that appends frames writes (64, 32, 32, 1); HDF5 copies
- * those into interleaved pixels a byte at a time, ~300 timesteps/s); so act_ep_read_pool can
- * read it. ACT_EP_POOL_NONE: it cannot (also when built without zlib and libdeflate, for raw
+ * those into interleaved pixels a byte at a time, ~300 timesteps/s; shuffle may come with them),
+ * or in tiles or whole frames with fletcher32; so act_ep_read_pool can read it. *fletcher = 1 when the last filter the
+ * writer applied (the first a read undoes) is fletcher32 (h5py's order: shuffle, gzip or lzf,
+ * fletcher32), whose checksum the pool then checks before it decodes; a fletcher32 anywhere else
+ * leaves the dataset to HDF5. ACT_EP_POOL_NONE: it cannot (also when built without zlib and libdeflate, for raw
  * tiles with HDF5 before 1.10.5, whose open cannot check their stored sizes, for a 1-byte type of
  * fewer than 8 bits or at an offset, which HDF5's read converts, and when one row of chunks is
- * over the 256 MiB a read holds); raw whole frames are episode_direct.c's. cd is set for either
- * kind. */
-int act_ep_pool_chunk(hid_t ds, int H, int W, int cd[4]);
+ * over the 256 MiB a read holds); raw whole frames without checksums are episode_direct.c's. cd
+ * is set for every kind. */
+int act_ep_pool_chunk(hid_t ds, int H, int W, int cd[4], int *fletcher);
 /* Frames [t0, t0 + n) of an (T, H, W, 3) dataset with chunks cd of the given kind
  * (act_ep_pool_chunk) into dst. With a locator loc (episode_direct.h: the chunks' user-block
  * base, checked at open; whole-frame gzip chunks only) and the file's descriptor fd, each chunk's
@@ -101,12 +105,14 @@ int act_ep_pool_chunk(hid_t ds, int H, int W, int cd[4]);
  * thread's scratch (or, for tiles, into rows: the window's last row when the window ends inside
  * it), whence the part inside the window is copied out. Raw tiles are copied into the window
  * from the bytes fetched (each of exactly one tile's size: episode_check.c checked every stored
- * size at open). rows may be NULL (no reuse). A
+ * size at open). With fletcher, each stored chunk's checksum is checked on the pool's thread
+ * before anything else, and a chunk whose checksum does not match is an error naming it, as
+ * HDF5's read fails on it. rows may be NULL (no reuse). A
  * window of more than 2^18 chunks (tiny tiles) is read in parts split at chunk boundaries; one
  * row of tiles past that is an error naming h5repack. 0: done; -1: error in err (file, dataset,
  * chunk); 1: a chunk this path does not handle (unallocated, or stored with its filter skipped):
  * use H5Dread. */
-int act_ep_read_pool(hid_t ds, int kind, const int cd[4], int H, int W, const act_ep_direct *loc,
+int act_ep_read_pool(hid_t ds, int kind, int fletcher, const int cd[4], int H, int W, const act_ep_direct *loc,
                      const act_ep_index *ix, int fd, uint64_t file_size, const char *path, const char *name, int t0,
                      int n, uint8_t *dst, act_ep_scratch *s, act_ep_rowcache *rows, char *err, size_t errlen);
 #endif

@@ -28,6 +28,7 @@ elif [ $h5rc -eq 0 ]; then
     (cd build-h5114 && ctest --output-on-failure -R 'make_testdata|episode|eval_summary|fuzz_corpus') || status=1
     ACT_BUILD_DIR="$PWD/build-h5114" "$PY" -m pytest -q tests/python/test_episode_chunks.py \
         tests/python/test_episode_direct.py tests/python/test_episode_inflate.py tests/python/test_episode_libver.py tests/python/test_episode_lzf.py \
+        tests/python/test_episode_fletcher.py \
         tests/python/test_eval.py || status=1
 elif [ $h5rc -eq 2 ]; then
     echo "test.sh: SKIPPED the HDF5 1.14 leg: its source could not be fetched (see above)" >&2

@@ -12,7 +12,7 @@ T = 11
 
 
 def write_episode(path, qpos, action, images, chunk=None, gzip=False, userblock=0, unwritten=(), libver=None,
-                  resizable=False, lzf=False, shuffle=False):
+                  resizable=False, lzf=False, shuffle=False, fletcher32=False):
     """images: camera -> (T, H, W, 3) uint8. chunk None: contiguous; else chunks of `chunk` frames
     (an int), of that shape (a tuple: tiles), or h5py's automatic ones (True), gzip level 4 when
     asked. userblock: bytes of user block before HDF5's data. unwritten: the timesteps of chunks
@@ -20,7 +20,8 @@ def write_episode(path, qpos, action, images, chunk=None, gzip=False, userblock=
     file format bounds ("latest": chunk indexes of layout version 4, as SWMR recorders write).
     resizable: maxshape (None, H, W, 3), as a recorder that appends frames makes (with "latest":
     an extensible array index; fixed datasets get a fixed array, one chunk a single-chunk index).
-    lzf: h5py's own lzf filter instead of gzip; shuffle: the shuffle filter before either."""
+    lzf: h5py's own lzf filter instead of gzip; shuffle: the shuffle filter before either;
+    fletcher32: h5py's checksum after them (chunked cameras only)."""
     fkw = {}
     if userblock:
         fkw["userblock_size"] = userblock
@@ -39,6 +40,8 @@ def write_episode(path, qpos, action, images, chunk=None, gzip=False, userblock=
                     kw.update(compression="lzf")
                 if shuffle:
                     kw.update(shuffle=True)
+                if fletcher32:
+                    kw.update(fletcher32=True)
             if resizable:
                 kw["maxshape"] = (None,) + frames.shape[1:]
             if unwritten:

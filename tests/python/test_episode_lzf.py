@@ -4,8 +4,8 @@ pool's threads and, registered as HDF5's filter 32000, on HDF5's own path. Every
 h5py's read; chunks lzf could not shrink (stored raw, the filter skipped in their mask) are read
 too; a damaged lzf chunk (bad data, a stream decoding short of its chunk or past it, a raw one
 of the wrong size) is an error naming the chunk, at open on HDF5's path (episode_check.c) and at
-the read on the pool's; fletcher32 and lzf on qpos/action read through HDF5's path with the
-engine's filter, which is registered without loading HDF5's plugins."""
+the read on the pool's; lzf with fletcher32 reads on the pool too, and lzf on qpos/action through
+HDF5's path with the engine's filter, which is registered without loading HDF5's plugins."""
 
 from __future__ import annotations
 
@@ -163,8 +163,9 @@ def read_frames(bench_read, model, ep, env):
 
 
 def test_lzf_with_fletcher32_and_on_qpos_and_action(act_infer, bench_read, episode_data, tmp_path):
-    """fletcher32 after lzf (h5py's order: shuffle, compression, fletcher32) sends the cameras to
-    HDF5's path, which decodes with the engine's filter; qpos and action stored with lzf too"""
+    """fletcher32 after lzf (h5py's order: shuffle, compression, fletcher32): the pool checks the
+    checksum and decodes; HDF5's path (1 thread) decodes with the engine's filter; qpos and
+    action stored with lzf too"""
     model, qpos, action, images = episode_data
     raw, ep = tmp_path / "raw.hdf5", tmp_path / "f32.hdf5"
     write_episode(raw, qpos, action, images)
@@ -174,7 +175,8 @@ def test_lzf_with_fletcher32_and_on_qpos_and_action(act_infer, bench_read, episo
         for cam, frames in images.items():
             f.create_dataset(f"observations/images/{cam}", data=frames, chunks=(1,) + frames.shape[1:],
                              compression="lzf", shuffle=True, fletcher32=True)
-    assert set(readers(bench_read, model, ep, 3).values()) == {"hdf5"}
+    assert set(readers(bench_read, model, ep, 3).values()) == {"pool, lzf chunks of 1 frames, fletcher32, pread"}
+    assert set(readers(bench_read, model, ep, 1).values()) == {"hdf5"}
     for threads in (3, 1):
         got = dumped_frames(bench_read, model, ep, tmp_path, threads)
         for c, frames in images.items():
