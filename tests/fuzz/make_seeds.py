@@ -13,7 +13,8 @@ Writes OUT_DIR/<target>/ for protocol, weights, json and episode:
   json      a valid eval summary (two episodes, one failed) and a few plain JSON documents
   episode   two episodes from tools/make_episodes.py for fuzz_episode.c's contract (raw and gzip),
             and the raw one again in uncompressed tiles of a resizable dataset; 80 frames appended
-            one chunk each (a chunk index of two B-tree levels, which episode_index.c walks)
+            one chunk each (a chunk index of two B-tree levels, which episode_index.c walks);
+            h5py's lzf, and fletcher32 checksums on gzip tiles and on raw frames
 """
 
 import argparse
@@ -149,6 +150,15 @@ def episode_seeds(out):
         f["observations/qpos"] = np.zeros((6, 3), np.float32) - 0.25
         f.create_dataset("observations/images/front", data=np.concatenate([frames, frames]).repeat(2, 0)[:6],
                          chunks=(2, 4, 4, 3), compression="lzf", shuffle=True)
+    # the same frames with fletcher32 checksums (engine/episode_fletcher.c checks them on the pool):
+    # gzip + shuffle tiles, and raw whole frames
+    for name, kw in (("episode_fletcher_gzip.hdf5", dict(chunks=(2, 2, 4, 3), compression="gzip", shuffle=True)),
+                     ("episode_fletcher_raw.hdf5", dict(chunks=(1, 4, 4, 3)))):
+        with h5py.File(os.path.join(d, name), "w") as f:
+            f["action"] = np.zeros((6, 2), np.float32) + 0.5
+            f["observations/qpos"] = np.zeros((6, 3), np.float32) - 0.25
+            f.create_dataset("observations/images/front", data=np.concatenate([frames, frames])[:6],
+                             fletcher32=True, **kw)
     # 80 frames appended one chunk each: HDF5's nodes hold 64 chunks, so the index has two levels
     # (episode_index.c reads it from the file: its own parser of untrusted bytes)
     rng = np.random.default_rng(3)
