@@ -137,6 +137,7 @@ int act_ep_check_chunks(hid_t ds, const act_ep_index *ix, const char *path, cons
         spans *= cd[i] ? (double)((dims[i] + cd[i] - 1) / cd[i]) : 0;
     }
     if (spans == 0) goto out;
+    if (sums && !has_codec && cb > (double)MAX_CHECK_CHUNK) goto out;   /* no chunk that large is read to check */
     if (has_codec && cb > (double)MAX_CHECK_CHUNK) {   /* decoding one needs buffers of that size */
         snprintf(err, errlen, "%s: dataset '%s' has chunks of %.0f bytes, more than the %zu an episode's reader "
                  "takes (damaged file?)", path, name, cb, MAX_CHECK_CHUNK);
@@ -210,9 +211,9 @@ int act_ep_check_chunks(hid_t ds, const act_ep_index *ix, const char *path, cons
                           (unsigned long long)chunk);
             if (rc) break;
             if (!deflated && !(sums && nflet)) goto next;   /* shuffle and fletcher32 alone: the size says it all */
-            if (!raw && (!(raw = malloc(max_raw)) || !(a = malloc(chunk + 4 * MAX_FILTERS)) ||
-                         !(b = malloc(chunk + 4 * MAX_FILTERS))))
-                goto nomem;
+            if (!raw && (!(raw = malloc(max_raw)) || (has_codec && (!(a = malloc(chunk + 4 * MAX_FILTERS)) ||
+                                                                    !(b = malloc(chunk + 4 * MAX_FILTERS))))))
+                goto nomem;   /* a and b: what a codec decodes into */
             uint32_t got_mask = 0;
             if (H5Dread_chunk(ds, H5P_DEFAULT, o, &got_mask, raw) < 0) {
                 rc = fail(&c, o, rank, "cannot be read (truncated or corrupt file)");
@@ -265,7 +266,7 @@ int act_ep_check_chunks(hid_t ds, const act_ep_index *ix, const char *path, cons
     goto out;
 nomem:
     snprintf(err, errlen, "%s: dataset '%s': out of memory checking its chunks", path, name);
-    rc = -1;
+    rc = -2;
 out:
 #ifdef ACT_WITH_LIBDEFLATE
     if (dec) libdeflate_free_decompressor(dec);
@@ -289,10 +290,11 @@ int act_ep_check_sums(hid_t ds, const act_ep_index *ix, const char *path, const 
     int has = dcpl >= 0 && H5Pget_filter_by_id2(dcpl, H5Z_FILTER_FLETCHER32, &flags, &ncd, cdv, 0, NULL, NULL) >= 0;
     if (dcpl >= 0) H5Pclose(dcpl);
     H5Eclear2(H5E_DEFAULT);
-    char e[512];
-    if (!has || act_ep_check_chunks(ds, ix, path, name, ACT_EP_CHECK_SUMS, e, sizeof e) == 0) return 0;
-    snprintf(err, errlen, "%s", e);
-    return -1;
+    char *e = has ? malloc(errlen ? errlen : 1) : NULL;
+    int rc = e ? act_ep_check_chunks(ds, ix, path, name, ACT_EP_CHECK_SUMS, e, errlen ? errlen : 1) : 0;
+    if (rc == -1 && errlen) memcpy(err, e, errlen);   /* a chunk named (not out of memory: -2) */
+    free(e);
+    return rc == -1 ? -1 : 0;
 }
 
 #elif defined(ACT_WITH_HDF5)

@@ -37,8 +37,9 @@ enum {
     ACT_EP_CHECK_SUMS = 2         /* chunks with a live fletcher32 and no codec are fetched and
                                      their checksums checked too (else their size says enough) */
 };
-/* 0, or -1 with err naming path, the dataset and the chunk; mode: ACT_EP_CHECK_* bits, 0 for the
- * open's check of a dataset HDF5 reads. Does nothing for a
+/* 0, or -1 with err naming path, the dataset and the chunk (or a filter refused), -2 with err
+ * saying memory ran out; mode: ACT_EP_CHECK_* bits, 0 for the open's check of a dataset HDF5
+ * reads. Does nothing for a
  * layout that is not chunked, or with an HDF5 older than 1.10.5 (no chunk index queries); the
  * size checks of filtered chunks need zlib or libdeflate in the build. ix: the dataset's chunk
  * table (episode_index.h), where the chunks are found without asking HDF5; NULL or empty: HDF5's
@@ -46,9 +47,11 @@ enum {
 int act_ep_check_chunks(hid_t ds, const act_ep_index *ix, const char *path, const char *name, int mode,
                         char *err, size_t errlen);
 /* After HDF5 failed to read dataset ds: when it is stored with fletcher32, every chunk's checksum
- * is checked (act_ep_check_chunks with ACT_EP_CHECK_SUMS: the whole dataset is read), and -1 with
- * err naming the first chunk that check refuses, for its checksum or anything else (HDF5 1.14
- * says only "filter returned failure during read"); else 0, err untouched. */
+ * is checked (act_ep_check_chunks with ACT_EP_CHECK_SUMS: the whole dataset is read and every
+ * compressed chunk decoded again, seconds for a long episode, on this error path only), and -1
+ * with err naming the first chunk that check refuses, for its checksum or anything else (HDF5 1.14
+ * says only "filter returned failure during read"); else 0 with err untouched (no checksums, no
+ * chunk refused, chunks over 1 GiB, or out of memory). */
 int act_ep_check_sums(hid_t ds, const act_ep_index *ix, const char *path, const char *name, char *err,
                       size_t errlen);
 #endif

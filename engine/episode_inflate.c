@@ -367,6 +367,15 @@ static const char *where(char *buf, size_t len, const int *o, int whole) {
     return buf;
 }
 
+/* -1, err naming a raw chunk that stores `size` bytes where it should hold `want` */
+static int stored_size_error(const char *path, const char *name, const int *o, int whole, uint64_t size, size_t want,
+                             char *err, size_t errlen) {
+    char at[64];
+    snprintf(err, errlen, "%s: dataset '%s': the chunk at %s stores %llu bytes, but a chunk holds %zu (damaged file)",
+             path, name, where(at, sizeof at, o, whole), (unsigned long long)size, want);
+    return -1;
+}
+
 int act_ep_read_pool(hid_t ds, int kind, int fletcher, const int cd[4], int H, int W, const act_ep_direct *loc,
                      const act_ep_index *ix, int fd, uint64_t file_size, const char *path, const char *name, int t0,
                      int n, uint8_t *dst, act_ep_scratch *s, act_ep_rowcache *rows, char *err, size_t errlen) {
@@ -456,13 +465,13 @@ int act_ep_read_pool(hid_t ds, int kind, int fletcher, const int cd[4], int H, i
             rc = H5Dget_chunk_storage_size(ds, o, &hs) < 0 || hs == 0;   /* 1: unallocated, HDF5 fills */
             sz = (uint64_t)hs;
         }
+        /* without a place (H5Dread_chunk below) the mask is known only once the chunk is read: a
+         * raw chunk of one chunk's bytes may be one stored with its checksum skipped */
+        int mask_unknown = !loc && !ix && sum && sz == chunk_bytes;
         if (rc == 0 && mask) {
             rc = 1;   /* stored with its filter skipped: HDF5's path knows what to do */
-        } else if (rc == 0 && raw && sz != chunk_bytes + sum) {   /* 1.10 says the nominal size: the open checked */
-            snprintf(err, errlen, "%s: dataset '%s': the chunk at %s stores %llu bytes, but a chunk holds %zu "
-                     "(damaged file)", path, name, where(at, sizeof at, c[i].o, whole), (unsigned long long)sz,
-                     chunk_bytes + sum);
-            rc = -1;
+        } else if (rc == 0 && raw && sz != chunk_bytes + sum && !mask_unknown) {   /* 1.10: the open checked */
+            rc = stored_size_error(path, name, c[i].o, whole, sz, chunk_bytes + sum, err, errlen);
         } else if (rc == 0 && sz > max_src) {
             snprintf(err, errlen, "%s: dataset '%s': the %s at %s claims %llu bytes, "
                      "more than a chunk of %zu bytes can compress to (corrupt file)", path, name, what,
@@ -495,6 +504,8 @@ int act_ep_read_pool(hid_t ds, int kind, int fletcher, const int cd[4], int H, i
             rc = -1;
         } else if (mask) {
             rc = 1;   /* stored with its filter skipped: HDF5's path knows what to do */
+        } else if (raw && c[i].src_len != chunk_bytes + sum) {   /* kept for the mask above: not skipped */
+            rc = stored_size_error(path, name, c[i].o, whole, c[i].src_len, chunk_bytes + sum, err, errlen);
         }
         off += c[i].src_len;
         if (!whole)   /* a tile: into the row kept for the next read, else its thread's scratch */

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 import subprocess
+import zlib
 
 import h5py
 import numpy as np
@@ -88,14 +89,15 @@ def origin_of(o):
     return f"({', '.join(map(str, o))})"
 
 
-def read_frames(bench_read, model, ep, threads):
+def read_frames(bench_read, model, ep, threads, pread=True):
     return subprocess.run([str(bench_read), "--model", str(model), "--episodes", str(ep), "--rounds", "1"],
-                          capture_output=True, text=True, timeout=300, env=reader_env(threads))
+                          capture_output=True, text=True, timeout=300, env=reader_env(threads, pread=pread))
 
 
+@pytest.mark.parametrize("pread", [True, False], ids=["pread", "H5Dread_chunk"])
 @pytest.mark.parametrize("where", ["data", "checksum"])
 @pytest.mark.parametrize("layout", ["gzip-frames", "raw-tiles", "raw-frames"])
-def test_a_changed_byte_fails_the_checksum(act_infer, bench_read, episode_data, tmp_path, layout, where):
+def test_a_changed_byte_fails_the_checksum(act_infer, bench_read, episode_data, tmp_path, layout, where, pread):
     """one byte of a stored chunk changed (in the bytes the checksum covers, or in the checksum):
     the pool names the chunk and the checksum; on HDF5's path the open's check names them for a
     compressed chunk (it decodes those before HDF5 may), and for a raw one, whose read HDF5
@@ -112,7 +114,7 @@ def test_a_changed_byte_fails_the_checksum(act_infer, bench_read, episode_data, 
     data[off + (size // 2 if where == "data" else size - 2)] ^= 0x10
     ep.write_bytes(bytes(data))
     at = "(3, 8, 16, 2)" if layout == "raw-tiles" else "timestep 2"
-    p = read_frames(bench_read, model, ep, 3)
+    p = read_frames(bench_read, model, ep, 3, pread)
     assert p.returncode != 0 and f"observations/images/{cam}" in p.stderr, p.stderr
     assert f"{at} cannot be read: its fletcher32 checksum does not match its bytes (corrupt file)" in p.stderr, \
         p.stderr
@@ -226,3 +228,71 @@ def test_a_changed_byte_in_qpos_or_action_names_its_chunk(bench_read, episode_da
         p = read_frames(bench_read, model, ep, threads)
         assert p.returncode != 0, p.stderr
         assert f"dataset '{name}': the chunk at (4, 0) does not match its fletcher32 checksum" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("layout, origin, after", [("gzip-frames", (2, 0, 0, 0), (3, 0, 0, 0)),
+                                                   ("raw-frames", (2, 0, 0, 0), (0, 0, 0, 0)),
+                                                   ("raw-tiles", (3, 0, 0, 0), (3, 0, 0, 1))])
+def test_a_chunk_stored_with_its_checksum_skipped_is_read(bench_read, episode_data, tmp_path, layout, origin, after):
+    """a writer may store a chunk with fletcher32 skipped (its bit set in the chunk's filter mask,
+    no checksum: H5Dwrite_chunk); the pool leaves that window to HDF5, which reads it, whether
+    the chunk's place came from the chunk table (pread) or not (H5Dread_chunk, where the mask is
+    known only once the chunk is read); then a changed byte in another chunk of the same window
+    is named after HDF5's read fails"""
+    model, qpos, action, images = episode_data
+    kw = LAYOUTS[layout]
+    ep = tmp_path / "f32.hdf5"
+    write_episode(ep, qpos, action, images, fletcher32=True, **kw)
+    cam = next(iter(images))
+    name = f"observations/images/{cam}"
+    expect = images[cam].copy()
+    with h5py.File(ep, "r+") as f:
+        ds = f[name]
+        c = ds.chunks
+        part = tuple(slice(o, o + n) for o, n in zip(origin, c))
+        block = np.ascontiguousarray(255 - expect[part])
+        expect[part] = block
+        data = zlib.compress(block.tobytes()) if kw.get("gzip") else block.tobytes()
+        skip = 1 << (ds.id.get_create_plist().get_nfilters() - 1)   # fletcher32: the last filter
+        ds.id.write_direct_chunk(origin, data, skip)
+    for threads, pread in ((3, True), (3, False), (1, True)):
+        got = dumped_frames(bench_read, model, ep, tmp_path, threads, pread=pread)
+        np.testing.assert_array_equal(got[cam], expect, err_msg=f"{layout}, {threads} threads, pread {pread}")
+    # a changed byte in another chunk read in the same window of 4 (HDF5's read then)
+    off, size, mask = stored_chunk(ep, cam, after)
+    assert mask == 0
+    b = bytearray(ep.read_bytes())
+    b[off + size // 2] ^= 0x40
+    ep.write_bytes(bytes(b))
+    for pread in (True, False):
+        p = read_frames(bench_read, model, ep, 3, pread)
+        assert p.returncode != 0, p.stderr
+        assert f"the chunk at {origin_of(after)} does not match its fletcher32 checksum" in p.stderr, p.stderr
+
+
+def test_shuffled_raw_tiles_without_checksums_read_on_the_pool(bench_read, episode_data, tmp_path):
+    """shuffle moves no 1-byte pixel: raw tiles with shuffle alone are the pool's, as raw tiles are"""
+    model, qpos, action, images = episode_data
+    ep = tmp_path / "shuffle.hdf5"
+    write_episode(ep, qpos, action, images, chunk=(3, 8, 16, 1), shuffle=True)
+    assert set(readers(bench_read, model, ep, 3).values()) == {"pool, raw chunks of (3, 8, 16, 1), pread"}
+    got = dumped_frames(bench_read, model, ep, tmp_path, 3, batch=5)
+    for c, frames in images.items():
+        np.testing.assert_array_equal(got[c], frames, err_msg=c)
+
+
+@pytest.mark.parametrize("pread", [True, False], ids=["pread", "H5Dread_chunk"])
+def test_a_raw_chunk_missing_its_checksum_is_named_by_its_size(bench_read, episode_data, tmp_path, pread):
+    """a raw chunk stored one chunk long with fletcher32 not skipped in its mask has no room for
+    its checksum: named by its size, whether its place and mask came from the chunk table or only
+    from reading it (H5Dread_chunk)"""
+    model, qpos, action, images = episode_data
+    ep = tmp_path / "f32.hdf5"
+    write_episode(ep, qpos, action, images, chunk=1, fletcher32=True)
+    cam = next(iter(images))
+    n = images[cam][0].nbytes
+    with h5py.File(ep, "r+") as f:
+        f[f"observations/images/{cam}"].id.write_direct_chunk((2, 0, 0, 0), images[cam][2].tobytes(), 0)
+    p = read_frames(bench_read, model, ep, 3, pread)
+    assert p.returncode != 0, p.stderr
+    assert f"the chunk at timestep 2 stores {n} bytes, but a chunk holds {n + 4} (damaged file)" in p.stderr, p.stderr
