@@ -10,27 +10,11 @@
  *      act_ep_fletcher32 of their bytes; chunks written raw with a valid, a swapped and a wrong
  *      checksum are read by HDF5's H5Dread when and only when act_ep_fletcher32_ok accepts them.
  * The seed is printed for reproduction; ACT_TEST_SEED sets one. */
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
+#include "test_common.h"
 #include "episode_fletcher.h"
 #ifdef ACT_WITH_HDF5
 #include <hdf5.h>
-#include <unistd.h>
 #endif
-
-static int failures;
-#define CHECK(cond, ...) do { if (!(cond)) { failures++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-    fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
-
-static uint64_t rng_state;
-static uint32_t rnd(void) {
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (uint32_t)(rng_state >> 33);
-}
 
 static void fill(uint8_t *p, size_t n) {
     for (size_t i = 0; i < n; i++) p[i] = (uint8_t)rnd();
@@ -206,18 +190,15 @@ static void against_hdf5(void) {
 #endif
 
 int main(void) {
-    const char *s = getenv("ACT_TEST_SEED");
-    unsigned seed = s ? (unsigned)strtoul(s, NULL, 10) : (unsigned)time(NULL);
-    rng_state = seed;
-    printf("test_episode_fletcher: seed %u\n", seed);
+    seed_rng("test_episode_fletcher");
     sums();
     verdicts();
 #ifdef ACT_WITH_HDF5
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);   /* the failing reads are expected */
     against_hdf5();
 #endif
-    if (failures) {
-        fprintf(stderr, "test_episode_fletcher: %d failure(s) (seed %u)\n", failures, seed);
+    if (g_fail) {
+        fprintf(stderr, "test_episode_fletcher: %d of %d checks failed\n", g_fail, g_checks);
         return 1;
     }
     printf("test_episode_fletcher: ok\n");

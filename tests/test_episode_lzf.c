@@ -10,28 +10,12 @@
  *      H5Dwrite_chunk gives a valid stream's bytes and a raw-stored chunk's (filter skipped in
  *      its mask), and fails on a stream that decodes short of the chunk or past it.
  * The seed is printed for reproduction; ACT_TEST_SEED sets one. */
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
+#include "test_common.h"
 #include "episode_inflate.h"   /* INF_* */
 #include "episode_lzf.h"
 #ifdef ACT_WITH_HDF5
 #include <hdf5.h>
-#include <unistd.h>
 #endif
-
-static int failures;
-#define CHECK(cond, ...) do { if (!(cond)) { failures++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-    fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
-
-static uint64_t rng_state;
-static uint32_t rnd(void) {
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (uint32_t)(rng_state >> 33);
-}
 
 /* a greedy LZF encoder: the longest match (3..264 bytes, up to 8192 back) among distances
  * 1..8 and the last place of the next three bytes (a hash table, as liblzf keeps), else a literal */
@@ -158,10 +142,7 @@ static void hdf5_filter(void) {
 #endif
 
 int main(void) {
-    const char *s = getenv("ACT_TEST_SEED");
-    unsigned seed = s ? (unsigned)strtoul(s, NULL, 10) : (unsigned)time(NULL);
-    rng_state = seed;
-    printf("test_episode_lzf: seed %u\n", seed);
+    seed_rng("test_episode_lzf");
 
     enum { N = 40000 };
     uint8_t *in = malloc(N), *enc = malloc(N + N / 32 + 64), *out = malloc(N + 16);
@@ -225,8 +206,8 @@ int main(void) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);   /* the failing reads are expected */
     hdf5_filter();
 #endif
-    if (failures) {
-        fprintf(stderr, "test_episode_lzf: %d failure(s) (seed %u)\n", failures, seed);
+    if (g_fail) {
+        fprintf(stderr, "test_episode_lzf: %d of %d checks failed\n", g_fail, g_checks);
         return 1;
     }
     printf("test_episode_lzf: ok\n");

@@ -98,6 +98,20 @@ def dumped_frames(bench_read, model, ep, tmp_path, threads, inflater=None, pread
     return {c: np.fromfile(f"{prefix}.{c}.u8", dtype=np.uint8).reshape(shapes[c]) for c in cams}
 
 
+def assert_pool_reads(bench_read, model, ep, images, tmp_path, name, what):
+    """episode ep's cameras are read on the pool as `name` (', pread' added where the chunk table
+    gives the places) and on HDF5's path with one thread; every pixel equals images in windows of
+    4 and 5, with and without pread, on both paths. what: the layout, for failure messages."""
+    assert set(readers(bench_read, model, ep, 3).values()) == {f"{name}, pread"}
+    assert set(readers(bench_read, model, ep, 3, pread=False).values()) == {name}
+    assert set(readers(bench_read, model, ep, 1).values()) == {"hdf5"}
+    for threads, batch, pread in ((3, 4, True), (3, 5, True), (3, 5, False), (1, 4, True)):
+        got = dumped_frames(bench_read, model, ep, tmp_path, threads, pread=pread, batch=batch)
+        for c, frames in images.items():
+            np.testing.assert_array_equal(got[c], frames, err_msg=f"{c}, {what}, {threads} threads, "
+                                          f"windows of {batch}, pread {pread}")
+
+
 def make_episode_data(make_model, make_cfg, tmp_path, rng):
     """(model path, qpos, action, images) for a small model: frames are smooth gradients plus
     noise, so gzip has something to compress and no two frames are alike."""

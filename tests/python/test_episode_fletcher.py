@@ -16,7 +16,8 @@ import zlib
 import h5py
 import numpy as np
 import pytest
-from episode_util import dumped_frames, make_episode_data, predict, reader_env, readers, write_episode
+from episode_util import (assert_pool_reads, dumped_frames, make_episode_data, predict, reader_env, readers,
+                          write_episode)
 
 
 @pytest.fixture
@@ -60,15 +61,7 @@ def test_fletcher32_episodes_give_h5pys_frames_on_the_pool(act_infer, bench_read
     raw, ep = tmp_path / "raw.hdf5", tmp_path / "f32.hdf5"
     write_episode(raw, qpos, action, images)
     write_episode(ep, qpos, action, images, fletcher32=True, **kw)
-    name = describe(images, kw)
-    assert set(readers(bench_read, model, ep, 3).values()) == {f"{name}, pread"}
-    assert set(readers(bench_read, model, ep, 3, pread=False).values()) == {name}
-    assert set(readers(bench_read, model, ep, 1).values()) == {"hdf5"}
-    for threads, batch, pread in ((3, 4, True), (3, 5, True), (3, 5, False), (1, 4, True)):
-        got = dumped_frames(bench_read, model, ep, tmp_path, threads, pread=pread, batch=batch)
-        for c, frames in images.items():
-            np.testing.assert_array_equal(got[c], frames, err_msg=f"{c}, {layout}, {threads} threads, "
-                                          f"windows of {batch}, pread {pread}")
+    assert_pool_reads(bench_read, model, ep, images, tmp_path, describe(images, kw), layout)
     p = predict(act_infer, model, raw, tmp_path / "want.npy", 1)
     assert p.returncode == 0, p.stderr
     p = predict(act_infer, model, ep, tmp_path / "got.npy", 3)

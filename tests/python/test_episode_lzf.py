@@ -16,7 +16,8 @@ import subprocess
 import h5py
 import numpy as np
 import pytest
-from episode_util import dumped_frames, make_episode_data, predict, reader_env, readers, write_episode
+from episode_util import (assert_pool_reads, dumped_frames, make_episode_data, predict, reader_env, readers,
+                          write_episode)
 
 
 @pytest.fixture
@@ -49,14 +50,7 @@ def test_lzf_episodes_give_h5pys_frames(act_infer, bench_read, episode_data, tmp
     what = f"{shape[0]} frames" if whole else f"({', '.join(map(str, shape))})"
     # the pool's path is taken (HDF5's own would pass the comparison as well), by pread at the
     # chunk table's places or through H5Dread_chunk; one thread: HDF5's path with our filter
-    assert set(readers(bench_read, model, lz, 3).values()) == {f"pool, lzf chunks of {what}, pread"}
-    assert set(readers(bench_read, model, lz, 3, pread=False).values()) == {f"pool, lzf chunks of {what}"}
-    assert set(readers(bench_read, model, lz, 1).values()) == {"hdf5"}
-    for threads, batch, pread in ((3, 4, True), (3, 5, True), (3, 5, False), (1, 4, True)):
-        got = dumped_frames(bench_read, model, lz, tmp_path, threads, pread=pread, batch=batch)
-        for c, frames in images.items():
-            np.testing.assert_array_equal(got[c], frames, err_msg=f"{c}, chunks {shape}, {threads} threads, "
-                                          f"windows of {batch}, pread {pread}")
+    assert_pool_reads(bench_read, model, lz, images, tmp_path, f"pool, lzf chunks of {what}", f"chunks {shape}")
     p = predict(act_infer, model, raw, tmp_path / "want.npy", 1)
     assert p.returncode == 0, p.stderr
     for threads in (1, 3):
