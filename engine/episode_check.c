@@ -292,7 +292,7 @@ int act_ep_check_sums(hid_t ds, const act_ep_index *ix, const char *path, const 
     H5Eclear2(H5E_DEFAULT);
     char *e = has ? malloc(errlen ? errlen : 1) : NULL;
     int rc = e ? act_ep_check_chunks(ds, ix, path, name, ACT_EP_CHECK_SUMS, e, errlen ? errlen : 1) : 0;
-    if (rc == -1 && errlen) memcpy(err, e, errlen);   /* a chunk named (not out of memory: -2) */
+    if (rc == -1) snprintf(err, errlen, "%s", e);   /* a chunk named (not out of memory: -2) */
     free(e);
     return rc == -1 ? -1 : 0;
 }
