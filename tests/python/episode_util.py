@@ -112,6 +112,16 @@ def assert_pool_reads(bench_read, model, ep, images, tmp_path, name, what):
                                           f"windows of {batch}, pread {pread}")
 
 
+def assert_same_predictions(act_infer, model, raw, ep, tmp_path, threads=3):
+    """act-infer predict gives episode ep (read with `threads` reader threads) exactly the chunks
+    it gives raw, the same episode stored uncompressed (read on HDF5's path)"""
+    p = predict(act_infer, model, raw, tmp_path / "want.npy", 1)
+    assert p.returncode == 0, p.stderr
+    p = predict(act_infer, model, ep, tmp_path / "got.npy", threads)
+    assert p.returncode == 0, p.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "got.npy"), np.load(tmp_path / "want.npy"))
+
+
 def make_episode_data(make_model, make_cfg, tmp_path, rng):
     """(model path, qpos, action, images) for a small model: frames are smooth gradients plus
     noise, so gzip has something to compress and no two frames are alike."""
