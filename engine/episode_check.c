@@ -284,13 +284,7 @@ out:
 
 int act_ep_check_sums(hid_t ds, const act_ep_index *ix, const char *path, const char *name, char *err,
                       size_t errlen) {
-    hid_t dcpl = H5Dget_create_plist(ds);
-    unsigned flags = 0, cdv[4];
-    size_t ncd = 4;
-    int has = dcpl >= 0 && H5Pget_filter_by_id2(dcpl, H5Z_FILTER_FLETCHER32, &flags, &ncd, cdv, 0, NULL, NULL) >= 0;
-    if (dcpl >= 0) H5Pclose(dcpl);
-    H5Eclear2(H5E_DEFAULT);
-    char *e = has ? malloc(errlen ? errlen : 1) : NULL;
+    char *e = act_ep_has_filter(ds, H5Z_FILTER_FLETCHER32) ? malloc(errlen ? errlen : 1) : NULL;
     int rc = e ? act_ep_check_chunks(ds, ix, path, name, ACT_EP_CHECK_SUMS, e, errlen ? errlen : 1) : 0;
     if (rc == -1) snprintf(err, errlen, "%s", e);   /* a chunk named (not out of memory: -2) */
     free(e);

@@ -107,6 +107,16 @@ int act_ep_frame_chunk(hid_t dcpl, int H, int W) {
         return 0;
     return (int)cd[0];
 }
+
+int act_ep_has_filter(hid_t ds, H5Z_filter_t id) {
+    hid_t dcpl = H5Dget_create_plist(ds);
+    unsigned flags = 0, cd[8];
+    size_t n = 8;
+    int has = dcpl >= 0 && H5Pget_filter_by_id2(dcpl, id, &flags, &n, cd, 0, NULL, NULL) >= 0;
+    if (dcpl >= 0) H5Pclose(dcpl);
+    H5Eclear2(H5E_DEFAULT);
+    return has;
+}
 #endif
 
 #if defined(ACT_WITH_HDF5) && (defined(ACT_WITH_ZLIB) || defined(ACT_WITH_LIBDEFLATE))
@@ -178,9 +188,10 @@ int act_ep_pool_chunk(hid_t ds, int H, int W, int cd[4], int *fletcher) {
     } else if (deflate + lzf == 1 && !other) {
         kind = deflate ? ACT_EP_POOL_GZIP : ACT_EP_POOL_LZF;
     }
-    if (kind) *fletcher = f32;
-    if (kind)
+    if (kind) {
+        *fletcher = f32;
         for (int i = 0; i < 4; i++) cd[i] = (int)c[i];
+    }
 out:
     if (dcpl >= 0) H5Pclose(dcpl);
     if (type >= 0) H5Tclose(type);
@@ -465,12 +476,9 @@ int act_ep_read_pool(hid_t ds, int kind, int fletcher, const int cd[4], int H, i
             rc = H5Dget_chunk_storage_size(ds, o, &hs) < 0 || hs == 0;   /* 1: unallocated, HDF5 fills */
             sz = (uint64_t)hs;
         }
-        /* without a place (H5Dread_chunk below) the mask is known only once the chunk is read: a
-         * raw chunk of one chunk's bytes may be one stored with its checksum skipped */
-        int mask_unknown = !loc && !ix && sum && sz == chunk_bytes;
         if (rc == 0 && mask) {
             rc = 1;   /* stored with its filter skipped: HDF5's path knows what to do */
-        } else if (rc == 0 && raw && sz != chunk_bytes + sum && !mask_unknown) {   /* 1.10: the open checked */
+        } else if (rc == 0 && raw && sz > max_src) {   /* a short one: below, once its mask is known */
             rc = stored_size_error(path, name, c[i].o, whole, sz, chunk_bytes + sum, err, errlen);
         } else if (rc == 0 && sz > max_src) {
             snprintf(err, errlen, "%s: dataset '%s': the %s at %s claims %llu bytes, "
@@ -504,7 +512,10 @@ int act_ep_read_pool(hid_t ds, int kind, int fletcher, const int cd[4], int H, i
             rc = -1;
         } else if (mask) {
             rc = 1;   /* stored with its filter skipped: HDF5's path knows what to do */
-        } else if (raw && c[i].src_len != chunk_bytes + sum) {   /* kept for the mask above: not skipped */
+        } else if (raw && c[i].src_len != chunk_bytes + sum) {
+            /* every raw chunk's size, once its mask is known (the table's, above, or H5Dread_chunk's:
+             * one of a chunk's bytes may be one stored with its checksum skipped); HDF5 1.10 says the
+             * nominal size, but the open checked the stored ones */
             rc = stored_size_error(path, name, c[i].o, whole, c[i].src_len, chunk_bytes + sum, err, errlen);
         }
         off += c[i].src_len;

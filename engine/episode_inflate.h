@@ -1,5 +1,5 @@
 /* episode_inflate.h - gzip frame chunks of an episode decompressed on several threads.
- * defines: act_ep_scratch, act_ep_frame_chunk, act_ep_pool_chunk,
+ * defines: act_ep_scratch, act_ep_frame_chunk, act_ep_has_filter, act_ep_pool_chunk,
  *          act_ep_inflate_threads, act_ep_pool_run, act_ep_inflater, act_ep_inflater_check,
  *          act_ep_read_pool, act_ep_inflate_one,
  *          act_ep_scratch_free, act_ep_rowcache, act_ep_rowcache_free
@@ -76,6 +76,8 @@ int act_ep_inflate_one(void *dec, const uint8_t *in, size_t in_len, uint8_t *out
 /* k when the dataset creation list dcpl chunks (T, H, W, 3) frames as (k, H, W, 3), k whole frames
  * (1 <= k <= 2^20), whatever its filters; else 0 (shared by the gzip and the pread paths) */
 int act_ep_frame_chunk(hid_t dcpl, int H, int W);
+/* 1 when dataset ds is stored with HDF5 filter id (its error stack cleared either way) */
+int act_ep_has_filter(hid_t ds, H5Z_filter_t id);
 /* What the pool reads of a (T, H, W, 3) uint8 dataset (act_ep_pool_chunk). */
 enum { ACT_EP_POOL_NONE, ACT_EP_POOL_GZIP, ACT_EP_POOL_RAW, ACT_EP_POOL_LZF };
 /* ACT_EP_POOL_GZIP when the dataset is chunked with gzip alone (or gzip and shuffle, which leaves
@@ -86,10 +88,11 @@ enum { ACT_EP_POOL_NONE, ACT_EP_POOL_GZIP, ACT_EP_POOL_RAW, ACT_EP_POOL_LZF };
  * most 4 MiB with no filter at all (h5py's automatic chunks of an uncompressed dataset, which
  * every resizable one is: a recorder that appends frames writes (64, 32, 32, 1); HDF5 copies
  * those into interleaved pixels a byte at a time, ~300 timesteps/s; shuffle may come with them),
- * or in tiles or whole frames with fletcher32; so act_ep_read_pool can read it. *fletcher = 1 when the last filter the
- * writer applied (the first a read undoes) is fletcher32 (h5py's order: shuffle, gzip or lzf,
- * fletcher32), whose checksum the pool then checks before it decodes; a fletcher32 anywhere else
- * leaves the dataset to HDF5. ACT_EP_POOL_NONE: it cannot (also when built without zlib and libdeflate, for raw
+ * or in tiles or whole frames with fletcher32; so act_ep_read_pool can read it. *fletcher = 1
+ * when the last filter the writer applied (the first a read undoes) is fletcher32 (h5py's order:
+ * shuffle, gzip or lzf, fletcher32), whose checksum the pool then checks before it decodes; a
+ * fletcher32 anywhere else leaves the dataset to HDF5. ACT_EP_POOL_NONE: it cannot (also when
+ * built without zlib and libdeflate, for raw
  * tiles with HDF5 before 1.10.5, whose open cannot check their stored sizes, for a 1-byte type of
  * fewer than 8 bits or at an offset, which HDF5's read converts, and when one row of chunks is
  * over the 256 MiB a read holds); raw whole frames without checksums are episode_direct.c's. cd

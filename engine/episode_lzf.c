@@ -94,13 +94,7 @@ void act_ep_lzf_register(void) {
 }
 
 void act_ep_lzf_register_for(hid_t ds) {
-    hid_t dcpl = H5Dget_create_plist(ds);
-    unsigned flags = 0, cd[4];
-    size_t n = 4;
-    if (dcpl >= 0 && H5Pget_filter_by_id2(dcpl, ACT_EP_FILTER_LZF, &flags, &n, cd, 0, NULL, NULL) >= 0)
-        act_ep_lzf_register();
-    if (dcpl >= 0) H5Pclose(dcpl);
-    H5Eclear2(H5E_DEFAULT);
+    if (act_ep_has_filter(ds, ACT_EP_FILTER_LZF)) act_ep_lzf_register();
 }
 #else
 void act_ep_lzf_register(void) {}

@@ -272,7 +272,7 @@ def apply_dataset_resize(settings, warnings):
     inp = (shape, f"vision_backbone.input_shape ({settings.source('input_height')})") \
         if settings.explicit("input_height") else None
     picked = pick_input_size((size, where), inp, warnings)
-    if picked is not inp:
+    if picked[1] == where:   # the dataset's size won
         settings.add(where, {"input_height": size[0], "input_width": size[1]})
 
 
