@@ -62,10 +62,12 @@ uint32_t act_ep_fletcher32(const uint8_t *p, size_t n) {
     return fold(sum2) << 16 | fold(sum1);
 }
 
-int act_ep_fletcher32_ok(const uint8_t *p, size_t n) {
-    if (n < 4) return 0;
-    const uint8_t *c = p + n - 4;
-    uint32_t stored = (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16 | (uint32_t)c[3] << 24;
-    uint32_t f = act_ep_fletcher32(p, n - 4), swapped = (f & 0x00ff00ffu) << 8 | (f >> 8 & 0x00ff00ffu);
+int act_ep_fletcher32_matches(const uint8_t *p, size_t n, const uint8_t sum[4]) {
+    uint32_t stored = (uint32_t)sum[0] | (uint32_t)sum[1] << 8 | (uint32_t)sum[2] << 16 | (uint32_t)sum[3] << 24;
+    uint32_t f = act_ep_fletcher32(p, n), swapped = (f & 0x00ff00ffu) << 8 | (f >> 8 & 0x00ff00ffu);
     return stored == f || stored == swapped;
+}
+
+int act_ep_fletcher32_ok(const uint8_t *p, size_t n) {
+    return n >= 4 && act_ep_fletcher32_matches(p, n - 4, p + n - 4);
 }

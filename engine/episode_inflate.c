@@ -214,6 +214,8 @@ typedef struct chunk_job {
     int cached;               /* 1: a tile of a row kept from the last read, at dst (nothing to fetch) */
     int o[4];                 /* the chunk's origin (t, y, x, c) */
     int partial;              /* 1: only part of it is in the window (dst is scratch) */
+    int direct;               /* 1: raw whole frames, all inside the window: pread straight into dst
+                                 (a checksum after them read apart), no scratch */
     int verdict;              /* INF_* */
     size_t got;               /* bytes it inflated to */
 } chunk_job;
@@ -299,8 +301,9 @@ int act_ep_inflate_one(void *dec, const uint8_t *in, size_t in_len, uint8_t *out
 
 /* Items are groups of q->nc chunks (a tile per channel range, or a whole-frame chunk alone): each
  * fetched if a locator gave its place, inflated (into its dst, else its thread's scratch; a raw
- * tile is its fetched bytes, copied only into a row kept), and a group of tiles whose every chunk
- * came to exactly one chunk copied into the window. */
+ * tile is its fetched bytes, copied only into a row kept; raw whole frames inside the window are
+ * fetched into it), and a group of tiles whose every chunk came to exactly one chunk copied into
+ * the window. */
 static void inflate_task(void *arg, int th, int lo, int hi) {
     inflate_job *q = arg;
     for (int g = lo; g < hi; g++) {
@@ -313,6 +316,20 @@ static void inflate_task(void *arg, int th, int lo, int hi) {
             if (c->cached) {
                 c->verdict = INF_OK;
                 c->got = q->want;
+                continue;
+            }
+            if (c->direct) {   /* the frames into the window, then their checksum beside them */
+                uint8_t sum[4];
+                if (act_ep_pread(q->fd, dst, q->want, c->file_off) < q->want ||
+                    (q->fletcher && act_ep_pread(q->fd, sum, 4, c->file_off + q->want) < 4)) {
+                    c->read_errno = errno;
+                    c->verdict = INF_SHORT_READ;
+                    ok = 0;
+                    continue;
+                }
+                c->verdict = !q->fletcher || act_ep_fletcher32_matches(dst, q->want, sum) ? INF_OK : INF_BAD_SUM;
+                c->got = q->want;
+                ok &= c->verdict == INF_OK;
                 continue;
             }
             if (q->fd >= 0 && act_ep_pread(q->fd, c->src, c->src_len, c->file_off) < c->src_len) {
@@ -487,8 +504,9 @@ int act_ep_read_pool(hid_t ds, int kind, int fletcher, const int cd[4], int H, i
             rc = -1;
         }
         c[i].src_len = (size_t)sz;
-        off += (size_t)sz;
         c[i].partial = whole && (c[i].o[0] < t0 || c[i].o[0] + k > t0 + n);
+        c[i].direct = raw && whole && ix && !c[i].partial;   /* needs no scratch */
+        off += c[i].direct ? 0 : (size_t)sz;
         partial += c[i].partial;
     }
     H5Eclear2(H5E_DEFAULT);
@@ -504,7 +522,7 @@ int act_ep_read_pool(hid_t ds, int kind, int fletcher, const int cd[4], int H, i
         hsize_t o[4] = {(hsize_t)c[i].o[0], (hsize_t)c[i].o[1], (hsize_t)c[i].o[2], (hsize_t)c[i].o[3]};
         uint32_t mask = 0;
         if (c[i].cached) continue;
-        c[i].src = s->raw + off;
+        c[i].src = c[i].direct ? NULL : s->raw + off;
         if (!loc && !ix && H5Dread_chunk(ds, H5P_DEFAULT, o, &mask, s->raw + off) < 0) {   /* else the task preads */
             H5Eclear2(H5E_DEFAULT);
             snprintf(err, errlen, "%s: dataset '%s': the chunk at %s cannot be read "
@@ -518,7 +536,7 @@ int act_ep_read_pool(hid_t ds, int kind, int fletcher, const int cd[4], int H, i
              * nominal size, but the open checked the stored ones */
             rc = stored_size_error(path, name, c[i].o, whole, c[i].src_len, chunk_bytes + sum, err, errlen);
         }
-        off += c[i].src_len;
+        off += c[i].direct ? 0 : c[i].src_len;
         if (!whole)   /* a tile: into the row kept for the next read, else its thread's scratch */
             c[i].dst = keep >= 0 && i >= nch - per_t ? rows->buf[keep] + (size_t)(i - (nch - per_t)) * chunk_bytes : NULL;
         else
