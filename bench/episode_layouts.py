@@ -12,6 +12,8 @@ recorder writes them. Content: 8 random frames repeated (the reader's speed does
     tiny     raw tiles of (1, 8, 8, 1), written whole (a worst case for per-chunk costs)
     lzf      chunks (1, 256, 256, 3) with h5py's lzf, written in blocks of 50
     gzip     the same with gzip level 4 (lzf's peer)
+    lzfcam   lzf again, on camera-like frames: flat colours and a gradient floor with sensor
+             noise of -6..6 on every value (lzf finds short repeats only: ~80% stored)
   Any of frames, tiles, lzf and gzip followed by +f32 (e.g. gzip+f32) adds h5py's fletcher32
   checksum to the camera datasets.
 For lzf and gzip the frames are flat 8x8 patches with a gradient and a grain in runs of 4 pixels
@@ -30,7 +32,7 @@ def main(argv):
     path, T, layout = argv[0], int(argv[1]), argv[2]
     f32 = layout.endswith("+f32")
     layout = layout[:-4] if f32 else layout
-    if layout not in ("frames", "append", "tiles", "latest", "tiny", "lzf", "gzip") or (
+    if layout not in ("frames", "append", "tiles", "latest", "tiny", "lzf", "gzip", "lzfcam") or (
             f32 and layout not in ("frames", "tiles", "lzf", "gzip")):
         sys.exit(__doc__)
     check = {"fletcher32": True} if f32 else {}
@@ -40,6 +42,14 @@ def main(argv):
         patches = rng.integers(0, 200, (8, 32, 32, 3)).repeat(8, 1).repeat(8, 2)
         grain = rng.integers(0, 4, (8, 256, 64, 3)).repeat(4, 2)   # shading, in runs of 4 pixels
         base = (patches + grain + np.arange(256)[None, None, :, None] // 16).astype(np.uint8)
+    if layout == "lzfcam":
+        yy = np.arange(256)[:, None, None]
+        scene = np.where(yy > 150, np.concatenate([90 + yy // 4, 80 + yy // 5, 70 + yy // 6], 2),
+                         np.array([180, 190, 200])).repeat(256, 1)
+        scene[60:120, 40:110] = (200, 40, 40)
+        scene[100:180, 150:200] = (40, 160, 60)
+        base = np.clip(scene[None] + rng.integers(-6, 7, (8, 256, 256, 3)), 0, 255).astype(np.uint8)
+        layout = "lzf"
     kw = {"libver": "latest"} if layout == "latest" else {}
     with h5py.File(path, "w", **kw) as f:
         f["action"] = rng.standard_normal((T, 16)).astype(np.float32)

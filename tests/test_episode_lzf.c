@@ -2,7 +2,8 @@
  *   1. random buffers (runs, repeats at every distance, noise) encoded by a plain greedy LZF
  *      encoder here decode to themselves, exactly into a buffer of their size;
  *   2. the decoder's edge cases: a run copied from 1 byte back, a length-extended reference, a
- *      reference at the largest distance (8192);
+ *      reference at the largest distance (8192); every length at distances 1..20, 255, 256, with
+ *      and without bytes after it (the fast copies' room);
  *   3. damaged streams are refused, never read or written out of bounds (run it under ASan):
  *      a literal run past the input's end, a reference missing its distance byte or its length
  *      byte, a reference before the output's start, and output past the buffer (INF_TOO_LONG);
@@ -177,6 +178,46 @@ int main(void) {
           "largest distance: got %zu", got);
     free(big);
 
+    /* 2b: one reference of every length 3..264 at every distance 1..20, 255 and 256 (the decoder
+     * copies runs of a short period by a table, and 16 or 8 bytes at a time past the reference's
+     * end where there is room): after it, 0 or 40 bytes of literals, so it ends the buffer or not */
+    const size_t dists[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 255, 256};
+    int sweep_bad = 0;
+    for (size_t di = 0; di < sizeof dists / sizeof dists[0]; di++)
+        for (size_t len = 3; len <= 264; len++)
+            for (int tail = 0; tail <= 40; tail += 40) {
+                size_t d = dists[di], e = 0, n = d + len + (size_t)tail;
+                uint8_t want[256 + 264 + 40];
+                for (size_t i = 0; i < n; i++) want[i] = i < d || i >= d + len ? (uint8_t)rnd() : want[i - d];
+                for (size_t i = 0; i < d; i += 32) {   /* the period's bytes: literal runs */
+                    size_t k = d - i < 32 ? d - i : 32;
+                    enc[e++] = (uint8_t)(k - 1);
+                    memcpy(enc + e, want + i, k);
+                    e += k;
+                }
+                size_t l = len - 2, off = d - 1;
+                if (l < 7) {
+                    enc[e++] = (uint8_t)(l << 5 | off >> 8);
+                } else {
+                    enc[e++] = (uint8_t)(7 << 5 | off >> 8);
+                    enc[e++] = (uint8_t)(l - 7);
+                }
+                enc[e++] = (uint8_t)(off & 255);
+                for (int i = 0; i < tail; i += 32) {
+                    int k = tail - i < 32 ? tail - i : 32;
+                    enc[e++] = (uint8_t)(k - 1);
+                    memcpy(enc + e, want + d + len + i, (size_t)k);
+                    e += (size_t)k;
+                }
+                memset(out, 0xA5, n + 16);
+                int v = decode(enc, e, out, n, &got);
+                if (v != INF_OK || got != n || memcmp(out, want, n) || out[n] != 0xA5) sweep_bad++;
+                if (sweep_bad == 1 && (v != INF_OK || got != n || memcmp(out, want, n) || out[n] != 0xA5))
+                    CHECK(0, "distance %zu, length %zu, %d bytes after: verdict %d, got %zu of %zu", d, len, tail, v,
+                          got, n);
+            }
+    CHECK(sweep_bad == 0, "%d of the length x distance sweep's streams decoded wrong", sweep_bad);
+
     const struct {   /* 3 */
         const char *what;
         uint8_t s[8];
@@ -196,6 +237,18 @@ int main(void) {
         CHECK(v == bad[i].want, "%s: verdict %d, want %d", bad[i].what, v, bad[i].want);
     }
     CHECK(decode(run, sizeof run, out, 29, &got) == INF_TOO_LONG, "a run past the output's end");
+    uint8_t lits[2 + 33];   /* a literal byte, then 32, into 1..32 bytes of room: refused, nothing past them written */
+    lits[0] = 0;
+    lits[2] = 31;
+    for (int j = 0; j < 33; j++) lits[j < 1 ? 1 : j + 2] = (uint8_t)rnd();
+    for (size_t room = 1; room <= 32; room += 1) {
+        memset(out, 0xA5, 128);
+        int v = decode(lits, sizeof lits, out, room, &got);
+        size_t past = room;
+        while (past < 128 && out[past] == 0xA5) past++;
+        CHECK(v == INF_TOO_LONG && past == 128 && out[0] == lits[1], "literals into %zu bytes: verdict %d, wrote byte %zu",
+              room, v, past);
+    }
     CHECK(decode(run, 2, out, 0, &got) == INF_TOO_LONG, "a literal into no room");
     CHECK(decode(run, 0, out, 0, &got) == INF_OK && got == 0, "an empty stream");
 

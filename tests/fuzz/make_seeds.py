@@ -4,7 +4,7 @@ rather than committed: they are valid inputs, not findings.
 
   /usr/bin/python3 tests/fuzz/make_seeds.py OUT_DIR [--model MODEL.actw ...]
 
-Writes OUT_DIR/<target>/ for protocol, weights, json and episode:
+Writes OUT_DIR/<target>/ for protocol, weights, json, episode and lzf:
   protocol  [mode byte][contract byte] + a valid frame header, HELLO or PREDICT payload (raw and
             zstd frames, with and without an action chunk) for both contracts of fuzz_protocol.c
   weights   tiny .actw files (raw and zstd) with the full metadata of a small model, and for
@@ -15,6 +15,8 @@ Writes OUT_DIR/<target>/ for protocol, weights, json and episode:
             and the raw one again in uncompressed tiles of a resizable dataset; 80 frames appended
             one chunk each (a chunk index of two B-tree levels, which episode_index.c walks);
             h5py's lzf, and fletcher32 checksums on gzip tiles and on raw frames
+  lzf       [room, 2 bytes little-endian] + LZF streams h5py's filter made of small frames (flat
+            colours: runs of period 3; noise; a far repeat), each with its exact room
 """
 
 import argparse
@@ -184,6 +186,26 @@ def episode_seeds(out):
             ds[t] = rng.integers(0, 256, (4, 4, 3), dtype=np.uint8)
 
 
+def lzf_seeds(out):
+    import h5py
+    rng = np.random.default_rng(5)
+    flat = np.zeros((16, 16, 3), np.uint8) + np.array([200, 40, 40], np.uint8)
+    flat[8:] = (40, 160, 60)
+    noisy = flat.copy()   # noise on a quarter of it (all noise would not shrink: stored raw)
+    noisy[:4] = np.clip(flat[:4].astype(int) + rng.integers(-6, 7, flat[:4].shape), 0, 255)
+    far = rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)
+    far[8:] = far[:8]
+    seeds = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        with h5py.File(os.path.join(tmp, "lzf.hdf5"), "w") as f:
+            for name, img in (("flat", flat), ("noisy", noisy), ("far", far)):
+                ds = f.create_dataset(name, data=img[None], chunks=(1, 16, 16, 3), compression="lzf")
+                mask, stored = ds.id.read_direct_chunk((0, 0, 0, 0))
+                assert mask == 0, name   # compressed, not stored raw
+                seeds[name] = struct.pack("<H", img.nbytes) + stored
+    write_all(os.path.join(out, "lzf"), seeds)
+
+
 def write_all(d, seeds):
     os.makedirs(d, exist_ok=True)
     for k, v in seeds.items():
@@ -201,6 +223,7 @@ def main():
     weights_seeds(a.out, rng, a.model)
     json_seeds(a.out)
     episode_seeds(a.out)
+    lzf_seeds(a.out)
     for t in sorted(os.listdir(a.out)):
         files = os.listdir(os.path.join(a.out, t))
         print(f"{t}: {len(files)} seeds, {sum(os.path.getsize(os.path.join(a.out, t, f)) for f in files)} bytes")
