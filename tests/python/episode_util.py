@@ -112,14 +112,17 @@ def assert_pool_reads(bench_read, model, ep, images, tmp_path, name, what):
                                           f"windows of {batch}, pread {pread}")
 
 
-def assert_same_predictions(act_infer, model, raw, ep, tmp_path, threads=3):
-    """act-infer predict gives episode ep (read with `threads` reader threads) exactly the chunks
-    it gives raw, the same episode stored uncompressed (read on HDF5's path)"""
+def assert_same_predictions(act_infer, model, raw, ep, tmp_path, threads=3, inflater=None, pread=True, what=""):
+    """act-infer predict gives episode ep exactly the chunks it gives raw, the same episode stored
+    uncompressed (read on HDF5's path), with each reader thread count in `threads` (an int or a
+    sequence: 1 is HDF5's own path), the gzip inflater and pread setting given"""
     p = predict(act_infer, model, raw, tmp_path / "want.npy", 1)
     assert p.returncode == 0, p.stderr
-    p = predict(act_infer, model, ep, tmp_path / "got.npy", threads)
-    assert p.returncode == 0, p.stderr
-    np.testing.assert_array_equal(np.load(tmp_path / "got.npy"), np.load(tmp_path / "want.npy"))
+    want = np.load(tmp_path / "want.npy")
+    for n in (threads,) if isinstance(threads, int) else threads:
+        p = predict(act_infer, model, ep, tmp_path / f"got{n}.npy", n, inflater, pread)
+        assert p.returncode == 0, p.stderr
+        np.testing.assert_array_equal(np.load(tmp_path / f"got{n}.npy"), want, err_msg=f"{what}, {n} threads")
 
 
 def make_episode_data(make_model, make_cfg, tmp_path, rng):

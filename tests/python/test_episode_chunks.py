@@ -13,7 +13,7 @@ import zlib
 import h5py
 import numpy as np
 import pytest
-from episode_util import make_episode_data, predict, readers, write_episode
+from episode_util import assert_same_predictions, make_episode_data, predict, readers, write_episode
 
 
 @pytest.fixture
@@ -30,19 +30,18 @@ def write_with(path, qpos, action, images, **kw):
             f.create_dataset(f"observations/images/{cam}", data=frames, **kw)
 
 
-def reference(act_infer, model, episode_data, tmp_path):
+def raw_episode(episode_data, tmp_path):
+    """the episode stored uncompressed, whole frames (what HDF5's path reads plainly)"""
     _, qpos, action, images = episode_data
     raw = tmp_path / "raw.hdf5"
     write_episode(raw, qpos, action, images)
-    p = predict(act_infer, model, raw, tmp_path / "want.npy", 1)
-    assert p.returncode == 0, p.stderr
-    return np.load(tmp_path / "want.npy")
+    return raw
 
 
 @pytest.mark.parametrize("layout", ["gzip+shuffle", "gzip+fletcher32", "gzip, part-frame chunks", "shuffle+fletcher32"])
 def test_checked_layouts_read_hdf5s_frames(act_infer, bench_read, episode_data, tmp_path, layout, chunk_lookup):
     model, qpos, action, images = episode_data
-    want = reference(act_infer, model, episode_data, tmp_path)
+    raw = raw_episode(episode_data, tmp_path)
     shape = next(iter(images.values())).shape
     kw = {"gzip+shuffle": dict(chunks=(1,) + shape[1:], compression="gzip", shuffle=True),
           "gzip+fletcher32": dict(chunks=(2,) + shape[1:], compression="gzip", fletcher32=True),
@@ -52,10 +51,7 @@ def test_checked_layouts_read_hdf5s_frames(act_infer, bench_read, episode_data, 
     write_with(ep, qpos, action, images, **kw)
     if layout == "gzip+shuffle":   # shuffle moves no 1-byte pixel: the pool inflates these too
         assert all(r.endswith("gzip chunks of 1 frames, pread") for r in readers(bench_read, model, ep, 3).values())
-    for threads in (1, 3):
-        p = predict(act_infer, model, ep, tmp_path / f"got{threads}.npy", threads)
-        assert p.returncode == 0, p.stderr
-        np.testing.assert_array_equal(np.load(tmp_path / f"got{threads}.npy"), want, err_msg=f"{layout}, {threads}")
+    assert_same_predictions(act_infer, model, raw, ep, tmp_path, (1, 3), what=layout)
 
 
 def short_chunk(path, name, coord, data, **kw):

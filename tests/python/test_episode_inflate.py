@@ -16,7 +16,7 @@ import h5py
 
 import numpy as np
 import pytest
-from episode_util import dumped_frames, make_episode_data, predict, readers, write_episode
+from episode_util import assert_same_predictions, dumped_frames, make_episode_data, predict, readers, write_episode
 
 
 @pytest.fixture
@@ -46,13 +46,9 @@ def test_threaded_inflate_gives_hdf5s_frames(act_infer, bench_read, episode_data
     want = f"{inflater}, gzip chunks of {chunk} frames" + (", pread" if pread else "")
     assert set(readers(bench_read, model, gz, 3, inflater, pread).values()) == {want}
     assert set(readers(bench_read, model, gz, 1, inflater, pread).values()) == {"hdf5"}
-    p = predict(act_infer, model, raw, tmp_path / "want.npy", 1)
-    assert p.returncode == 0, p.stderr
-    for threads in (1, 3):   # HDF5's own inflate, then the pool's
-        p = predict(act_infer, model, gz, tmp_path / f"got{threads}.npy", threads, inflater, pread)
-        assert p.returncode == 0, p.stderr
-        np.testing.assert_array_equal(np.load(tmp_path / f"got{threads}.npy"), np.load(tmp_path / "want.npy"),
-                                      err_msg=f"chunks of {chunk} frames, {threads} threads, {want}")
+    # HDF5's own inflate, then the pool's
+    assert_same_predictions(act_infer, model, raw, gz, tmp_path, (1, 3), inflater, pread,
+                            what=f"chunks of {chunk} frames, {want}")
 
 
 @pytest.mark.parametrize("tile", [True, (3, 8, 16, 1), (2, 7, 5, 2), (4, 16, 10, 3), (11, 5, 32, 1)],
@@ -78,13 +74,8 @@ def test_gzip_tiles_give_hdf5s_frames(act_infer, bench_read, episode_data, tmp_p
         for cam, frames in images.items():   # every pixel as h5py reads it
             np.testing.assert_array_equal(got[cam], frames, err_msg=f"{cam}, tiles {shape}, windows of {batch}, "
                                           f"pread {pread}")
-    p = predict(act_infer, model, raw, tmp_path / "want.npy", 1)
-    assert p.returncode == 0, p.stderr
-    for threads in (1, 3):   # HDF5's own inflate, then the pool's (predict reads windows of 4 timesteps)
-        p = predict(act_infer, model, gz, tmp_path / f"got{threads}.npy", threads, inflater)
-        assert p.returncode == 0, p.stderr
-        np.testing.assert_array_equal(np.load(tmp_path / f"got{threads}.npy"), np.load(tmp_path / "want.npy"),
-                                      err_msg=f"tiles {shape}, {threads} threads, {want}")
+    # HDF5's own inflate, then the pool's (predict reads windows of 4 timesteps)
+    assert_same_predictions(act_infer, model, raw, gz, tmp_path, (1, 3), inflater, what=f"tiles {shape}, {want}")
 
 
 @pytest.mark.parametrize("tile", ["appended", True, (3, 8, 16, 1), (2, 7, 5, 2), (4, 16, 10, 3), "userblock"],
@@ -124,13 +115,8 @@ def test_uncompressed_tiles_give_hdf5s_frames(act_infer, bench_read, episode_dat
         for cam, frames in images.items():   # every pixel as h5py reads it
             np.testing.assert_array_equal(got[cam], frames, err_msg=f"{cam}, tiles {shape}, windows of {batch}, "
                                           f"pread {pread}")
-    p = predict(act_infer, model, raw, tmp_path / "want.npy", 1)
-    assert p.returncode == 0, p.stderr
-    for threads in (1, 3):   # HDF5's own path, then the pool's
-        p = predict(act_infer, model, tiled, tmp_path / f"got{threads}.npy", threads)
-        assert p.returncode == 0, p.stderr
-        np.testing.assert_array_equal(np.load(tmp_path / f"got{threads}.npy"), np.load(tmp_path / "want.npy"),
-                                      err_msg=f"tiles {shape}, {threads} threads")
+    # HDF5's own path, then the pool's
+    assert_same_predictions(act_infer, model, raw, tiled, tmp_path, (1, 3), what=f"tiles {shape}")
 
 
 @pytest.mark.parametrize("gzip", [False, True], ids=["raw", "gzip"])
