@@ -214,8 +214,8 @@ typedef struct chunk_job {
     int cached;               /* 1: a tile of a row kept from the last read, at dst (nothing to fetch) */
     int o[4];                 /* the chunk's origin (t, y, x, c) */
     int partial;              /* 1: only part of it is in the window (dst is scratch) */
-    int direct;               /* 1: raw whole frames, all inside the window: pread straight into dst
-                                 (a checksum after them read apart), no scratch */
+    int direct;               /* 1: raw whole frames with a checksum, all inside the window: pread
+                                 straight into dst (the checksum after them read apart), no scratch */
     int verdict;              /* INF_* */
     size_t got;               /* bytes it inflated to */
 } chunk_job;
@@ -321,13 +321,13 @@ static void inflate_task(void *arg, int th, int lo, int hi) {
             if (c->direct) {   /* the frames into the window, then their checksum beside them */
                 uint8_t sum[4];
                 if (act_ep_pread(q->fd, dst, q->want, c->file_off) < q->want ||
-                    (q->fletcher && act_ep_pread(q->fd, sum, 4, c->file_off + q->want) < 4)) {
+                    act_ep_pread(q->fd, sum, 4, c->file_off + q->want) < 4) {
                     c->read_errno = errno;
                     c->verdict = INF_SHORT_READ;
                     ok = 0;
                     continue;
                 }
-                c->verdict = !q->fletcher || act_ep_fletcher32_matches(dst, q->want, sum) ? INF_OK : INF_BAD_SUM;
+                c->verdict = act_ep_fletcher32_matches(dst, q->want, sum) ? INF_OK : INF_BAD_SUM;
                 c->got = q->want;
                 ok &= c->verdict == INF_OK;
                 continue;
@@ -505,7 +505,8 @@ int act_ep_read_pool(hid_t ds, int kind, int fletcher, const int cd[4], int H, i
         }
         c[i].src_len = (size_t)sz;
         c[i].partial = whole && (c[i].o[0] < t0 || c[i].o[0] + k > t0 + n);
-        c[i].direct = raw && whole && ix && !c[i].partial;   /* needs no scratch */
+        /* raw whole frames reach the pool only with checksums (act_ep_pool_chunk) */
+        c[i].direct = raw && whole && fletcher && ix && !c[i].partial;   /* needs no scratch */
         off += c[i].direct ? 0 : (size_t)sz;
         partial += c[i].partial;
     }

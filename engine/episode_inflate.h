@@ -92,9 +92,9 @@ enum { ACT_EP_POOL_NONE, ACT_EP_POOL_GZIP, ACT_EP_POOL_RAW, ACT_EP_POOL_LZF };
  * when the last filter the writer applied (the first a read undoes) is fletcher32 (h5py's order:
  * shuffle, gzip or lzf, fletcher32), whose checksum the pool then checks before it decodes; a
  * fletcher32 anywhere else leaves the dataset to HDF5. ACT_EP_POOL_NONE: it cannot (also when
- * built without zlib and libdeflate, for raw
- * tiles with HDF5 before 1.10.5, whose open cannot check their stored sizes, for a 1-byte type of
- * fewer than 8 bits or at an offset, which HDF5's read converts, and when one row of chunks is
+ * built without zlib and libdeflate, for raw tiles with HDF5 before 1.10.5, whose open cannot
+ * check their stored sizes, for a 1-byte type of fewer than 8 bits or at an offset, which HDF5's
+ * read converts, and when one row of chunks is
  * over the 256 MiB a read holds); raw whole frames without checksums are episode_direct.c's. cd
  * is set for every kind. */
 int act_ep_pool_chunk(hid_t ds, int H, int W, int cd[4], int *fletcher);

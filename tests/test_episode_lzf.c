@@ -73,6 +73,16 @@ static void fill(uint8_t *b, size_t n) {
     }
 }
 
+/* src[n] as literal runs of up to 32 bytes at enc + *e */
+static void put_literals(uint8_t *enc, size_t *e, const uint8_t *src, size_t n) {
+    for (size_t i = 0; i < n; i += 32) {
+        size_t k = n - i < 32 ? n - i : 32;
+        enc[(*e)++] = (uint8_t)(k - 1);
+        memcpy(enc + *e, src + i, k);
+        *e += k;
+    }
+}
+
 static int decode(const uint8_t *in, size_t len, uint8_t *out, size_t cap, size_t *got) {
     return act_ep_lzf_decode(in, len, out, cap, got);
 }
@@ -189,12 +199,7 @@ int main(void) {
                 size_t d = dists[di], e = 0, n = d + len + (size_t)tail;
                 uint8_t want[256 + 264 + 40];
                 for (size_t i = 0; i < n; i++) want[i] = i < d || i >= d + len ? (uint8_t)rnd() : want[i - d];
-                for (size_t i = 0; i < d; i += 32) {   /* the period's bytes: literal runs */
-                    size_t k = d - i < 32 ? d - i : 32;
-                    enc[e++] = (uint8_t)(k - 1);
-                    memcpy(enc + e, want + i, k);
-                    e += k;
-                }
+                put_literals(enc, &e, want, d);   /* the period's bytes */
                 size_t l = len - 2, off = d - 1;
                 if (l < 7) {
                     enc[e++] = (uint8_t)(l << 5 | off >> 8);
@@ -203,16 +208,10 @@ int main(void) {
                     enc[e++] = (uint8_t)(l - 7);
                 }
                 enc[e++] = (uint8_t)(off & 255);
-                for (int i = 0; i < tail; i += 32) {
-                    int k = tail - i < 32 ? tail - i : 32;
-                    enc[e++] = (uint8_t)(k - 1);
-                    memcpy(enc + e, want + d + len + i, (size_t)k);
-                    e += (size_t)k;
-                }
+                put_literals(enc, &e, want + d + len, (size_t)tail);
                 memset(out, 0xA5, n + 16);
                 int v = decode(enc, e, out, n, &got);
-                if (v != INF_OK || got != n || memcmp(out, want, n) || out[n] != 0xA5) sweep_bad++;
-                if (sweep_bad == 1 && (v != INF_OK || got != n || memcmp(out, want, n) || out[n] != 0xA5))
+                if ((v != INF_OK || got != n || memcmp(out, want, n) || out[n] != 0xA5) && sweep_bad++ == 0)
                     CHECK(0, "distance %zu, length %zu, %d bytes after: verdict %d, got %zu of %zu", d, len, tail, v,
                           got, n);
             }
@@ -238,9 +237,9 @@ int main(void) {
     }
     CHECK(decode(run, sizeof run, out, 29, &got) == INF_TOO_LONG, "a run past the output's end");
     uint8_t lits[2 + 33];   /* a literal byte, then 32, into 1..32 bytes of room: refused, nothing past them written */
+    for (size_t j = 0; j < sizeof lits; j++) lits[j] = (uint8_t)rnd();
     lits[0] = 0;
     lits[2] = 31;
-    for (int j = 0; j < 33; j++) lits[j < 1 ? 1 : j + 2] = (uint8_t)rnd();
     for (size_t room = 1; room <= 32; room += 1) {
         memset(out, 0xA5, 128);
         int v = decode(lits, sizeof lits, out, room, &got);
