@@ -207,6 +207,7 @@ enum {
 typedef struct chunk_job {
     uint8_t *src;             /* the compressed bytes (scratch) */
     size_t src_len;
+    size_t src_off;           /* where src lies in the scratch (set as the sizes are summed) */
     uint64_t file_off;        /* with a locator: where they are in the file (pread by the task) */
     int read_errno;           /* INF_SHORT_READ: pread's errno (0: the file ended) */
     uint8_t *dst;             /* the window (whole chunk inside it), scratch, a row kept, or NULL:
@@ -507,6 +508,7 @@ int act_ep_read_pool(hid_t ds, int kind, int fletcher, const int cd[4], int H, i
         c[i].partial = whole && (c[i].o[0] < t0 || c[i].o[0] + k > t0 + n);
         /* raw whole frames reach the pool only with checksums (act_ep_pool_chunk) */
         c[i].direct = raw && whole && fletcher && ix && !c[i].partial;   /* needs no scratch */
+        c[i].src_off = off;
         off += c[i].direct ? 0 : (size_t)sz;
         partial += c[i].partial;
     }
@@ -517,14 +519,13 @@ int act_ep_read_pool(hid_t ds, int kind, int fletcher, const int cd[4], int H, i
         snprintf(err, errlen, "%s: out of memory reading '%s'", path, name);
         rc = -1;
     }
-    off = 0;
     int p = 0;
     for (int i = 0; i < nch && rc == 0; i++) {
         hsize_t o[4] = {(hsize_t)c[i].o[0], (hsize_t)c[i].o[1], (hsize_t)c[i].o[2], (hsize_t)c[i].o[3]};
         uint32_t mask = 0;
         if (c[i].cached) continue;
-        c[i].src = c[i].direct ? NULL : s->raw + off;
-        if (!loc && !ix && H5Dread_chunk(ds, H5P_DEFAULT, o, &mask, s->raw + off) < 0) {   /* else the task preads */
+        c[i].src = c[i].direct ? NULL : s->raw + c[i].src_off;
+        if (!loc && !ix && H5Dread_chunk(ds, H5P_DEFAULT, o, &mask, c[i].src) < 0) {   /* else the task preads */
             H5Eclear2(H5E_DEFAULT);
             snprintf(err, errlen, "%s: dataset '%s': the chunk at %s cannot be read "
                      "(truncated or corrupt file)", path, name, where(at, sizeof at, c[i].o, whole));
@@ -537,7 +538,6 @@ int act_ep_read_pool(hid_t ds, int kind, int fletcher, const int cd[4], int H, i
              * nominal size, but the open checked the stored ones */
             rc = stored_size_error(path, name, c[i].o, whole, c[i].src_len, chunk_bytes + sum, err, errlen);
         }
-        off += c[i].direct ? 0 : c[i].src_len;
         if (!whole)   /* a tile: into the row kept for the next read, else its thread's scratch */
             c[i].dst = keep >= 0 && i >= nch - per_t ? rows->buf[keep] + (size_t)(i - (nch - per_t)) * chunk_bytes : NULL;
         else
