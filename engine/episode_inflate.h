@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "episode_direct.h"
+#include "episode_verdict.h"
 #include "pool.h"
 
 typedef struct act_ep_scratch {   /* per open episode: reused across reads */
@@ -64,8 +65,6 @@ const char *act_ep_inflater(void);
 /* 0, or -1 with err naming ACT_EPISODE_INFLATE's value and the inflaters this build has */
 int act_ep_inflater_check(char *err, size_t errlen);
 
-/* An inflate's verdict. */
-enum { INF_OK, INF_BAD_DATA, INF_TOO_LONG, INF_NOMEM };
 /* Inflates one zlib stream in[in_len] into out[cap]: by libdeflate with dec (a
  * libdeflate_decompressor, in builds with libdeflate), else by zlib; *got the inflated length.
  * INF_TOO_LONG when it needs more than cap. */

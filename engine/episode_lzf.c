@@ -10,7 +10,7 @@
  * the period of at least 8 back): 10-27% less time a frame than a memcpy or a byte loop per
  * instruction (bench/RESULTS.md, session 36). tests/fuzz/fuzz_lzf.c holds it to a plain decoder. */
 #include "episode_lzf.h"
-#include "episode_inflate.h"   /* INF_* */
+#include "episode_inflate.h"   /* act_ep_has_filter */
 
 #include <pthread.h>
 #include <string.h>

@@ -14,10 +14,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "episode_verdict.h"
+
 #define ACT_EP_FILTER_LZF 32000
 
 /* Decodes the LZF stream in[in_len] into out[cap]; *got the decoded length. An INF_* verdict
- * (episode_inflate.h): INF_TOO_LONG when the output needs more than cap, INF_BAD_DATA for a
+ * (episode_verdict.h): INF_TOO_LONG when the output needs more than cap, INF_BAD_DATA for a
  * stream that ends inside an instruction or refers back before the output's start. */
 int act_ep_lzf_decode(const uint8_t *in, size_t in_len, uint8_t *out, size_t cap, size_t *got);
 

@@ -12,7 +12,6 @@
  *      its mask), and fails on a stream that decodes short of the chunk or past it.
  * The seed is printed for reproduction; ACT_TEST_SEED sets one. */
 #include "test_common.h"
-#include "episode_inflate.h"   /* INF_* */
 #include "episode_lzf.h"
 #ifdef ACT_WITH_HDF5
 #include <hdf5.h>

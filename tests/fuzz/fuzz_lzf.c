@@ -10,7 +10,6 @@
 
 #include <string.h>
 
-#include "episode_inflate.h"   /* INF_* */
 #include "episode_lzf.h"
 
 /* the format, read as plainly as it is written (episode_lzf.c's header) */
