@@ -199,9 +199,11 @@ static void im2col(const float *x, int c0, int c1, int H, int W, int k, int s, i
     }
 }
 
-/* one loop per case so each vectorizes */
-ACT_CPU_VEC_CLONES void act_cpu_conv_epilogue(float *o, const float *g, size_t P, float b,
-                                              const float *r, act_epilogue epi) {
+/* one loop per case so each vectorizes; static: clang 14 cannot call a multiversioned function
+ * from another file (its callers there want a symbol its definition does not export), so the
+ * other files call the plain act_cpu_conv_epilogue below */
+ACT_CPU_VEC_CLONES static void conv_epilogue(float *o, const float *g, size_t P, float b, const float *r,
+                                             act_epilogue epi) {
     if (r && epi == ACT_EPI_RELU) {
         for (size_t i = 0; i < P; i++) {
             float t = (g[i] + b) + r[i];
@@ -221,6 +223,10 @@ ACT_CPU_VEC_CLONES void act_cpu_conv_epilogue(float *o, const float *g, size_t P
     } else {
         for (size_t i = 0; i < P; i++) o[i] = act_cpu_epi((g[i] + b) + (r ? r[i] : 0.0f), epi);
     }
+}
+
+void act_cpu_conv_epilogue(float *o, const float *g, size_t P, float b, const float *r, act_epilogue epi) {
+    conv_epilogue(o, g, P, b, r, epi);
 }
 
 /* One group of images of a conv, for the pool's tasks: item i is (image j, channel) with
@@ -266,7 +272,7 @@ static void epilogue_task(void *arg, int t, int lo, int hi) {
     for (int i = lo; i < hi; i++) {
         int j = i / cout, co = i % cout;
         size_t o = ((size_t)j * cout + co) * q->P;
-        act_cpu_conv_epilogue(q->out0 + o, q->gout + (size_t)co * q->NP + (size_t)j * q->P, q->P,
+        conv_epilogue(q->out0 + o, q->gout + (size_t)co * q->NP + (size_t)j * q->P, q->P,
                       q->bias ? q->bias[co] : 0.0f, q->res0 ? q->res0 + o : NULL, q->epi);
     }
 }

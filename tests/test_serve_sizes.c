@@ -91,7 +91,7 @@ int main(void)
         if (n > 0) act_serve_batch_sizes_str(tab, big, line, sizeof line);
         size_t l = n > 0 ? strlen(line) : 0;
         CHECK(n == 3 + big / 8 && l < sizeof line && !strncmp(line, "1,2,4,8,16,", 11) &&
-                  l > 20 && !strcmp(line + l - 20, ",...,2048 (259 sizes)" + 1),
+                  l > 20 && !strcmp(line + l - 20, "...,2048 (259 sizes)"),
               "auto at 2048: %d sizes, line '%s'", n, n > 0 ? line : err);
         char *cut = n > 0 ? strstr(line, ",...") : NULL;   /* whole sizes before it, in order */
         int prev = 0, ok = cut != NULL;
