@@ -20,8 +20,8 @@ ACT_SERVE_IO_THREADS=3 ACT_BUILD_DIR="$PWD/build" "$PY" -m pytest -q tests/pytho
 # the episode reader once more, built against a second HDF5: 1.14 (Debian 13's source, built once
 # into .deps by scripts/hdf5_114.sh; the builds above use this machine's 1.10). Its chunk table
 # comes from H5Dchunk_iter there, and 1.14's API must compile. Built by clang (installed by
-# setup.sh): every target compiles and links, and the CPU ops' vector clones and a whole model
-# run. A folder an older test.sh configured for GCC starts afresh (CMake would wipe its cache and
+# setup.sh), CUDA off: every CPU target compiles and links, and the CPU ops' vector clones and a
+# whole model run. A folder an older test.sh configured for GCC starts afresh (CMake would wipe its cache and
 # drop the -D options with it).
 h5rc=0
 h5=$(scripts/hdf5_114.sh) || h5rc=$?
