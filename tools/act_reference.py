@@ -823,11 +823,15 @@ def load_checkpoint(path: str, cfg: Optional[dict] = None, stats_path: Optional[
     else the state dict's normalization.* buffers (the seed's agent normalizes with its
     NormalizationModule, whose buffers load_state_dict overwrites), else a `dataset_stats`
     entry. Buffers and an entry that differ raise ValueError unless stats_from ('state_dict' or
-    'dataset_stats') picks one; statistics still at NormalizationModule's initial values (min/mean
-    all 0, max/std all 1 for qpos or action) raise unless allow_initial_stats."""
-    if stats_from not in (None, "state_dict", "dataset_stats"):
-        raise ValueError(f"stats_from must be state_dict or dataset_stats, got {stats_from!r}")
-    if stats_path and stats_from:
+    'dataset_stats') picks one; a stats_path file that differs from buffers which were set (not
+    NormalizationModule's initial values) raises unless stats_from='file' (load_state_dict would
+    put the buffers back over it); statistics still at the initial values (min/mean all 0,
+    max/std all 1 for qpos or action) raise unless allow_initial_stats."""
+    if stats_from not in (None, "state_dict", "dataset_stats", "file"):
+        raise ValueError(f"stats_from must be state_dict, dataset_stats or file, got {stats_from!r}")
+    if stats_from == "file" and not stats_path:
+        raise ValueError("stats_from='file' needs stats_path (--stats)")
+    if stats_path and stats_from not in (None, "file"):
         raise ValueError("stats_path and stats_from both choose the statistics: pass one")
     # weights_only=False: torch >= 2.6 loads only tensors and plain containers by default, and a
     # training checkpoint may carry numpy dataset_stats or a config. This module is the test and
@@ -854,6 +858,15 @@ def load_checkpoint(path: str, cfg: Optional[dict] = None, stats_path: Optional[
     if stats_path:
         with open(stats_path, "rb") as f:
             stats = pickle.load(f)
+        file_stats = {k: _stat_array(stats[k]) for k in need if k in stats}
+        set_buffers = have_buffers and not all((buffers[k] == INITIAL_STATS[k.rsplit("_", 1)[1]]).all()
+                                               for k in need)
+        diff = [k for k in need if set_buffers and k in file_stats and
+                (file_stats[k].shape != buffers[k].shape or not np.allclose(file_stats[k], buffers[k], rtol=1e-6))]
+        if diff and stats_from != "file":
+            raise ValueError(f"{path}: normalization statistics {diff} in {stats_path} differ from the state "
+                             f"dict normalization.* buffers (what load_state_dict leaves the agent with); pass "
+                             f"stats_from='file' (--stats-from file) to use the file anyway")
     elif stats_from == "dataset_stats" or (stats_from is None and not have_buffers and entry_stats is not None):
         if entry_stats is None:
             raise ValueError(f"{path}: stats_from='dataset_stats' but the checkpoint has no dataset_stats entry")
@@ -961,8 +974,8 @@ def main(argv=None) -> int:
     pr = sub.add_parser("predict", help="prior chunks for every timestep of an episode -> .npy [T, H, A]")
     pr.add_argument("--ckpt", required=True)
     pr.add_argument("--config", help="agent config YAML (default: the checkpoint's config entry, else full)")
-    pr.add_argument("--stats", help="dataset_stats.pkl (overrides stats in the checkpoint)")
-    pr.add_argument("--stats-from", choices=("state_dict", "dataset_stats"),
+    pr.add_argument("--stats", help="dataset_stats.pkl (as convert_checkpoint.py --stats)")
+    pr.add_argument("--stats-from", choices=("state_dict", "dataset_stats", "file"),
                     help="as convert_checkpoint.py --stats-from: the source when the checkpoint's differ")
     pr.add_argument("--allow-initial-stats", action="store_true",
                     help="as convert_checkpoint.py: accept statistics at NormalizationModule's initial values")

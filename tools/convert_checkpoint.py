@@ -9,8 +9,9 @@ executes); find the state dict; strip `module.`/`_orig_mod.`; apply --key-map; c
 size the shapes tell and cross-check it against the config (convert_model.py,
 convert_config.py); fold BatchNorm into the convs in float64; pick the normalization
 statistics (--stats, else the state dict's normalization.* buffers, else a dataset_stats entry;
-buffers and entry that differ, or values still at NormalizationModule's initial 0/1, are refused
-unless --stats-from / --allow-initial-stats says otherwise); write weights/FORMAT.md (actw.py).
+buffers and entry that differ, a --stats file that differs from buffers which were set, or values
+still at NormalizationModule's initial 0/1, are refused unless --stats-from /
+--allow-initial-stats says otherwise); write weights/FORMAT.md (actw.py).
 Anything that does not fit is an error naming the key, tensor or setting - never a guess.
 """
 
@@ -183,16 +184,19 @@ def _stats_dict(obj, where):
 
 SD_STATS = "state dict normalization.*"
 ENTRY_STATS = "checkpoint dataset_stats entry"
-STATS_FROM = {"state_dict": SD_STATS, "dataset_stats": ENTRY_STATS}
+STATS_FROM = {"state_dict": SD_STATS, "dataset_stats": ENTRY_STATS, "file": None}   # file: --stats
 INITIAL = {"min": 0.0, "mean": 0.0, "max": 1.0, "std": 1.0}   # NormalizationModule's buffers
 
 
-def pick_stats(cfg, sources, report, warnings, chosen_label=None, allow_initial=False):
+def pick_stats(cfg, sources, report, warnings, chosen_label=None, allow_initial=False,
+               forced=False):
     """sources: [(label, {qpos_min: array, ...})] in priority order: --stats, then the state
     dict's normalization.* buffers (what the seed's agent normalizes with once load_state_dict
     has run), then a dataset_stats entry. chosen_label: the source the user named (--stats or
-    --stats-from); other sources that differ from it are a warning. Without one, sources that
-    differ are an error: which of them training used is not in the file."""
+    --stats-from); other sources that differ from it are a warning, except set buffers that
+    differ from a --stats file: a PyTorch rollout of the checkpoint loads the buffers over the
+    file's values, so the file is refused unless forced (--stats-from file). Without a chosen
+    source, sources that differ are an error: which of them training used is not in the file."""
     lo, hi = STAT_KINDS[cfg["norm_type"]]
     need = [f"{kind}_{s}" for kind in ("qpos", "action") for s in (lo, hi)]
     if chosen_label is not None:
@@ -217,9 +221,19 @@ def pick_stats(cfg, sources, report, warnings, chosen_label=None, allow_initial=
                 f"nothing says which one training used: pass --stats dataset_stats.pkl (the "
                 f"run's statistics), or --stats-from state_dict / --stats-from dataset_stats to "
                 f"use one of the checkpoint's")
+        never_set = all((ost[k] == INITIAL[k.rsplit("_", 1)[1]]).all() for k in need if k in ost)
+        if diff and other == SD_STATS and label not in (SD_STATS, ENTRY_STATS) and not forced \
+                and not never_set:
+            raise ConvertError(
+                f"normalization statistics {diff} in {label} differ from the checkpoint's state "
+                f"dict normalization.* buffers, which the agent normalizes with once "
+                f"load_state_dict has run (a PyTorch rollout of this checkpoint uses the buffers): "
+                f"is {label} from this run? Drop --stats to use the buffers, or add --stats-from "
+                f"file to use {label} anyway")
         if diff:
             warnings.append(f"WARNING statistics {diff} from {other} differ from {label}; "
-                            f"using {label}")
+                            f"using {label}" + (" (the buffers are NormalizationModule's initial "
+                                                "values: never set)" if never_set else ""))
     out = {}
     for kind, dim in (("qpos", cfg["obs_dim"]), ("action", cfg["action_dim"])):
         for s in (lo, hi):
@@ -336,8 +350,11 @@ def convert(args):
     found = infer(model)
     cfg = resolve(settings, found, args.trust_shapes, args.strict_shapes, report["warnings"])
     validate(cfg)
-    if args.stats and args.stats_from:
-        raise ConvertError("--stats and --stats-from both choose the statistics: pass one")
+    if args.stats_from == "file" and not args.stats:
+        raise ConvertError("--stats-from file needs --stats dataset_stats.pkl (the file to use)")
+    if args.stats and args.stats_from not in (None, "file"):
+        raise ConvertError(f"--stats and --stats-from {args.stats_from} both choose the statistics: "
+                           f"pass one (--stats-from file keeps --stats where the buffers differ)")
     sources = []
     if args.stats:
         sources.append((args.stats, _stats_dict(load_pickle(args.stats), args.stats)))
@@ -347,7 +364,8 @@ def convert(args):
         sources.append((ENTRY_STATS, _stats_dict(top["dataset_stats"], "dataset_stats entry")))
     sources = [(label, st) for label, st in sources if st]
     chosen = args.stats or STATS_FROM.get(args.stats_from)
-    stats = pick_stats(cfg, sources, report, report["warnings"], chosen, args.allow_initial_stats)
+    stats = pick_stats(cfg, sources, report, report["warnings"], chosen, args.allow_initial_stats,
+                       forced=args.stats_from is not None)
     for k, key in mapped.stats.items():
         name = "norm." + k.replace("_", ".")
         if name in stats and report["stats_source"] == SD_STATS:
@@ -406,13 +424,16 @@ def parse_args(argv):
     ap.add_argument("checkpoint", help="vla_model_best.pt or similar")
     ap.add_argument("-o", "--output", required=True, help="the .actw file to write")
     ap.add_argument("--config", help="agent config (Hydra agent section, YAML or JSON)")
-    ap.add_argument("--stats", help="dataset_stats.pkl (wins over stats in the checkpoint)")
+    ap.add_argument("--stats", help="dataset_stats.pkl, the run's statistics (wins over a "
+                                     "dataset_stats entry; refused where it differs from the "
+                                     "state dict's set normalization.* buffers, see --stats-from)")
     ap.add_argument("--stats-from", choices=tuple(STATS_FROM),
-                    help="without --stats, take the statistics from the state dict's "
-                         "normalization.* buffers or from the checkpoint's dataset_stats entry; "
-                         "needed when the checkpoint has both and they differ (default: the "
-                         "buffers, the values the agent normalizes with after load_state_dict, "
-                         "when the two agree or only one exists)")
+                    help="state_dict or dataset_stats (without --stats): take the statistics "
+                         "from the state dict's normalization.* buffers or from the checkpoint's "
+                         "dataset_stats entry, needed when the checkpoint has both and they "
+                         "differ (default: the buffers, the values the agent normalizes with "
+                         "after load_state_dict, when the two agree or only one exists); file "
+                         "(with --stats): use the --stats file even where the buffers differ")
     ap.add_argument("--allow-initial-stats", action="store_true",
                     help="accept statistics that equal NormalizationModule's initial values "
                          "(min/mean all 0, max/std all 1), refused by default as never set")

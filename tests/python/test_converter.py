@@ -246,15 +246,38 @@ def test_stats_from_dataset_stats_entry_and_pkl(bn, bn_out):
     assert np.array_equal(tensors["norm.action.min"], base["norm.action.min"])
 
 
-def test_stats_file_overrides_state_dict_with_a_warning(bn, bn_out, rng):
+def test_stats_file_that_differs_from_set_buffers_is_refused_until_forced(bn, bn_out, rng):
+    """A --stats file that differs from the state dict's buffers: a PyTorch rollout of the
+    checkpoint (agent built with the file, then load_state_dict) normalizes with the buffers, so
+    the file is likely another run's - refused, naming both and the way out; --stats-from file
+    uses it with a warning."""
     stats = bn.agent.normalization.get_stats()
     stats["qpos_min"] = stats["qpos_min"] - rng.random(5, dtype=np.float32) - 0.1
     path = bn.dir / "other_stats.pkl"
     path.write_bytes(pickle.dumps(stats, protocol=5))
-    _, tensors, _, text = convert_ok(bn.ckpt, bn.dir, "--config", bn.config, "--stats", path,
-                                     name="override")
+    err = convert_fails(bn.ckpt, bn.dir, "--config", bn.config, "--stats", path)
+    assert "['qpos_min']" in err and str(path) in err and "normalization.* buffers" in err
+    assert "--stats-from file" in err and "Drop --stats" in err
+    _, tensors, rep, text = convert_ok(bn.ckpt, bn.dir, "--config", bn.config, "--stats", path,
+                                       "--stats-from", "file", name="override")
     assert np.array_equal(tensors["norm.qpos.min"], stats["qpos_min"])
+    assert rep["stats_source"] == str(path)
     assert "WARNING statistics ['qpos_min']" in text
+    assert "--stats dataset_stats.pkl" in convert_fails(bn.ckpt, bn.dir, "--config", bn.config,
+                                                        "--stats-from", "file")
+
+
+def test_stats_file_over_never_set_buffers_is_taken_with_a_warning(bn, bn_out):
+    """Buffers still at NormalizationModule's initial values were never set: the --stats file is
+    the run's statistics, taken without --stats-from file (the warning says why)."""
+    real = bn.agent.normalization.get_stats()
+    ckpt = _with_stats(bn, "init_buffers.pt", buffers=_initial_stats(real))
+    pkl = bn.dir / "real_stats.pkl"
+    pkl.write_bytes(pickle.dumps(real, protocol=5))
+    _, t, rep, text = convert_ok(ckpt, bn.dir, "--config", bn.config, "--stats", pkl, name="init_pkl")
+    assert rep["stats_source"] == str(pkl)
+    assert np.array_equal(t["norm.action.max"], real["action_max"])
+    assert "never set" in text
 
 
 def _with_stats(bn, name, buffers=None, entry=None):
@@ -297,9 +320,17 @@ def test_state_dict_and_entry_that_disagree_are_refused_until_one_is_chosen(bn, 
     assert np.array_equal(t["norm.action.max"], other["action_max"])
     assert rep["consumed"]["normalization.action_max"].startswith("statistic not used")
 
+    # --stats that agrees with the buffers settles it (the entry's difference is a warning);
+    # one that agrees with the entry instead differs from the buffers, refused until forced
     pkl = bn.dir / "both_stats.pkl"
-    pkl.write_bytes(pickle.dumps(other, protocol=5))
+    pkl.write_bytes(pickle.dumps(real, protocol=5))
     _, t, rep, text = convert_ok(ckpt, bn.dir, "--config", bn.config, "--stats", pkl, name="pkl")
+    assert rep["stats_source"] == str(pkl) and np.array_equal(t["norm.action.max"], real["action_max"])
+    assert "WARNING" in text and "checkpoint dataset_stats entry" in text
+    pkl.write_bytes(pickle.dumps(other, protocol=5))
+    assert "--stats-from file" in convert_fails(ckpt, bn.dir, "--config", bn.config, "--stats", pkl)
+    _, t, rep, text = convert_ok(ckpt, bn.dir, "--config", bn.config, "--stats", pkl,
+                                 "--stats-from", "file", name="pkl_forced")
     assert rep["stats_source"] == str(pkl) and np.array_equal(t["norm.action.max"], other["action_max"])
     assert "WARNING" in text and "state dict normalization.*" in text
 
@@ -365,6 +396,8 @@ def test_converter_and_reference_pick_the_same_statistics(bn, bn_out, rng):
              ("both_same.pt", None, real), ("both_differ.pt", None, other),
              ("init_both.pt", init, real), ("init_only.pt", init, None)]
     cfg = ar.load_config(str(bn.config))
+    pkl = bn.dir / "other_stats.pkl"
+    pkl.write_bytes(pickle.dumps(other, protocol=5))
     for name, buffers, entry in cases:
         ckpt = _with_stats(bn, name, buffers=buffers, entry=entry)
         if name == "entry_only.pt":   # the entry alone: no buffers in the state dict
@@ -374,7 +407,10 @@ def test_converter_and_reference_pick_the_same_statistics(bn, bn_out, rng):
             torch.save(obj, str(ckpt))
         for flags, kw in (([], {}), (["--stats-from", "state_dict"], {"stats_from": "state_dict"}),
                           (["--stats-from", "dataset_stats"], {"stats_from": "dataset_stats"}),
-                          (["--allow-initial-stats"], {"allow_initial_stats": True})):
+                          (["--allow-initial-stats"], {"allow_initial_stats": True}),
+                          (["--stats", pkl], {"stats_path": str(pkl)}),
+                          (["--stats", pkl, "--stats-from", "file"],
+                           {"stats_path": str(pkl), "stats_from": "file"})):
             rc, _, err = run(ckpt, "-o", bn.dir / "agree.actw", "--config", bn.config, *flags)
             try:
                 agent = ar.load_checkpoint(str(ckpt), cfg, **kw)
