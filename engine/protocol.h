@@ -60,7 +60,7 @@ typedef struct act_hello {
     uint32_t obs_dim, action_dim, image_h, image_w;
     int num_cams;
     char camera_names[ACT_MAX_CAMS][ACT_NAME_LEN];
-    char client_name[64];
+    char client_name[256];   /* a name: up to 255 printable bytes */
 } act_hello;
 int act_proto_parse_hello(const uint8_t *p, uint32_t len, act_hello *h, char *msg, size_t msglen);
 int act_proto_check_contract(const act_config *c, const act_hello *h, char *msg, size_t msglen);

@@ -70,13 +70,15 @@ static void deadline_ts(double t, struct timespec *ts)
 }
 
 /* Waits for work and takes one batch off the pending list (under mu). Returns its size, 0 = stop,
- * -1 = no request, but registered memory to retire. */
+ * -1 = no request, but registered memory to retire. Once told to stop it hands out nothing more:
+ * the stop comes after the I/O loops have ended, drained or past --drain-timeout-ms, so whatever
+ * still waits then is dropped (act_infer_stop) rather than computed with no one to answer. */
 static int take_batch(act_server *s, act_req **out)
 {
     int max = s->o.max_batch, n = 0;
     pthread_mutex_lock(&s->mu);
     while (!s->pend_head && !s->infer_stop && !s->retired) pthread_cond_wait(&s->cv, &s->mu);
-    if (!s->pend_head) {
+    if (!s->pend_head || s->infer_stop) {
         int retire = s->retired && !s->infer_stop;
         pthread_mutex_unlock(&s->mu);
         return retire ? -1 : 0;
@@ -86,6 +88,10 @@ static int take_batch(act_server *s, act_req **out)
         struct timespec ts;
         deadline_ts(deadline, &ts);
         pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    }
+    if (s->infer_stop) {
+        pthread_mutex_unlock(&s->mu);
+        return 0;
     }
     int kind = req_kind(s->pend_head);
     if (kind == 2) max = 1;
@@ -317,6 +323,9 @@ void act_infer_stop(act_server *s)
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->infer_thread, NULL);
     s->infer_started = 0;
+    if (s->n_pending)   /* freed with their connections by act_server_free */
+        act_serve_log(s, "shutdown: %d queued requests dropped past the drain deadline (their connections "
+                      "close; clients retry on another replica)", s->n_pending);
 }
 
 /* Runs every batch size the server will use with random inputs, so the first client does not

@@ -80,7 +80,7 @@ typedef struct act_conn {
     uint32_t events;               /* what epoll watches for it now */
     double closing_deadline;
     double frame_deadline;         /* a frame begun (or HELLO owed) must be complete by then; 0 = idle */
-    char peer[64], client[64];
+    char peer[64], client[256];
     uint8_t hdr[ACT_PROTO_HDR];
     size_t hdr_got;
     act_frame_hdr fh;

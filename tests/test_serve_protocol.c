@@ -201,6 +201,23 @@ static void test_header_hello_contract(const act_config *c)
         CHECK(act_proto_parse_hello(b.p, (uint32_t)cut, &hello, msg, sizeof msg) == ACT_E_MALFORMED, "truncated hello at %zu", cut);
     free(b.p);
 
+    /* a client name may be any name (PROTOCOL.md): up to 255 printable bytes, e.g. a 63-byte pod
+     * host name plus a worker index; a control byte in it is refused */
+    char longname[256];
+    for (int i = 0; i < 255; i++) longname[i] = (char)('a' + i % 26);
+    longname[255] = 0;
+    for (int bad = 0; bad < 2; bad++) {
+        buf h = { 0 };
+        for (int i = 0; i < 5; i++) put_u32(&h, 0);
+        if (bad) longname[100] = '\n';
+        put_name(&h, longname);
+        int rc = act_proto_parse_hello(h.p, (uint32_t)h.n, &hello, msg, sizeof msg);
+        CHECK(bad ? rc == ACT_E_MALFORMED && strstr(msg, "client name")
+                  : rc == 0 && strlen(hello.client_name) == 255 && !strcmp(hello.client_name, longname),
+              "255-byte client name (%s): rc %d %s", bad ? "with a newline" : "printable", rc, msg);
+        free(h.p);
+    }
+
     size_t n;
     uint8_t *info = act_proto_build_info(c, 32, "cpu", &n);
     CHECK(info && act_proto_parse_hdr(info, &fh, msg, sizeof msg) == 0 && fh.len + ACT_PROTO_HDR == n, "INFO frame size");

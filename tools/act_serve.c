@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #include "act.h"
 #include "outfile.h"
 #include "server.h"
@@ -24,17 +25,29 @@ typedef struct cli {
 } cli;
 
 static act_server *g_server;
+static volatile sig_atomic_t g_signals;
+static char g_unix_path[108];   /* sun_path's size: removed by a second signal's exit */
 
+/* The first SIGTERM/SIGINT drains (at most --drain-timeout-ms, plus the batch computing then);
+ * a second one exits at once, for an operator or orchestrator that will not wait. Only
+ * async-signal-safe calls here. */
 static void on_signal(int sig)
 {
-    (void)sig;
+    if (g_signals++) {
+        static const char msg[] = "act-serve: a second signal: exiting now, without draining\n";
+        if (g_unix_path[0]) unlink(g_unix_path);
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        _exit(128 + sig);
+    }
     if (g_server) act_server_stop(g_server);
 }
 
 static void usage(const flag *fl, int n)
 {
     fprintf(stderr, "usage: act-serve --model M.actw [options]\n\n"
-                    "Serves action chunks over TCP (docs/PROTOCOL.md); SIGTERM drains and exits 0.\n\n");
+                    "Serves action chunks over TCP (docs/PROTOCOL.md); SIGTERM drains and exits 0, a second\n"
+                    "SIGTERM/SIGINT exits at once (128 + the signal).\n\n");
     for (int i = 0; i < n; i++)
         fprintf(stderr, "  --%-22s %-28s %s\n", fl[i].name, fl[i].env, fl[i].help);
 }
@@ -198,6 +211,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", err);
         return 1;
     }
+    if (c.so.unix_path) snprintf(g_unix_path, sizeof g_unix_path, "%s", c.so.unix_path);
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);

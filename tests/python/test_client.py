@@ -133,6 +133,81 @@ def test_reconnects_counts_connections_remade_not_attempts():
             comeback["srv"].close()
 
 
+def test_a_call_interrupted_mid_send_leaves_no_half_frame_for_the_next():
+    """KeyboardInterrupt (or a step-timeout alarm's exception) between two sends of a request:
+    the next call must start on a fresh connection, not append its frame to the half sent."""
+    srv = FakeServer()
+    c = ActClient("127.0.0.1", srv.port, timeout=2.0)
+    try:
+        c.ping()
+        real = c._send_parts
+
+        def half_then_interrupt(parts, deadline):
+            data = b"".join(bytes(memoryview(b).cast("B")) for b in parts)
+            c._sock.sendall(data[:len(data) // 2])
+            raise KeyboardInterrupt
+
+        c._send_parts = half_then_interrupt
+        with pytest.raises(KeyboardInterrupt):
+            c.ping()
+        c._send_parts = real
+        c.ping()   # a stream with half a PING in it would never answer: ActTimeoutError
+        assert c.reconnects == 1
+    finally:
+        c.close()
+        srv.close()
+
+
+def test_names_are_checked_when_the_client_is_made():
+    for bad, why in (("wörker", "not printable ASCII"), ("a\tb", "not printable ASCII"),
+                     ("w" * 256, "longer than 255")):
+        with pytest.raises(ValueError, match=why):
+            ActClient("127.0.0.1", 1, client_name=bad)
+    with pytest.raises(ValueError, match="camera name"):
+        ActClient("127.0.0.1", 1, camera_names=["front", "l vis\n"])
+    ActClient("127.0.0.1", 1, client_name="w" * 255).close()   # nothing connects before a call
+
+
+SIGPIPE_CHILD = r"""
+import signal, socket, sys, threading
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+from act_client import ActClient, ActTimeoutError
+from test_client import info_payload
+from serve_util import recv_frame
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)   # as an embedding host or CLI wrapper may leave it
+path = sys.argv[3]
+ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+ls.bind(path)
+ls.listen(8)
+
+def serve():   # answers the handshake, then hangs up: the client's next send meets EPIPE
+    while True:
+        conn, _ = ls.accept()
+        recv_frame(conn)
+        conn.sendall(info_payload())
+        conn.close()
+
+threading.Thread(target=serve, daemon=True).start()
+c = ActClient(unix_path=path, shm=False, timeout=1.0)
+try:
+    c.ping()
+except ActTimeoutError as e:
+    print("timeout after", c.connect_failures, "failures:", e)
+    sys.exit(0)
+sys.exit(3)
+"""
+
+
+def test_a_peer_gone_mid_send_is_not_a_sigpipe(tmp_path):
+    """With SIGPIPE at its default, a send to a closed Unix socket must be an error the client
+    retries (MSG_NOSIGNAL), not a signal that kills the process (exit -13)."""
+    import subprocess
+    here = Path(__file__).resolve().parent
+    p = subprocess.run([sys.executable, "-c", SIGPIPE_CHILD, str(here.parents[1] / "tools" / "act_client"),
+                        str(here), str(tmp_path / "fake.sock")], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, f"rc {p.returncode} (-13: killed by SIGPIPE)\n{p.stdout}{p.stderr}"
+
+
 class FakeClient:
     """What ActPolicyRunner needs of an ActClient: info() and predict(); chunk row t of call k
     is 1000 k + t in every joint."""

@@ -315,6 +315,86 @@ def test_sigterm_drains_in_flight_requests(server, tiny, rng):
 
 
 
+def test_drain_timeout_bounds_the_shutdown_and_a_second_signal_exits_at_once(server, tiny, rng, tmp_path):
+    """--drain-timeout-ms is the longest drain: requests still queued at its end are dropped
+    (their connection closes, the client retries elsewhere), not computed one by one with no one
+    to answer; the batch computing then finishes. A second SIGTERM exits at once (128 + 15),
+    removing the Unix socket."""
+    _, cfg = tiny
+    slow = dict(os.environ, ACT_CPU_TIMING_MODEL="1000000")   # 1 s steps
+    q, imgs = _obs(rng, cfg["camera_names"])
+    frames = wire.encode_frames(imgs, cfg["camera_names"], (IMAGE, IMAGE))
+
+    def queue_eight(srv):
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+        s.sendall(wire.hello())
+        recv_frame(s)
+        s.sendall(b"".join(wire.predict(300 + i, q, frames) for i in range(8)))
+        deadline = time.monotonic() + 60
+        while srv.metric("act_serve_requests_total") < 8:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        return s
+
+    srv = server("--max-batch", 1, "--drain-timeout-ms", 500, env=slow)
+    s = queue_eight(srv)
+    t0 = time.monotonic()
+    srv.proc.send_signal(signal.SIGTERM)
+    assert srv.proc.wait(timeout=60) == 0, srv.log()
+    took = time.monotonic() - t0
+    assert took < 4.0, f"exited {took:.1f} s after SIGTERM with --drain-timeout-ms 500 and 1 s steps:\n{srv.log()}"
+    assert "queued requests dropped past the drain deadline" in srv.log(), srv.log()
+    answered = 0
+    s.settimeout(10)
+    while True:   # at most what ran before the deadline, then the connection closes
+        try:
+            mtype, p = recv_frame(s)
+        except ConnectionError:
+            break
+        assert mtype == wire.RESULT
+        answered += 1
+    assert answered < 8
+
+    sock_path = tmp_path / "serve.sock"
+    srv = server("--max-batch", 1, "--drain-timeout-ms", 60000, "--unix", sock_path, env=slow)
+    assert sock_path.exists()
+    s = queue_eight(srv)
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    assert srv.proc.poll() is None, "the first signal drains (7 s of queued steps, 60 s allowed)"
+    t0 = time.monotonic()
+    srv.proc.send_signal(signal.SIGTERM)
+    assert srv.proc.wait(timeout=60) == 128 + signal.SIGTERM, srv.log()
+    assert time.monotonic() - t0 < 2.0
+    assert "a second signal: exiting now" in srv.log()
+    assert not sock_path.exists(), "the Unix socket was left behind"
+
+
+def test_client_refuses_a_restarted_server_with_other_weights(server, tiny, ref, tmp_path, rng):
+    """The same contract (cameras, dims, frame size) but another model hash after a reconnect:
+    one evaluation must not mix two checkpoints, so the client refuses unless it was made with
+    allow_model_change=True. A 200-byte client name (a long pod name) is accepted on the way."""
+    model, cfg = tiny
+    other, _ = _build_tiny(tmp_path, ref, seed=6)
+    srv = server()
+    port = srv.port
+    strict = ActClient("127.0.0.1", port, timeout=60, client_name="pod-" + "x" * 196)
+    lenient = ActClient("127.0.0.1", port, timeout=60, allow_model_change=True)
+    q, imgs = _obs(rng, cfg["camera_names"])
+    first = strict.predict(q, imgs)
+    lenient.predict(q, imgs)
+    h0 = strict.info()["model_hash"]
+    assert srv.stop() == 0
+    server(port=port, model=other)
+    with pytest.raises(ActContractError, match="allow_model_change"):
+        strict.predict(q, imgs)
+    second = lenient.predict(q, imgs)
+    assert lenient.info()["model_hash"] != h0 and lenient.reconnects == 1
+    assert np.abs(second - first).max() > 1e-3, "the two models answer alike: the test proves nothing"
+    strict.close()
+    lenient.close()
+
+
 def test_healthz_says_draining_while_another_io_thread_drains(server, tiny, rng):
     # the first I/O thread serves /healthz; its own client is idle, the other thread's has
     # requests in flight (0.3 s steps): during the drain the probe must still be answered

@@ -6,7 +6,9 @@ replica drained) the client reconnects and sends the same request again, until `
 seconds have passed since the call began; then it raises ActTimeoutError. After the first
 handshake the client declares the contract it got (cameras, dims, frame size) on every
 reconnect, so a restarted server that now serves a different model contract is refused with
-ActContractError instead of silently answering for the wrong robot.
+ActContractError instead of silently answering for the wrong robot. A reconnect that finds the
+same contract but other weights (another model hash: a new checkpoint, other statistics) is
+refused the same way, unless the client was made with allow_model_change=True.
 
 On a Unix socket (act-serve --unix PATH) the client also attaches shared memory: a sealed memfd
 holding one frame per camera, passed to the server once per connection. A PREDICT then carries
@@ -27,6 +29,10 @@ from typing import Dict, Mapping, Optional, Sequence
 import numpy as np
 
 from . import wire
+
+# a peer gone mid-send is EPIPE, an exception to reconnect on, never a SIGPIPE that kills a
+# process (an embedding host or CLI wrapper) which left the signal at its default
+_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 from .shm import frame_memory
 
 
@@ -60,13 +66,23 @@ class ActClient:
     unix_path: connect to act-serve's Unix socket instead of host:port (same machine only);
     there, shm=True (the default) passes frames in shared memory. .transport says which is in
     use ("tcp", "unix" or "unix+shm"); .shm_error why shared memory was refused, if it was.
+    allow_model_change: accept a reconnect to a server whose model hash differs from the first
+    one's (a rolling deploy); by default that raises ActContractError, so one evaluation never
+    mixes two checkpoints. client_name: printable ASCII, at most 255 bytes (logs, audit log).
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 7070, timeout: float = 10.0,
                  camera_names: Optional[Sequence[str]] = None, obs_dim: int = 0, action_dim: int = 0,
                  image_hw: Sequence[int] = (0, 0), compress: bool = False, client_name: str = "act_client",
-                 unix_path: Optional[str] = None, shm: bool = True):
+                 unix_path: Optional[str] = None, shm: bool = True, allow_model_change: bool = False):
+        try:
+            wire.check_name(client_name, "client_name")
+            for c in camera_names or []:
+                wire.check_name(c, "camera name")
+        except ValueError as e:
+            raise ValueError(str(e)) from None
         self.host, self.port, self.timeout = host, int(port), float(timeout)
+        self.allow_model_change = bool(allow_model_change)
         self.unix_path = unix_path
         self._where = f"unix:{unix_path}" if unix_path else f"{host}:{self.port}"
         self._want_shm = bool(unix_path) and shm and not compress and hasattr(os, "memfd_create")
@@ -157,7 +173,7 @@ class ActClient:
         views = [memoryview(b).cast("B") for b in parts]
         while views:
             self._set_deadline(deadline)   # the whole send, not each partial one, has the timeout
-            sent = self._sock.sendmsg(views)
+            sent = self._sock.sendmsg(views, [], _NOSIGNAL)
             while views and sent >= views[0].nbytes:
                 sent -= views[0].nbytes
                 views.pop(0)
@@ -193,7 +209,8 @@ class ActClient:
         self._sock = sock
         try:
             self._set_deadline(deadline)
-            sock.sendall(wire.hello(d["obs_dim"], d["action_dim"], d["image_hw"], d["camera_names"], self.client_name))
+            self._send_parts([wire.hello(d["obs_dim"], d["action_dim"], d["image_hw"], d["camera_names"],
+                                         self.client_name)], deadline)
             mtype, p = self._recv_frame()
         except BaseException:
             self._close()
@@ -208,6 +225,12 @@ class ActClient:
             self._close()
             raise ActError(f"handshake: expected INFO, got message type {mtype}")
         info = wire.parse_info(p)
+        if self._info is not None and info["model_hash"] != self._info["model_hash"] and not self.allow_model_change:
+            self._close()
+            raise ActContractError(7, f"{self._where} now serves model {info['model_hash']}, not "
+                                      f"{self._info['model_hash']} as before the reconnect (same contract, "
+                                      f"other weights or statistics); make a new client, or pass "
+                                      f"allow_model_change=True to accept it")
         if self._info is None:
             # from now on, insist on this contract: a restarted server must serve the same one
             self._declared = {"camera_names": info["camera_names"], "obs_dim": info["obs_dim"],
@@ -215,7 +238,11 @@ class ActClient:
                               "image_hw": (info["image_height"], info["image_width"])}
         self._info = info
         if self._want_shm:
-            self._attach_shm(deadline)
+            try:
+                self._attach_shm(deadline)
+            except BaseException:   # a connection left mid-attach would answer the next call wrongly
+                self._close()
+                raise
 
     def _attach_shm(self, deadline: float) -> None:
         """Creates the shared frames once (one per camera, model order), passes them to this
@@ -226,7 +253,7 @@ class ActClient:
             self._shm_fd, self._shm_map, self._shm_slots = frame_memory(cams, h, w)
             self._shm_closer = weakref.finalize(self, os.close, self._shm_fd)   # a client dropped unclosed leaks no fd
         self._set_deadline(deadline)
-        socket.send_fds(self._sock, [wire.shm_attach(len(self._shm_map))], [self._shm_fd])
+        socket.send_fds(self._sock, [wire.shm_attach(len(self._shm_map))], [self._shm_fd], _NOSIGNAL)
         mtype, p = self._recv_frame()
         if mtype == wire.SHM_OK:
             self._shm_live = True
@@ -252,6 +279,7 @@ class ActClient:
             deadline = time.monotonic() + self.timeout
         last_err: Optional[BaseException] = None
         while True:
+            pending = False   # a frame (partly) sent whose reply is not read: the stream is mid-call
             try:
                 if self._sock is None:
                     try:
@@ -265,6 +293,7 @@ class ActClient:
                 if make_frame is None:
                     return None
                 rid, parts = make_frame()
+                pending = True
                 self._send_parts(parts, deadline)
                 while True:
                     mtype, p = self._recv_frame()
@@ -276,8 +305,10 @@ class ActClient:
                             continue   # a reply to an earlier, abandoned request
                         if erid == 0:
                             self._close()
+                        pending = False
                         raise ActServerError(code, msg, erid)
                     if mtype == want and (want != wire.RESULT or int.from_bytes(p[:8], "little") == rid):
+                        pending = False
                         return rid, p
             except socket.timeout:
                 self._close()
@@ -290,13 +321,22 @@ class ActClient:
                     raise ActTimeoutError(f"act-serve {self._where}: could not complete {what} within "
                                           f"{self.timeout:g} s: {e}") from e
                 time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+            except BaseException:
+                # anything else mid-call (KeyboardInterrupt, a step-timeout alarm's exception,
+                # MemoryError) may leave half a request on the socket or its reply unread: the
+                # next call must not be appended to that, so it starts on a fresh connection
+                if pending:
+                    self._close()
+                raise
 
     # ---- API ----
     def info(self) -> Dict:
         """The model contract: obs_dim, action_dim, pred_horizon, num_action_steps, obs_horizon,
         camera_names, image_height, image_width, model_hash, max_batch, device, ..."""
         with self._lock:
-            return dict(self._info_by(time.monotonic() + self.timeout))
+            info = dict(self._info_by(time.monotonic() + self.timeout))
+            info["camera_names"] = list(info["camera_names"])   # the caller's copy, not the contract
+            return info
 
     def _info_by(self, deadline: float) -> Dict:
         if self._info is None or self._sock is None:
@@ -320,6 +360,11 @@ class ActClient:
                 actions = np.asarray(actions, dtype=np.float32)
                 if actions.shape != (info["pred_horizon"], info["action_dim"]):
                     raise ValueError(f"actions: expected {(info['pred_horizon'], info['action_dim'])}, got {actions.shape}")
+                if is_pad is not None and np.asarray(is_pad).size != info["pred_horizon"]:
+                    raise ValueError(f"is_pad: expected {info['pred_horizon']} flags (one per action row), "
+                                     f"got {np.asarray(is_pad).size}")
+            if not 0 <= int(seed) < 1 << 64:
+                raise ValueError(f"seed must be in [0, 2**64), got {seed}")
 
             def make():   # per attempt: a reconnect may have gained or lost the shared memory
                 if self._shm_live:

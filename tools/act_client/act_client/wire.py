@@ -34,10 +34,20 @@ def frame(msg_type: int, payload: bytes, version: int = VERSION, magic: bytes = 
     return HDR.pack(magic, version, msg_type, len(payload)) + payload
 
 
-def _name(s: str) -> bytes:
-    b = s.encode("ascii")
+def check_name(s: str, what: str = "name") -> bytes:
+    """A protocol name: printable ASCII, at most 255 bytes (PROTOCOL.md). ValueError otherwise."""
+    if not isinstance(s, str):
+        raise ValueError(f"{what} must be a str, got {type(s).__name__}")
+    b = s.encode("ascii", "replace")
+    if not s.isascii() or not all(0x20 <= c <= 0x7E for c in b):
+        raise ValueError(f"{what} {s!r} is not printable ASCII")
     if len(b) > 255:
-        raise ValueError(f"name '{s}' is longer than 255 bytes")
+        raise ValueError(f"{what} {s[:40]!r}... is {len(b)} bytes, longer than 255")
+    return b
+
+
+def _name(s: str) -> bytes:
+    b = check_name(s)
     return bytes([len(b)]) + b
 
 
