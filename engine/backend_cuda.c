@@ -902,16 +902,20 @@ static int cu_conv2d(act_backend *be, const act_conv *cv, act_buf x, int N, int 
     TRY(conv_plan_for(be, cv, N, H, W, x.p, w, y.p, res_in_y, epi, &e));
     act_conv_plan *p = e->plan;
     int r = 1;
+    /* a refusal (-1) at a plan's first run hands the shape to the direct kernel; a CUDA fault
+     * inside cuDNN (-2) is this step's error, never a fallback that would hide its cause */
     if (p && c->conv_fuse) {
         r = act_k_conv_run_fused(c->dnn, p, x.p, w, cv->b ? wlow(be, cv->b->offset) : NULL,
                                  residual.p, epi, y.p, c->conv_ws, c->conv_ws_bytes, KE);
+        if (r == -2) return fail(be);
         if (r < 0 && conv_refused(be, cv, e) < 0) return -1;
     }
-    if (e->plan && r == 1 &&
-        act_k_conv_run(c->dnn, p, x.p, w, res_in_y ? 1.0f : 0.0f, y.p, c->conv_ws,
-                       c->conv_ws_bytes, KE) &&
-        conv_refused(be, cv, e) < 0)
-        return -1;
+    if (e->plan && r == 1) {
+        int rr = act_k_conv_run(c->dnn, p, x.p, w, res_in_y ? 1.0f : 0.0f, y.p, c->conv_ws,
+                                c->conv_ws_bytes, KE);
+        if (rr == -2) return fail(be);
+        if (rr && conv_refused(be, cv, e) < 0) return -1;
+    }
     if (!e->plan) {
         TRY(act_k_conv_direct(x.p, w, c->wdt, c->nhwc, N, cv->cin, H, W, cv->cout, cv->k,
                               cv->stride, cv->pad, wf(be, cv->b), residual.p, residual.dt, epi,

@@ -131,12 +131,24 @@ int act_k_conv_plan(cudnnHandle_t h, int dt, int prec, int nhwc, int N, int cin,
     return 0;
 }
 
+/* A CUDA fault met inside cuDNN (the EXECUTION_FAILED family: 5000-5999 from cuDNN 9, one code
+ * before it), which no fallback can mend, as against a refusal to run a plan. */
+static int cudnn_fault(cudnnStatus_t s) {
+#if defined(CUDNN_MAJOR) && CUDNN_MAJOR >= 9
+    return (int)s / 1000 == (int)CUDNN_STATUS_EXECUTION_FAILED / 1000;
+#else
+    return s == CUDNN_STATUS_EXECUTION_FAILED;
+#endif
+}
+
 int act_k_conv_run(cudnnHandle_t h, const act_conv_plan *p, const void *x, const void *w,
                    float beta, void *y, void *ws, size_t ws_size, char *err, size_t errlen) {
     const float alpha = 1.0f;
-    KCUDNN(cudnnConvolutionForward(h, &alpha, p->xd, x, p->wd, w, p->cd, p->algo, ws, ws_size,
-                                   &beta, p->yd, y));
-    return 0;
+    cudnnStatus_t s = cudnnConvolutionForward(h, &alpha, p->xd, x, p->wd, w, p->cd, p->algo, ws,
+                                              ws_size, &beta, p->yd, y);
+    if (s == CUDNN_STATUS_SUCCESS) return 0;
+    act_kerr(err, errlen, __FILE__, __LINE__, "cudnnConvolutionForward", cudnnGetErrorString(s));
+    return cudnn_fault(s) ? -2 : -1;
 }
 
 int act_k_conv_run_fused(cudnnHandle_t h, act_conv_plan *p, const void *x, const void *w,
@@ -155,6 +167,11 @@ int act_k_conv_run_fused(cudnnHandle_t h, act_conv_plan *p, const void *x, const
     if (s == CUDNN_STATUS_SUCCESS) {
         p->fused = 1;
         return 0;
+    }
+    if (cudnn_fault(s)) {
+        act_kerr(err, errlen, __FILE__, __LINE__, "cudnnConvolutionBiasActivationForward",
+                 cudnnGetErrorString(s));
+        return -2;
     }
     if (p->fused == 0) {            /* refused at its first use: this plan runs unfused */
         p->fused = -1;

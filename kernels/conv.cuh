@@ -40,14 +40,16 @@ int act_k_conv_find_need(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, siz
                          size_t *ws_bytes, char *err, size_t errlen);
 int act_k_conv_find(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, const void *x,
                     const void *w, void *y, void *ws, size_t ws_size, char *err, size_t errlen);
-/* y = conv(x, w) + beta * y (beta 0 or 1: 1 accumulates onto a residual already in y) */
+/* y = conv(x, w) + beta * y (beta 0 or 1: 1 accumulates onto a residual already in y). 0 done,
+ * -1 cuDNN refused the call (nothing queued), -2 a CUDA fault inside cuDNN (EXECUTION_FAILED:
+ * an error, not a refusal a fallback could take over). */
 int act_k_conv_run(cudnnHandle_t h, const act_conv_plan *p, const void *x, const void *w,
                    float beta, void *y, void *ws, size_t ws_size, char *err, size_t errlen);
 /* y = epi(conv(x, w) + bias + res) in one cuDNN call (res may be NULL; bias in the data type;
  * epi 0 none, 1 ReLU). Returns 1 when this plan cannot fuse that (GELU, an in-place residual,
  * an identity epilogue on another algorithm than IMPLICIT_PRECOMP_GEMM, or cuDNN refused it at
  * the plan's first use): the caller then runs act_k_conv_run + act_k_bias_res_act. 0 done,
- * -1 error. */
+ * -1 error, -2 a CUDA fault inside cuDNN (as act_k_conv_run). */
 int act_k_conv_run_fused(cudnnHandle_t h, act_conv_plan *p, const void *x, const void *w,
                          const void *bias, const void *res, int epi, void *y, void *ws,
                          size_t ws_size, char *err, size_t errlen);

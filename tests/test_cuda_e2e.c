@@ -732,6 +732,35 @@ static void check_lane_joined(const act_model *m, const act_config *c, const run
     act_session_free(s);
 }
 
+/* A CUDA fault inside cuDNN (ACT_EMU_CUDNN=fail-run: EXECUTION_FAILED at the call, as a real
+ * fault gives) fails the step in cuDNN's own words. It is not taken for a refusal, whose fallback
+ * (the direct kernel) would hide the fault's cause and run on into a broken context. Once the
+ * fault is gone the same shapes run on cuDNN again. */
+static void check_conv_fault(const act_model *m, const act_config *c, const run_io *in,
+                             const run_io *ref, const uint64_t *seeds) {
+    act_session *s = cuda_session(m, ACT_FP32, 3, NULL, NULL);
+    if (!s) return;
+    char err[1024] = "";
+    run_io got;
+    memset(&got, 0, sizeof got);
+    alloc_outputs(&got, c, 1);
+    err_capture cap;
+    stderr_begin(&cap);
+    setenv("ACT_EMU_CUDNN", "fail-run", 1);
+    int rc = run(s, c, 1, &in[0], &got, seeds[0], err, sizeof err);
+    unsetenv("ACT_EMU_CUDNN");
+    for (int r = 0; r < 3; r++)
+        check_run(s, c, 1, &in[0], &ref[0], seeds[0], ACT_FP32, "conv fault: batch 1 once the fault is gone");
+    char *said = stderr_end(&cap);
+    free_io(&got, 0);
+    CHECK(rc != 0 && strstr(err, "EXECUTION_FAILED"), "conv fault: a step whose conv met "
+          "EXECUTION_FAILED returned %d (%s), not an error naming it", rc, err);
+    CHECK(!strstr(said, "direct kernel"), "conv fault: EXECUTION_FAILED was taken for a refusal, "
+          "the conv handed to the direct kernel");
+    free(said);
+    act_session_free(s);
+}
+
 static int test_faults(const char *path) {
     if (!getenv("ACT_CUDA_EMULATOR")) {
         printf("note: the fault checks need the CUDA emulator (ACT_CUDA_EMULATOR), not run\n");
@@ -751,6 +780,7 @@ static int test_faults(const char *path) {
         check_capture_refused(m, c, in, ref, seeds);
         check_capture_retry(m, c, in, ref, seeds);
         check_lane_joined(m, c, in, ref, seeds);
+        check_conv_fault(m, c, in, ref, seeds);
     }
     free_sets(in, ref, 2, c->num_cams);
     act_model_free(m);

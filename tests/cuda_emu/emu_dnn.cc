@@ -64,6 +64,8 @@ static size_t type_size(cudnnDataType_t t) { return t == CUDNN_DATA_FLOAT ? 4 : 
  * (NOT_SUPPORTED at the call, nothing queued), as a real cuDNN may for a heuristic's pick;
  * =refuse-capture refuses them (the same way) only on a stream that is capturing, as a library
  * call that cannot be captured does, the capture left valid;
+ * =fail-run answers every run with EXECUTION_FAILED (nothing queued), as a CUDA fault met
+ * inside cuDNN does;
  * =find-reverse and =find-fail change what Find answers (at the Find call below);
  * =convert-first ranks first, for fp32 data, a tensor-op algorithm with
  * CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION (fp32 computed in fp16), which a real cuDNN may offer to
@@ -75,6 +77,11 @@ static int dnn_mode(const char *want) {
 static int dnn_disabled(void) { return dnn_mode("none"); }
 static int dnn_refuses_runs(cudnnHandle_t h) {
     return dnn_mode("refuse-run") || (dnn_mode("refuse-capture") && emu_stream_capturing(h->stream));
+}
+/* what a run answers instead of running: NOT_SUPPORTED (refused), EXECUTION_FAILED, or SUCCESS */
+static cudnnStatus_t dnn_run_verdict(cudnnHandle_t h) {
+    if (dnn_mode("fail-run")) return CUDNN_STATUS_EXECUTION_FAILED;
+    return dnn_refuses_runs(h) ? CUDNN_STATUS_NOT_SUPPORTED : CUDNN_STATUS_SUCCESS;
 }
 
 static int out_dim(int in, int pad, int k, int stride, int dil) {
@@ -571,7 +578,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void *alpha,
     cudnnStatus_t st = convolve(call, handle, alpha, xDesc, x, wDesc, w, convDesc, algo,
                                 workSpace, workSpaceSizeInBytes, yDesc, y, &j, &used);
     if (st != CUDNN_STATUS_SUCCESS) return st;
-    if (dnn_refuses_runs(handle)) return CUDNN_STATUS_NOT_SUPPORTED;
+    if (dnn_run_verdict(handle) != CUDNN_STATUS_SUCCESS) return dnn_run_verdict(handle);
     j.beta = *(const float *)beta;
     return enqueue(handle, call, j, std::move(used));
 }
@@ -624,7 +631,7 @@ cudnnStatus_t cudnnConvolutionBiasActivationForward(
     if (!emu_on_device(call, "z", z, (size_t)j.s.N * j.s.K * j.s.Ho * j.s.Wo * es, &used) ||
         !emu_on_device(call, "bias", bias, (size_t)j.s.K * es, &used))
         return CUDNN_STATUS_EXECUTION_FAILED;
-    if (dnn_refuses_runs(handle)) return CUDNN_STATUS_NOT_SUPPORTED;
+    if (dnn_run_verdict(handle) != CUDNN_STATUS_SUCCESS) return dnn_run_verdict(handle);
     j.fused = 1;
     j.alpha2 = *(const float *)alpha2;
     j.zf = zDesc->f;
