@@ -208,6 +208,35 @@ def test_a_peer_gone_mid_send_is_not_a_sigpipe(tmp_path):
     assert p.returncode == 0, f"rc {p.returncode} (-13: killed by SIGPIPE)\n{p.stdout}{p.stderr}"
 
 
+def test_a_forked_child_connects_on_its_own():
+    """A client made before fork() (multiprocessing's default on Linux): the child must not share
+    its parent's stream - two processes reading one socket take each other's replies - but make
+    its own connection, while the parent's stays as it was."""
+    import os
+    srv = FakeServer()
+    c = ActClient("127.0.0.1", srv.port, timeout=5.0)
+    try:
+        c.ping()
+        parent_end = c._sock.getsockname()
+        pid = os.fork()
+        if pid == 0:   # the child: report through the exit status only
+            code = 1
+            try:
+                c.ping()
+                code = 0 if c._sock.getsockname() != parent_end and c.reconnects == 0 else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, \
+            f"child status {status} (2: it used the parent's connection)"
+        c.ping()
+        assert c._sock.getsockname() == parent_end and c.reconnects == 0
+        assert srv.accepted == 2
+    finally:
+        c.close()
+        srv.close()
+
+
 class FakeClient:
     """What ActPolicyRunner needs of an ActClient: info() and predict(); chunk row t of call k
     is 1000 k + t in every joint."""

@@ -399,6 +399,34 @@ def test_client_reattaches_after_restart(act_serve, srv, tmp_path):
     assert s.stop() == 0
 
 
+def test_a_forked_child_gets_frame_memory_of_its_own(srv):
+    """After fork() the child's frames must not land in its parent's shared memory (the server
+    would read the parent's frames for the child, or the other way round): the child attaches a
+    memfd of its own on its own connection, and both get the right chunk."""
+    c = ActClient(unix_path=srv.sock, timeout=120)
+    np.testing.assert_array_equal(c.predict(srv.q, srv.imgs), srv.want)
+    assert c.transport == "unix+shm"
+    parent_fd = c._shm_fd
+    parent_bufs = c.frame_buffers()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            bufs = c.frame_buffers()
+            for cam, img in srv.imgs.items():
+                bufs[cam][...] = img
+            ok = np.array_equal(c.predict(srv.q, bufs), srv.want)
+            mine = not np.shares_memory(bufs[next(iter(bufs))], parent_bufs[next(iter(parent_bufs))])
+            code = 0 if ok and mine and c.transport == "unix+shm" else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child status {status}"
+    assert c._shm_fd == parent_fd
+    np.testing.assert_array_equal(c.predict(srv.q, srv.imgs), srv.want)
+    c.close()
+
+
 def test_clients_dropped_unclosed_leak_no_descriptor(srv):
     import gc
 

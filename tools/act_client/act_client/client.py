@@ -33,6 +33,20 @@ from . import wire
 # a peer gone mid-send is EPIPE, an exception to reconnect on, never a SIGPIPE that kills a
 # process (an embedding host or CLI wrapper) which left the signal at its default
 _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
+
+# clients alive in this process: a fork()ed child (multiprocessing's default start method on
+# Linux, as rollout workers are often made) lets go of their parent's connections, see
+# ActClient._forget_after_fork
+_LIVE: "weakref.WeakSet[ActClient]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for c in list(_LIVE):
+        c._forget_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 from .shm import frame_memory
 
 
@@ -112,6 +126,33 @@ class ActClient:
         # one call at a time: threads sharing a client would read each other's replies and, with
         # shared memory, overwrite each other's frames before the server read them
         self._lock = threading.RLock()
+        _LIVE.add(self)
+
+    def _forget_after_fork(self) -> None:
+        """In a child made by fork(): the connection and the shared frames copied from the parent
+        stay the parent's (two processes on one stream would read each other's replies, and the
+        child's frames would land in the parent's memory). The child drops its copies - closing a
+        copied descriptor leaves the parent's open - and connects anew at its first call, with
+        frame memory of its own; the contract and model hash it insists on are kept. Arrays got
+        from frame_buffers() before the fork are the parent's: call it again in the child."""
+        self._lock = threading.RLock()   # another thread of the parent may have held it
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+        self._sock = None
+        self._rpos = self._rend = 0
+        self._shm_live = False
+        if self._shm_closer is not None:
+            self._shm_closer.detach()
+            try:
+                os.close(self._shm_fd)
+            except OSError:
+                pass
+        self._shm_closer, self._shm_fd, self._shm_map, self._shm_slots = None, -1, None, {}
+        self.reconnects = self.connect_failures = 0
+        self._was_connected = False
 
     # ---- connection ----
     def _close(self) -> None:
@@ -296,6 +337,7 @@ class ActClient:
                 pending = True
                 self._send_parts(parts, deadline)
                 while True:
+                    self._set_deadline(deadline)   # each frame, stale replies skipped included
                     mtype, p = self._recv_frame()
                     if mtype == wire.ERROR:
                         erid, code, msg = wire.parse_error(p)
