@@ -29,7 +29,7 @@ def info_payload() -> bytes:
 
 class FakeServer:
     """Each connection: read HELLO, wait `info_delay` s, send INFO, then per request either
-    answer PONG (pings) or `on_request(conn)`."""
+    answer PONG (pings) or `on_request(conn, payload)`."""
 
     def __init__(self, info_delay=0.0, on_request=None):
         self.info_delay, self.on_request = info_delay, on_request
@@ -64,7 +64,7 @@ class FakeServer:
                 if mtype == wire.PING:
                     conn.sendall(wire.frame(wire.PONG, p))
                 elif self.on_request is not None:
-                    self.on_request(conn)
+                    self.on_request(conn, p)
         except (ConnectionError, OSError, AssertionError):
             pass
 
@@ -85,7 +85,7 @@ def frames():
 def test_predict_timeout_covers_the_handshake_too():
     # the handshake takes 60% of the timeout and the reply never comes: the call must give up at
     # the timeout, not after the handshake's time plus a whole fresh timeout
-    srv = FakeServer(info_delay=0.6, on_request=lambda conn: None)
+    srv = FakeServer(info_delay=0.6, on_request=lambda conn, p: None)
     try:
         c = ActClient("127.0.0.1", srv.port, timeout=1.0)
         t0 = time.monotonic()
@@ -206,6 +206,45 @@ def test_a_peer_gone_mid_send_is_not_a_sigpipe(tmp_path):
     p = subprocess.run([sys.executable, "-c", SIGPIPE_CHILD, str(here.parents[1] / "tools" / "act_client"),
                         str(here), str(tmp_path / "fake.sock")], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, f"rc {p.returncode} (-13: killed by SIGPIPE)\n{p.stdout}{p.stderr}"
+
+
+def _answer(kinds):
+    """on_request answering each PREDICT with the next of kinds: 'overloaded' (ERROR, queue full)
+    or 'result' (a chunk of 16 x 4 values 0..63)."""
+    def on_request(conn, p):
+        rid = struct.unpack_from("<Q", p, 0)[0]
+        if (kinds.pop(0) if kinds else "overloaded") == "overloaded":
+            msg = b"queue full: 2 requests waiting or running (limit 2)"
+            conn.sendall(wire.frame(wire.ERROR, struct.pack("<QII", rid, wire.E_OVERLOADED, len(msg)) + msg))
+        else:
+            conn.sendall(wire.frame(wire.RESULT, struct.pack("<QIIIIfII", rid, 0, 1, 0, 0, 0.0, 16, 4)
+                                    + np.arange(64, dtype="<f4").tobytes()))
+    return on_request
+
+
+def test_an_overloaded_server_is_asked_again_within_the_timeout():
+    """`overloaded` (the server's --max-queue full) is a passing state: the same request goes
+    again after a short pause, on the same connection, until the call's timeout; only then
+    ActTimeoutError, naming the overload."""
+    srv = FakeServer(on_request=_answer(["overloaded"] * 3 + ["result"]))
+    c = ActClient("127.0.0.1", srv.port, timeout=5.0)
+    try:
+        chunk = c.predict(np.ones(4, np.float32), frames())
+        assert chunk.shape == (16, 4) and chunk[15, 3] == 63
+        assert c.overloaded_retries == 3 and c.reconnects == 0 and srv.accepted == 1
+    finally:
+        c.close()
+        srv.close()
+    srv = FakeServer(on_request=_answer([]))   # overloaded for good
+    c = ActClient("127.0.0.1", srv.port, timeout=0.5)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ActTimeoutError, match="overloaded"):
+            c.predict(np.ones(4, np.float32), frames())
+        assert 0.45 < time.monotonic() - t0 < 1.0 and c.overloaded_retries >= 5
+    finally:
+        c.close()
+        srv.close()
 
 
 def test_a_forked_child_connects_on_its_own():

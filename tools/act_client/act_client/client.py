@@ -71,6 +71,10 @@ class ActTimeoutError(ActError, TimeoutError):
     """No answer within the client's timeout (server down, overloaded or unreachable)."""
 
 
+class _Overloaded(Exception):
+    """The server's queue (--max-queue) was full for this request: sent again after a pause."""
+
+
 class ActClient:
     """ActClient(host, port, timeout=10.0) -> .info(), .predict(qpos, images), .ping().
 
@@ -122,6 +126,7 @@ class ActClient:
         self.last_result: Dict = {}
         self.reconnects = 0          # connections made after an earlier one broke (not attempts)
         self.connect_failures = 0    # attempts to (re)connect that failed and were retried
+        self.overloaded_retries = 0  # requests sent again because the server's queue was full
         self._was_connected = False
         # one call at a time: threads sharing a client would read each other's replies and, with
         # shared memory, overwrite each other's frames before the server read them
@@ -319,6 +324,7 @@ class ActClient:
         if deadline is None:
             deadline = time.monotonic() + self.timeout
         last_err: Optional[BaseException] = None
+        pause = 0.002   # after an `overloaded` answer, doubling to 50 ms
         while True:
             pending = False   # a frame (partly) sent whose reply is not read: the stream is mid-call
             try:
@@ -348,10 +354,21 @@ class ActClient:
                         if erid == 0:
                             self._close()
                         pending = False
+                        if code == wire.E_OVERLOADED and erid == rid:
+                            raise _Overloaded(msg)
                         raise ActServerError(code, msg, erid)
                     if mtype == want and (want != wire.RESULT or int.from_bytes(p[:8], "little") == rid):
                         pending = False
                         return rid, p
+            except _Overloaded as e:   # the connection is in order: the same request, a little later
+                self.overloaded_retries += 1
+                last_err = ActServerError(wire.E_OVERLOADED, str(e))
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ActTimeoutError(f"act-serve {self._where}: {what} not served within {self.timeout:g} s: "
+                                          f"the server stayed overloaded ({e})") from None
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, 0.05)
             except socket.timeout:
                 self._close()
                 raise ActTimeoutError(f"act-serve {self._where}: no {what} reply within {self.timeout:g} s"
