@@ -29,6 +29,7 @@ from typing import Dict, Mapping, Optional, Sequence
 import numpy as np
 
 from . import wire
+from .shm import frame_memory
 
 # a peer gone mid-send is EPIPE, an exception to reconnect on, never a SIGPIPE that kills a
 # process (an embedding host or CLI wrapper) which left the signal at its default
@@ -47,7 +48,6 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-from .shm import frame_memory
 
 
 class ActError(Exception):
@@ -273,7 +273,7 @@ class ActClient:
         info = wire.parse_info(p)
         if self._info is not None and info["model_hash"] != self._info["model_hash"] and not self.allow_model_change:
             self._close()
-            raise ActContractError(7, f"{self._where} now serves model {info['model_hash']}, not "
+            raise ActContractError(wire.E_CONTRACT, f"{self._where} now serves model {info['model_hash']}, not "
                                       f"{self._info['model_hash']} as before the reconnect (same contract, "
                                       f"other weights or statistics); make a new client, or pass "
                                       f"allow_model_change=True to accept it")

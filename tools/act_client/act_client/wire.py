@@ -23,6 +23,7 @@ ERROR_NAMES = {
     7: "contract", 8: "bad_qpos", 9: "bad_camera", 10: "bad_frame", 11: "bad_zstd", 12: "bad_actions",
     13: "overloaded", 14: "shutting_down", 15: "internal", 16: "bad_shm",
 }
+E_CONTRACT = 7
 E_SHUTTING_DOWN = 14
 E_OVERLOADED = 13
 
