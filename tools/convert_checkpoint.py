@@ -233,7 +233,8 @@ def pick_stats(cfg, sources, report, warnings, chosen_label=None, allow_initial=
         if diff:
             warnings.append(f"WARNING statistics {diff} from {other} differ from {label}; "
                             f"using {label}" + (" (the buffers are NormalizationModule's initial "
-                                                "values: never set)" if never_set else ""))
+                                                "values: never set)" if never_set and other == SD_STATS
+                                               else ""))
     out = {}
     for kind, dim in (("qpos", cfg["obs_dim"]), ("action", cfg["action_dim"])):
         for s in (lo, hi):
