@@ -158,6 +158,31 @@ def test_a_call_interrupted_mid_send_leaves_no_half_frame_for_the_next():
         srv.close()
 
 
+def test_a_handshake_error_is_a_contract_error_only_when_it_says_contract():
+    """HELLO answered with ERROR: `contract` is ActContractError, anything else (here
+    `malformed`) the plain ActServerError it is, so a caller is not told to fix its contract."""
+    from act_client import ActContractError, ActServerError
+    for code, want in ((wire.E_CONTRACT, ActContractError), (4, ActServerError)):
+        ls = socket.create_server(("127.0.0.1", 0))
+
+        def answer():
+            conn, _ = ls.accept()
+            recv_frame(conn)
+            msg = b"refused"
+            conn.sendall(wire.frame(wire.ERROR, struct.pack("<QII", 0, code, len(msg)) + msg))
+            conn.close()
+
+        t = threading.Thread(target=answer, daemon=True)
+        t.start()
+        c = ActClient("127.0.0.1", ls.getsockname()[1], timeout=5.0)
+        with pytest.raises(ActServerError) as e:
+            c.info()
+        assert type(e.value) is want and e.value.code == code
+        c.close()
+        t.join()
+        ls.close()
+
+
 def test_names_are_checked_when_the_client_is_made():
     for bad, why in (("wörker", "not printable ASCII"), ("a\tb", "not printable ASCII"),
                      ("w" * 256, "longer than 255")):

@@ -266,7 +266,7 @@ class ActClient:
             rid, code, msg = wire.parse_error(p)
             if code in (wire.E_SHUTTING_DOWN, wire.E_OVERLOADED):
                 raise ConnectionError(msg)   # draining or full: retry until the timeout
-            raise ActContractError(code, msg, rid)
+            raise (ActContractError if code == wire.E_CONTRACT else ActServerError)(code, msg, rid)
         if mtype != wire.INFO:
             self._close()
             raise ActError(f"handshake: expected INFO, got message type {mtype}")
