@@ -78,7 +78,7 @@ static int take_batch(act_server *s, act_req **out)
     int max = s->o.max_batch, n = 0;
     pthread_mutex_lock(&s->mu);
     while (!s->pend_head && !s->infer_stop && !s->retired) pthread_cond_wait(&s->cv, &s->mu);
-    if (!s->pend_head || s->infer_stop) {
+    if (!s->pend_head) {
         int retire = s->retired && !s->infer_stop;
         pthread_mutex_unlock(&s->mu);
         return retire ? -1 : 0;
@@ -89,7 +89,7 @@ static int take_batch(act_server *s, act_req **out)
         deadline_ts(deadline, &ts);
         pthread_cond_timedwait(&s->cv, &s->mu, &ts);
     }
-    if (s->infer_stop) {
+    if (s->infer_stop) {   /* requests still pending: the window above ends at once on a stop */
         pthread_mutex_unlock(&s->mu);
         return 0;
     }

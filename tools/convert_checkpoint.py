@@ -188,6 +188,12 @@ STATS_FROM = {"state_dict": SD_STATS, "dataset_stats": ENTRY_STATS, "file": None
 INITIAL = {"min": 0.0, "mean": 0.0, "max": 1.0, "std": 1.0}   # NormalizationModule's buffers
 
 
+def at_initial(st, keys):
+    """Do the statistics st[k] for keys (e.g. qpos_min) all hold NormalizationModule's initial
+    values, i.e. were they never set?"""
+    return all((st[k] == INITIAL[k.rsplit("_", 1)[1]]).all() for k in keys if k in st)
+
+
 def pick_stats(cfg, sources, report, warnings, chosen_label=None, allow_initial=False,
                forced=False):
     """sources: [(label, {qpos_min: array, ...})] in priority order: --stats, then the state
@@ -221,9 +227,9 @@ def pick_stats(cfg, sources, report, warnings, chosen_label=None, allow_initial=
                 f"nothing says which one training used: pass --stats dataset_stats.pkl (the "
                 f"run's statistics), or --stats-from state_dict / --stats-from dataset_stats to "
                 f"use one of the checkpoint's")
-        never_set = all((ost[k] == INITIAL[k.rsplit("_", 1)[1]]).all() for k in need if k in ost)
+        unset_buffers = other == SD_STATS and at_initial(ost, need)
         if diff and other == SD_STATS and label not in (SD_STATS, ENTRY_STATS) and not forced \
-                and not never_set:
+                and not unset_buffers:
             raise ConvertError(
                 f"normalization statistics {diff} in {label} differ from the checkpoint's state "
                 f"dict normalization.* buffers, which the agent normalizes with once "
@@ -233,8 +239,7 @@ def pick_stats(cfg, sources, report, warnings, chosen_label=None, allow_initial=
         if diff:
             warnings.append(f"WARNING statistics {diff} from {other} differ from {label}; "
                             f"using {label}" + (" (the buffers are NormalizationModule's initial "
-                                                "values: never set)" if never_set and other == SD_STATS
-                                               else ""))
+                                                "values: never set)" if unset_buffers else ""))
     out = {}
     for kind, dim in (("qpos", cfg["obs_dim"]), ("action", cfg["action_dim"])):
         for s in (lo, hi):
@@ -242,7 +247,7 @@ def pick_stats(cfg, sources, report, warnings, chosen_label=None, allow_initial=
             out[name] = check_tensor(f"{label} {kind}_{s}", st[f"{kind}_{s}"], (dim,))
         if cfg["norm_type"] == "min_max" and (out[f"norm.{kind}.max"] < out[f"norm.{kind}.min"]).any():
             raise ConvertError(f"{label}: {kind}_max is below {kind}_min for some dimension")
-        if not allow_initial and all((out[f"norm.{kind}.{s}"] == INITIAL[s]).all() for s in (lo, hi)):
+        if not allow_initial and at_initial(st, (f"{kind}_{lo}", f"{kind}_{hi}")):
             raise ConvertError(
                 f"{label}: the {kind} normalization statistics are NormalizationModule's initial "
                 f"values ({kind}_{lo} all {INITIAL[lo]:g}, {kind}_{hi} all {INITIAL[hi]:g}): never "

@@ -577,8 +577,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void *alpha,
     if (!beta) return CUDNN_STATUS_BAD_PARAM;
     cudnnStatus_t st = convolve(call, handle, alpha, xDesc, x, wDesc, w, convDesc, algo,
                                 workSpace, workSpaceSizeInBytes, yDesc, y, &j, &used);
-    if (st != CUDNN_STATUS_SUCCESS) return st;
-    if (dnn_run_verdict(handle) != CUDNN_STATUS_SUCCESS) return dnn_run_verdict(handle);
+    if (st != CUDNN_STATUS_SUCCESS || (st = dnn_run_verdict(handle)) != CUDNN_STATUS_SUCCESS) return st;
     j.beta = *(const float *)beta;
     return enqueue(handle, call, j, std::move(used));
 }
@@ -631,7 +630,7 @@ cudnnStatus_t cudnnConvolutionBiasActivationForward(
     if (!emu_on_device(call, "z", z, (size_t)j.s.N * j.s.K * j.s.Ho * j.s.Wo * es, &used) ||
         !emu_on_device(call, "bias", bias, (size_t)j.s.K * es, &used))
         return CUDNN_STATUS_EXECUTION_FAILED;
-    if (dnn_run_verdict(handle) != CUDNN_STATUS_SUCCESS) return dnn_run_verdict(handle);
+    if ((st = dnn_run_verdict(handle)) != CUDNN_STATUS_SUCCESS) return st;
     j.fused = 1;
     j.alpha2 = *(const float *)alpha2;
     j.zf = zDesc->f;

@@ -93,12 +93,9 @@ class ActClient:
                  camera_names: Optional[Sequence[str]] = None, obs_dim: int = 0, action_dim: int = 0,
                  image_hw: Sequence[int] = (0, 0), compress: bool = False, client_name: str = "act_client",
                  unix_path: Optional[str] = None, shm: bool = True, allow_model_change: bool = False):
-        try:
-            wire.check_name(client_name, "client_name")
-            for c in camera_names or []:
-                wire.check_name(c, "camera name")
-        except ValueError as e:
-            raise ValueError(str(e)) from None
+        wire.check_name(client_name, "client_name")
+        for c in camera_names or []:
+            wire.check_name(c, "camera name")
         self.host, self.port, self.timeout = host, int(port), float(timeout)
         self.allow_model_change = bool(allow_model_change)
         self.unix_path = unix_path
@@ -141,21 +138,7 @@ class ActClient:
         frame memory of its own; the contract and model hash it insists on are kept. Arrays got
         from frame_buffers() before the fork are the parent's: call it again in the child."""
         self._lock = threading.RLock()   # another thread of the parent may have held it
-        if self._sock is not None:
-            try:
-                self._sock.close()
-            except OSError:
-                pass
-        self._sock = None
-        self._rpos = self._rend = 0
-        self._shm_live = False
-        if self._shm_closer is not None:
-            self._shm_closer.detach()
-            try:
-                os.close(self._shm_fd)
-            except OSError:
-                pass
-        self._shm_closer, self._shm_fd, self._shm_map, self._shm_slots = None, -1, None, {}
+        self.close()   # the child's copies only: the parent's descriptors and mapping stay open
         self.reconnects = self.connect_failures = 0
         self._was_connected = False
 
