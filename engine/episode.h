@@ -1,7 +1,7 @@
 /* episode.h - socket-peg HDF5 episodes: validation, timestep-window reads, episode listing.
  * defines: act_episode_open, act_episode_read_frames, act_episode_reader, act_episode_readers,
  *          act_episode_close,
- *          act_episode_list, act_episode_free_list, act_episode_stem
+ *          act_episode_list, act_episode_free_list, act_episode_stem, act_episode_number
  * An episode file holds `action` (T, action_dim) float, `observations/qpos` (T, obs_dim) float and
  * `observations/images/<cam>` (T, H, W, 3) uint8 for every camera of the model (gzip or raw,
  * chunked or contiguous). act_episode_open checks all of it against the model's config and
@@ -55,5 +55,8 @@ void act_episode_free_list(char **paths, int npaths);
 void act_episode_stem(const char *path, char *buf, size_t buflen);
 /* "dir/episode_12.hdf5" -> "episode_12.hdf5" (a pointer into path). */
 const char *act_episode_basename(const char *path);
+/* "dir/episode_12.hdf5" -> 12, the number the recorder gave it (the N of seed 003's
+ * `val_episode_indices`); -1 for a file not named episode_<N>.hdf5. */
+long long act_episode_number(const char *path);
 
 #endif

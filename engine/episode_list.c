@@ -139,6 +139,11 @@ const char *act_episode_basename(const char *path) {
     return s ? s + 1 : path;
 }
 
+long long act_episode_number(const char *path) {
+    long long num;
+    return parse_episode_number(act_episode_basename(path), &num) == 0 ? num : -1;
+}
+
 void act_episode_stem(const char *path, char *buf, size_t buflen) {
     snprintf(buf, buflen, "%s", act_episode_basename(path));
     char *dot = strrchr(buf, '.');

@@ -53,14 +53,19 @@ static void publish(act_stream *s, slot *sl) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Chunk step k at timestep t is action[t - (obs_horizon - 1) + k]: the seed's select_action
+ * executes chunk[obs_horizon - 1 :] from the current step, so the chunk starts obs_horizon - 1
+ * steps back (LeRobot's action indices from 1 - n_obs_steps; obs_horizon 1, the default, is
+ * action[t + k]). Steps outside the episode are padding: the nearest recorded action, masked. */
 static void fill_targets(const act_episode *ep, const act_config *c, act_ep_batch *b) {
-    int H = c->pred_horizon, A = c->action_dim;
+    int H = c->pred_horizon, A = c->action_dim, back = c->obs_horizon > 1 ? c->obs_horizon - 1 : 0;
     for (int i = 0; i < b->n; i++) {
         int t = b->t0 + i;
         for (int k = 0; k < H; k++) {
-            int src = t + k < ep->T ? t + k : ep->T - 1;
+            int j = t - back + k;
+            int src = j < 0 ? 0 : j < ep->T ? j : ep->T - 1;
             memcpy(b->targets + ((size_t)i * H + k) * A, ep->action + (size_t)src * A, sizeof(float) * A);
-            b->is_pad[(size_t)i * H + k] = (uint8_t)(t + k >= ep->T);
+            b->is_pad[(size_t)i * H + k] = (uint8_t)(j < 0 || j >= ep->T);
         }
     }
 }

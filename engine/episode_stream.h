@@ -25,8 +25,9 @@ typedef struct act_ep_batch {
     char err[ACT_ERR_LEN];
     float *qpos;        /* [n][obs_dim] raw */
     const uint8_t *images[ACT_MAX_CAMS];  /* per camera [n][H][W][3] */
-    float *targets;     /* [n][pred_horizon][action_dim]: action[t:t+H], padded with the last action */
-    uint8_t *is_pad;    /* [n][pred_horizon]: 1 where t + step >= T */
+    float *targets;     /* [n][pred_horizon][action_dim]: action[t-(obs_horizon-1) : +H], padded
+                           with the nearest recorded action (episode_stream.c, fill_targets) */
+    uint8_t *is_pad;    /* [n][pred_horizon]: 1 where that step is before 0 or at/after T */
     char reader[256];   /* first batch of an episode: how its frames are read (act_episode_readers) */
 } act_ep_batch;
 

@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "episode.h"
 #include "json.h"
+#include "weights.h"
 
 double act_eval_steady_rate(const act_eval_summary *s) {
     return s->steady_timesteps > 0 && s->steady_s > 0 ? s->steady_timesteps / s->steady_s : NAN;
@@ -25,6 +27,7 @@ int act_eval_init(act_eval_summary *s, const act_config *cfg, const char *device
     s->kl_weight = cfg->kl_weight;
     s->action_dim = cfg->action_dim;
     s->pred_horizon = cfg->pred_horizon;
+    s->obs_horizon = cfg->obs_horizon > 1 ? cfg->obs_horizon : 1;
     s->num_cams = cfg->num_cams;
     s->shard_count = shard_count;
     s->n_shards = 1;
@@ -33,6 +36,7 @@ int act_eval_init(act_eval_summary *s, const act_config *cfg, const char *device
     s->episodes = calloc((size_t)(n_episodes ? n_episodes : 1), sizeof(act_eval_episode));
     int ok = s->shards && s->episodes;
     for (int i = 0; ok && i < n_episodes; i++) {
+        s->episodes[i].number = -1;
         s->episodes[i].s.joint_l1 = calloc((size_t)cfg->action_dim, sizeof(double));
         ok = s->episodes[i].s.joint_l1 != NULL;
     }
@@ -67,6 +71,16 @@ void act_eval_add_batch(act_eval_episode *e, const act_config *cfg, int n, const
         s->kl += kl[i];
         s->kl_count++;
     }
+}
+
+void act_eval_set_list(act_eval_summary *s, char *const *paths, int n) {
+    uint64_t h = ACT_FNV_INIT;
+    for (int i = 0; i < n; i++) {
+        const char *b = act_episode_basename(paths[i]);
+        h = act_fnv1a64(b, strlen(b) + 1, h);   /* with its NUL: "ab","c" differs from "a","bc" */
+    }
+    s->list_count = n;
+    snprintf(s->list_hash, sizeof s->list_hash, "%016llx", (unsigned long long)h);
 }
 
 act_eval_means act_eval_means_of(const act_eval_sums *s, float kl_weight) {
@@ -170,11 +184,17 @@ int act_eval_write_json(const act_eval_summary *s, const char *path, char *err, 
     fputs(",\n  \"precision\": ", f);
     act_json_write_string(f, s->precision);
     fputs(",\n", f);
-    fprintf(f, "  \"kl_weight\": %.9g,\n  \"action_dim\": %d,\n  \"pred_horizon\": %d,\n  \"num_cams\": %d,\n",
-            s->kl_weight, s->action_dim, s->pred_horizon, s->num_cams);
+    fprintf(f, "  \"kl_weight\": %.9g,\n  \"action_dim\": %d,\n  \"pred_horizon\": %d,\n  \"obs_horizon\": %d,\n"
+            "  \"num_cams\": %d,\n", s->kl_weight, s->action_dim, s->pred_horizon, s->obs_horizon, s->num_cams);
     fprintf(f, "  \"shard_count\": %d,\n  \"shards\": [", s->shard_count);
     for (int i = 0; i < s->n_shards; i++) fprintf(f, "%s%d", i ? ", " : "", s->shards[i]);
-    fprintf(f, "],\n  \"overall\": {\n");
+    fprintf(f, "],\n");
+    if (s->list_hash[0]) {
+        fprintf(f, "  \"episode_list\": {\"count\": %d, \"hash\": ", s->list_count);
+        act_json_write_string(f, s->list_hash);
+        fprintf(f, "},\n");
+    }
+    fprintf(f, "  \"overall\": {\n");
     write_metrics(f, &o, s->action_dim, s->kl_weight, "    ");
     double el = s->elapsed_s;
     fprintf(f, ",\n    \"episodes\": %d,\n    \"failed\": %d,\n    \"timesteps\": %lld,\n", s->n_episodes,
@@ -198,8 +218,9 @@ int act_eval_write_json(const act_eval_summary *s, const char *path, char *err, 
         const act_eval_episode *e = &s->episodes[i];
         fprintf(f, "%s\n    {\"name\": ", i ? "," : "");
         act_json_write_string(f, e->name);
-        fprintf(f, ", \"index\": %d, \"steps\": %d, \"status\": \"%s\"", e->index, e->steps,
-                e->failed ? "failed" : "ok");
+        fprintf(f, ", \"index\": %d", e->index);
+        if (e->number >= 0) fprintf(f, ", \"number\": %lld", e->number);
+        fprintf(f, ", \"steps\": %d, \"status\": \"%s\"", e->steps, e->failed ? "failed" : "ok");
         if (e->reader[0]) {
             fprintf(f, ", \"reader\": ");
             act_json_write_string(f, e->reader);
@@ -297,6 +318,11 @@ static int read_tree(const act_json *r, const char *path, act_eval_summary *s, c
     s->action_dim = (int)v;
     if (get_int(r, "pred_horizon", 1, 1 << 16, &v)) BAD("\"pred_horizon\" missing");
     s->pred_horizon = (int)v;
+    s->obs_horizon = 1;   /* a summary written before it was kept: all were 1-aligned */
+    if (act_json_get(r, "obs_horizon")) {
+        if (get_int(r, "obs_horizon", 1, s->pred_horizon, &v)) BAD("\"obs_horizon\" is not 1..pred_horizon");
+        s->obs_horizon = (int)v;
+    }
     if (get_int(r, "num_cams", 1, ACT_MAX_CAMS, &v)) BAD("\"num_cams\" missing");
     s->num_cams = (int)v;
     if (get_int(r, "shard_count", 1, 1 << 20, &v)) BAD("\"shard_count\" missing");
@@ -310,6 +336,13 @@ static int read_tree(const act_json *r, const char *path, act_eval_summary *s, c
         double x = sh->items[i].num;
         if (sh->items[i].type != ACT_JSON_NUM || x < 0 || x >= s->shard_count || x != floor(x)) BAD("bad shard index");
         s->shards[i] = (int)x;
+    }
+    const act_json *el = act_json_get(r, "episode_list");   /* absent in older summaries */
+    if (el) {
+        if (get_int(el, "count", 0, INT32_MAX, &v) || get_str(el, "hash", s->list_hash, sizeof s->list_hash) ||
+            strlen(s->list_hash) != 16)
+            BAD("\"episode_list\" malformed");
+        s->list_count = (int)v;
     }
     const act_json *ov = act_json_get(r, "overall"), *tp = act_json_get(ov, "throughput");
     if (!ov || !tp || get_int(ov, "timesteps", 0, INT64_MAX / 2, &v)) BAD("\"overall\" incomplete");
@@ -337,6 +370,7 @@ static int read_tree(const act_json *r, const char *path, act_eval_summary *s, c
             return -1;
         }
         d->index = (int)v;
+        d->number = get_int(e, "number", 0, INT64_MAX / 2, &v) == 0 ? v : -1;   /* absent: another name */
         if (get_int(e, "steps", 0, INT32_MAX, &v) || get_str(e, "status", status, sizeof status)) {
             snprintf(err, errlen, "%s: episodes[%d] (%s): \"steps\" or \"status\" missing", path, i, d->name);
             return -1;
@@ -385,12 +419,12 @@ static int cmp_episode(const void *a, const void *b) {
 int act_eval_merge(const act_eval_summary *in, int n, act_eval_summary *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     if (n < 1) { snprintf(err, errlen, "no summaries to merge"); return -1; }
-    const act_eval_summary *a = &in[0];
-    int total_eps = 0, total_shards = 0;
+    const act_eval_summary *a = &in[0], *list = NULL;   /* list: the first that recorded its list */
+    int total_eps = 0, total_shards = 0, all_listed = 1;
     for (int i = 0; i < n; i++) {
         const act_eval_summary *b = &in[i];
         if (strcmp(b->model_hash, a->model_hash) || b->action_dim != a->action_dim ||
-            b->pred_horizon != a->pred_horizon || b->kl_weight != a->kl_weight) {
+            b->pred_horizon != a->pred_horizon || b->obs_horizon != a->obs_horizon || b->kl_weight != a->kl_weight) {
             snprintf(err, errlen, "summary %d comes from model %s, summary 0 from model %s: only evals of one model merge",
                      i, b->model_hash, a->model_hash);
             return -1;
@@ -399,6 +433,16 @@ int act_eval_merge(const act_eval_summary *in, int n, act_eval_summary *out, cha
             snprintf(err, errlen, "summary %d was run with --shard */%d, summary 0 with */%d", i, b->shard_count, a->shard_count);
             return -1;
         }
+        if (b->list_hash[0] && !list) list = b;
+        if (b->list_hash[0] && (b->list_count != list->list_count || strcmp(b->list_hash, list->list_hash))) {
+            snprintf(err, errlen, "summary %d was run over another episode list than summary %d (%d episodes, "
+                     "list hash %s; there %d, %s): a shard's episodes are picked by their position in the "
+                     "list, so shards of different lists do not add up. Run every shard with the same "
+                     "--episodes and the same files present", i, (int)(list - in), b->list_count,
+                     b->list_hash, list->list_count, list->list_hash);
+            return -1;
+        }
+        if (!b->list_hash[0]) all_listed = 0;
         total_eps += b->n_episodes;
         total_shards += b->n_shards;
     }
@@ -418,12 +462,18 @@ int act_eval_merge(const act_eval_summary *in, int n, act_eval_summary *out, cha
         }
     }
     free(seen);
+    if (list && all_listed && total_eps != list->list_count) {
+        snprintf(err, errlen, "the shards hold %d episodes between them, but their list had %d", total_eps,
+                 list->list_count);
+        return -1;
+    }
     act_config cfg;
     memset(&cfg, 0, sizeof cfg);
     snprintf(cfg.model_hash, sizeof cfg.model_hash, "%s", a->model_hash);
     cfg.kl_weight = a->kl_weight;
     cfg.action_dim = a->action_dim;
     cfg.pred_horizon = a->pred_horizon;
+    cfg.obs_horizon = a->obs_horizon;
     cfg.num_cams = a->num_cams;
     if (act_eval_init(out, &cfg, a->device, a->precision, 0, a->shard_count, total_eps, err, errlen) != 0) return -1;
     free(out->shards);
@@ -431,6 +481,10 @@ int act_eval_merge(const act_eval_summary *in, int n, act_eval_summary *out, cha
     if (!out->shards) { act_eval_free(out); snprintf(err, errlen, "out of memory"); return -1; }
     out->n_shards = 0;
     for (int k = 0; k < a->shard_count; k++) out->shards[out->n_shards++] = k;
+    if (list && all_listed) {   /* a merge with an older summary cannot vouch for the list */
+        out->list_count = list->list_count;
+        snprintf(out->list_hash, sizeof out->list_hash, "%s", list->list_hash);
+    }
     int e = 0;
     for (int i = 0; i < n; i++) {
         const act_eval_summary *b = &in[i];

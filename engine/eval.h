@@ -1,9 +1,10 @@
 /* eval.h - batch-evaluation metrics: accumulation per episode, the JSON summary, shard merge.
  * defines: act_eval_summary, act_eval_episode, act_eval_init, act_eval_add_batch,
  *          act_eval_overall, act_eval_write_json, act_eval_read_json, act_eval_merge, act_eval_free,
- *          act_eval_steady_rate
- * Metrics (issue "act-infer eval"), for every timestep t and chunk step k with t + k < T:
- *   action_l1 / action_mse   prior chunk (z = 0) vs action[t+k], denormalized units, mean over
+ *          act_eval_steady_rate, act_eval_set_list
+ * Metrics (issue "act-infer eval"), for every timestep t and chunk step k with 0 <= t + k - o + 1
+ * < T (o = obs_horizon, 1 by default; episode_stream.c fill_targets says why):
+ *   action_l1 / action_mse   prior chunk (z = 0) vs action[t+k-o+1], denormalized units, mean over
  *                            valid (t, k, joint);  per_joint_l1 the same per joint;
  *   val_l1                   posterior chunk (z = mu) vs the normalized targets, same mask;
  *   val_kl                   mean over timesteps of the KL summed over latent dims;
@@ -32,6 +33,7 @@ typedef struct act_eval_sums {
 typedef struct act_eval_episode {
     char name[256];            /* file name */
     int index;                 /* position in the full (unsharded) episode list */
+    long long number;          /* N of episode_<N>.hdf5; -1 for another name or an older summary */
     int steps;                 /* T */
     int failed;
     char error[ACT_ERR_LEN];
@@ -45,9 +47,12 @@ typedef struct act_eval_summary {
     char device_name[128];     /* e.g. the GPU's name, from act_session_device_name */
     float kl_weight;
     int action_dim, pred_horizon, num_cams;
+    int obs_horizon;           /* the chunk's alignment (see above; 1 in a summary that lacks it) */
     int shard_count;           /* n of --shard i/n (1 without sharding) */
     int n_shards;              /* how many shard indices this summary covers */
     int *shards;               /* [n_shards]: the shard indices (one for a run, all after a merge) */
+    int list_count;            /* the full (unsharded) episode list: its length and a hash of its */
+    char list_hash[17];        /* file names in order ("" in a summary written before it was kept) */
     int n_episodes;
     act_eval_episode *episodes;
     int64_t timesteps;         /* of the episodes that succeeded */
@@ -73,9 +78,14 @@ int act_eval_init(act_eval_summary *s, const act_config *cfg, const char *device
 void act_eval_add_batch(act_eval_episode *e, const act_config *cfg, int n, const float *pred,
                         const float *targets, const uint8_t *is_pad, const float *post_norm,
                         const float *targets_norm, const float *kl);
+/* Records the full episode list (every shard's, before --shard picks): its length and an FNV-1a
+ * hash of its file names in order, so that eval-merge can refuse shards run over different lists
+ * (a directory that changed between array tasks): their positions would not line up. */
+void act_eval_set_list(act_eval_summary *s, char *const *paths, int n);
 int act_eval_write_json(const act_eval_summary *s, const char *path, char *err, size_t errlen);
 int act_eval_read_json(const char *path, act_eval_summary *s, char *err, size_t errlen);
-/* Merges shard summaries; checks they come from one model and cover each shard once. */
+/* Merges shard summaries; checks they come from one model and one episode list and cover each
+ * shard once. */
 int act_eval_merge(const act_eval_summary *in, int n, act_eval_summary *out, char *err, size_t errlen);
 void act_eval_free(act_eval_summary *s);
 

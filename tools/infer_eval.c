@@ -134,6 +134,10 @@ static int run_plots(const char *plots, const char *preds, const char *summary, 
         argv[a++] = "--summary";
         argv[a++] = (char *)summary;
     }
+    char oh[16];
+    snprintf(oh, sizeof oh, "%d", s->obs_horizon);
+    argv[a++] = "--obs-horizon";
+    argv[a++] = oh;
     for (int i = 0; i < s->n_episodes; i++)
         if (!s->episodes[i].failed) { argv[a++] = sel[i]; nplots++; }
     argv[a] = NULL;
@@ -432,7 +436,9 @@ int act_cmd_eval(int argc, char **argv) {
     act_npy *pf = NULL;
     rc = INFER_EXIT_FAIL;
     if (!sel || !sel_index) { fprintf(stderr, "act-infer eval: out of memory\n"); goto done; }
-    if (preds && duplicate_stems(sel, nsel) != 0) goto done;
+    /* over the whole list, not this shard's part: shards writing to one DIR must not overwrite
+     * each other's files */
+    if (preds && duplicate_stems(all, nall) != 0) goto done;
     if ((a.json && infer_output_writable("eval", "--json", a.json) != 0) || (a.plots && make_dir(a.plots) != 0) ||
         (preds && make_dir(preds) != 0))
         goto done;
@@ -452,7 +458,9 @@ int act_cmd_eval(int argc, char **argv) {
     for (int i = 0; i < nsel; i++) {
         snprintf(sum.episodes[i].name, sizeof sum.episodes[i].name, "%s", act_episode_basename(sel[i]));
         sum.episodes[i].index = sel_index[i];
+        sum.episodes[i].number = act_episode_number(sel[i]);
     }
+    act_eval_set_list(&sum, all, nall);
     progress pg = {isatty(STDERR_FILENO), nsel, now_s(), 0};
     double t0 = now_s();
     if (act_stream_open(sel, nsel, cfg, ctx.batch, &st, err, sizeof err) != 0) {

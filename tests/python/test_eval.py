@@ -62,15 +62,17 @@ def setup(tmp_path_factory, make_cfg, make_model, act_infer):
 
 
 def reference_sums(agent, cfg, path):
-    """The reference's sums for one episode, in float64."""
+    """The reference's sums for one episode, in float64. Chunk step k at timestep t is
+    action[t - (obs_horizon-1) + k] (the step the seed's select_action executes at t is
+    chunk[obs_horizon-1]); steps outside the episode are masked."""
     cams = list(cfg["camera_names"])
     with h5py.File(path, "r") as f:
         action = f["action"][:].astype(np.float32)
         qpos = f["observations/qpos"][:].astype(np.float32)
         images = {c: f[f"observations/images/{c}"][:] for c in cams}
-    T, H = len(action), cfg["pred_horizon"]
-    idx = np.arange(T)[:, None] + np.arange(H)[None, :]
-    tg, pad = action[np.minimum(idx, T - 1)], idx >= T
+    T, H, back = len(action), cfg["pred_horizon"], cfg["obs_horizon"] - 1
+    idx = np.arange(T)[:, None] - back + np.arange(H)[None, :]
+    tg, pad = action[np.clip(idx, 0, T - 1)], (idx < 0) | (idx >= T)
     r = act_reference.posterior(agent, qpos, images, tg, pad)
     valid = ~pad
     d = (r["prior"].astype(np.float64) - tg)[valid]            # [n_valid, A]
@@ -273,6 +275,116 @@ def test_shards_merged_equal_a_single_run(setup, act_infer, tmp_path):
         assert m["overall"]["throughput"][k] == pytest.approx(
             sum(json.loads(p.read_text())["overall"]["throughput"][k] for p in parts))
     assert m["overall"]["timesteps"] == single["overall"]["timesteps"]
+
+
+def test_summary_records_episode_numbers_and_the_list(setup):
+    s = setup["single"]
+    assert [(e["name"], e["index"], e["number"]) for e in s["episodes"]] == [
+        ("episode_1.hdf5", 0, 1), ("episode_2.hdf5", 1, 2), ("episode_3.hdf5", 2, 3), ("episode_10.hdf5", 3, 10)]
+    assert s["episode_list"]["count"] == 4 and len(s["episode_list"]["hash"]) == 16
+    assert s["obs_horizon"] == 1
+
+
+def test_merge_refuses_shards_of_different_episode_lists(setup, act_infer, tmp_path):
+    """A directory that changed between array tasks: positions shift, so a merge would count
+    one episode twice and drop another (and say nothing)."""
+    d = tmp_path / "eps"
+    d.mkdir()
+    for n in (1, 2, 3, 10):
+        shutil.copy(setup["eps"] / f"episode_{n}.hdf5", d / f"episode_{n}.hdf5")
+    s0, s1 = tmp_path / "s0.json", tmp_path / "s1.json"
+    run(act_infer, "eval", "--model", setup["actw"], "--episodes", d, "--device", "cpu", "--shard", "0/2",
+        "--json", s0, check_rc=0)
+    (d / "episode_2.hdf5").rename(tmp_path / "episode_2.hdf5")          # gone before task 1 ran
+    shutil.copy(setup["eps"] / "episode_10.hdf5", d / "episode_11.hdf5")   # and one more came
+    run(act_infer, "eval", "--model", setup["actw"], "--episodes", d, "--device", "cpu", "--shard", "1/2",
+        "--json", s1, check_rc=0)
+    p = run(act_infer, "eval-merge", s0, s1, "--json", tmp_path / "m.json", check_rc=1)
+    assert "another episode list" in p.stderr and "same --episodes" in p.stderr, p.stderr
+    assert not (tmp_path / "m.json").exists()
+    # only the list's length changed (a file gone, none added): refused too
+    (d / "episode_11.hdf5").unlink()
+    run(act_infer, "eval", "--model", setup["actw"], "--episodes", d, "--device", "cpu", "--shard", "1/2",
+        "--json", s1, check_rc=0)
+    p = run(act_infer, "eval-merge", s0, s1, "--json", tmp_path / "m.json", check_rc=1)
+    assert "another episode list" in p.stderr
+    # a summary from before episode_list was kept still merges (nothing to check it against)
+    old = json.loads(s1.read_text())
+    old.pop("episode_list")
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    s0b = json.loads(s0.read_text())
+    s0b.pop("episode_list")
+    (tmp_path / "old0.json").write_text(json.dumps(s0b))
+    run(act_infer, "eval-merge", tmp_path / "old0.json", tmp_path / "old.json", "--json", tmp_path / "m.json",
+        check_rc=0)
+    assert "episode_list" not in json.loads((tmp_path / "m.json").read_text())
+
+
+def test_merge_refuses_a_list_the_shards_do_not_cover(setup, act_infer, tmp_path):
+    parts = []
+    for i in range(2):
+        out = tmp_path / f"s{i}.json"
+        run(act_infer, "eval", "--model", setup["actw"], "--episodes", setup["eps"], "--device", "cpu",
+            "--shard", f"{i}/2", "--json", out, check_rc=0)
+        parts.append(out)
+    forged = json.loads(parts[1].read_text())
+    forged["episodes"] = forged["episodes"][:1]      # a shard summary cut short by hand
+    (tmp_path / "cut.json").write_text(json.dumps(forged))
+    p = run(act_infer, "eval-merge", parts[0], tmp_path / "cut.json", "--json", tmp_path / "m.json", check_rc=1)
+    assert "hold 3 episodes between them, but their list had 4" in p.stderr, p.stderr
+    run(act_infer, "eval-merge", parts[0], parts[1], "--json", tmp_path / "m.json", check_rc=0)
+    m = json.loads((tmp_path / "m.json").read_text())
+    assert m["episode_list"] == json.loads(parts[0].read_text())["episode_list"]
+
+
+def test_obs_horizon_aligns_the_chunk_with_the_step_it_executes(make_cfg, make_model, act_infer, setup, tmp_path):
+    """obs_horizon 2: chunk step k at t is action[t - 1 + k] (the seed's select_action executes
+    chunk[1] at t); step 0 at t = 0 lies before the episode and is masked."""
+    cfg = make_cfg(obs_horizon=2, num_action_steps=4)
+    actw, agent = make_model(tmp_path, cfg, 21)
+    out = tmp_path / "s.json"
+    run(act_infer, "eval", "--model", actw, "--episodes", setup["eps"] / "episode_1.hdf5",
+        setup["eps"] / "episode_2.hdf5", "--device", "cpu", "--batch", BATCH, "--json", out, check_rc=0)
+    s = json.loads(out.read_text())
+    assert s["obs_horizon"] == 2
+    kw = float(cfg["head"]["kl_weight"])
+    for e in s["episodes"]:
+        ref = reference_sums(agent, cfg, setup["eps"] / e["name"])
+        T, H = e["steps"], cfg["pred_horizon"]
+        assert e["valid_elements"] == ref["count"] == cfg["action_dim"] * sum(
+            1 for t in range(T) for k in range(H) if 0 <= t - 1 + k < T)
+        m = means(ref, kw)
+        for key in ("action_l1", "action_mse", "val_l1", "val_kl", "val_loss", "per_joint_l1"):
+            ok, detail = close(e[key], m[key])
+            assert ok, (e["name"], key, detail)
+    # the same weights at obs_horizon 1 score other numbers (the alignment is not ignored)
+    one = setup["single"]["episodes"][0]
+    assert one["name"] == "episode_1.hdf5" and one["action_l1"] != s["episodes"][0]["action_l1"]
+
+
+def test_plots_chunk_error_uses_the_same_alignment(repo_root):
+    sys.path.insert(0, str(repo_root / "tools"))
+    import eval_plots
+    rng = np.random.default_rng(5)
+    T, H, A = 7, 4, 3
+    pred, action = rng.normal(size=(T, H, A)), rng.normal(size=(T, A))
+    for o in (1, 2, 4):
+        want = [np.mean([abs(pred[t, k, j] - action[t - o + 1 + k, j]) for k in range(H) for j in range(A)
+                         if 0 <= t - o + 1 + k < T]) for t in range(T)]
+        assert np.allclose(eval_plots.chunk_error(pred, action, o), want), o
+
+
+def test_shards_saving_into_one_folder_refuse_names_that_clash(setup, act_infer, tmp_path):
+    """The clash check covers the whole list, not one shard's part: shard 0 and shard 1 would
+    each write episode_1.npy into the same folder."""
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(setup["eps"] / "episode_2.hdf5", other / "episode_1.hdf5")
+    for i in range(2):
+        p = run(act_infer, "eval", "--model", setup["actw"], "--episodes", setup["eps"] / "episode_1.hdf5",
+                other / "episode_1.hdf5", "--device", "cpu", "--shard", f"{i}/2", "--save-predictions",
+                tmp_path / "preds", check_rc=1)
+        assert "would both save their predictions as episode_1.npy" in p.stderr, p.stderr
 
 
 def test_merge_refuses_incomplete_or_foreign_sets(setup, act_infer, tmp_path):
