@@ -145,7 +145,9 @@ void act_session_input_buffers(act_session *s, act_input_buffers *b);
 int act_session_register_host(act_session *s, const void *p, size_t bytes, char *err, size_t errlen);
 int act_session_unregister_host(act_session *s, const void *p);
 
-/* Per-stage timing of the last act_run (filled when the session profiles, see act_session_profile). */
+/* Per-stage timing of the last act_run (filled when the session profiles, see act_session_profile).
+ * upload counts act_run's host copy of the inputs into the session's buffers (none when the
+ * caller wrote them there or they lie in registered memory) and the transfer to the device. */
 typedef enum {
     ACT_STAGE_UPLOAD = 0, ACT_STAGE_PREPROCESS, ACT_STAGE_VISION, ACT_STAGE_TRANSFORMER,
     ACT_STAGE_DOWNLOAD, ACT_STAGE_COUNT

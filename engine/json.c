@@ -6,9 +6,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The length of the well-formed UTF-8 sequence at p (RFC 3629: no overlong forms, no
+ * surrogates, nothing past U+10FFFF), or 0 */
+static int utf8_len(const unsigned char *p) {
+    unsigned c = p[0];
+    int n = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
+    if (n == 0 || c > 0xf4) return 0;
+    for (int i = 1; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80) return 0;   /* also stops at the terminating NUL */
+    if ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] > 0x9f) || (c == 0xf0 && p[1] < 0x90) ||
+        (c == 0xf4 && p[1] > 0x8f))
+        return 0;
+    return n;
+}
+
+/* Bytes that are not UTF-8 (a file name is any bytes on Linux) are written as U+FFFD: the
+ * file stays JSON that every parser reads, and the rest of the string stays as it was. */
 void act_json_write_string(FILE *f, const char *s) {
     fputc('"', f);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p >= 0x80) {
+            int n = utf8_len(p);
+            if (n == 0) { fputs("\\ufffd", f); continue; }
+            fwrite(p, 1, (size_t)n, f);
+            p += n - 1;
+            continue;
+        }
         switch (*p) {
         case '"': fputs("\\\"", f); break;
         case '\\': fputs("\\\\", f); break;

@@ -4,7 +4,8 @@
  *   3. two shard summaries merged equal the single summary, field for field;
  *   4. the JSON reader survives every truncation and thousands of random byte flips of a real
  *      summary (returns an error or a value, never crashes; run under ASan in CI);
- *   5. the merge refuses a missing shard, a duplicated shard and a foreign model.
+ *   5. the merge refuses a missing shard, a duplicated shard and a foreign model;
+ *   6. a name that is not UTF-8 is written as valid JSON (U+FFFD per bad byte).
  * Inputs are fresh random numbers each run; the seed is printed for reproduction. */
 #include <math.h>
 #include <stdio.h>
@@ -207,6 +208,30 @@ int main(void) {
         CHECK(rr == 0 && isnan(back.steady_s) && isnan(back.steady_timesteps) && isnan(act_eval_steady_rate(&back)) &&
               back.reader_wait_s == one.reader_wait_s, "a summary without steady_s: %s", rr ? err : "wrong fields");
         if (rr == 0) act_eval_free(&back);
+    }
+    { /* a file name that is not UTF-8 (Linux allows any bytes): the summary stays JSON that strict
+       * parsers read, with U+FFFD for each bad byte; well-formed sequences pass as they are */
+        act_eval_summary u = one;
+        act_eval_episode ue[NEP];
+        memcpy(ue, one.episodes, sizeof ue);
+        u.episodes = ue;
+        snprintf(ue[0].name, sizeof ue[0].name, "ep\xff\xc0\xaf_ok\xc3\xa9\xed\xa0\x80\xe2\x82");
+        CHECK(act_eval_write_json(&u, p_bad, err, sizeof err) == 0, "write: %s", err);
+        size_t n = 0;
+        char *t = read_text(p_bad, &n);
+        int bad_utf8 = 0;
+        for (size_t i = 0; t && i < n; i++) bad_utf8 += (unsigned char)t[i] >= 0x80 &&
+            !((unsigned char)t[i] == 0xc3 && (unsigned char)t[i + 1] == 0xa9) &&
+            !((unsigned char)t[i] == 0xa9 && i > 0 && (unsigned char)t[i - 1] == 0xc3);
+        CHECK(t && bad_utf8 == 0, "%d raw bytes other than the one e-acute left in the JSON", bad_utf8);
+        CHECK(t && strstr(t, "\"ep\\ufffd\\ufffd\\ufffd_ok\xc3\xa9\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\""),
+              "the name is not written with one U+FFFD per bad byte");
+        free(t);
+        CHECK(act_eval_read_json(p_bad, &back, err, sizeof err) == 0, "read: %s", err);
+        CHECK(!strcmp(back.episodes[0].name, "ep\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd_ok\xc3\xa9"
+                      "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"), "name read back: %s",
+              back.episodes[0].name);
+        act_eval_free(&back);
     }
     { /* no steady iteration: no steady rate */
         act_eval_summary none = one;

@@ -68,6 +68,8 @@ typedef struct batch_result {
     double first_ms[2];                /* the first two warmup steps (CUDA: plans and algorithm
                                         * measurements, then the graph's capture) */
     int n_first;                       /* how many of them ran (--warmup) */
+    int windows;                       /* input windows the steps rotate over (ROTATIONS unless
+                                        * --inputs holds fewer than batch + ROTATIONS - 1) */
     int have_stages;
     double section_ms[ACT_SECTION_COUNT];   /* the stages, finer (act_section; stage_ms sums them) */
 } batch_result;
@@ -352,6 +354,11 @@ static int bench_batch(act_session *s, const act_config *cfg, const input_pool *
     o.actions = out;
     memset(r, 0, sizeof *r);
     r->batch = batch;
+    r->windows = windows;
+    if (windows < ROTATIONS)
+        fprintf(stderr, "act-infer bench: batch %d rotates over %d input window%s, not %d: --inputs holds %d "
+                "samples (%d would give %d); steps that reread the same frames may find them in caches\n", batch,
+                windows, windows > 1 ? "s" : "", ROTATIONS, pool->n, batch + ROTATIONS - 1, ROTATIONS);
     for (int i = 0; i < a->warmup; i++) {
         step_inputs(s, pool, cfg, a, batch, i % windows, &in);
         double t0 = now_ms();
@@ -599,8 +606,10 @@ static void print_table(const bench_report *r) {
         printf("\n        (warmup steps 1-2 of each size: %s)\n", r->a->device == ACT_DEVICE_CUDA ?
                "plans and algorithm measurements, then the graph's capture" : "buffers, lazy setup");
     }
-    printf("\nstages (ms, mean of the profiled pass%s)\n%6s", r->a->device == ACT_DEVICE_CUDA ?
-           "; graphs and the upload lane off while profiling" : "", "batch");
+    printf("\nstages (ms, mean of the profiled pass%s; upload includes act_run's host copy of the "
+           "frames%s)\n%6s", r->a->device == ACT_DEVICE_CUDA ? "; graphs and the upload lane off while profiling" : "",
+           r->a->staged ? ", none here: --staged-inputs" : r->a->in_place ? ", none here: --in-place-inputs" : "",
+           "batch");
     for (int k = 0; k < ACT_STAGE_COUNT; k++) printf(" %11s", act_stage_name((act_stage)k));
     printf(" %11s\n", "sum");
     for (int i = 0; i < r->n_res; i++) {
@@ -680,8 +689,10 @@ static int write_json(const bench_report *r, const char *path, char *err, size_t
     for (int i = 0; i < r->n_res; i++) {
         const batch_result *b = &r->res[i];
         fprintf(f, "    {\"batch\": %d, \"latency_ms\": {\"min\": %.6f, \"p50\": %.6f, \"p90\": %.6f, \"p99\": %.6f, "
-                   "\"mean\": %.6f}, \"steps_per_s\": %.9g, \"images_per_s\": %.9g, \"stages_ms\": ",
-                b->batch, b->min, b->p50, b->p90, b->p99, b->mean, b->steps_per_s, b->steps_per_s * cfg->num_cams);
+                   "\"mean\": %.6f}, \"steps_per_s\": %.9g, \"images_per_s\": %.9g, \"input_windows\": %d, "
+                   "\"stages_ms\": ",
+                b->batch, b->min, b->p50, b->p90, b->p99, b->mean, b->steps_per_s, b->steps_per_s * cfg->num_cams,
+                b->windows);
         if (b->have_stages) {
             fputc('{', f);
             for (int k = 0; k < ACT_STAGE_COUNT; k++)
@@ -730,10 +741,11 @@ int act_cmd_bench(int argc, char **argv) {
         a.model = find_demo_model(demo, sizeof demo);
         if (!a.model) {
             fprintf(stderr,
-                    "act-infer bench: no --model given and the demo model %s is missing. Make it with the\n"
-                    "README's setup script, or by hand:\n"
-                    "  python3 tools/act_reference.py make-checkpoint --out /tmp/demo.pt --config-out /tmp/demo.yaml\n"
-                    "  python3 tools/convert_checkpoint.py /tmp/demo.pt --config /tmp/demo.yaml -o %s\n",
+                    "act-infer bench: no --model given and the demo model %s is missing (looked in the\n"
+                    "current folder and next to this build). Make it in the repository with\n"
+                    "  scripts/demo.sh                                  (installs, builds, makes it, runs the demo)\n"
+                    "or, the model alone (seed 0, full act_resnet size, converted by convert_checkpoint.py):\n"
+                    "  scripts/make_full_model.sh /tmp/act_demo %s\n",
                     DEMO_MODEL, DEMO_MODEL);
             return 1;
         }

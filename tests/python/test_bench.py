@@ -62,6 +62,10 @@ def test_bench_json_has_every_figure_and_the_right_answer(act_infer, small_model
     assert p.returncode == 0, p.stderr
     assert "p50 ms" in p.stdout and "transformer" in p.stdout, p.stdout
     r = json.loads(out.read_text())
+    # 8 samples: batch 1 has its 8 windows, batch 2 only 7, and says so
+    assert [b["input_windows"] for b in r["results"]] == [7, 8]
+    assert "batch 2 rotates over 7 input windows, not 8: --inputs holds 8 samples (9 would give 8)" in p.stderr
+    assert "batch 1 rotates" not in p.stderr
 
     assert r["device"] == "cpu" and r["precision"] == "fp32" and r["graphs"] is False
     assert r["cameras"] == cfg["camera_names"]
@@ -132,6 +136,7 @@ def test_bench_generated_inputs_and_defaults(act_infer, small_model, tmp_path):
     assert outs[0]["results"][0]["stages_ms"] is None   # --profile-iters 0: no profiled pass
     assert outs[0]["results"][0]["sections_ms"] is None
     assert outs[0]["results"][0]["first_steps_ms"] == []  # --warmup 0: no first steps apart
+    assert outs[0]["results"][0]["input_windows"] == 8
     a, b = (np.asarray(o["first_output"]["actions"]) for o in outs)
     assert np.all(np.isfinite(a)) and np.std(a) > 0
     assert not np.allclose(a, b), "two seeds gave the same chunk: the inputs did not change"
@@ -286,7 +291,8 @@ def test_bench_without_demo_model_says_how_to_make_it(act_infer, tmp_path):
     shutil.copy(act_infer, exe)
     p = _run([exe, "bench", "--device", "cpu"], cwd=tmp_path)
     assert p.returncode == 1
-    assert "weights/demo.actw is missing" in p.stderr and "convert_checkpoint.py" in p.stderr, p.stderr
+    assert "weights/demo.actw is missing" in p.stderr and "scripts/demo.sh" in p.stderr, p.stderr
+    assert "scripts/make_full_model.sh /tmp/act_demo weights/demo.actw" in p.stderr, p.stderr
 
 
 def test_compare_torch_runs_and_checks_outputs(act_infer, small_model, repo_root, tmp_path):
@@ -369,6 +375,24 @@ def test_compare_throughput_goal_is_judged_on_steps_per_s(repo_root):
     assert g["speedup"] == pytest.approx(18686.0 / 20480.0) and not g["met"]
 
 
+def test_compare_eager_goals_take_the_faster_eager_layout(repo_root):
+    """eager is NCHW, channels_last the other layout: a goal against "torch eager" is judged
+    against whichever was faster, so a slow layout never flatters us."""
+    ct = _bench_module(repo_root)
+
+    def res(p50):
+        return {"status": "ok", "results": [{"batch": 1, "latency_ms": {"p50": p50}, "steps_per_s": 1e3 / p50}]}
+
+    ours = {"fp32": res(130.0), "bf16": res(1.0)}
+    for dev, prec in (("cpu", "fp32"), ("cuda", "bf16")):
+        peers = [dict(res(200.0), peer="eager", precision=prec), dict(res(90.0), peer="channels_last", precision=prec)]
+        g = next(g for g in ct.goals(dev, ours, peers, [1]) if "eager" in g["goal"])
+        assert g["peer_ms"] == 90.0 and "faster of NCHW and channels_last" in g["goal"], g
+        assert g["met"]   # 130 <= 1.5 x 90; 90 / 1 >= 10 (against eager's 200 both would be met too)
+        peers = [dict(res(200.0), peer="eager", precision=prec)]   # channels_last not run
+        assert next(g for g in ct.goals(dev, ours, peers, [1]) if "eager" in g["goal"])["peer_ms"] == 200.0
+
+
 @pytest.mark.parametrize("args, words", [
     (["--batch", "1,,8"], "--batch must be comma-separated"),
     (["--batch", "x"], "--batch must be comma-separated"),
@@ -377,6 +401,10 @@ def test_compare_throughput_goal_is_judged_on_steps_per_s(repo_root):
     (["--warmup", "-1"], "--warmup must be at least 0"),
     (["--peer-timeout", "4"], "--peer-timeout must be at least 5"),
     (["--precision", "fp8"], "unknown --precision/--peers entries: fp8"),
+    (["--precision", "fp32,bf16"], "--device cpu runs fp32 only"),
+    (["--model", "m.actw"], "--model/--stats belong to --ckpt"),
+    (["--stats", "s.pkl"], "--model/--stats belong to --ckpt"),
+    (["--json", "/nonexistent-dir/c.json"], "cannot write into /nonexistent-dir"),
 ])
 def test_compare_refuses_bad_arguments(repo_root, args, words):
     p = _run([sys.executable, repo_root / "bench" / "compare_torch.py", *args])
