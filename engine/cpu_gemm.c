@@ -199,7 +199,11 @@ long act_cpu_spin_us(void) {
     /* with OpenBLAS threading the GEMMs, its workers need the cores between loops: no spin */
     long dflt = act_cpu_gemm_split_on() ? 100 : 0;
     long us = e && *e ? strtol(e, &end, 10) : dflt;
-    return e && *e && (*end || us < 0 || us > 10000) ? dflt : us;
+    if (e && *e && (*end || us < 0 || us > 10000)) {
+        act_env_ignored("ACT_POOL_SPIN_US", e, "0..10000 microseconds");
+        return dflt;
+    }
+    return us;
 }
 
 /* OpenBLAS's own count when one was asked for by name (OPENBLAS_NUM_THREADS and the like), else

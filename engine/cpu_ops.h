@@ -12,8 +12,10 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>   /* getenv (act_cpu_switch_on) */
+#include <string.h>
 #include "backend.h"
 #include "pool.h"
+#include "util.h"
 
 /* Winograd filters of a model's 3x3 stride-1 convs (cpu_winograd.c); 3 trunks x 16; m: the
  * output tile, F(m x m, 3x3) with m 2 or 4; group: images per pass; packed: u is in
@@ -101,9 +103,11 @@ long act_cpu_spin_us(void);
 int act_cpu_conv_workspace(const act_model *m, size_t *col_elems, size_t *out_elems,
                            size_t *rows_elems, char *err, size_t errlen);
 
-/* a CPU path switch for A/B runs: on unless the environment variable `name` is "0" */
+/* a CPU path switch for A/B runs: on unless the environment variable `name` is "0" (a value
+ * other than 0 or 1 is named on stderr, and the path stays on) */
 static inline int act_cpu_switch_on(const char *name) {
     const char *e = getenv(name);
+    if (e && strcmp(e, "0") && strcmp(e, "1")) act_env_ignored(name, e, "0 or 1");
     return !(e && e[0] == '0' && e[1] == '\0');
 }
 

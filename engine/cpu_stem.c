@@ -149,6 +149,10 @@ int act_cpu_stem_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N
     int k = c->k, s = c->stride, p = c->pad;
     /* ACT_CPU_STEM_BLOCK=16|4 picks the block for tests, which run both on any machine */
     const char *blk = getenv("ACT_CPU_STEM_BLOCK");
+    if (blk && *blk && atoi(blk) != CB && atoi(blk) != CB_NARROW) {
+        act_env_ignored("ACT_CPU_STEM_BLOCK", blk, "16 or 4");
+        blk = NULL;
+    }
     int cb = blk && *blk ? (atoi(blk) == CB ? CB : CB_NARROW)
                          : act_cpu_wide_clone() ? CB : CB_NARROW;
     int Ho = act_conv_out(H, c), Wo = act_conv_out(W, c);

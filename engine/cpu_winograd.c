@@ -36,6 +36,7 @@ int act_cpu_wino_tile(const act_conv *c) {
     const char *e = getenv("ACT_CPU_WINO_TILE");
     if (e && !strcmp(e, "2")) return 2;
     if (e && !strcmp(e, "4")) return 4;
+    if (e && *e && strcmp(e, "auto")) act_env_ignored("ACT_CPU_WINO_TILE", e, "2, 4 or auto");
     return (long)c->cout * c->cin <= WINO4_MAX_FILTER ? 4 : 2;
 }
 
@@ -50,8 +51,10 @@ int act_cpu_wino_tile(const act_conv *c) {
  * may hold fewer). */
 static int wino_group(int m) {
     const char *e = getenv("ACT_CPU_WINO_GROUP");
-    int g = e ? atoi(e) : 0;
-    if (g >= 1 && g <= 64) return g;
+    char *end = NULL;
+    long g = e && *e ? strtol(e, &end, 10) : 0;
+    if (e && *e && !*end && g >= 1 && g <= 64) return (int)g;
+    if (e && *e) act_env_ignored("ACT_CPU_WINO_GROUP", e, "1..64 images");
     return m == 4 ? 1 : ACT_CPU_CONV_GROUP;
 }
 
@@ -61,6 +64,8 @@ static int wino_group(int m) {
  * (OpenBLAS, as before); =all: the F(4x4) convs too. */
 static int wino_packed(const act_conv *c, int m) {
     const char *e = getenv("ACT_CPU_PACKED_GEMM");
+    if (e && strcmp(e, "0") && strcmp(e, "1") && strcmp(e, "all"))
+        act_env_ignored("ACT_CPU_PACKED_GEMM", e, "0, 1 or all");
     if ((e && !strcmp(e, "0")) || c->cout % 8 || !act_cpu_pgemm_ok() || !act_cpu_gemm_split_on())
         return 0;
     return m == 2 || (e && !strcmp(e, "all"));

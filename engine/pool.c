@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include "cores.h"
 #include "pool.h"
+#include "util.h"
 
 struct act_pool {
     int n;                        /* threads including the caller */
@@ -186,5 +187,7 @@ int act_pool_env_threads(const char *env, int dflt) {
     char *end;
     long v = e && *e ? strtol(e, &end, 10) : 0;
     if (e && *e && !*end && v >= 1 && v <= ACT_POOL_MAX_THREADS) return (int)v;
+    _Static_assert(ACT_POOL_MAX_THREADS == 64, "the message below names the limit");
+    if (e && *e) act_env_ignored(env, e, "1..64 threads");   /* env: a string literal of the caller's */
     return dflt < 1 ? 1 : dflt > ACT_POOL_MAX_THREADS ? ACT_POOL_MAX_THREADS : dflt;
 }

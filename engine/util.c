@@ -1,6 +1,7 @@
 /* util.c - error formatting and checked allocation (see util.h). */
 #include "util.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,4 +104,17 @@ void *act_page_alloc(size_t bytes, size_t *rounded) {
     if (posix_memalign(&p, page, n ? n : page)) return NULL;
     if (rounded) *rounded = n ? n : page;
     return p;
+}
+
+void act_env_ignored(const char *name, const char *value, const char *expect) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static const char *said[64];   /* the names warned about (string literals of the callers) */
+    static int n_said;
+    pthread_mutex_lock(&mu);
+    int seen = 0;
+    for (int i = 0; i < n_said && !seen; i++) seen = !strcmp(said[i], name);
+    if (!seen && n_said < 64) said[n_said++] = name;
+    pthread_mutex_unlock(&mu);
+    if (!seen)
+        fprintf(stderr, "act-engine: ignoring %s='%s' (expected %s); the default runs\n", name, value, expect);
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <unistd.h>
 #include "act.h"
@@ -14,7 +15,9 @@
 #include "server.h"
 
 typedef enum { F_STR, F_INT, F_SIZE, F_BOOL } flag_kind;
-typedef struct flag { const char *name, *env; flag_kind kind; void *ptr; const char *help; } flag;
+/* lo..hi: the values an F_INT or F_SIZE flag accepts (checked here, so that a bad value names its
+ * flag: the server's own check can only list every rule) */
+typedef struct flag { const char *name, *env; flag_kind kind; void *ptr; const char *help; long long lo, hi; } flag;
 
 typedef struct cli {
     const char *model, *device, *precision, *port_file;
@@ -43,13 +46,20 @@ static void on_signal(int sig)
     if (g_server) act_server_stop(g_server);
 }
 
-static void usage(const flag *fl, int n)
+static void usage(FILE *out, const flag *fl, int n)
 {
-    fprintf(stderr, "usage: act-serve --model M.actw [options]\n\n"
-                    "Serves action chunks over TCP (docs/PROTOCOL.md); SIGTERM drains and exits 0, a second\n"
-                    "SIGTERM/SIGINT exits at once (128 + the signal).\n\n");
+    fprintf(out, "usage: act-serve --model M.actw [options]\n"
+                 "       act-serve --version\n\n"
+                 "Serves action chunks over TCP (docs/PROTOCOL.md, docs/SERVING.md); SIGTERM drains and exits 0,\n"
+                 "a second SIGTERM/SIGINT exits at once (128 + the signal). Every option has the environment\n"
+                 "variable beside it; the option wins. Switches (1/0) also take true/false, yes/no, on/off.\n\n");
     for (int i = 0; i < n; i++)
-        fprintf(stderr, "  --%-22s %-28s %s\n", fl[i].name, fl[i].env, fl[i].help);
+        fprintf(out, "  --%-22s %-28s %s\n", fl[i].name, fl[i].env, fl[i].help);
+}
+
+static int word_is(const char *v, const char *a, const char *b, const char *c, const char *d)
+{
+    return !strcasecmp(v, a) || !strcasecmp(v, b) || !strcasecmp(v, c) || !strcasecmp(v, d);
 }
 
 static int set_flag(const flag *f, const char *v)
@@ -58,21 +68,31 @@ static int set_flag(const flag *f, const char *v)
     errno = 0;
     switch (f->kind) {
     case F_STR: *(const char **)f->ptr = v; return 0;
-    case F_BOOL: *(int *)f->ptr = strcmp(v, "0") != 0 && strcmp(v, "false") != 0; return 0;
+    case F_BOOL:
+        if (word_is(v, "1", "true", "yes", "on")) *(int *)f->ptr = 1;
+        else if (word_is(v, "0", "false", "no", "off")) *(int *)f->ptr = 0;
+        else break;
+        return 0;
     case F_INT: {
-        long x = strtol(v, &end, 10);
-        if (errno || !*v || *end || x < -1 || x > 1000000000L) break;
+        long long x = strtoll(v, &end, 10);
+        if (errno || !*v || *end) break;
+        if (x < f->lo || x > f->hi) goto range;
         *(int *)f->ptr = (int)x;
         return 0;
     }
     case F_SIZE: {
         unsigned long long x = strtoull(v, &end, 10);
         if (errno || !*v || *end || v[0] == '-') break;
+        if (x < (unsigned long long)f->lo || x > (unsigned long long)f->hi) goto range;
         *(size_t *)f->ptr = (size_t)x;
         return 0;
     }
     }
-    fprintf(stderr, "act-serve: --%s (%s): '%s' is not a valid number\n", f->name, f->env, v);
+    fprintf(stderr, "act-serve: --%s (%s): '%s' is not %s\n", f->name, f->env, v,
+            f->kind == F_BOOL ? "a switch (1/0, true/false, yes/no, on/off)" : "a whole number");
+    return -1;
+range:
+    fprintf(stderr, "act-serve: --%s (%s): %s is out of range: %lld to %lld\n", f->name, f->env, v, f->lo, f->hi);
     return -1;
 }
 
@@ -83,37 +103,41 @@ static int parse(int argc, char **argv, cli *c)
     c->device = "auto";
     c->precision = "fp32";
     const flag fl[] = {
-        { "model", "ACT_SERVE_MODEL", F_STR, &c->model, ".actw weight file (required)" },
-        { "host", "ACT_SERVE_HOST", F_STR, &c->so.host, "listen address [127.0.0.1]" },
-        { "port", "ACT_SERVE_PORT", F_INT, &c->so.port, "TCP port, 0 = any free [7070]" },
-        { "unix", "ACT_SERVE_UNIX", F_STR, &c->so.unix_path, "also listen on this Unix socket (same-host clients; frames in shared memory)" },
-        { "device", "ACT_SERVE_DEVICE", F_STR, &c->device, "cuda|cpu|auto [auto: cuda if available]" },
-        { "precision", "ACT_SERVE_PRECISION", F_STR, &c->precision, "fp32|tf32|bf16|fp16; the CPU device runs fp32 only [fp32]" },
-        { "cuda-device", "ACT_SERVE_CUDA_DEVICE", F_INT, &c->cuda_device, "CUDA device ordinal [0]" },
-        { "algo-cache", "ACT_CUDA_ALGO_CACHE", F_STR, &c->algo_cache, "GPU: a file of measured conv/GEMM algorithm choices, read at start and appended to, so that a restart or a replica sharing the file measures nothing again and runs the same algorithms (lines of another GPU model or library version are skipped)" },
-        { "max-batch", "ACT_SERVE_MAX_BATCH", F_INT, &c->so.max_batch, "requests per forward pass [32]" },
-        { "max-wait-us", "ACT_SERVE_MAX_WAIT_US", F_INT, &c->so.max_wait_us, "longest wait for a batch to fill [200]" },
-        { "batch-sizes", "ACT_SERVE_BATCH_SIZES", F_STR, &c->so.batch_sizes, "the batch sizes run, a batch padded up to the next with copies of its first request (results dropped): 'auto' (GPU: 1,2,4 and multiples of 8, each warmed up and captured at start; CPU: every size), 'all' (1..max-batch) or a list like 1,2,4,8,16,32; 1 and max-batch always run [auto]" },
-        { "copy-threads", "ACT_SERVE_COPY_THREADS", F_INT, &c->copy_threads, "threads copying a batch's frames into the input buffers, 0 = half the usable cores (an affinity mask or CPU quota counts), at most 8 [0]" },
-        { "copy-frames", "ACT_SERVE_COPY_FRAMES", F_BOOL, &c->so.copy_frames, "copy each batch's frames into the input buffers, instead of reading them where they arrived (shared memory, receive buffers; GPU: pulled over PCIe, no host copy) (1/0) [0]" },
-        { "io-threads", "ACT_SERVE_IO_THREADS", F_INT, &c->so.io_threads, "threads receiving frames and answering clients, each with its share of the connections; 0 = one per 4 usable cores, at most 4 (TCP clients sending many frames want more than one) [0]" },
-        { "max-clients", "ACT_SERVE_MAX_CLIENTS", F_INT, &c->so.max_clients, "open connections [4096]" },
-        { "max-queue", "ACT_SERVE_MAX_QUEUE", F_INT, &c->so.max_queue, "requests queued, all clients [256]" },
-        { "max-inflight", "ACT_SERVE_MAX_INFLIGHT", F_INT, &c->so.max_inflight_per_conn, "requests queued per connection [32]" },
-        { "max-out-bytes", "ACT_SERVE_MAX_OUT_BYTES", F_SIZE, &c->so.max_out_bytes, "unread reply bytes before a client is dropped [4194304]" },
-        { "drain-timeout-ms", "ACT_SERVE_DRAIN_TIMEOUT_MS", F_INT, &c->so.drain_timeout_ms, "longest drain after SIGTERM [10000]" },
-        { "frame-timeout-ms", "ACT_SERVE_FRAME_TIMEOUT_MS", F_INT, &c->so.frame_timeout_ms, "longest a frame (or HELLO) may take, 0 = none [30000]" },
-        { "keepalive-s", "ACT_SERVE_KEEPALIVE_S", F_INT, &c->so.keepalive_s, "TCP: drop a peer that vanished without closing (power or network lost while idle) after this many silent seconds plus 3 unanswered probes; 0 = the kernel's defaults (hours) [30]" },
-        { "metrics-port", "ACT_SERVE_METRICS_PORT", F_INT, &c->so.metrics_port, "HTTP /healthz and /metrics, -1 = off [-1]" },
-        { "audit-log", "ACT_SERVE_AUDIT_LOG", F_STR, &c->so.audit_log, "append one JSON line per request" },
-        { "port-file", "ACT_SERVE_PORT_FILE", F_STR, &c->port_file, "write 'port metrics_port' here once ready" },
-        { "verbose", "ACT_SERVE_VERBOSE", F_BOOL, &c->so.verbose, "log connections and errors (1/0)" },
+        { "model", "ACT_SERVE_MODEL", F_STR, &c->model, ".actw weight file (required)", 0, 0 },
+        { "host", "ACT_SERVE_HOST", F_STR, &c->so.host, "listen address [127.0.0.1]", 0, 0 },
+        { "port", "ACT_SERVE_PORT", F_INT, &c->so.port, "TCP port, 0 = any free [7070]", 0, 65535 },
+        { "unix", "ACT_SERVE_UNIX", F_STR, &c->so.unix_path, "also listen on this Unix socket (same-host clients; frames in shared memory)", 0, 0 },
+        { "device", "ACT_SERVE_DEVICE", F_STR, &c->device, "cuda|cpu|auto [auto: cuda if available]", 0, 0 },
+        { "precision", "ACT_SERVE_PRECISION", F_STR, &c->precision, "fp32|tf32|bf16|fp16; the CPU device runs fp32 only [fp32]", 0, 0 },
+        { "cuda-device", "ACT_SERVE_CUDA_DEVICE", F_INT, &c->cuda_device, "CUDA device ordinal [0]", 0, 1023 },
+        { "algo-cache", "ACT_CUDA_ALGO_CACHE", F_STR, &c->algo_cache, "GPU: a file of measured conv/GEMM algorithm choices, read at start and appended to, so that a restart or a replica sharing the file measures nothing again and runs the same algorithms (lines of another GPU model or library version are skipped)", 0, 0 },
+        { "max-batch", "ACT_SERVE_MAX_BATCH", F_INT, &c->so.max_batch, "requests per forward pass [32]", 1, 65536 },
+        { "max-wait-us", "ACT_SERVE_MAX_WAIT_US", F_INT, &c->so.max_wait_us, "longest wait for a batch to fill [200]", 0, 60000000 },
+        { "batch-sizes", "ACT_SERVE_BATCH_SIZES", F_STR, &c->so.batch_sizes, "the batch sizes run, a batch padded up to the next with copies of its first request (results dropped): 'auto' (GPU: 1,2,4 and multiples of 8, each warmed up and captured at start; CPU: every size), 'all' (1..max-batch) or a list like 1,2,4,8,16,32; 1 and max-batch always run [auto]", 0, 0 },
+        { "copy-threads", "ACT_SERVE_COPY_THREADS", F_INT, &c->copy_threads, "threads copying a batch's frames into the input buffers, 0 = half the usable cores (an affinity mask or CPU quota counts), at most 8 [0]", 0, 1024 },
+        { "copy-frames", "ACT_SERVE_COPY_FRAMES", F_BOOL, &c->so.copy_frames, "copy each batch's frames into the input buffers, instead of reading them where they arrived (shared memory, receive buffers; GPU: pulled over PCIe, no host copy) (1/0) [0]", 0, 0 },
+        { "io-threads", "ACT_SERVE_IO_THREADS", F_INT, &c->so.io_threads, "threads receiving frames and answering clients, each with its share of the connections; 0 = one per 4 usable cores, at most 4 (TCP clients sending many frames want more than one) [0]", 0, 16 },
+        { "max-clients", "ACT_SERVE_MAX_CLIENTS", F_INT, &c->so.max_clients, "open connections [4096]", 1, 1048576 },
+        { "max-queue", "ACT_SERVE_MAX_QUEUE", F_INT, &c->so.max_queue, "requests queued, all clients [256]", 1, 1048576 },
+        { "max-inflight", "ACT_SERVE_MAX_INFLIGHT", F_INT, &c->so.max_inflight_per_conn, "requests queued per connection [32]", 1, 1048576 },
+        { "max-out-bytes", "ACT_SERVE_MAX_OUT_BYTES", F_SIZE, &c->so.max_out_bytes, "unread reply bytes before a client is dropped [4194304]", 4096, (long long)1 << 40 },
+        { "drain-timeout-ms", "ACT_SERVE_DRAIN_TIMEOUT_MS", F_INT, &c->so.drain_timeout_ms, "longest drain after SIGTERM [10000]", 0, 86400000 },
+        { "frame-timeout-ms", "ACT_SERVE_FRAME_TIMEOUT_MS", F_INT, &c->so.frame_timeout_ms, "longest a frame (or HELLO) may take, 0 = none [30000]", 0, 86400000 },
+        { "keepalive-s", "ACT_SERVE_KEEPALIVE_S", F_INT, &c->so.keepalive_s, "TCP: drop a peer that vanished without closing (power or network lost while idle) after this many silent seconds plus 3 unanswered probes; 0 = the kernel's defaults (hours) [30]", 0, 86400 },
+        { "metrics-port", "ACT_SERVE_METRICS_PORT", F_INT, &c->so.metrics_port, "HTTP /healthz and /metrics, -1 = off [-1]", -1, 65535 },
+        { "audit-log", "ACT_SERVE_AUDIT_LOG", F_STR, &c->so.audit_log, "append one JSON line per request", 0, 0 },
+        { "port-file", "ACT_SERVE_PORT_FILE", F_STR, &c->port_file, "write 'port metrics_port' here once ready", 0, 0 },
+        { "verbose", "ACT_SERVE_VERBOSE", F_BOOL, &c->so.verbose, "log connections and errors (1/0)", 0, 0 },
     };
     int n = (int)(sizeof fl / sizeof fl[0]);
     unsigned char given[sizeof fl / sizeof fl[0]] = { 0 };   /* on the command line: its variable is not read */
     for (int a = 1; a < argc; a++) {
         if (!strcmp(argv[a], "-h") || !strcmp(argv[a], "--help")) {
-            usage(fl, n);
+            usage(stdout, fl, n);
+            return 1;
+        }
+        if (!strcmp(argv[a], "--version")) {
+            printf("act-serve %s (protocol: docs/PROTOCOL.md)\n", ACT_VERSION);
             return 1;
         }
         const flag *f = NULL;
@@ -140,7 +164,7 @@ static int parse(int argc, char **argv, cli *c)
     }
     if (!c->model) {
         fprintf(stderr, "act-serve: --model (or ACT_SERVE_MODEL) is required\n\n");
-        usage(fl, n);
+        usage(stderr, fl, n);
         return -1;
     }
     return 0;
@@ -241,7 +265,8 @@ int main(int argc, char **argv)
         act_outfile pf;
         char perr[1300];
         if (act_outfile_open(&pf, c.port_file, "w", perr, sizeof perr) == 0) {
-            fprintf(pf.fp, "%d %d\n", act_server_port(g_server), act_server_metrics_port(g_server));
+            fprintf(pf.fp, "%d %d\n", act_server_port(g_server),
+                    c.so.metrics_port >= 0 ? act_server_metrics_port(g_server) : -1);   /* -1: off */
             if (act_outfile_commit(&pf, perr, sizeof perr) != 0)
                 fprintf(stderr, "act-serve: cannot write --port-file: %s\n", perr);
         } else {

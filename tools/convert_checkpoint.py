@@ -90,11 +90,16 @@ def strip_prefixes(key):
 
 def load_key_map(path):
     """MAP.json: {"exact.source.key": "new.key" | null, "re:<regex>": "<template>" | null}."""
-    with open(path, "r", encoding="utf-8") as f:
+    try:
+        f = open(path, "r", encoding="utf-8")
+    except OSError as e:
+        raise ConvertError(f"--key-map {path}: cannot open: {e.strerror} (it takes the path of a JSON "
+                           f"file, not the JSON itself)") from None
+    with f:
         try:
             raw = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ConvertError(f"{path}: not valid JSON ({e})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ConvertError(f"--key-map {path}: not valid JSON ({e})") from None
     if not isinstance(raw, dict) or not all(v is None or isinstance(v, str) for v in raw.values()):
         raise ConvertError(f"{path}: expected an object of source key -> new key (or null)")
     exact, rules = {}, []
@@ -429,7 +434,9 @@ def parse_args(argv):
                     "weight file without importing torch or executing pickle code.")
     ap.add_argument("checkpoint", help="vla_model_best.pt or similar")
     ap.add_argument("-o", "--output", required=True, help="the .actw file to write")
-    ap.add_argument("--config", help="agent config (Hydra agent section, YAML or JSON)")
+    ap.add_argument("--config", help="the run's config, YAML or JSON: best the resolved "
+                                      "outputs/<run>/.hydra/config.yaml (agent, data and backbone "
+                                      "sections), or the agent section alone")
     ap.add_argument("--stats", help="dataset_stats.pkl, the run's statistics (wins over a "
                                      "dataset_stats entry; refused where it differs from the "
                                      "state dict's set normalization.* buffers, see --stats-from)")
@@ -446,7 +453,9 @@ def parse_args(argv):
     ap.add_argument("--state-dict-key", metavar="KEY",
                     help="the checkpoint entry holding the weights, e.g. ema_state_dict (dotted "
                          "for nested: ema.module); default: the first of " + ", ".join(SD_ENTRIES))
-    ap.add_argument("--key-map", help="JSON {source key or 're:REGEX': new key or null}")
+    ap.add_argument("--key-map", metavar="MAP.json",
+                    help="a JSON file renaming state-dict keys: {\"source.key\" or \"re:REGEX\": "
+                         "\"new.key\" (a template with \\\\1 for a regex) or null (drop)}")
     ap.add_argument("--ignore", action="append", default=[], metavar="REGEX",
                     help="skip state-dict keys matching REGEX (listed in the report)")
     ap.add_argument("--image-size", help="uint8 frame size served, HxW (default 256x256)")

@@ -160,6 +160,22 @@ def test_bench_names_the_switches_it_ran_with(act_infer, small_model, tmp_path):
                                     ["no", "engine", "switches", "set", "(the", "defaults)"]), line
 
 
+def test_bench_says_which_switch_values_it_ignored(act_infer, small_model, tmp_path):
+    """A switch set to a value the engine does not take runs the default: stderr says so, once
+    per variable, so the env line is never read as a setting that had an effect."""
+    bad = {"ACT_CPU_WINO_TILE": "3", "ACT_CPU_THREADS": "abc", "ACT_CPU_STEM": "off", "ACT_POOL_SPIN_US": "-5",
+           "ACT_CPU_WINO_GROUP": "99"}
+    p = _run([act_infer, "bench", "--model", small_model.model, "--device", "cpu", "--batch", "1,2", "--iters", 2,
+              "--warmup", 1, "--profile-iters", 1], env=dict(os.environ, **bad))
+    assert p.returncode == 0, p.stderr
+    for k, v in bad.items():
+        assert p.stderr.count(f"ignoring {k}='{v}'") == 1, (k, p.stderr)
+    good = {"ACT_CPU_WINO_TILE": "auto", "ACT_CPU_THREADS": "1", "ACT_CPU_STEM": "0", "ACT_POOL_SPIN_US": "0"}
+    p = _run([act_infer, "bench", "--model", small_model.model, "--device", "cpu", "--iters", 1, "--warmup", 0,
+              "--profile-iters", 0], env=dict(os.environ, **good))
+    assert p.returncode == 0 and "ignoring" not in p.stderr, p.stderr
+
+
 def test_bench_names_the_thread_variables_openblas_reads(act_infer, small_model, tmp_path):
     """Without ACT_CPU_THREADS the CPU backend takes OpenBLAS's thread count at start, and OpenBLAS
     reads it from OMP_NUM_THREADS or GOTO_NUM_THREADS as well as OPENBLAS_NUM_THREADS: either one

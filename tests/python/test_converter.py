@@ -616,6 +616,12 @@ def test_key_map_renames_foreign_names(bn, bn_out):
     assert all(np.array_equal(tensors[k], bn_out[1][k]) for k in bn_out[1])
     assert report["renamed"]["actor.query_embed.weight"] == "policy_head.query_embed.weight"
     assert report["ignored"] == ["extra_counter"]
+    # the JSON itself where its file belongs: the error names the flag and what it takes
+    err = convert_fails(ckpt, bn.dir, "--config", bn.config, "--key-map", '{"extra_counter": null}')
+    assert "--key-map {\"extra_counter\": null}: cannot open" in err and "path of a JSON file" in err, err
+    (bn.dir / "bad_map.json").write_text("{'a': 1}")
+    err = convert_fails(ckpt, bn.dir, "--config", bn.config, "--key-map", bn.dir / "bad_map.json")
+    assert "bad_map.json: not valid JSON" in err and "--key-map" in err, err
 
 
 def test_config_that_disagrees_with_shapes_is_refused(bn):

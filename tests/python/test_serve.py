@@ -500,14 +500,34 @@ def test_every_flag_has_an_environment_twin_and_the_flag_wins(server, act_serve,
     srv = server("--max-batch", 4, env=dict(os.environ, ACT_SERVE_MAX_BATCH="abc"))
     assert ActClient("127.0.0.1", srv.port, timeout=60).info()["max_batch"] == 4
     p = subprocess.run([str(act_serve), "--help"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stderr == "", p.stderr   # --help | less shows it
     for flag in ("--model", "--port", "--device", "--precision", "--max-batch", "--max-wait-us", "--copy-threads", "--max-clients",
                  "--io-threads", "--metrics-port", "--audit-log", "--batch-sizes"):
-        assert flag in p.stderr and "ACT_SERVE_" + flag[2:].upper().replace("-", "_") in p.stderr, flag
-    # an I/O thread count out of range is refused before anything is loaded, naming the range
-    for bad in ("-1", "17"):
-        p = subprocess.run([str(act_serve), "--model", str(tiny[0]), "--port", "0", "--io-threads", bad],
+        assert flag in p.stdout and "ACT_SERVE_" + flag[2:].upper().replace("-", "_") in p.stdout, flag
+    assert "--algo-cache" in p.stdout and "ACT_CUDA_ALGO_CACHE" in p.stdout
+    p = subprocess.run([str(act_serve), "--version"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.startswith("act-serve "), p.stdout + p.stderr
+    # a value out of its flag's range is refused before anything is loaded, naming the flag and
+    # the range (a port past 65535 used to be taken modulo 65536 by getaddrinfo)
+    for flag, bad, rng in (("--io-threads", "-1", "0 to 16"), ("--io-threads", "17", "0 to 16"),
+                           ("--port", "70000", "0 to 65535"), ("--port", "-1", "0 to 65535"),
+                           ("--metrics-port", "65536", "-1 to 65535"), ("--max-queue", "0", "1 to"),
+                           ("--max-batch", "0", "1 to 65536"), ("--keepalive-s", "90000", "0 to 86400"),
+                           ("--max-out-bytes", "100", "4096 to")):
+        p = subprocess.run([str(act_serve), "--model", str(tmp_path / "absent.actw"), flag, bad],
                            capture_output=True, text=True, timeout=60)
-        assert p.returncode != 0 and "io-threads 0 (auto) to 16" in p.stderr, p.stderr
+        assert p.returncode == 2 and f"{flag} (" in p.stderr and f"{bad} is out of range: {rng}" in p.stderr, p.stderr
+    # switches: 1/0, true/false, yes/no, on/off; anything else is refused (off used to mean on)
+    p = subprocess.run([str(act_serve), "--model", str(tmp_path / "absent.actw")], capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ, ACT_SERVE_VERBOSE="maybe"))
+    assert p.returncode == 2 and "ACT_SERVE_VERBOSE" in p.stderr and "'maybe' is not a switch" in p.stderr, p.stderr
+    srv = server("--metrics-port", -1)   # metrics off: the port file says -1, as the flag does
+    assert srv.mport == -1 and srv.port > 0
+    for word, logged in (("off", False), ("no", False), ("on", True)):   # the later --verbose wins
+        srv = server("--verbose", word)
+        ActClient("127.0.0.1", srv.port, timeout=60).info()
+        assert srv.stop() == 0
+        assert ("connected" in srv.log()) == logged, (word, srv.log())
     # batch sizes that are not sizes, or above max-batch: refused before the model loads
     for bad, says in (("64", "64 is above --max-batch 32"), ("4,,8", "expected 'auto', 'all' or sizes"),
                       ("4,", "missing after the last comma")):
