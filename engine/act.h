@@ -56,7 +56,7 @@ typedef struct act_config {
     /* provenance */
     char model_hash[17];           /* 16 hex digits: the file's checksum */
     char source_sha256[65];
-    char converter_version[32];
+    char converter_version[128];
     int64_t n_params;
 } act_config;
 

@@ -184,9 +184,16 @@ static int parse_config(const act_weights *w, act_config *c, char *err, size_t e
     if (c->feat_h != fh || c->feat_w != fw)
         return act_errf(err, errlen, "%s: metadata vision.feature_height/width %dx%d disagree with the %dx%d map "
                         "ResNet18 makes of a %dx%d input", w->path, c->feat_h, c->feat_w, fh, fw, h, wd);
+    /* provenance, shown by info and kept whole: a value that does not fit, or a digest that is
+     * not one, is a damaged or foreign file's, not something to cut short in silence */
     const char *s = act_meta_get(w, "converter_version");
+    if (s && strlen(s) >= sizeof c->converter_version)
+        return act_errf(err, errlen, "%s: metadata converter_version is %zu characters, more than the %zu a "
+                        "converter writes", w->path, strlen(s), sizeof c->converter_version - 1);
     snprintf(c->converter_version, sizeof c->converter_version, "%s", s ? s : "");
     s = act_meta_get(w, "source_sha256");
+    if (s && (strlen(s) != 64 || strspn(s, "0123456789abcdefABCDEF") != 64))
+        return act_errf(err, errlen, "%s: metadata source_sha256 '%.80s' is not a SHA-256 (64 hex digits)", w->path, s);
     snprintf(c->source_sha256, sizeof c->source_sha256, "%s", s ? s : "");
     snprintf(c->model_hash, sizeof c->model_hash, "%016llx", (unsigned long long)w->checksum);
     return 0;

@@ -475,6 +475,20 @@ int act_weights_open(const char *path, act_weights **out, char *err, size_t errl
         rc = -1;
         goto fail;
     }
+    /* the data ends with the last tensor's padding: a larger claim is bytes no tensor reads,
+     * which a zstd frame of zeros could make a reader inflate and hold (2 GiB from 65 KB) */
+    uint64_t end = 0;
+    for (int i = 0; i < w->n_tensors; i++) {
+        uint64_t e = ((uint64_t)w->tensors[i].offset + (uint64_t)w->tensors[i].numel) * 4;
+        if (e > end) end = e;
+    }
+    end = (end + ACTW_ALIGN - 1) / ACTW_ALIGN * ACTW_ALIGN;
+    if (h.data_size > end) {
+        rc = act_errf(err, errlen, "%s: data_size is %llu bytes, but the tensors end at %llu (with their "
+                      "padding): the file claims data no tensor reads", path, (unsigned long long)h.data_size,
+                      (unsigned long long)end);
+        goto fail;
+    }
     if (w->compressed) {
         if (inflate_data(path, stored, (size_t)h.stored_size, (size_t)h.data_size, &w->blob, err, errlen)) {
             rc = -1;

@@ -337,6 +337,17 @@ static void test_metadata(const bytes *good) {
     meta_fail(good, "vision.crop_height", "32", "crop", "both or neither");
     meta_fail(good, "vision.feature_height", "3", "vision.feature_height", "disagree");
     meta_fail(good, "vision.input_height", "8", "vision.feature_height", "8x64 input");
+    /* provenance is shown whole or the file refused: never cut short in silence */
+    char sha[100];
+    memset(sha, 'f', 80);
+    sha[80] = '\0';
+    meta_fail(good, "source_sha256", sha, "source_sha256", "64 hex digits");
+    meta_fail(good, "source_sha256", "0123456789abcdefg123456789abcdef0123456789abcdef0123456789abcdef", "source_sha256",
+              "64 hex digits");
+    char ver[200];
+    memset(ver, 'v', 130);
+    ver[130] = '\0';
+    meta_fail(good, "converter_version", ver, "converter_version", "130 characters");
 }
 
 static void test_tensor_set(const bytes *good) {

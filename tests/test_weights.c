@@ -421,11 +421,12 @@ static void test_zstd(const bytes *good) {
     expect_fail(assemble(&p), 0, "data_size disagrees with the frame", "data_size", NULL);
     parts_free(&p);
 
-    /* a frame without a content size and a header claiming 1 TiB: the reader must notice the
-     * shortfall while inflating, without ever allocating the claim (ASan would abort) */
+    /* a frame without a content size and a header claiming 512 GiB, as much as the directory
+     * says its tensors span: the reader must notice the shortfall while inflating, without ever
+     * allocating the claim (ASan would abort) */
     p = split(good);
     recompress(&p, data, p.data_size, 0);
-    p.data_size = 1ull << 40;
+    p.data_size = (1ull << 39) + 64ull * (uint64_t)p.n;
     rec_put32(rec(&p, 0), R_NDIM, 1);
     rec_put64(rec(&p, 0), R_DIMS, 1ull << 37);
     for (int d = 1; d < 4; d++) rec_put64(rec(&p, 0), R_DIMS + 8 * d, 0);
@@ -438,7 +439,24 @@ static void test_zstd(const bytes *good) {
         rec_put64(rec(&p, i), R_DIMS, 1);
         for (int d = 1; d < 4; d++) rec_put64(rec(&p, i), R_DIMS + 8 * d, 0);
     }
-    expect_fail(assemble(&p), 0, "1 TiB claim, small frame", "inflates to", NULL);
+    expect_fail(assemble(&p), 0, "512 GiB claim, small frame", "inflates to", NULL);
+    parts_free(&p);
+
+    /* a frame that really inflates past the tensors (zeros appended: ~30000:1), data_size to
+     * match: refused before inflating, naming data_size (it used to load and hold it all) */
+    p = split(good);
+    {
+        size_t extra = (size_t)64 << 20;
+        unsigned char *big = (unsigned char *)calloc(p.data_size + extra, 1);
+        CHECK(big != NULL, "test setup: out of memory");
+        if (big) {
+            memcpy(big, data, p.data_size);
+            recompress(&p, big, p.data_size + extra, 1);
+            p.data_size += extra;
+            free(big);
+            expect_fail(assemble(&p), 0, "data past the tensors (a zstd bomb)", "data_size", "no tensor reads", NULL);
+        }
+    }
     parts_free(&p);
 
     /* NaN inside compressed data: recompress so the frame is valid and the value check speaks */

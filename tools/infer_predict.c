@@ -1,10 +1,13 @@
 /* infer_predict.c - `act-infer predict`: the prior chunk (z = 0) for every timestep of one
  * episode, as float32 .npy (T, pred_horizon, action_dim), batched over timesteps. With
- * --posterior-dir it also encodes the recorded actions (targets action[t:t+H], padded with the
- * last action, is_pad = 1 past the end) and writes the CVAE outputs with z = mu - the same act_run
+ * --posterior-dir it also encodes the recorded actions (targets action[t-o+1 : t-o+1+H], o the
+ * obs_horizon, steps outside the episode padded and is_pad = 1; episode_stream.c) and writes the
+ * CVAE outputs with z = mu - the same act_run
  * computes both, which is how the parity tests compare the whole model against PyTorch. */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -14,19 +17,48 @@
 
 static const char *USAGE =
     "usage: act-infer predict --model M.actw --episode EP.hdf5 --out PRED.npy [options]\n"
-    "  --model M.actw          weight file\n"
-    "  --episode EP.hdf5       episode: action (T,A), observations/qpos (T,obs),\n"
-    "                          observations/images/<cam> (T,H,W,3) uint8 for the model's cameras\n"
-    "  --out PRED.npy          prior chunks (z = 0), float32 (T, pred_horizon, action_dim)\n"
-    "  --device cpu|cuda       default: cuda when a GPU is usable, else cpu\n"
-    "  --precision P           fp32 (default), tf32, bf16, fp16 (CUDA; the CPU backend is fp32 only)\n"
-    "  --batch N               timesteps per forward (default: cuda 128, cpu 4)\n"
+    "  --model M.actw            weight file\n"
+    "  --episode EP.hdf5         episode: action (T,A), observations/qpos (T,obs),\n"
+    "                            observations/images/<cam> (T,H,W,3) uint8 for the model's cameras\n"
+    "  --out PRED.npy            prior chunks (z = 0), float32 (T, pred_horizon, action_dim)\n"
+    "  --device cpu|cuda         default: cuda when a GPU is usable, else cpu\n"
+    "  --precision P             fp32 (default), tf32, bf16, fp16 (CUDA; the CPU backend is fp32 only)\n"
+    "  --batch N                 timesteps per forward (default: cuda 128, cpu 4)\n"
     INFER_PAD_USAGE
-    "  --posterior-dir DIR     also write DIR/mu.npy (T,L), logvar.npy (T,L), kl.npy (T,),\n"
-    "                          post_actions.npy (T,H,A): the posterior with z = mu, encoding\n"
-    "                          action[t:t+H] padded with the last action (is_pad past the end)\n";
+    "  --posterior-dir DIR       also write DIR/mu.npy (T,L), logvar.npy (T,L), kl.npy (T,),\n"
+    "                            post_actions.npy (T,H,A): the posterior with z = mu, encoding\n"
+    "                            action[t-o+1 : t-o+1+H] (o = the model's obs_horizon, 1 by default),\n"
+    "                            steps outside the episode padded with its nearest action, is_pad\n";
 
 enum { OUT_PRIOR, OUT_MU, OUT_LOGVAR, OUT_KL, OUT_POST, OUT_N };
+static const char *const POST_NAMES[] = {"mu.npy", "logvar.npy", "kl.npy", "post_actions.npy"};
+
+/* path with its folder resolved (links, "..", "."): "/real/dir/name"; "" when the folder does
+ * not exist (then it is no existing file's name) */
+static void canonical(const char *path, char *buf, size_t len) {
+    char dir[PATH_MAX], real[PATH_MAX];
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + 1 : 1, slash ? path : ".");
+    buf[0] = '\0';
+    if (realpath(dir, real)) snprintf(buf, len, "%s/%s", real, base);
+}
+
+/* --out naming one of the --posterior-dir files: both would be written through one temporary
+ * file, and the set left half moved and mixed */
+static int out_in_posterior_dir(const char *out, const char *pdir) {
+    char a[2 * PATH_MAX + 2], b[2 * PATH_MAX + 2], p[PATH_MAX];
+    canonical(out, a, sizeof a);
+    for (int k = 0; a[0] && k < (int)(sizeof POST_NAMES / sizeof POST_NAMES[0]); k++) {
+        snprintf(p, sizeof p, "%s/%s", pdir, POST_NAMES[k]);
+        canonical(p, b, sizeof b);
+        if (!strcmp(a, b)) {
+            fprintf(stderr, "act-infer predict: --out %s is the --posterior-dir's %s: give the prior "
+                            "chunks another name\n", out, POST_NAMES[k]);
+            return 1;
+        }
+    }
+    return 0;
+}
 
 static int open_outputs(const char *out, const char *pdir, const act_config *c, int T, act_npy **f,
                         char *err, size_t errlen) {
@@ -34,13 +66,13 @@ static int open_outputs(const char *out, const char *pdir, const act_config *c, 
     if (act_npy_open(out, chunk, 3, &f[OUT_PRIOR], err, errlen) != 0) return -1;
     if (!pdir) return 0;
     char p[1100];
-    snprintf(p, sizeof p, "%s/mu.npy", pdir);
+    snprintf(p, sizeof p, "%s/%s", pdir, POST_NAMES[OUT_MU - 1]);
     if (act_npy_open(p, lat, 2, &f[OUT_MU], err, errlen) != 0) return -1;
-    snprintf(p, sizeof p, "%s/logvar.npy", pdir);
+    snprintf(p, sizeof p, "%s/%s", pdir, POST_NAMES[OUT_LOGVAR - 1]);
     if (act_npy_open(p, lat, 2, &f[OUT_LOGVAR], err, errlen) != 0) return -1;
-    snprintf(p, sizeof p, "%s/kl.npy", pdir);
+    snprintf(p, sizeof p, "%s/%s", pdir, POST_NAMES[OUT_KL - 1]);
     if (act_npy_open(p, vec, 1, &f[OUT_KL], err, errlen) != 0) return -1;
-    snprintf(p, sizeof p, "%s/post_actions.npy", pdir);
+    snprintf(p, sizeof p, "%s/%s", pdir, POST_NAMES[OUT_POST - 1]);
     return act_npy_open(p, chunk, 3, &f[OUT_POST], err, errlen);
 }
 
@@ -83,6 +115,7 @@ int act_cmd_predict(int argc, char **argv) {
         fprintf(stderr, "act-infer predict: %s: cannot create directory: %s\n", pdir, strerror(errno));
         return INFER_EXIT_FAIL;
     }
+    if (pdir && out_in_posterior_dir(out, pdir)) return INFER_EXIT_USAGE;
 
     infer_ctx ctx;
     int rc = infer_open("predict", model, &ro, &ctx);

@@ -204,6 +204,26 @@ def test_predict_pads_as_asked_and_says_how_it_stepped(setup, act_infer, tmp_pat
         assert "--pad-batches must be auto, few, on or off, got 'maybe'" in p.stderr, p.stderr
 
 
+def test_predict_refuses_an_out_that_is_a_posterior_file(setup, act_infer, tmp_path):
+    """--out DIR/kl.npy beside --posterior-dir DIR (or ./kl.npy beside '.'): both outputs would go
+    through one temporary file and leave a mixed, half-moved set. Refused before any work."""
+    ep = setup["eps"] / "episode_1.hdf5"
+    pd = tmp_path / "pd"
+    (tmp_path / "sub").mkdir()
+    for out, pdir, cwd in ((pd / "kl.npy", pd, None), ("mu.npy", ".", pd), (tmp_path / "sub" / ".." / "pd" /
+                                                                            "post_actions.npy", pd, None)):
+        pd.mkdir(exist_ok=True)
+        p = subprocess.run([str(act_infer), "predict", "--model", str(setup["actw"]), "--episode", str(ep), "--out",
+                            str(out), "--posterior-dir", str(pdir), "--device", "cpu"], capture_output=True, text=True,
+                           timeout=300, cwd=cwd)
+        assert p.returncode == 2 and "is the --posterior-dir's" in p.stderr, p.stderr
+        assert list(pd.iterdir()) == [], list(pd.iterdir())
+    run(act_infer, "predict", "--model", setup["actw"], "--episode", ep, "--out", pd / "prior.npy", "--posterior-dir",
+        pd, "--device", "cpu", check_rc=0)
+    assert sorted(f.name for f in pd.iterdir()) == ["kl.npy", "logvar.npy", "mu.npy", "post_actions.npy", "prior.npy"]
+    assert np.load(pd / "kl.npy").shape == (EPISODES[1][0],)
+
+
 def test_summary_names_how_frames_were_read(setup):
     """Each episode's summary says how its cameras' frames were read (cameras grouped when they
     share a way), and the printout names the most common way with the count of the others."""
