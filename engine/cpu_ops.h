@@ -107,7 +107,7 @@ int act_cpu_conv_workspace(const act_model *m, size_t *col_elems, size_t *out_el
  * other than 0 or 1 is named on stderr, and the path stays on) */
 static inline int act_cpu_switch_on(const char *name) {
     const char *e = getenv(name);
-    if (e && strcmp(e, "0") && strcmp(e, "1")) act_env_ignored(name, e, "0 or 1");
+    if (e && *e && strcmp(e, "0") && strcmp(e, "1")) act_env_ignored(name, e, "0 or 1");
     return !(e && e[0] == '0' && e[1] == '\0');
 }
 

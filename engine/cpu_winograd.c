@@ -54,7 +54,7 @@ static int wino_group(int m) {
     char *end = NULL;
     long g = e && *e ? strtol(e, &end, 10) : 0;
     if (e && *e && !*end && g >= 1 && g <= 64) return (int)g;
-    if (e && *e) act_env_ignored("ACT_CPU_WINO_GROUP", e, "1..64 images");
+    if (e && *e && strcmp(e, "auto")) act_env_ignored("ACT_CPU_WINO_GROUP", e, "1..64 images or auto");
     return m == 4 ? 1 : ACT_CPU_CONV_GROUP;
 }
 
@@ -64,7 +64,7 @@ static int wino_group(int m) {
  * (OpenBLAS, as before); =all: the F(4x4) convs too. */
 static int wino_packed(const act_conv *c, int m) {
     const char *e = getenv("ACT_CPU_PACKED_GEMM");
-    if (e && strcmp(e, "0") && strcmp(e, "1") && strcmp(e, "all"))
+    if (e && *e && strcmp(e, "0") && strcmp(e, "1") && strcmp(e, "all"))
         act_env_ignored("ACT_CPU_PACKED_GEMM", e, "0, 1 or all");
     if ((e && !strcmp(e, "0")) || c->cout % 8 || !act_cpu_pgemm_ok() || !act_cpu_gemm_split_on())
         return 0;

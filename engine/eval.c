@@ -339,9 +339,11 @@ static int read_tree(const act_json *r, const char *path, act_eval_summary *s, c
     }
     const act_json *el = act_json_get(r, "episode_list");   /* absent in older summaries */
     if (el) {
-        if (get_int(el, "count", 0, INT32_MAX, &v) || get_str(el, "hash", s->list_hash, sizeof s->list_hash) ||
-            strlen(s->list_hash) != 16)
-            BAD("\"episode_list\" malformed");
+        const act_json *hv = act_json_get(el, "hash");
+        if (get_int(el, "count", 0, INT32_MAX, &v) || !hv || hv->type != ACT_JSON_STR || strlen(hv->str) != 16 ||
+            strspn(hv->str, "0123456789abcdef") != 16)
+            BAD("\"episode_list\" malformed (a count and a hash of 16 hex digits)");
+        snprintf(s->list_hash, sizeof s->list_hash, "%s", hv->str);
         s->list_count = (int)v;
     }
     const act_json *ov = act_json_get(r, "overall"), *tp = act_json_get(ov, "throughput");
@@ -423,6 +425,12 @@ int act_eval_merge(const act_eval_summary *in, int n, act_eval_summary *out, cha
     int total_eps = 0, total_shards = 0, all_listed = 1;
     for (int i = 0; i < n; i++) {
         const act_eval_summary *b = &in[i];
+        if (b->obs_horizon != a->obs_horizon && !strcmp(b->model_hash, a->model_hash)) {
+            snprintf(err, errlen, "summary %d scored chunks with obs_horizon %d, summary 0 with %d (a summary "
+                     "written before eval aligned chunks by obs_horizon reads as 1): evaluate the shards again "
+                     "with one act-infer", i, b->obs_horizon, a->obs_horizon);
+            return -1;
+        }
         if (strcmp(b->model_hash, a->model_hash) || b->action_dim != a->action_dim ||
             b->pred_horizon != a->pred_horizon || b->obs_horizon != a->obs_horizon || b->kl_weight != a->kl_weight) {
             snprintf(err, errlen, "summary %d comes from model %s, summary 0 from model %s: only evals of one model merge",

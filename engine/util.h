@@ -14,11 +14,6 @@
 #define ACT_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
 #define ACT_PRINTF(a, b)
-/* An engine switch (environment variable) set to a value its reader does not take: says so on
- * stderr, once per variable per process, naming what it expects and that the default runs, so
- * that a figure is never labelled with a setting that had no effect. Any thread. */
-void act_env_ignored(const char *name, const char *value, const char *expect);
-
 #endif
 
 /* Writes the message into err (if err && errlen) and returns -1. */

@@ -75,14 +75,16 @@ static int set_flag(const flag *f, const char *v)
         return 0;
     case F_INT: {
         long long x = strtoll(v, &end, 10);
-        if (errno || !*v || *end) break;
+        if (!*v || *end) break;
+        if (errno == ERANGE) goto range;
         if (x < f->lo || x > f->hi) goto range;
         *(int *)f->ptr = (int)x;
         return 0;
     }
     case F_SIZE: {
         unsigned long long x = strtoull(v, &end, 10);
-        if (errno || !*v || *end || v[0] == '-') break;
+        if (!*v || *end || v[0] == '-') break;
+        if (errno == ERANGE) goto range;
         if (x < (unsigned long long)f->lo || x > (unsigned long long)f->hi) goto range;
         *(size_t *)f->ptr = (size_t)x;
         return 0;
@@ -114,7 +116,7 @@ static int parse(int argc, char **argv, cli *c)
         { "max-batch", "ACT_SERVE_MAX_BATCH", F_INT, &c->so.max_batch, "requests per forward pass [32]", 1, 65536 },
         { "max-wait-us", "ACT_SERVE_MAX_WAIT_US", F_INT, &c->so.max_wait_us, "longest wait for a batch to fill [200]", 0, 60000000 },
         { "batch-sizes", "ACT_SERVE_BATCH_SIZES", F_STR, &c->so.batch_sizes, "the batch sizes run, a batch padded up to the next with copies of its first request (results dropped): 'auto' (GPU: 1,2,4 and multiples of 8, each warmed up and captured at start; CPU: every size), 'all' (1..max-batch) or a list like 1,2,4,8,16,32; 1 and max-batch always run [auto]", 0, 0 },
-        { "copy-threads", "ACT_SERVE_COPY_THREADS", F_INT, &c->copy_threads, "threads copying a batch's frames into the input buffers, 0 = half the usable cores (an affinity mask or CPU quota counts), at most 8 [0]", 0, 1024 },
+        { "copy-threads", "ACT_SERVE_COPY_THREADS", F_INT, &c->copy_threads, "threads copying a batch's frames into the input buffers, 0 = half the usable cores (an affinity mask or CPU quota counts), at most 8 [0]", 0, 64 },
         { "copy-frames", "ACT_SERVE_COPY_FRAMES", F_BOOL, &c->so.copy_frames, "copy each batch's frames into the input buffers, instead of reading them where they arrived (shared memory, receive buffers; GPU: pulled over PCIe, no host copy) (1/0) [0]", 0, 0 },
         { "io-threads", "ACT_SERVE_IO_THREADS", F_INT, &c->so.io_threads, "threads receiving frames and answering clients, each with its share of the connections; 0 = one per 4 usable cores, at most 4 (TCP clients sending many frames want more than one) [0]", 0, 16 },
         { "max-clients", "ACT_SERVE_MAX_CLIENTS", F_INT, &c->so.max_clients, "open connections [4096]", 1, 1048576 },

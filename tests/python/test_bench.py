@@ -170,7 +170,8 @@ def test_bench_says_which_switch_values_it_ignored(act_infer, small_model, tmp_p
     assert p.returncode == 0, p.stderr
     for k, v in bad.items():
         assert p.stderr.count(f"ignoring {k}='{v}'") == 1, (k, p.stderr)
-    good = {"ACT_CPU_WINO_TILE": "auto", "ACT_CPU_THREADS": "1", "ACT_CPU_STEM": "0", "ACT_POOL_SPIN_US": "0"}
+    good = {"ACT_CPU_WINO_TILE": "auto", "ACT_CPU_THREADS": "1", "ACT_CPU_STEM": "0", "ACT_POOL_SPIN_US": "0",
+            "ACT_CPU_WINO_GROUP": "auto", "ACT_CPU_PACKED_GEMM": ""}
     p = _run([act_infer, "bench", "--model", small_model.model, "--device", "cpu", "--iters", 1, "--warmup", 0,
               "--profile-iters", 0], env=dict(os.environ, **good))
     assert p.returncode == 0 and "ignoring" not in p.stderr, p.stderr

@@ -328,6 +328,12 @@ def test_merge_refuses_shards_of_different_episode_lists(setup, act_infer, tmp_p
         "--json", s1, check_rc=0)
     p = run(act_infer, "eval-merge", s0, s1, "--json", tmp_path / "m.json", check_rc=1)
     assert "another episode list" in p.stderr
+    # a hash that is not 16 hex digits is a damaged summary, not its first 16 characters
+    bad = json.loads(s0.read_text())
+    bad["episode_list"]["hash"] += "0"
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    p = run(act_infer, "eval-merge", tmp_path / "bad.json", s1, "--json", tmp_path / "m.json", check_rc=1)
+    assert '"episode_list" malformed' in p.stderr, p.stderr
     # a summary from before episode_list was kept still merges (nothing to check it against)
     old = json.loads(s1.read_text())
     old.pop("episode_list")
@@ -377,6 +383,18 @@ def test_obs_horizon_aligns_the_chunk_with_the_step_it_executes(make_cfg, make_m
         for key in ("action_l1", "action_mse", "val_l1", "val_kl", "val_loss", "per_joint_l1"):
             ok, detail = close(e[key], m[key])
             assert ok, (e["name"], key, detail)
+    # shards scored with another alignment (a summary from before it was kept reads as 1) do not merge
+    parts = []
+    for i in range(2):
+        parts.append(tmp_path / f"o{i}.json")
+        run(act_infer, "eval", "--model", actw, "--episodes", setup["eps"] / "episode_1.hdf5",
+            setup["eps"] / "episode_2.hdf5", "--device", "cpu", "--shard", f"{i}/2", "--json", parts[-1], check_rc=0)
+    old = json.loads(parts[1].read_text())
+    for k in ("obs_horizon", "episode_list"):
+        old.pop(k)
+    parts[1].write_text(json.dumps(old))
+    p = run(act_infer, "eval-merge", *parts, "--json", tmp_path / "m.json", check_rc=1)
+    assert "summary 1 scored chunks with obs_horizon 1, summary 0 with 2" in p.stderr, p.stderr
     # the same weights at obs_horizon 1 score other numbers (the alignment is not ignored)
     one = setup["single"]["episodes"][0]
     assert one["name"] == "episode_1.hdf5" and one["action_l1"] != s["episodes"][0]["action_l1"]

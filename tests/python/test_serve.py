@@ -513,7 +513,8 @@ def test_every_flag_has_an_environment_twin_and_the_flag_wins(server, act_serve,
                            ("--port", "70000", "0 to 65535"), ("--port", "-1", "0 to 65535"),
                            ("--metrics-port", "65536", "-1 to 65535"), ("--max-queue", "0", "1 to"),
                            ("--max-batch", "0", "1 to 65536"), ("--keepalive-s", "90000", "0 to 86400"),
-                           ("--max-out-bytes", "100", "4096 to")):
+                           ("--max-out-bytes", "100", "4096 to"), ("--copy-threads", "65", "0 to 64"),
+                           ("--port", "99999999999999999999", "0 to 65535")):
         p = subprocess.run([str(act_serve), "--model", str(tmp_path / "absent.actw"), flag, bad],
                            capture_output=True, text=True, timeout=60)
         assert p.returncode == 2 and f"{flag} (" in p.stderr and f"{bad} is out of range: {rng}" in p.stderr, p.stderr
