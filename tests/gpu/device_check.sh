@@ -41,6 +41,7 @@
 #   memcheck   compute-sanitizer memcheck on full-size steps (eager, captured and replayed)
 #   racecheck  compute-sanitizer racecheck on the attention and norm kernels
 #   bench      bench/compare_torch.py --device cuda (if present): ours vs PyTorch eager/compile
+#   goals      (a note after bench) each goal line compare_torch judged, met or NOT, with its figure
 #   serve      bench/serve_load.py: act-serve on the GPU, 1/8/32 loopback clients, batching on/off,
 #              frames over TCP and in shared memory over the Unix socket
 #   profile    act-infer bench's section profile (bf16 batch 1 and 256, fp32 batch 1): the four
@@ -447,13 +448,24 @@ rep = json.load(open(sys.argv[1]))
 out = []
 for r in rep["rows"]:
     if r.get("batch") in (1, 256) and r.get("p50") is not None and (r["who"].startswith("act-infer") or
-            r["who"] in ("torch eager", "torch compile-max-autotune")):
+            r["who"] in ("torch eager", "torch channels_last", "torch compile-max-autotune")):
         who = "ours" if r["who"].startswith("act-infer") else r["who"].replace("torch ", "")
         out.append(f'b{r["batch"]} {who} {r["precision"]} {r["p50"]:.3f}ms')
 print("; ".join(out) if out else "no rows")
 EOF
 )
     row bench "$([ $rc = 0 ] && echo ok || echo rc$rc)" "p50: ${fig:-no compare.json}"
+    # the goal lines compare_torch judged (ARCHITECTURE section 9), one word each: what to read first
+    goals=$("$PY" - "$LOG/compare.json" <<'EOF' 2>/dev/null
+import json, sys
+out = []
+for g in json.load(open(sys.argv[1])).get("goals", []):
+    fig = g.get("speedup") or g.get("ratio") or g.get("ours_ms")
+    out.append(("met " if g.get("met") else "NOT ") + g["goal"].split(" (")[0] + (f" ({fig:.3g})" if fig is not None else ""))
+print("; ".join(out) if out else "none judged")
+EOF
+)
+    [ -n "$goals" ] && row goals note "$goals"
 else
     row bench SKIP "no bench/compare_torch.py, build, full model or time"
 fi
