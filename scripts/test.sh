@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test.sh - install, build and run every test: the C tests through ctest (once in the normal
 # build, where CUDA tests report themselves skipped without a GPU, and once under
-# AddressSanitizer + UndefinedBehaviorSanitizer), then the Python tests through pytest, then the
+# AddressSanitizer + UndefinedBehaviorSanitizer), then the Python tests through pytest, the
+# README's demo (scripts/demo.sh), then the
 # episode reader's tests against HDF5 1.14 (a third build, compiled by clang: the others are GCC's,
 # and the two compilers differ in what they accept, e.g. multiversioned functions across files).
 set -euo pipefail
@@ -17,6 +18,9 @@ ACT_BUILD_DIR="$PWD/build" "$PY" -m pytest -q tests/python || status=1
 # act-serve's own tests once more with three I/O threads (a 2-core machine's default is one)
 ACT_SERVE_IO_THREADS=3 ACT_BUILD_DIR="$PWD/build" "$PY" -m pytest -q tests/python/test_serve.py \
     tests/python/test_serve_faults.py tests/python/test_serve_shm.py || status=1
+# the README's first command, the demo (its model, an episode, predict, bench: ~1 min), so that
+# the quick start is checked on every change too
+scripts/demo.sh || { echo "test.sh: scripts/demo.sh (the README's quick start) failed" >&2; status=1; }
 # the episode reader once more, built against a second HDF5: 1.14 (Debian 13's source, built once
 # into .deps by scripts/hdf5_114.sh; the builds above use this machine's 1.10). Its chunk table
 # comes from H5Dchunk_iter there, and 1.14's API must compile. Built by clang (installed by
