@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "episode_stream.h"
 #include "infer_common.h"
@@ -111,15 +112,23 @@ int act_cmd_predict(int argc, char **argv) {
         return infer_usage("predict", USAGE, "--batch must be an integer in 1..65536, got '%s'", batch);
     int urc = infer_check_run_opts("predict", USAGE, &ro);
     if (urc != 0) return urc;
-    if (pdir && mkdir(pdir, 0777) != 0 && errno != EEXIST) {
+    int made_pdir = 0;   /* this run made --posterior-dir: removed again if the run fails (while empty) */
+    if (pdir && mkdir(pdir, 0777) == 0) made_pdir = 1;
+    else if (pdir && errno != EEXIST) {
         fprintf(stderr, "act-infer predict: %s: cannot create directory: %s\n", pdir, strerror(errno));
         return INFER_EXIT_FAIL;
     }
-    if (pdir && out_in_posterior_dir(out, pdir)) return INFER_EXIT_USAGE;
+    if (pdir && out_in_posterior_dir(out, pdir)) {
+        if (made_pdir) rmdir(pdir);
+        return INFER_EXIT_USAGE;
+    }
 
     infer_ctx ctx;
     int rc = infer_open("predict", model, &ro, &ctx);
-    if (rc != 0) return rc;
+    if (rc != 0) {
+        if (made_pdir) rmdir(pdir);
+        return rc;
+    }
     char err[ACT_ERR_LEN] = "";
     infer_buffers bufs = {0};
     act_npy *files[OUT_N] = {0};
@@ -165,5 +174,6 @@ done:
     act_stream_close(st);
     infer_buffers_free(&bufs);
     infer_close(&ctx);
+    if (rc != INFER_EXIT_OK && made_pdir) rmdir(pdir);   /* only if empty: no file is lost */
     return rc;
 }

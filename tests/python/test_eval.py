@@ -218,6 +218,12 @@ def test_predict_refuses_an_out_that_is_a_posterior_file(setup, act_infer, tmp_p
                            timeout=300, cwd=cwd)
         assert p.returncode == 2 and "is the --posterior-dir's" in p.stderr, p.stderr
         assert list(pd.iterdir()) == [], list(pd.iterdir())
+    # a run that fails leaves no --posterior-dir it made (one that was there stays, as above)
+    for model, out in ((tmp_path / "absent.actw", tmp_path / "x.npy"), (setup["actw"], tmp_path / "new" / "kl.npy")):
+        p = subprocess.run([str(act_infer), "predict", "--model", str(model), "--episode", str(ep), "--out", str(out),
+                            "--posterior-dir", str(tmp_path / "new"), "--device", "cpu"], capture_output=True, text=True,
+                           timeout=300)
+        assert p.returncode in (1, 2) and not (tmp_path / "new").exists(), p.stderr
     run(act_infer, "predict", "--model", setup["actw"], "--episode", ep, "--out", pd / "prior.npy", "--posterior-dir",
         pd, "--device", "cpu", check_rc=0)
     assert sorted(f.name for f in pd.iterdir()) == ["kl.npy", "logvar.npy", "mu.npy", "post_actions.npy", "prior.npy"]
