@@ -432,7 +432,7 @@ int act_eval_merge(const act_eval_summary *in, int n, act_eval_summary *out, cha
             return -1;
         }
         if (strcmp(b->model_hash, a->model_hash) || b->action_dim != a->action_dim ||
-            b->pred_horizon != a->pred_horizon || b->obs_horizon != a->obs_horizon || b->kl_weight != a->kl_weight) {
+            b->pred_horizon != a->pred_horizon || b->kl_weight != a->kl_weight) {
             snprintf(err, errlen, "summary %d comes from model %s, summary 0 from model %s: only evals of one model merge",
                      i, b->model_hash, a->model_hash);
             return -1;

@@ -25,13 +25,6 @@
 #include <time.h>
 #include <unistd.h>
 
-double act_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void serve_vlog(const char *fmt, va_list ap)
 {
     char line[1024];

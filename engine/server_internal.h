@@ -15,6 +15,7 @@
 #include "metrics.h"
 #include "protocol.h"
 #include "server.h"
+#include "util.h"   /* act_now */
 
 /* One PREDICT on its way through the server: one block sized from the contract at attach
  * (header, chunk, then the decoded inputs at data), recycled through a pool so that the
@@ -176,7 +177,6 @@ struct act_server {
     int infer_stop;
 };
 
-double act_now(void);              /* monotonic seconds */
 void act_io_wake(act_io *io);
 void act_server_wake(act_server *s);   /* every I/O thread */
 void act_serve_log(const act_server *s, const char *fmt, ...);   /* with --verbose only */

@@ -13,16 +13,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "forward.h"
 #include "pool.h"
 #include "util.h"
-
-static double mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
 
 #define ACT_MAX_BATCH_LIMIT 65536
 
@@ -320,7 +313,7 @@ int act_run(act_session *s, const act_inputs *in, act_outputs *out, char *err, s
     int mode = (prior ? ACT_FWD_PRIOR : 0) | (post ? ACT_FWD_POSTERIOR : 0);
     /* the host's copy of the inputs into the session's (pinned) buffers is part of getting them
      * to the device: the profile counts it in the upload section (none for staged inputs) */
-    double host_in_ms = s->profile ? mono_ms() : 0.0;
+    double host_in_s = s->profile ? act_now() : 0.0;
     if (stage_frames(s, in, B) > 0) mode |= ACT_FWD_GATHER;
     stage_in(st->qpos, in->qpos, sizeof(float) * B * c->obs_dim);
     if (post) {
@@ -337,12 +330,12 @@ int act_run(act_session *s, const act_inputs *in, act_outputs *out, char *err, s
             for (int i = 0; i < 8; i++) st->seed8[i] = (uint8_t)(in->seed >> (8 * i));
         }
     }
-    if (s->profile) host_in_ms = mono_ms() - host_in_ms;
+    if (s->profile) host_in_s = act_now() - host_in_s;
     int graphs = s->opts.use_graphs && !s->profile;
     if (act_fwd_step(s->fwd, B, mode, graphs, err, errlen)) return -1;
     if (s->profile) {
         s->be->section_ms(s->be, s->section_ms);
-        s->section_ms[ACT_SECTION_UPLOAD] += host_in_ms;
+        s->section_ms[ACT_SECTION_UPLOAD] += host_in_s * 1e3;
         s->have_stages = 1;
     }
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 int act_errf(char *err, size_t errlen, const char *fmt, ...) {
@@ -104,6 +105,12 @@ void *act_page_alloc(size_t bytes, size_t *rounded) {
     if (posix_memalign(&p, page, n ? n : page)) return NULL;
     if (rounded) *rounded = n ? n : page;
     return p;
+}
+
+double act_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 void act_env_ignored(const char *name, const char *value, const char *expect) {

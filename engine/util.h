@@ -1,6 +1,6 @@
 /* util.h - small helpers every engine file may use.
  * defines: act_errf, act_array_alloc, act_aligned_alloc, act_aligned_free, act_mul_ok,
- *          act_page_size, act_page_alloc, act_env_ignored
+ *          act_page_size, act_page_alloc, act_env_ignored, act_now
  * The library never exits: helpers report failure by return value, and act_errf formats the
  * message the caller hands back to the user (and returns -1 so `return act_errf(...)` reads
  * as "fail with this message"). */
@@ -44,6 +44,9 @@ size_t act_page_size(void);
  * (act_session_register_host: CUDA pins whole pages) without sharing a page with anything else.
  * Not cleared. Free with free(). NULL on failure. */
 void *act_page_alloc(size_t bytes, size_t *rounded);
+
+/* Monotonic seconds (CLOCK_MONOTONIC): for intervals, never for dates. */
+double act_now(void);
 
 /* An engine switch (environment variable) set to a value its reader does not take: says so on
  * stderr, once per variable per process, naming what it expects and that the default runs, so
