@@ -178,7 +178,15 @@ size_t act_session_device_bytes(const act_session *s);  /* device memory held by
  * bf16/fp16: the blob in that type plus the few tensors read in fp32), the activations of the
  * largest batch (buffers sized at creation), and the rest - library workspaces, which grow
  * while the first steps plan (cuDNN). */
-typedef struct act_memory { size_t total, weights, activations, workspace; } act_memory;
+typedef struct act_memory {
+    size_t total, weights, activations, workspace;   /* what the session allocated itself */
+    /* the driver's count (CUDA: cudaMemGetInfo), all 0 where the backend has none (CPU):
+     * driver_held is the device's use now less at the backend's setup (so it includes cuBLAS's,
+     * cuDNN's and the graphs' own memory, which `total` cannot see; on a shared device, other
+     * processes' allocations since then too); driver_before the use at setup (the CUDA context,
+     * and other processes); driver_total the device's memory */
+    size_t driver_held, driver_before, driver_total;
+} act_memory;
 void act_session_memory(const act_session *s, act_memory *m);
 
 /* Normalization helpers (host, fp32), the same formulas the engine applies. */

@@ -73,6 +73,13 @@ struct act_backend {
     /* optional (NULL: none): the part of device_bytes that is scratch the backend sizes itself
      * (the CPU's conv workspaces), counted by act_session_memory as workspace, not weights */
     size_t (*workspace_bytes)(act_backend *be);
+    /* optional (NULL: no such view): the device's memory as its driver counts it, for a figure
+     * that includes what device_bytes cannot see (library handles' internal buffers, graph
+     * executables, allocation rounding). *held: device memory used now less at the backend's
+     * setup, once the context existed (the whole device's count: another process's allocations
+     * on a shared device land here too); *before: used at that moment (the context itself, and
+     * other processes); *total: the device's memory. 0 or -1 (be->err). */
+    int (*driver_memory)(act_backend *be, size_t *held, size_t *before, size_t *total);
     /* prepare weights for this model (CUDA: one upload of the blob + precision copies) */
     int (*load_weights)(act_backend *be, const act_model *m);
 

@@ -117,6 +117,7 @@ typedef struct {
     void **allocs;
     int n_allocs, cap_allocs;
     size_t bytes;
+    size_t free_at_setup, total_mem;   /* cudaMemGetInfo once the context exists (driver_memory) */
     conv_entry *convs;
     int n_convs, cap_convs;
     lt_entry *lts;
@@ -276,6 +277,21 @@ static void *cu_host_alloc(act_backend *be, size_t bytes) {
 static void cu_host_free(act_backend *be, void *p) { if (p) cudaFreeHost(p); }
 
 static size_t cu_device_bytes(act_backend *be) { return CTX(be)->bytes; }
+
+static int cu_driver_memory(act_backend *be, size_t *held, size_t *before, size_t *total) {
+    cuda_ctx *c = CTX(be);
+    size_t free_now = 0, total_now = 0;
+    cudaError_t e = cudaSetDevice(c->dev);     /* the caller may be another host thread */
+    if (e == cudaSuccess) e = cudaMemGetInfo(&free_now, &total_now);
+    if (e != cudaSuccess) {
+        snprintf(be->err, sizeof be->err, "cuda driver_memory: cudaMemGetInfo: %s", cudaGetErrorString(e));
+        return -1;
+    }
+    *held = c->free_at_setup > free_now ? c->free_at_setup - free_now : 0;
+    *before = c->total_mem > c->free_at_setup ? c->total_mem - c->free_at_setup : 0;
+    *total = c->total_mem;
+    return 0;
+}
 
 /* every conv of the model's trunks (stem, and each block's two convs and downsample), at most
  * ACT_MAX_CAMS * 21; the keypoint 1x1 conv is built by the forward pass from tr->kp_w */
@@ -1410,6 +1426,10 @@ static int cu_setup(act_backend *be, int device) {
         return -1;
     }
     KCHECK(cudaSetDevice(device));
+    /* the context first, so the driver's count of what this backend holds (cu_driver_memory)
+     * starts after it and covers every handle, workspace and graph made from here on */
+    KCHECK(cudaFree(0));
+    KCHECK(cudaMemGetInfo(&c->free_at_setup, &c->total_mem));
     struct cudaDeviceProp prop;
     KCHECK(cudaGetDeviceProperties(&prop, device));
     snprintf(be->device_name, sizeof be->device_name, "%.100s (sm_%d%d)", prop.name, prop.major,
@@ -1579,6 +1599,7 @@ int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, ch
     be->host_alloc = cu_host_alloc;
     be->host_free = cu_host_free;
     be->device_bytes = cu_device_bytes;
+    be->driver_memory = cu_driver_memory;
     be->load_weights = cu_load_weights;
     be->graph_replay = cu_graph_replay;
     be->begin_capture = cu_begin_capture;

@@ -102,6 +102,15 @@ void act_metrics_memory(act_metrics *m, size_t weights, size_t activations, size
     pthread_mutex_unlock(&m->mu);
 }
 
+void act_metrics_driver_memory(act_metrics *m, size_t held, size_t before, size_t total)
+{
+    pthread_mutex_lock(&m->mu);
+    m->drv_held = held;
+    m->drv_before = before;
+    m->drv_total = total;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void act_metrics_warmup(act_metrics *m, double seconds)
 {
     pthread_mutex_lock(&m->mu);
@@ -239,6 +248,16 @@ char *act_metrics_render(act_metrics *m, int ready, int draining, size_t *len)
                   "act_serve_device_memory_bytes{kind=\"workspace\"} %llu\n",
               (unsigned long long)m->mem_weights, (unsigned long long)m->mem_activations,
               (unsigned long long)m->mem_workspace);
+    if (m->drv_total)   /* a separate gauge: summing it with the one above would count twice */
+        sb_printf(&b, "# HELP act_serve_device_memory_driver_bytes the GPU's memory as its driver counts it "
+                      "after the warm-up: held since the backend's setup (the libraries' buffers and graphs "
+                      "included), before it (the CUDA context, other processes), the GPU's total\n"
+                      "# TYPE act_serve_device_memory_driver_bytes gauge\n"
+                      "act_serve_device_memory_driver_bytes{kind=\"held\"} %llu\n"
+                      "act_serve_device_memory_driver_bytes{kind=\"before\"} %llu\n"
+                      "act_serve_device_memory_driver_bytes{kind=\"total\"} %llu\n",
+                  (unsigned long long)m->drv_held, (unsigned long long)m->drv_before,
+                  (unsigned long long)m->drv_total);
     sb_printf(&b, "# HELP act_serve_inflight requests received and not yet answered\n"
                   "# TYPE act_serve_inflight gauge\nact_serve_inflight %lld\n", (long long)m->inflight);
     render_hist(&b, "act_serve_batch_size", "requests per forward pass", &m->batch_size);

@@ -31,6 +31,7 @@ typedef struct act_metrics {
     uint64_t conns_total, conns_dropped;     /* accepted; closed by the server for misbehaviour */
     uint64_t conns_refused[ACT_REFUSED_N];   /* accepted only to be refused at once, by reason */
     uint64_t mem_weights, mem_activations, mem_workspace;   /* device bytes the session holds */
+    uint64_t drv_held, drv_before, drv_total;  /* the driver's count (act_memory); drv_total 0: none */
     int failing;                             /* the last forward pass failed */
     char failing_why[256];                   /* the first failure since the last success */
     int64_t conns_open, inflight;
@@ -53,6 +54,8 @@ void act_metrics_refused(act_metrics *m, int reason);            /* ACT_REFUSED_
 void act_metrics_inflight(act_metrics *m, int delta);
 void act_metrics_abandoned(act_metrics *m, int n);   /* queued requests of a closed connection */
 void act_metrics_memory(act_metrics *m, size_t weights, size_t activations, size_t workspace);
+/* the driver's count of device memory (act_memory's driver_*): rendered only when total > 0 */
+void act_metrics_driver_memory(act_metrics *m, size_t held, size_t before, size_t total);
 void act_metrics_io_threads(act_metrics *m, int n);
 void act_metrics_warmup(act_metrics *m, double seconds);
 /* 1 while failing, with the reason copied into why */

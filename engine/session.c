@@ -382,6 +382,12 @@ void act_session_memory(const act_session *s, act_memory *m) {
     m->weights = s->weight_bytes;
     m->activations = s->activation_bytes;
     m->workspace = m->total - m->weights - m->activations;
+    size_t held, before, total;
+    if (s->be->driver_memory && s->be->driver_memory(s->be, &held, &before, &total) == 0) {
+        m->driver_held = held;
+        m->driver_before = before;
+        m->driver_total = total;
+    }
 }
 
 void act_session_input_buffers(act_session *s, act_input_buffers *b) {

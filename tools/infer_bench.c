@@ -16,7 +16,9 @@
  *   --inputs DIR replaces the generated pool with raw files (bench/compare_torch.py writes them
  *   so that PyTorch and act-infer time the very same frames).
  * - Memory: device bytes held by the session, host peak RSS (VmHWM), and beside them the
- *   weight and input-pool bytes, so the engine's own share can be read off.
+ *   weight and input-pool bytes, so the engine's own share can be read off. On CUDA also the
+ *   driver's count (cudaMemGetInfo since the backend's setup), which sees the libraries' own
+ *   buffers and the graphs too; the device goal is judged on it.
  * - Output: a table on stdout, and with --json a JSON document for scripts; --check-output adds
  *   the chunk of the first input (window 0 of the first batch size) so a caller can verify that
  *   the fast answer is the right one. Both name the backend switches set in the environment
@@ -504,6 +506,14 @@ static int max_batch(const bench_report *r) {
 static size_t device_goal(const bench_report *r) {
     return (size_t)(1.5 * (double)r->cfg->n_params * 4) + r->mem.activations;
 }
+/* The device memory the goal is judged on: the driver's count where the backend has one (CUDA:
+ * what the device lost since the backend's setup, so cuBLAS's and cuDNN's own buffers, the
+ * graphs and the allocator's rounding count too), else the session's own allocations. The
+ * CUDA context (~0.5 GiB, no engine can shrink it) stays outside, reported beside. */
+static int driver_view(const bench_report *r) { return r->mem.driver_total > 0; }
+static size_t device_judged(const bench_report *r) {
+    return driver_view(r) ? r->mem.driver_held : r->device_bytes;
+}
 #define RSS_GOAL_EXTRA ((size_t)200000000)   /* 200 MB as the goal says it, not 200 MiB */
 static size_t rss_goal(const bench_report *r) { return r->weight_file_bytes + RSS_GOAL_EXTRA; }
 /* The host RSS the goal is about: the process's peak less the bench's own input pool and, on
@@ -629,9 +639,16 @@ static void print_table(const bench_report *r) {
     printf("        device: weights %.1f, activations (batch %d) %.1f, workspaces %.1f MiB\n",
            r->mem.weights / 1048576.0, max_batch(r), r->mem.activations / 1048576.0,
            r->mem.workspace / 1048576.0);
-    printf("goal    %s <= 1.5 x fp32 weights + activations = %.1f MiB: %s\n",
-           r->a->device == ACT_DEVICE_CUDA ? "device" : "CPU backend buffers", device_goal(r) / 1048576.0,
-           r->device_bytes <= device_goal(r) ? "met" : "NOT met");
+    if (driver_view(r))
+        printf("        device, the driver's count (cudaMemGetInfo): %.1f MiB held since the backend's setup\n"
+               "        (cuBLAS, cuDNN, graphs and rounding included; a shared GPU's other processes too);\n"
+               "        %.1f MiB before it (the CUDA context, other processes), of %.1f MiB\n",
+               r->mem.driver_held / 1048576.0, r->mem.driver_before / 1048576.0,
+               r->mem.driver_total / 1048576.0);
+    printf("goal    %s (%.1f MiB) <= 1.5 x fp32 weights + activations = %.1f MiB: %s\n",
+           r->a->device != ACT_DEVICE_CUDA ? "CPU backend buffers"
+           : driver_view(r) ? "device, the driver's count" : "device", device_judged(r) / 1048576.0,
+           device_goal(r) / 1048576.0, device_judged(r) <= device_goal(r) ? "met" : "NOT met");
     printf("goal    host peak RSS less the bench's input pool%s (%.1f MiB) <= weight file + 200 MB "
            "= %.1f MiB: %s\n", r->a->device == ACT_DEVICE_CPU ? " and the CPU backend's buffers" : "",
            rss_counted(r) / 1048576.0, rss_goal(r) / 1048576.0,
@@ -679,12 +696,19 @@ static int write_json(const bench_report *r, const char *path, char *err, size_t
     fprintf(f, ",\n  \"memory\": {\"device_bytes\": %zu, \"peak_rss_bytes\": %zu, \"weight_file_bytes\": %zu, "
                "\"weight_bytes\": %lld, \"input_pool_bytes\": %zu,\n             \"device_weights_bytes\": %zu, "
                "\"device_activations_bytes\": %zu, \"device_workspace_bytes\": %zu,\n             "
-               "\"device_goal_bytes\": %zu, \"device_goal_met\": %s, \"rss_goal_bytes\": %zu, "
-               "\"rss_counted_bytes\": %zu, \"rss_goal_met\": %s},\n",
+               "\"device_goal_bytes\": %zu, \"device_goal_met\": %s, \"device_judged_bytes\": %zu, "
+               "\"device_judged_by\": \"%s\",\n             \"driver_held_bytes\": ",
             r->device_bytes, r->rss_bytes, r->weight_file_bytes, (long long)cfg->n_params * 4, r->input_bytes,
             r->mem.weights, r->mem.activations, r->mem.workspace, device_goal(r),
-            r->device_bytes <= device_goal(r) ? "true" : "false", rss_goal(r), rss_counted(r),
-            rss_counted(r) <= rss_goal(r) ? "true" : "false");
+            device_judged(r) <= device_goal(r) ? "true" : "false", device_judged(r),
+            driver_view(r) ? "driver" : "session");
+    if (driver_view(r))   /* null where the backend has no driver's count (the CPU) */
+        fprintf(f, "%zu, \"driver_before_bytes\": %zu, \"driver_total_bytes\": %zu", r->mem.driver_held,
+                r->mem.driver_before, r->mem.driver_total);
+    else
+        fputs("null, \"driver_before_bytes\": null, \"driver_total_bytes\": null", f);
+    fprintf(f, ",\n             \"rss_goal_bytes\": %zu, \"rss_counted_bytes\": %zu, \"rss_goal_met\": %s},\n",
+            rss_goal(r), rss_counted(r), rss_counted(r) <= rss_goal(r) ? "true" : "false");
     fprintf(f, "  \"results\": [\n");
     for (int i = 0; i < r->n_res; i++) {
         const batch_result *b = &r->res[i];

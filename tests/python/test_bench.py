@@ -88,6 +88,10 @@ def test_bench_json_has_every_figure_and_the_right_answer(act_infer, small_model
     assert mem["rss_counted_bytes"] == max(
         0, mem["peak_rss_bytes"] - mem["input_pool_bytes"] - mem["device_bytes"])
     assert mem["rss_goal_met"] == (mem["rss_counted_bytes"] <= mem["rss_goal_bytes"])
+    # no driver's count on the CPU: the device goal is judged on the backend's own buffers
+    assert mem["driver_held_bytes"] is None and mem["driver_total_bytes"] is None, mem
+    assert mem["device_judged_by"] == "session" and mem["device_judged_bytes"] == mem["device_bytes"], mem
+    assert mem["device_goal_met"] == (mem["device_bytes"] <= mem["device_goal_bytes"]), mem
 
     assert [b["batch"] for b in r["results"]] == [2, 1]
     for b in r["results"]:

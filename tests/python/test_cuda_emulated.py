@@ -71,6 +71,12 @@ def test_act_infer_bench_names_the_emulator_and_reports_every_field(act_infer, m
     assert mem["device_bytes"] == (mem["device_weights_bytes"] + mem["device_activations_bytes"]
                                    + mem["device_workspace_bytes"]), mem
     assert isinstance(mem["device_goal_met"], bool) and isinstance(mem["rss_goal_met"], bool), mem
+    # the goal is judged on the driver's count, which sees all the session allocated (the
+    # emulator's libraries allocate nothing of their own, so the two agree to the byte here)
+    assert mem["device_judged_by"] == "driver" and mem["device_judged_bytes"] == mem["driver_held_bytes"], mem
+    assert mem["driver_held_bytes"] == mem["device_bytes"], mem
+    assert 0 <= mem["driver_before_bytes"] < mem["driver_total_bytes"], mem
+    assert mem["device_goal_met"] == (mem["device_judged_bytes"] <= mem["device_goal_bytes"]), mem
 
 
 def _graph_gemms(act_infer, actw, env):
@@ -194,6 +200,10 @@ def test_act_serve_on_cuda_matches_act_infer_predict_on_cpu(act_serve, act_infer
         assert srv.metric("act_serve_padded_rows_total") >= sum(b == 2 for b in batches) > 0, batches
         for kind in ("weights", "activations", "workspace"):
             assert srv.metric(f'act_serve_device_memory_bytes{{kind="{kind}"}}') > 0, srv.http("/metrics")[1]
+        own = sum(srv.metric(f'act_serve_device_memory_bytes{{kind="{k}"}}')
+                  for k in ("weights", "activations", "workspace"))
+        assert srv.metric('act_serve_device_memory_driver_bytes{kind="held"}') == own, srv.http("/metrics")[1]
+        assert srv.metric('act_serve_device_memory_driver_bytes{kind="total"}') > own
     finally:
         rc = srv.stop()
     assert rc == 0, srv.log()

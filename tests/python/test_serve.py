@@ -217,6 +217,7 @@ def test_metrics_audit_log_and_healthz(server, tiny, tmp_path, rng):
         assert name in text, text
     for kind in ("weights", "activations", "workspace"):   # the CPU's Winograd filters, buffers, conv scratch
         assert srv.metric(f'act_serve_device_memory_bytes{{kind="{kind}"}}') > 0, text
+    assert "act_serve_device_memory_driver_bytes" not in text, text   # a GPU's driver count only
     # the warm-up's duration, as the ready line says it (one decimal there)
     warm = srv.metric("act_serve_warmup_seconds")
     assert "act_serve_warmup_seconds " in text and warm > 0, text
