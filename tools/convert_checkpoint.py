@@ -29,7 +29,7 @@ import actw  # noqa: E402
 from convert_config import (DEFAULTS, FLAGS_LAYER, Settings, apply_dataset_resize,  # noqa: E402,E501
                             load_config_file, settings_from_agent, split_agent)
 from convert_keys import map_state_dict  # noqa: E402
-from convert_model import (STAT_KINDS, ConvertError, Model, build_tensors, check_tensor,  # noqa: E402,E501
+from convert_model import (BLIND, STAT_KINDS, ConvertError, Model, build_tensors, check_tensor,  # noqa: E402,E501
                            infer, resolve, short_list, validate)
 from torch_zip import LazyTensor, load_pickle, load_torch_zip  # noqa: E402
 
@@ -164,6 +164,22 @@ def drop_alias(sd, report):
 
 # ------------------------------------------------------------------------------ stats --
 
+class _Stats(dict):
+    """{qpos_min: array, ...}; .ignored: the source's keys that are not such statistics (named
+    when the statistics needed are missing: 'observation.state_min' is LeRobot's spelling)."""
+    ignored = ()
+
+
+def _found(st):
+    """What a statistics source holds, for an error: its keys, and the keys it ignored."""
+    text = str(sorted(st) or "none")
+    ign = getattr(st, "ignored", ())
+    if ign:
+        text += (f" (not read: {short_list(sorted(ign))}; the converter reads qpos_/action_ + "
+                 f"min/max/mean/std, flat or nested as {{'qpos': {{'min': ...}}}})")
+    return text
+
+
 def _stats_dict(obj, where):
     """Flat {qpos_min: array, ...} from a flat or nested ({'qpos': {'min': ..}}) mapping."""
     if not isinstance(obj, dict):
@@ -175,15 +191,18 @@ def _stats_dict(obj, where):
                 flat[f"{k}_{k2}"] = v2
         else:
             flat[str(k)] = v
-    out = {}
+    out, ignored = _Stats(), []
     for k, v in flat.items():
         k = k[len("normalization."):] if k.startswith("normalization.") else k
-        if re.fullmatch(r"(qpos|action)_(min|max|mean|std)", k):
+        if not re.fullmatch(r"(qpos|action)_(min|max|mean|std)", k):
+            ignored.append(k)
+        else:
             v = v.numpy() if isinstance(v, LazyTensor) else v
             try:
                 out[k] = np.asarray(v, dtype=np.float64).reshape(-1)
             except (TypeError, ValueError):
                 raise ConvertError(f"{where}: '{k}' is not numeric") from None
+    out.ignored = tuple(ignored)
     return out
 
 
@@ -214,12 +233,12 @@ def pick_stats(cfg, sources, report, warnings, chosen_label=None, allow_initial=
         st = next((st for label, st in sources if label == chosen_label), {})
         if not all(k in st for k in need):
             raise ConvertError(f"{chosen_label}: no {cfg['norm_type']} statistics there: need "
-                               f"{need}; found {sorted(st) or 'none'}")
+                               f"{need}; found {_found(st)}")
         chosen = (chosen_label, st)
     else:
         chosen = next(((label, st) for label, st in sources if all(k in st for k in need)), None)
     if chosen is None:
-        have = {label: sorted(st) for label, st in sources}
+        have = "; ".join(f"{label}: {_found(st)}" for label, st in sources)
         raise ConvertError(f"no {cfg['norm_type']} statistics: need {need}; found {have or 'none'}"
                            f" (state dict normalization.*, a dataset_stats entry, or --stats)")
     label, st = chosen
@@ -317,6 +336,20 @@ def flag_settings(args):
     return s
 
 
+def _config_disagreements(settings, given, path, warnings):
+    """--config wins over the checkpoint's own config entry; where the two disagree on a
+    setting the weights cannot check (camera order, heads, activation, preprocessing,
+    normalization, steps executed), say so: the entry was saved by the run itself, so a
+    disagreement usually means the wrong --config file."""
+    entry = dict(settings.layers).get("checkpoint config entry", {})
+    for name in BLIND + ("num_action_steps", "obs_horizon", "kl_weight"):
+        if name in entry and name in given and entry[name] != given[name]:
+            warnings.append(f"WARNING {path} sets {name} = {given[name]!r}, but the checkpoint's "
+                            f"own config entry says {entry[name]!r}: using {path}'s. The entry "
+                            f"was saved by the training run; if it is right, leave --config out "
+                            f"(or fix the file)")
+
+
 def convert(args):
     """Run one conversion; returns the report dict. Raises on any problem."""
     report = {"source": args.checkpoint, "output": args.output, "renamed": {}, "ignored": [],
@@ -336,8 +369,9 @@ def convert(args):
     if args.config:
         agent, root = load_config_file(args.config)
         unresolved = {}
-        settings.add(args.config, settings_from_agent(agent, root, args.config, unresolved,
-                                                      report["warnings"]), unresolved)
+        given = settings_from_agent(agent, root, args.config, unresolved, report["warnings"])
+        settings.add(args.config, given, unresolved)
+        _config_disagreements(settings, given, args.config, report["warnings"])
     settings.add(FLAGS_LAYER, flag_settings(args))
     apply_dataset_resize(settings, report["warnings"])
     ignore = []
@@ -373,7 +407,8 @@ def convert(args):
                                for k, v in mapped.stats.items()}))
     if isinstance(top.get("dataset_stats"), dict):
         sources.append((ENTRY_STATS, _stats_dict(top["dataset_stats"], "dataset_stats entry")))
-    sources = [(label, st) for label, st in sources if st]
+    # a source with nothing usable stays (empty) when it had other keys, so a refusal names them
+    sources = [(label, st) for label, st in sources if st or getattr(st, "ignored", ())]
     chosen = args.stats or STATS_FROM.get(args.stats_from)
     stats = pick_stats(cfg, sources, report, report["warnings"], chosen, args.allow_initial_stats,
                        forced=args.stats_from is not None)
@@ -463,18 +498,25 @@ def parse_args(argv):
                     "data.image_resize_shape, else vision_backbone.input_shape, else 224x224)")
     ap.add_argument("--crop", help="center crop after resize, HxW or 'none'")
     ap.add_argument("--imagenet-norm", action="store_true", help="ImageNet mean/std after crop")
-    ap.add_argument("--normalization", choices=tuple(STAT_KINDS))
+    ap.add_argument("--normalization", choices=tuple(STAT_KINDS),
+                    help="how qpos and actions were normalized (the agent's normalization_type; "
+                         "default min_max)")
     ap.add_argument("--norm-eps", type=_positive, default=NORM_EPS, metavar="EPS",
                     help="clamp of (max - min) or std in the qpos/action normalization, as in "
                          "training (default %(default)g, the seed's); decides constant dims")
     ap.add_argument("--camera-names", help="comma-separated, in token order")
-    ap.add_argument("--nheads", type=int)
-    ap.add_argument("--activation", choices=("gelu", "relu"))
-    ap.add_argument("--kl-weight", type=float)
-    ap.add_argument("--num-action-steps", type=int)
+    ap.add_argument("--nheads", type=int, help="attention heads (head.nheads; default 8): the "
+                                                 "weights cannot tell it")
+    ap.add_argument("--activation", choices=("gelu", "relu"),
+                    help="the transformer's feed-forward activation (head.activation; default gelu)")
+    ap.add_argument("--kl-weight", type=float, help="head.kl_weight, kept as metadata (default 10)")
+    ap.add_argument("--num-action-steps", type=int,
+                    help="actions executed per chunk (the agent's num_action_steps; default 8): "
+                         "served to clients, whose runner executes that many")
     ap.add_argument("--compress", choices=("zstd",), help="zstd-compress the data section")
     ap.add_argument("--trust-shapes", action="store_true",
-                    help="when shapes and config disagree, warn and use the shapes")
+                    help="when shapes and config disagree, warn and use the shapes (not for the "
+                         "feature map: whether training resized or cropped is not in the shapes)")
     ap.add_argument("--strict-shapes", action="store_true",
                     help="also require the shapes to match act_resnet.yaml wherever the config "
                          "is silent")

@@ -195,6 +195,24 @@ def settings_from_agent(agent, root, source, unresolved=None, warnings=None):
             if isinstance(names, str):
                 names = [n.strip() for n in names.split(",")]
             put("camera_names", [str(n) for n in names], origin)
+    if "camera_names" in agent and get(None, "camera_names") is None \
+            and get("vision_backbone", "camera_names") is None \
+            and "camera_names" not in unresolved and "camera_names" not in out:
+        # null on the agent (and none on the backbone): seed 000's ACTAgent._order_images then
+        # feeds the cameras in sorted(observation keys) order, not the dataset's
+        keys = _resolve("${data.camera_names}", root)
+        if isinstance(keys, str) and not isinstance(keys, Unresolved):
+            keys = [n.strip() for n in keys.split(",")]
+        if isinstance(keys, (list, tuple)) and keys:
+            put("camera_names", sorted(str(n) for n in keys),
+                "camera_names (null: the agent sorts the cameras, sorted(data.camera_names))")
+            warnings.append(f"note {source}: camera_names is null, so the agent fed the cameras "
+                            f"in sorted order: {','.join(sorted(str(n) for n in keys))} "
+                            f"(data.camera_names sorted)")
+        else:
+            unresolved.setdefault("camera_names", (
+                "camera_names", "null (the agent then feeds the cameras in sorted order of the "
+                "observation's image keys, which this file does not name)"))
     put("norm_type", get(None, "normalization_type", "norm_type"), "normalization_type")
     vb = "vision_backbone"
     for key in ("vision_backbone", "backbone", "backbone_name"):

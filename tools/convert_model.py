@@ -138,17 +138,29 @@ def _blind_defaults(settings, found, warnings):
     names = settings.unresolved("camera_names")
     if names and not settings.explicit("camera_names"):
         layer, where, text = names[0]
+        example = DEFAULTS["camera_names"]
+        if text.startswith("null"):   # the agent sorts: token order is the sorted one
+            example = sorted(example)
         raise ConvertError(f"{layer}: {where} is {text}, which that file cannot resolve, and the "
                            f"weights cannot tell the camera order: pass the run's full Hydra "
                            f"config (.hydra/config.yaml, which holds data.camera_names) as "
                            f"--config, or --camera-names in token order (e.g. "
-                           f"--camera-names {','.join(DEFAULTS['camera_names'])})")
+                           f"--camera-names {','.join(example)})")
     for name in BLIND:
         for layer, where, text in settings.unresolved(name):
             if not settings.explicit(name):
                 warnings.append(f"WARNING {layer}: {where} is {text}, which that file cannot "
                                 f"resolve; using the default {name} = {settings.get(name)!r}")
     left = [n for n in BLIND if not settings.explicit(n) and n not in found]
+    frame = [n for n in left if n in ("image_height", "image_width")]
+    left = [n for n in left if n not in frame]
+    if frame:
+        # no roboimi config key holds the cameras' frame size (the episodes' attrs do); act-infer
+        # eval and act-serve refuse frames of another size, so this is a note, not a warning
+        warnings.append(f"note: the model takes {settings.get('image_height')}x"
+                        f"{settings.get('image_width')} uint8 frames (the socket-peg cameras'; no "
+                        f"training config holds it): pass --image-size HxW if your cameras give "
+                        f"another size")
     if left:
         warnings.append("WARNING no config set " + ", ".join(
             f"{n}={settings.get(n)!r}" for n in left) + ": these are act_resnet.yaml's defaults "
@@ -172,15 +184,14 @@ def resolve(settings, found, trust, strict, warnings):
     eff_w = cfg["crop_width"] or cfg["input_width"]
     feat = {"feature_height": math.ceil(eff_h / 32), "feature_width": math.ceil(eff_w / 32)}
     cfg.update(feat)
-    conflicts = []
+    conflicts, map_conflicts = [], []
     for name, (value, label) in found.items():
         if name in feat:
-            src = "vision_backbone.crop_shape" if cfg["crop_height"] else \
+            src = f"vision_backbone.crop_shape ({settings.source('crop_height')})" \
+                if cfg["crop_height"] else \
                 f"vision_backbone.input_shape ({settings.source('input_height')})"
             if value != feat[name]:
-                conflicts.append(f"{name}: {label} says {value}, {src} gives {feat[name]} "
-                                 f"(ResNet18 maps {eff_h}x{eff_w} to ceil(/32); set the input "
-                                 f"size in the config or with --input-size)")
+                map_conflicts.append(f"{name}: {label} says {value}, {src} gives {feat[name]}")
         elif (settings.explicit(name) or strict) and cfg[name] != value:
             conflicts.append(f"{name}: {label} says {value}, {settings.source(name)} says "
                              f"{cfg[name]}")
@@ -189,6 +200,25 @@ def resolve(settings, found, trust, strict, warnings):
             conflicts.append(f"num_cams: {label} has {value} trunks, the default camera names "
                              f"are {cfg['camera_names']}: set camera_names")
         cfg[name] = value
+    if map_conflicts:
+        # no shape to trust here: the grid says only the image's size after resize and crop,
+        # and a resize where training cropped (or the reverse) runs but gives wrong actions
+        lo = [32 * (v - 1) + 1 for v in (found.get("feature_height", (feat["feature_height"],))[0],
+                                         found.get("feature_width", (feat["feature_width"],))[0])]
+        hi = [32 * v for v in (found.get("feature_height", (feat["feature_height"],))[0],
+                               found.get("feature_width", (feat["feature_width"],))[0])]
+        raise ConvertError(
+            "the weights' feature map disagrees with the image size the config gives:\n  "
+            + "\n  ".join(map_conflicts)
+            + f"\nResNet18 maps the image after resize and crop (here {eff_h}x{eff_w}"
+            + (f", the crop of a {cfg['input_height']}x{cfg['input_width']} resize" if cfg["crop_height"] else
+               ", no crop")
+            + f") to ceil(size/32); the weights were trained on images of {lo[0]}..{hi[0]} x "
+            f"{lo[1]}..{hi[1]} pixels. Say how training got there: if it center-cropped, set "
+            f"vision_backbone.crop_shape (or --crop HxW) and keep the resize size; if it resized "
+            f"to that size, set data.image_resize_shape (or --input-size HxW). Both load, but "
+            f"one of them gives wrong actions: pass the run's full Hydra config "
+            f"(.hydra/config.yaml) to be sure. (--trust-shapes cannot decide this.)")
     if conflicts:
         text = "shapes disagree with the config:\n  " + "\n  ".join(conflicts)
         if not trust:

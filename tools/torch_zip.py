@@ -21,6 +21,7 @@ import collections
 import io
 import math
 import pickle
+import sys
 import zipfile
 import zlib
 
@@ -168,31 +169,62 @@ for _mod in ("numpy.core.multiarray", "numpy._core.multiarray"):
     _ALLOWED.update({(_mod, n): f for n, f in _NUMPY.items()})
 
 
+class _GlobalRefused(CheckpointError):
+    """A global outside the allowed set (the probe pass then looks for where it sits)."""
+
+
+class _Opaque:
+    """Probe pass only: what an unknown global becomes. It runs nothing: calling, building,
+    appending to or filling it is swallowed; only its name is kept."""
+    _global = "?"
+
+    def __new__(cls, *args, **kwargs):
+        return object.__new__(cls)
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state):
+        pass
+
+    def append(self, item):
+        pass
+
+    def extend(self, items):
+        pass
+
+    def __setitem__(self, key, value):
+        pass
+
+
 class _RestrictedUnpickler(pickle.Unpickler):
-    def __init__(self, data, source, archive=None):
+    def __init__(self, data, source, archive=None, probe=False):
         super().__init__(io.BytesIO(data))
-        self.source, self.archive = source, archive
+        self.source, self.archive, self.probe = source, archive, probe
 
     def find_class(self, module, name):
         # protocol-2 pickles (torch.save's) spell some globals the Python 2 way
         module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
         module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         fn = _ALLOWED.get((module, name))
+        if fn is None and self.probe:
+            return type("opaque", (_Opaque,), {"_global": f"{module}.{name}"})
         if fn is None:
             hint = ""
-            if module.split(".")[0] == "omegaconf":
+            top = module.split(".")[0]
+            if top == "omegaconf":
                 hint = (" (an OmegaConf config object: re-save the checkpoint with "
                         "OmegaConf.to_container(cfg) or without it, and pass --config)")
             elif (module, name) == ("torch.storage", "_load_from_bytes"):
                 hint = (" (torch tensors pickled with pickle.dump: save them with torch.save, "
                         "or as numpy arrays: {k: v.cpu().numpy() for k, v in stats.items()})")
-            elif module.split(".")[0] not in ("torch", "numpy", "builtins", "os", "posix",
-                                              "subprocess") and name[:1].isupper():
+            elif top not in ("torch", "numpy", "builtins", "os", "posix", "subprocess") \
+                    and top not in getattr(sys, "stdlib_module_names", ()) and name[:1].isupper():
                 hint = (f" (a class of the training code: torch.save of a whole object such as "
                         f"the agent pickles its class; save agent.state_dict() instead)")
-            raise CheckpointError(f"refusing to load global '{module}.{name}' from {self.source}: "
-                                  f"only tensors, storages, OrderedDict and numpy arrays are "
-                                  f"allowed{hint}")
+            raise _GlobalRefused(f"refusing to load global '{module}.{name}' from {self.source}: "
+                                 f"only tensors, storages, OrderedDict and numpy arrays are "
+                                 f"allowed{hint}")
         return fn
 
     def persistent_load(self, pid):
@@ -206,9 +238,48 @@ class _RestrictedUnpickler(pickle.Unpickler):
         return self.archive.storage(pid[2], pid[1], pid[4])
 
 
+def _opaque_paths(obj, path="", depth=0, out=None):
+    """Where the probe pass's stand-ins sit: ["['saved_at']", ...] (at most 5)."""
+    out = [] if out is None else out
+    if len(out) >= 5 or depth > 12:
+        return out
+    if isinstance(obj, _Opaque) or (isinstance(obj, type) and issubclass(obj, _Opaque)):
+        out.append(f"{path or 'the top object'} ({obj._global})")
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _opaque_paths(v, f"{path}[{k!r}]", depth + 1, out)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _opaque_paths(v, f"{path}[{i}]", depth + 1, out)
+    return out
+
+
+def _where_refused(data, source, archive):
+    """The entries that hold refused globals, by a second pass in which they load as inert
+    stand-ins (nothing in the pickle runs); [] when that pass cannot tell."""
+    try:
+        return _opaque_paths(_RestrictedUnpickler(data, source, archive, probe=True).load())
+    except Exception:   # a pickle the stand-ins cannot carry through: the first message stands
+        return []
+
+
 def _unpickle(data, source, archive=None):
     try:
         return _RestrictedUnpickler(data, source, archive).load()
+    except _GlobalRefused as e:
+        where = _where_refused(data, source, archive)
+        if not where:
+            raise
+        # an entry of its own beside the ones the converter reads (a date, a path, the run's
+        # argparse Namespace) can be dropped; inside those, or one of them, it cannot
+        key = where[0][1:where[0].index("]")] if where[0].startswith("[") else None
+        read = ("model_state_dict", "state_dict", "model", "agent", "config", "dataset_stats")
+        fix = (f"; the converter reads only the state dict, the statistics and the config, so a "
+               f"copy without it converts: ckpt = torch.load(p, weights_only=False); "
+               f"ckpt.pop({key}); torch.save(ckpt, p2)") \
+            if key and where[0].count("[") == 1 and key.strip("'\"") not in read \
+            and "state_dict" not in key else ""
+        raise CheckpointError(f"{e} - it sits at {', '.join(where)}{fix}") from None
     except CheckpointError:
         raise
     except Exception as e:   # malformed pickles raise many types; all mean "bad file"

@@ -324,7 +324,8 @@ class FakeClient:
 def test_runner_ignores_cameras_the_model_does_not_read_and_names_a_missing_one():
     from act_client import ActPolicyRunner
     c = FakeClient()
-    r = ActPolicyRunner(c, obs_horizon=2, num_action_steps=3)
+    with pytest.warns(RuntimeWarning, match="obs_horizon 2 differs from the model's 1"):
+        r = ActPolicyRunner(c, obs_horizon=2, num_action_steps=3)
     img = np.zeros((4, 4, 3), np.uint8) + 7
     obs = {"qpos": np.ones(3), "images": {"top": img, "front": img, "l_vis": img}}
     got = [float(r.select_action(obs)[0]) for _ in range(4)]
@@ -333,6 +334,20 @@ def test_runner_ignores_cameras_the_model_does_not_read_and_names_a_missing_one(
     r.reset()
     with pytest.raises(ValueError, match=r"lacks the model's camera\(s\) \['l_vis'\]"):
         r.select_action({"qpos": np.ones(3), "images": {"front": img}})
+
+
+def test_runner_takes_the_models_obs_horizon_and_client_refuses_a_list_of_images():
+    import warnings
+    from act_client import ActPolicyRunner
+    from act_client import wire
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")        # the model's own value: no warning
+        r = ActPolicyRunner(FakeClient())
+    assert r.obs_horizon == 1 and r.num_action_steps == 3
+    img = np.zeros((4, 4, 3), np.uint8)
+    # a list (numpy 2 used to say "truth value of an array is ambiguous")
+    with pytest.raises(TypeError, match=r"images: expected a dict \{camera name"):
+        list(wire._checked([img, img], ["l_vis", "front"], (4, 4)))
 
 
 def test_runner_reset_clears_last_forward():

@@ -244,6 +244,13 @@ def test_stats_from_dataset_stats_entry_and_pkl(bn, bn_out):
                                        pkl_stats, name="pkl")
     assert report["stats_source"] == str(pkl_stats)
     assert np.array_equal(tensors["norm.action.min"], base["norm.action.min"])
+    # keys of another spelling (LeRobot's observation.state) are named as not read, not hidden
+    other = bn.dir / "lerobot_stats.pkl"
+    with open(other, "wb") as f:
+        pickle.dump({"observation.state": {"min": np.zeros(5), "max": np.ones(5)},
+                     "action": {"min": np.zeros(4), "max": np.ones(4)}}, f)
+    err = convert_fails(only_pkl, bn.dir, "--config", bn.config, "--stats", other)
+    assert "found ['action_max', 'action_min'] (not read: observation.state_max" in err, err
 
 
 def test_stats_file_that_differs_from_set_buffers_is_refused_until_forced(bn, bn_out, rng):
@@ -643,6 +650,12 @@ def test_config_that_disagrees_with_shapes_is_refused(bn):
     ar.save_config(cfg, str(path))
     err = convert_fails(bn.ckpt, bn.dir, "--config", path)
     assert "feature_height: pool.pos_grid says 2" in err and "gives 7" in err
+    # the grid gives only the size after resize and crop: the error names both ways to get
+    # there (a crop the config left out used to be "fixed" by the --input-size it suggested,
+    # a wrong model), and --trust-shapes has no shape to trust (it wrote a file act-infer refused)
+    assert "crop_shape (or --crop HxW)" in err and "--input-size HxW" in err and "33..64" in err, err
+    err = convert_fails(bn.ckpt, bn.dir, "--config", path, "--trust-shapes")
+    assert "feature_height: pool.pos_grid says 2" in err and "--trust-shapes cannot decide" in err, err
     cfg["vision_backbone"]["input_shape"] = [224, 224, 3]   # channels last: named, with the fix
     ar.save_config(cfg, str(path))
     err = convert_fails(bn.ckpt, bn.dir, "--config", path)
@@ -707,6 +720,50 @@ def test_unresolvable_camera_names_are_refused_not_defaulted(bn, bn_out):
     path.write_text(json.dumps(agent))
     _, _, _, text = convert_ok(bn.ckpt, bn.dir, "--config", path, name="seed_style2")
     assert "head.activation is ${train.activation}" in text and "activation='gelu'" in text
+
+
+def test_null_camera_names_take_the_agents_sorted_order(bn):
+    """camera_names: null on the agent (and none on the backbone) makes seed 000's
+    ACTAgent._order_images feed the cameras in sorted(observation keys) order; the converter used
+    to fall back to the defaults' l_vis,r_vis,front, a silent 5% error."""
+    agent = json.loads(json.dumps(bn.cfg))
+    agent["camera_names"] = None
+    agent["vision_backbone"]["camera_names"] = "${agent.camera_names}"
+    path = bn.dir / "null_cams.json"
+    path.write_text(json.dumps({"agent": agent, "data": {"camera_names": ["r_vis", "top", "front"]}}))
+    meta, _, _, text = convert_ok(bn.ckpt, bn.dir, "--config", path, name="null_cams")
+    assert meta["camera_names"] == "front,r_vis,top", meta["camera_names"]
+    assert "camera_names is null, so the agent fed the cameras in sorted order" in text, text
+    # without the dataset's names the order is unknown: refused, with a sorted example
+    path.write_text(json.dumps(agent))
+    err = convert_fails(bn.ckpt, bn.dir, "--config", path)
+    assert "camera_names is null (the agent then feeds the cameras in sorted order" in err, err
+    assert "--camera-names front,l_vis,r_vis" in err, err
+    meta, _, _, _ = convert_ok(bn.ckpt, bn.dir, "--config", path, "--camera-names", "front,l_vis,r_vis",
+                               name="null_cams_flag")
+    assert meta["camera_names"] == "front,l_vis,r_vis"
+    # a backbone that names them still wins over the agent's null (the seed's rule)
+    agent["vision_backbone"]["camera_names"] = ["l_vis", "r_vis", "front"]
+    path.write_text(json.dumps(agent))
+    meta, _, _, _ = convert_ok(bn.ckpt, bn.dir, "--config", path, name="null_cams_vb")
+    assert meta["camera_names"] == "l_vis,r_vis,front"
+
+
+def test_config_that_contradicts_the_checkpoints_own_entry_is_named(bn):
+    """--config wins, but a camera order (or heads, activation...) other than the one the run
+    saved in its checkpoint is said, not taken silently."""
+    ckpt = bn.save("own_config.pt", include_config=True, cfg={"agent": bn.cfg})
+    other = json.loads(json.dumps(bn.cfg))
+    other["camera_names"] = ["front", "r_vis", "l_vis"]
+    other["vision_backbone"].pop("camera_names", None)
+    path = bn.dir / "other_order.json"
+    path.write_text(json.dumps(other))
+    meta, _, _, text = convert_ok(ckpt, bn.dir, "--config", path, name="other_order")
+    assert meta["camera_names"] == "front,r_vis,l_vis"
+    assert (f"WARNING {path} sets camera_names = ['front', 'r_vis', 'l_vis'], but the checkpoint's own "
+            "config entry says ['l_vis', 'r_vis', 'front']") in text, text
+    _, _, _, text = convert_ok(ckpt, bn.dir, "--config", bn.config, name="same_order")
+    assert "own config entry says" not in text, text
 
 
 def test_defaults_the_weights_cannot_confirm_are_named(bn, bn_out):
@@ -817,6 +874,26 @@ def test_malicious_pickles_are_refused_without_side_effects(bn, tmp_path, kind):
     err = convert_fails(bn.ckpt, tmp_path, "--config", bn.config, "--stats", stats)
     assert "refusing to load global" in err
     assert not marker.exists()
+
+
+def test_a_refused_global_is_named_with_the_entry_that_holds_it(bn, tmp_path):
+    """A checkpoint with a harmless extra (a date, the run's argparse Namespace) is still
+    refused, but the error says where the global sits and how to drop it; the probe pass that
+    finds it runs nothing (the malicious pickles above stay without side effects)."""
+    import argparse
+    import datetime
+    sd = {k: v for k, v in bn.sd.items()}
+    ckpt = tmp_path / "extras.pt"
+    torch.save({"model_state_dict": sd, "saved_at": datetime.datetime(2026, 1, 2),
+                "args": argparse.Namespace(lr=1e-4)}, str(ckpt))
+    err = convert_fails(ckpt, tmp_path, "--config", bn.config)
+    assert "refusing to load global 'datetime.datetime'" in err and "sits at ['saved_at'] (datetime.datetime)" in err, err
+    assert "ckpt.pop('saved_at')" in err and "a class of the training code" not in err, err
+    # inside the state dict: named, but no advice to drop the state dict
+    ckpt = tmp_path / "inside.pt"
+    torch.save({"model_state_dict": dict(sd, extra=argparse.Namespace(a=1))}, str(ckpt))
+    err = convert_fails(ckpt, tmp_path, "--config", bn.config)
+    assert "sits at ['model_state_dict']['extra'] (argparse.Namespace)" in err and "pop(" not in err, err
 
 
 def test_legacy_and_foreign_files_are_refused(bn, tmp_path):

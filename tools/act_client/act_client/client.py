@@ -256,10 +256,14 @@ class ActClient:
         info = wire.parse_info(p)
         if self._info is not None and info["model_hash"] != self._info["model_hash"] and not self.allow_model_change:
             self._close()
+            # the declared contract held (cameras, dims, frame size); say what else changed
+            changed = [f"{k} {self._info[k]} -> {info[k]}" for k in ("pred_horizon", "num_action_steps", "obs_horizon")
+                       if self._info.get(k) != info.get(k)]
+            what = ("same cameras and dims, but " + ", ".join(changed)) if changed else \
+                "same contract, other weights or statistics"
             raise ActContractError(wire.E_CONTRACT, f"{self._where} now serves model {info['model_hash']}, not "
-                                      f"{self._info['model_hash']} as before the reconnect (same contract, "
-                                      f"other weights or statistics); make a new client, or pass "
-                                      f"allow_model_change=True to accept it")
+                                      f"{self._info['model_hash']} as before the reconnect ({what}); make a new "
+                                      f"client, or pass allow_model_change=True to accept it")
         if self._info is None:
             # from now on, insist on this contract: a restarted server must serve the same one
             self._declared = {"camera_names": info["camera_names"], "obs_dim": info["obs_dim"],

@@ -15,6 +15,7 @@ obs_horizon observations only to mirror the seed's queues and sends the newest o
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from typing import Dict, Optional
 
@@ -30,6 +31,12 @@ class ActPolicyRunner:
         self.client = client
         self.camera_names = list(info["camera_names"])
         self.obs_horizon = int(obs_horizon if obs_horizon is not None else info["obs_horizon"])
+        if self.obs_horizon != int(info["obs_horizon"]):
+            # the chunk starts obs_horizon-1 steps back: another value executes a shifted slice
+            warnings.warn(f"ActPolicyRunner: obs_horizon {self.obs_horizon} differs from the model's "
+                          f"{info['obs_horizon']}: the runner executes chunk[obs_horizon-1 :], so this "
+                          f"takes a slice shifted from the one the model was trained to act on; leave "
+                          f"obs_horizon out to use the model's", RuntimeWarning, stacklevel=2)
         self.num_action_steps = int(num_action_steps if num_action_steps is not None else info["num_action_steps"])
         horizon = info["pred_horizon"]
         if self.obs_horizon < 1 or self.num_action_steps < 1:

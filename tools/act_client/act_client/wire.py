@@ -7,7 +7,7 @@ little-endian payload. This module mirrors engine/protocol.c field for field.
 from __future__ import annotations
 
 import struct
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -152,6 +152,9 @@ def parse_error(p: bytes) -> Tuple[int, int, str]:
 
 def _checked(images: Dict[str, np.ndarray], camera_names: List[str], hw: Tuple[int, int]):
     """(camera, uint8 HWC array) in model order, or ValueError naming what is wrong."""
+    if not isinstance(images, Mapping):
+        raise TypeError(f"images: expected a dict {{camera name: uint8 (H, W, 3) array}} with the "
+                        f"model's cameras {camera_names}, got {type(images).__name__}")
     missing = [c for c in camera_names if c not in images]
     extra = [c for c in images if c not in camera_names]
     if missing or extra:
