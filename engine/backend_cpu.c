@@ -15,11 +15,7 @@
 #include "forward.h"
 #include "util.h"
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
+static double now_ms(void) { return act_now() * 1e3; }
 
 static void cpu_destroy(act_backend *be) {
     if (!be) return;

@@ -332,11 +332,7 @@ static void step_inputs(act_session *s, const input_pool *p, const act_config *c
 
 /* ---- timing ---- */
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
+static double now_ms(void) { return act_now() * 1e3; }
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

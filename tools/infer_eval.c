@@ -19,6 +19,7 @@
 #include "eval.h"
 #include "infer_common.h"
 #include "npy.h"
+#include "util.h"
 
 #define MERGE_USAGE_TEXT \
     "usage: act-infer eval-merge S0.json S1.json ... --json ALL.json\n" \
@@ -52,12 +53,6 @@ static const char *USAGE =
     "\n" MERGE_USAGE_TEXT;
 static const char *MERGE_USAGE = MERGE_USAGE_TEXT;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int make_dir(const char *d) {
     if (mkdir(d, 0777) == 0 || errno == EEXIST) return 0;
     fprintf(stderr, "act-infer eval: %s: cannot create directory: %s\n", d, strerror(errno));
@@ -73,7 +68,7 @@ typedef struct progress {
 
 static void progress_show(progress *p, int done_eps, long long steps, int final) {
     if (!p->on) return;
-    double t = now_s();
+    double t = act_now();
     if (!final && t - p->t_last < 0.1) return;
     p->t_last = t;
     int width = 24, fill = p->episodes ? done_eps * width / p->episodes : width;
@@ -303,9 +298,9 @@ static void print_steps(const infer_ctx *ctx, long long padded_rows) {
 /* act_stream_next, with the time it waited for the reader added to *wait: when that is a large
  * part of the eval, reading the episodes (not the model) sets the pace */
 static const act_ep_batch *next_batch(act_stream *st, double *wait) {
-    double t = now_s();
+    double t = act_now();
     const act_ep_batch *b = act_stream_next(st);
-    *wait += now_s() - t;
+    *wait += act_now() - t;
     return b;
 }
 
@@ -461,8 +456,8 @@ int act_cmd_eval(int argc, char **argv) {
         sum.episodes[i].number = act_episode_number(sel[i]);
     }
     act_eval_set_list(&sum, all, nall);
-    progress pg = {isatty(STDERR_FILENO), nsel, now_s(), 0};
-    double t0 = now_s();
+    progress pg = {isatty(STDERR_FILENO), nsel, act_now(), 0};
+    double t0 = act_now();
     if (act_stream_open(sel, nsel, cfg, ctx.batch, &st, err, sizeof err) != 0) {
         fprintf(stderr, "act-infer eval: %s\n", err);
         goto done;
@@ -476,12 +471,12 @@ int act_cmd_eval(int argc, char **argv) {
      * CUDA it measures the conv/GEMM algorithms), the second captures the step's graph, so only
      * iterations from the third step of a size on count, each from the end of the one before
      * (the reader's wait, the step, the metrics). An episode's share counts once it succeeded. */
-    double t_last = now_s(), ep_steady_s = 0, ep_steady_ts = 0;
+    double t_last = act_now(), ep_steady_s = 0, ep_steady_ts = 0;
     while (!aborted && (b = next_batch(st, &sum.reader_wait_s)) != NULL) {
         act_eval_episode *e = &sum.episodes[b->episode];
         if (b->first) ep_steady_s = ep_steady_ts = 0;
         if (b->episode == skip) {
-            t_last = now_s();
+            t_last = act_now();
             continue;
         }
         e->steps = b->T;
@@ -516,13 +511,13 @@ int act_cmd_eval(int argc, char **argv) {
             if (pg.on) fputc('\n', stderr);
             fprintf(stderr, "act-infer eval: %s%s\n", e->error, a.keep_going ? " (--keep-going: continuing)" : "");
             if (!a.keep_going) aborted = 1;
-            t_last = now_s();
+            t_last = act_now();
             continue;
         }
         act_normalize_action(ctx.model, b->targets, tnorm, b->n * cfg->pred_horizon);
         act_eval_add_batch(e, cfg, b->n, bufs.actions, b->targets, b->is_pad, bufs.post_actions_norm, tnorm, bufs.kl);
         sum.timesteps += b->n;
-        double now = now_s();
+        double now = act_now();
         if (steady) {
             ep_steady_s += now - t_last;
             ep_steady_ts += b->n;
@@ -545,7 +540,7 @@ int act_cmd_eval(int argc, char **argv) {
         }
         progress_show(&pg, done_eps, (long long)sum.timesteps, 0);
     }
-    sum.elapsed_s = sum.elapsed_max_s = now_s() - t0;
+    sum.elapsed_s = sum.elapsed_max_s = act_now() - t0;
     sum.padded_rows = (double)padded_rows;
     unregister_reader(&ctx, reg_blocks, &n_reg);   /* before the stream frees them */
     act_stream_close(st);
