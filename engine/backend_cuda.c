@@ -178,14 +178,16 @@ static int grow(void **arr, int *cap, int need, size_t elem) {
  * stream still forked into it fails, cudaErrorStreamCaptureUnjoined, and may leave that stream
  * capturing, which would fail every later step that uses it). The runtime keeps a failed call's
  * error in the thread's last-error slot, where the next launch check would find it and fail an
- * unrelated op: clear it (a sticky device fault stays, as it should). */
+ * unrelated op: clear it (a sticky device fault stays, as it should). An eager step joins the
+ * lane back too, so the sync after a failed step also waits for the lane's uploads from the
+ * staging buffers, which the caller may rewrite once act_run has returned. */
 static int fail(act_backend *be) {
     cuda_ctx *c = CTX(be);
+    if (c->lane_open) {
+        cudaEventRecord(c->lane_ev[c->lane_last], c->lane);
+        cudaStreamWaitEvent(c->st, c->lane_ev[c->lane_last], 0);
+    }
     if (c->capturing) {
-        if (c->lane_open) {
-            cudaEventRecord(c->lane_ev[c->lane_last], c->lane);
-            cudaStreamWaitEvent(c->st, c->lane_ev[c->lane_last], 0);
-        }
         cudaGraph_t g = NULL;
         cudaStreamEndCapture(c->st, &g);
         if (g) cudaGraphDestroy(g);

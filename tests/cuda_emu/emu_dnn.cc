@@ -122,7 +122,7 @@ static cudnnStatus_t algo_workspace_base(const conv_shape &s, cudnnConvolutionFw
         *bytes = (size_t)s.N * im2col_bytes(s);
         return CUDNN_STATUS_SUCCESS;
     case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED: {
-        if (s.t != CUDNN_DATA_FLOAT || s.R != 3 || s.S != 3 || s.sh != 1 || s.sw != 1 ||
+        if (s.R != 3 || s.S != 3 || s.sh != 1 || s.sw != 1 ||
             s.dh != 1 || s.dw != 1)
             return CUDNN_STATUS_NOT_SUPPORTED;
         /* F(4x4, 3x3): 6x6 transforms of the input tiles, the filters and the output tiles */
@@ -458,6 +458,9 @@ static int candidates(const conv_shape &s, cudnnMathType_t math, int room,
         list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, math};
         list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_GEMM, math};
     } else {
+        /* a real cuDNN may rank a transform first for 16-bit 3x3 convs (opencv#17685 saw
+         * WINOGRAD_NONFUSED there); the backend keeps out of it (kernels/conv.cu) */
+        list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED, CUDNN_TENSOR_OP_MATH};
         list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, CUDNN_TENSOR_OP_MATH};
         list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, CUDNN_TENSOR_OP_MATH};
         list[n++] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, CUDNN_DEFAULT_MATH};

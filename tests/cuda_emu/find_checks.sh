@@ -12,6 +12,10 @@
 #     IMPLICIT_GEMM with DEFAULT_MATH), every conv node of the captured graph runs with
 #     TENSOR_OP_MATH ("math 1" in ACT_EMU_TRACE=2's node list). A filter that held bf16 to
 #     fp32's rules (no tensor ops) computes the same numbers, and no parity test sees it.
+#  4. no transform algorithm in bf16: the emulator ranks WINOGRAD_NONFUSED (algo 7) first for
+#     16-bit 3x3 convs, as a real cuDNN may; no conv node may run it (nor FFT, 4 and 5) unless
+#     ACT_CUDA_CONV_TRANSFORMS16=1 allows them, in which case some node must (or the check
+#     below could not fail).
 set -u
 infer=$1
 model=$2
@@ -48,6 +52,15 @@ echo "bf16 conv nodes, batch 1: $total, $plain without TENSOR_OP_MATH"
 if [ "$total" = 0 ] || [ "$plain" != 0 ]; then
     echo "$nodes" | sort | uniq -c
     echo "FAIL: a bf16 conv left tensor cores (or no conv node was listed)"
+    fail=1
+fi
+transforms() { echo "$1" | grep 'cuda-emu:   \[lane' | grep -c 'Forward algo [457] '; }
+t=$(transforms "$o")
+a=$(PREC=bf16 run 1 ACT_EMU_TRACE=2 ACT_CUDA_CONV_TRANSFORMS16=1) || { echo "$a"; exit 1; }
+ta=$(transforms "$a")
+echo "bf16 conv nodes on FFT/Winograd transforms, batch 1: $t by default, $ta with ACT_CUDA_CONV_TRANSFORMS16=1"
+if [ "$t" != 0 ] || [ "$ta" = 0 ]; then
+    echo "FAIL: a bf16 conv ran a transform algorithm by default (or the emulator offered none to refuse)"
     fail=1
 fi
 exit $fail

@@ -56,6 +56,10 @@
 #              vs the heuristics' first choice (ACT_CUDA_CONV_ALGO=heuristic)
 #   gemm-ab    the same for the linears (gemm-ab32: fp32, batch 1): cuBLASLt algorithms timed
 #              among the heuristic's candidates (the default) vs its first (ACT_CUDA_GEMM_ALGO)
+#   xform-ab   act-infer bench, full model, bf16 at batch 1 and 256: 16-bit convs kept to cuDNN's
+#              GEMM-family algorithms (the default: the parity rows measured those) vs FFT and
+#              non-fused Winograd allowed too (ACT_CUDA_CONV_TRANSFORMS16=1; its choices in ab.log);
+#              a gain there needs the e2e row rerun with the switch before it can be a default
 #   algo-log   (a note after the A/B rows) how many measured conv and GEMM shapes of those rows
 #              took another algorithm than the heuristics' first (ACT_CUDA_ALGO_LOG lines, with
 #              both times, in ab.log)
@@ -603,6 +607,9 @@ AB_FIRST=1 ab_pair algo-ab32 fp32 "1" heuristic ACT_CUDA_CONV_ALGO=heuristic mea
 # is the measurement; if the heuristic wins, ACT_CUDA_GEMM_ALGO's default flips in cu create
 AB_FIRST=1 ab_pair gemm-ab bf16 "1 256" heuristic ACT_CUDA_GEMM_ALGO=heuristic measured "ACT_CUDA_GEMM_ALGO=measure ACT_CUDA_ALGO_LOG=1"
 AB_FIRST=1 ab_pair gemm-ab32 fp32 "1" heuristic ACT_CUDA_GEMM_ALGO=heuristic measured "ACT_CUDA_GEMM_ALGO=measure ACT_CUDA_ALGO_LOG=1"
+# 16-bit convs on transform algorithms (FFT, non-fused Winograd) too, which cuDNN may rank first
+# for 3x3 shapes, vs the GEMM family only (the default, what the e2e parity rows measure)
+ab_pair xform-ab bf16 "1 256" gemm-family ACT_CUDA_CONV_TRANSFORMS16=0 transforms "ACT_CUDA_CONV_TRANSFORMS16=1 ACT_CUDA_ALGO_LOG=1"
 # feature-map layout: NHWC is the bf16/fp16 default on the strength of cuDNN's guidance (tensor-core
 # kernels read NHWC; NCHW adds transposes) - this row is the measurement
 ab_pair layout-ab bf16 "1 64" NCHW ACT_CUDA_LAYOUT=nchw NHWC ACT_CUDA_LAYOUT=nhwc
