@@ -78,7 +78,8 @@ struct act_backend {
      * executables, allocation rounding). *held: device memory used now less at the backend's
      * setup, once the context existed (the whole device's count: another process's allocations
      * on a shared device land here too); *before: used at that moment (the context itself, and
-     * other processes); *total: the device's memory. 0 or -1 (be->err). */
+     * other processes); *total: the device's memory. 0, or -1 where the driver cannot say
+     * (be->err untouched: this may run beside a step). */
     int (*driver_memory)(act_backend *be, size_t *held, size_t *before, size_t *total);
     /* prepare weights for this model (CUDA: one upload of the blob + precision copies) */
     int (*load_weights)(act_backend *be, const act_model *m);

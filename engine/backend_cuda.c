@@ -283,10 +283,12 @@ static size_t cu_device_bytes(act_backend *be) { return CTX(be)->bytes; }
 static int cu_driver_memory(act_backend *be, size_t *held, size_t *before, size_t *total) {
     cuda_ctx *c = CTX(be);
     size_t free_now = 0, total_now = 0;
+    /* be->err is the step's: a figure's failure is only its absence (-1) */
+    if (!c->total_mem) return -1;   /* cudaMemGetInfo failed at setup */
     cudaError_t e = cudaSetDevice(c->dev);     /* the caller may be another host thread */
     if (e == cudaSuccess) e = cudaMemGetInfo(&free_now, &total_now);
     if (e != cudaSuccess) {
-        snprintf(be->err, sizeof be->err, "cuda driver_memory: cudaMemGetInfo: %s", cudaGetErrorString(e));
+        cudaGetLastError();   /* not a step's error: leave no trace for the next launch check */
         return -1;
     }
     *held = c->free_at_setup > free_now ? c->free_at_setup - free_now : 0;
@@ -1431,7 +1433,11 @@ static int cu_setup(act_backend *be, int device) {
     /* the context first, so the driver's count of what this backend holds (cu_driver_memory)
      * starts after it and covers every handle, workspace and graph made from here on */
     KCHECK(cudaFree(0));
-    KCHECK(cudaMemGetInfo(&c->free_at_setup, &c->total_mem));
+    /* a figure, not a need: where the driver cannot say (a sandbox's GPU proxy), no driver view */
+    if (cudaMemGetInfo(&c->free_at_setup, &c->total_mem) != cudaSuccess) {
+        cudaGetLastError();
+        c->free_at_setup = c->total_mem = 0;
+    }
     struct cudaDeviceProp prop;
     KCHECK(cudaGetDeviceProperties(&prop, device));
     snprintf(be->device_name, sizeof be->device_name, "%.100s (sm_%d%d)", prop.name, prop.major,

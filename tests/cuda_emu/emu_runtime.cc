@@ -74,7 +74,8 @@
  * a program lives through a GPU that fails mid-run. Refusals a real GPU may give, read at each
  * call so tests can flip them: ACT_EMU_MALLOC=fail makes every cudaMalloc fail with
  * cudaErrorMemoryAllocation (a GPU shared with other processes, out of memory);
- * ACT_EMU_CAPTURE=refuse-begin makes cudaStreamBeginCapture fail
+ * ACT_EMU_MEMGETINFO=fail makes cudaMemGetInfo fail (cudaErrorNotSupported), as a sandbox's GPU
+ * proxy may; ACT_EMU_CAPTURE=refuse-begin makes cudaStreamBeginCapture fail
  * (cudaErrorStreamCaptureUnsupported), =invalidate begins every capture invalidated, as a
  * library call that does what a capture forbids leaves it (each operation recorded into it, and
  * cudaStreamEndCapture, returns cudaErrorStreamCaptureInvalidated), =refuse-instantiate makes
@@ -1049,6 +1050,8 @@ cudaError_t cudaDeviceSynchronize(void) {
 
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
     API_ENTRY();
+    const char *refuse = getenv("ACT_EMU_MEMGETINFO");   /* =fail: as a sandbox's GPU proxy may */
+    if (refuse && !strcmp(refuse, "fail")) return ret(cudaErrorNotSupported);
     if (free_bytes) *free_bytes = kDevTotal - g_dev_bytes;
     if (total_bytes) *total_bytes = kDevTotal;
     return cudaSuccess;
