@@ -1004,7 +1004,7 @@ static int lt_measure(act_backend *be, lt_entry *e, const void *W, const void *x
     cuda_ctx *c = CTX(be);
     if (!c->gemm_measure || c->capturing) return 0;
     return act_k_lt_measure(c->lt, e->plan, c->dev, W, x, bias, y, c->blas_ws, CUBLAS_WS_BYTES,
-                            c->st, KE);
+                            c->st, !c->graphs_off, KE);
 }
 
 /* bias: fp32; bias_low: the same values in the weights' bf16/fp16 (NULL in fp32/tf32), the

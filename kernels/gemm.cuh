@@ -49,10 +49,11 @@ void act_k_lt_plan_free(act_lt_plan *p);
  * operands (gemm_tune.cu): y is written several times, the stream is waited for, so only in an
  * eager step, never inside a capture. dev keys the process-wide cache of choices. 0 also when
  * nothing was measured (one candidate, or a choice cached already); -1 with err on a CUDA error
- * or operands that do not fit the plan. */
+ * or operands that do not fit the plan. graphs: time each batch of runs as a captured graph
+ * (0: plain launches, for a backend whose graphs are off). */
 int act_k_lt_measure(cublasLtHandle_t lt, act_lt_plan *p, int dev, const void *W,
                      const void *x, const void *bias, void *y, void *ws, size_t ws_bytes,
-                     cudaStream_t st, char *err, size_t errlen);
+                     cudaStream_t st, int graphs, char *err, size_t errlen);
 /* the largest power of two up to 256 that divides the address (cuBLASLt's alignment classes) */
 unsigned act_k_align(const void *p);
 

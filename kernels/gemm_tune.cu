@@ -11,7 +11,10 @@
  * batches: reps runs per batch so that a batch lasts about TUNE_TARGET_MS (a 16-row GEMM on an
  * H200 is a few us, near the events' resolution), then TUNE_ROUNDS rounds of one batch per
  * candidate, interleaved so that a drift in clocks hits all alike; a candidate's time is its
- * fastest batch. Another than the first usable is taken only when it is faster by more than
+ * fastest batch. Each batch is one captured graph of its reps runs where the stream can capture
+ * (else plain launches): a batch-1 decoder GEMM takes a few us, about cuBLASLt's host cost per
+ * call, so launched one by one the events would time the host's launch rate, every candidate
+ * alike; in a graph the runs follow each other on the GPU as they do in the step's own graph. Another than the first usable is taken only when it is faster by more than
  * TUNE_MARGIN, so that noise does not trade the heuristic's choice for an equal one.
  * What one measurement chose is kept for the process, keyed by device, data types, shape,
  * precision, epilogue and alignments (act_lt_key): identical linears (the decoder's six layers)
@@ -80,9 +83,34 @@ typedef struct {
     float us[KLT_CANDIDATES];
 } tune_result;
 
+/* reps runs of candidate i as one graph (*out), or -1 where the stream cannot capture them (the
+ * caller then launches them one by one); nothing is left in the last-error slot */
+static int batch_graph(cublasLtHandle_t lt, const act_lt_plan *p, int i, const void *W,
+                       const void *x, void *y, void *ws, size_t ws_bytes, cudaStream_t st,
+                       int reps, cudaGraphExec_t *out) {
+    cudaGraph_t g = NULL;
+    *out = NULL;
+    if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    int ok = 1;
+    for (int k = 0; k < reps && ok; k++)
+        ok = run_cand(lt, p, i, W, x, y, ws, ws_bytes, st) == CUBLAS_STATUS_SUCCESS;
+    cudaError_t e = cudaStreamEndCapture(st, &g);
+    if (ok && e == cudaSuccess && g) e = cudaGraphInstantiate(out, g, 0);
+    if (g) cudaGraphDestroy(g);
+    if (!ok || e != cudaSuccess || !*out) {
+        cudaGetLastError();
+        *out = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 /* the measurement itself, events made by the caller */
 static int measure(cublasLtHandle_t lt, const act_lt_plan *p, const void *W, const void *x,
-                   void *y, void *ws, size_t ws_bytes, cudaStream_t st, cudaEvent_t *ev,
+                   void *y, void *ws, size_t ws_bytes, cudaStream_t st, int graphs, cudaEvent_t *ev,
                    tune_result *res, char *err, size_t errlen) {
     int usable[KLT_CANDIDATES], first = -1;
     memset(res, 0, sizeof *res);
@@ -111,21 +139,39 @@ static int measure(cublasLtHandle_t lt, const act_lt_plan *p, const void *W, con
     KCHECK(cudaEventElapsedTime(&one, ev[0], ev[1]));
     int reps = one >= TUNE_TARGET_MS ? 1 : (int)ceilf(TUNE_TARGET_MS / fmaxf(one, 1e-4f));
     if (reps > TUNE_MAX_REPS) reps = TUNE_MAX_REPS;
-    int e = 2;
-    for (int r = 0; r < TUNE_ROUNDS; r++)
-        for (int i = 0; i < p->n_cand; i++) {
+    cudaGraphExec_t gx[KLT_CANDIDATES] = {0};
+    for (int i = 0; i < p->n_cand; i++)
+        if (usable[i] && reps > 1 && graphs) batch_graph(lt, p, i, W, x, y, ws, ws_bytes, st, reps, &gx[i]);
+    int e = 2, rc = 0;
+    for (int r = 0; r < TUNE_ROUNDS && !rc; r++)
+        for (int i = 0; i < p->n_cand && !rc; i++) {
             if (!usable[i]) continue;
-            KCHECK(cudaEventRecord(ev[e], st));
-            for (int k = 0; k < reps; k++) {
+            cudaError_t c = cudaEventRecord(ev[e], st);
+            int as_graph = c == cudaSuccess && gx[i];
+            if (as_graph && cudaGraphLaunch(gx[i], st) != cudaSuccess) {
+                cudaGetLastError();   /* a launch refused (nothing run): plain launches instead */
+                as_graph = 0;
+            }
+            for (int k = 0; k < reps && c == cudaSuccess && !as_graph && !rc; k++) {
                 s = run_cand(lt, p, i, W, x, y, ws, ws_bytes, st);
                 if (s != CUBLAS_STATUS_SUCCESS)
-                    return act_kerr(err, errlen, __FILE__, __LINE__, "cublasLtMatmul",
-                                    cublasLtGetStatusString(s));
+                    rc = act_kerr(err, errlen, __FILE__, __LINE__, "cublasLtMatmul",
+                                  cublasLtGetStatusString(s));
             }
-            KCHECK(cudaEventRecord(ev[e + 1], st));
+            if (c == cudaSuccess && !rc) c = cudaEventRecord(ev[e + 1], st);
+            if (c != cudaSuccess && !rc)
+                rc = act_kerr(err, errlen, __FILE__, __LINE__, "cudaEventRecord/cudaGraphLaunch",
+                              cudaGetErrorString(c));
             e += 2;
         }
-    KCHECK(cudaEventSynchronize(ev[e - 1]));
+    if (!rc) {
+        cudaError_t c = cudaEventSynchronize(ev[e - 1]);
+        if (c != cudaSuccess)
+            rc = act_kerr(err, errlen, __FILE__, __LINE__, "cudaEventSynchronize", cudaGetErrorString(c));
+    }
+    for (int i = 0; i < p->n_cand; i++)
+        if (gx[i]) cudaGraphExecDestroy(gx[i]);   /* after the sync: no launch still uses it */
+    if (rc) return rc;
     float t[KLT_CANDIDATES];
     e = 2;
     for (int r = 0; r < TUNE_ROUNDS; r++)
@@ -171,7 +217,7 @@ static void log_choice(const act_lt_plan *p, const tune_result *r) {
 
 int act_k_lt_measure(cublasLtHandle_t lt, act_lt_plan *p, int dev, const void *W,
                      const void *x, const void *bias, void *y, void *ws, size_t ws_bytes,
-                     cudaStream_t st, char *err, size_t errlen) {
+                     cudaStream_t st, int graphs, char *err, size_t errlen) {
     p->key.dev = dev;
     tune_entry e;
     memset(&e, 0, sizeof e);
@@ -206,7 +252,7 @@ int act_k_lt_measure(cublasLtHandle_t lt, act_lt_plan *p, int dev, const void *W
             break;
         }
     }
-    if (r == 0) r = measure(lt, p, W, x, y, ws, ws_bytes, st, ev, &res, err, errlen);
+    if (r == 0) r = measure(lt, p, W, x, y, ws, ws_bytes, st, graphs, ev, &res, err, errlen);
     for (int i = 0; i < nev; i++) cudaEventDestroy(ev[i]);
     if (r != 0) return r;
     log_choice(p, &res);

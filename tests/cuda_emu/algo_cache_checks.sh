@@ -28,9 +28,10 @@ run() {
     echo $? >"$dir/rc"
     cat "$dir/out"
 }
-# the captured graph's algorithms, as "conv algos | linears" counted by name
+# the captured graph's algorithms, as "conv algos | linears" counted by name (the step's graph
+# is the last instantiated: the GEMM tuner's timed batches are graphs of their own)
 algos() {
-    listed=$(echo "$1" | grep 'cuda-emu:   \[lane')
+    listed=$(echo "$1" | awk '/graph instantiated/ {buf = ""; next} /cuda-emu:   \[lane/ {buf = buf $0 "\n"} END {printf "%s", buf}')
     echo "$(echo "$listed" | grep -o 'Forward algo [0-9]*' | sort | uniq -c | tr -s ' ' | paste -sd,)" \
          "| $(echo "$listed" | grep -o 'cublasLtMatmul #[0-9]*' | sort | uniq -c | tr -s ' ' | paste -sd,)"
 }

@@ -24,8 +24,9 @@
  * the bias in D's type, as cublasLt.h documents it (outside IMMA and fp8), refusing an fp32 bias
  * beside a 16-bit D; =refuse-first refuses every run of algorithm #0, =refuse-others of the
  * others; =slow-first makes each run of #0 take 2 ms more (a host sleep, which events time), so
- * a caller that times the candidates has a clear winner (all read at each call, to test a
- * caller's fallbacks and choices). */
+ * a caller that times the candidates has a clear winner; =slightly-slow-first 10 us more (a
+ * spin), short enough that a caller times its candidates in batches of several runs (all read
+ * at each call, to test a caller's fallbacks and choices). */
 #include <cblas.h>
 #include <math.h>
 #include <stdint.h>
@@ -389,7 +390,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     if (env_is("refuse") || (env_is("refuse-first") && g.index == 0) ||
         (env_is("refuse-others") && g.index != 0))
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    const int slow = env_is("slow-first") && g.index == 0;
+    const int slow = g.index != 0 ? 0 : env_is("slow-first") ? 1 : env_is("slightly-slow-first") ? 2 : 0;
     if (p.m == 0 || p.n == 0) return CUBLAS_STATUS_SUCCESS;
     const float al = *(const float *)alpha, be = *(const float *)beta;
     int kk = p.k > 0;
@@ -405,9 +406,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
 
     const layout la = *a, lb = *b, lc = *c, ld = *dd;
     auto op = [=]() {
-        if (slow) {
+        if (slow == 1) {
             struct timespec ts = {0, 2000000};
             nanosleep(&ts, nullptr);
+        } else if (slow == 2) {   /* a spin: a sleep this short would take the timer's slack */
+            struct timespec t0, t;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            do clock_gettime(CLOCK_MONOTONIC, &t);
+            while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 10000);
         }
         uint64_t m = p.m, n = p.n, k = p.k;
         std::vector<float> acc(m * n, 0.0f);

@@ -8,6 +8,10 @@
 #     falls back to cublasGemmEx + a bias kernel (fp32 keeps its bias-less / erf-GELU linears
 #     there anyway); with the heuristic alone they all fall back;
 #  3. refuse-others: every linear runs #0 (a candidate that refuses is never chosen).
+#  5. slightly-slow-first (#0 10 us more a run: short enough that each timed batch holds several
+#     runs): the batches are captured graphs of their own (a few-us GEMM launched one by one
+#     would time the host's launch rate), #1 is still chosen everywhere; with ACT_CUDA_GRAPHS=0
+#     no graph at all is made, the batches are plain launches and #1 is chosen all the same.
 #  4. ACT_CUDA_ALGO_LOG=1 logs each measured choice ("act-engine: algo: ..." on stderr) beside
 #     the heuristic's, for linears and convs alike; without it nothing is logged.
 # In fp32 and bf16, batch 1 (graphs on).
@@ -22,7 +26,8 @@ nodes() {
     shift
     out=$(env "$@" ACT_EMU_TRACE=2 "$infer" bench --model "$model" --device cuda --precision "$p" \
         --batch 1 --iters 2 --warmup 1 --profile-iters 0 2>&1) || { echo "$out" >&2; echo "x x x"; return; }
-    listed=$(echo "$out" | grep 'cuda-emu:   \[lane')
+    # the step's graph is the last instantiated (the tuner's batches are graphs of their own)
+    listed=$(echo "$out" | awk '/graph instantiated/ {buf = ""; next} /cuda-emu:   \[lane/ {buf = buf $0 "\n"} END {printf "%s", buf}')
     echo "$(echo "$listed" | grep -c 'cublasLtMatmul #0') $(echo "$listed" | grep -c 'cublasLtMatmul #1')" \
          "$(echo "$listed" | grep -c 'cublasGemmEx')"
 }
@@ -60,6 +65,21 @@ else
     echo "$logged" | head -5
     fail=1
 fi
+for graphs in 1 0; do
+    out=$(ACT_CUDA_GRAPHS=$graphs ACT_EMU_CUBLASLT=slightly-slow-first ACT_CUDA_ALGO_LOG=1 ACT_EMU_TRACE=1 \
+          "$infer" bench --model "$model" --device cuda --precision bf16 --batch 1 --iters 2 --warmup 1 \
+          --profile-iters 0 2>&1)
+    n1=$(echo "$out" | grep -c 'cuBLASLt .*: candidate 1 of 2')
+    n0=$(echo "$out" | grep -c 'cuBLASLt .*: candidate 0 of')
+    tg=$(echo "$out" | grep -c 'graph instantiated: [0-9]* nodes in 1 lane: cublasLtMatmul=[0-9]*$')
+    if [ "$graphs" = 1 ]; then want_tg=$([ "$tg" -ge 1 ] && echo y); else want_tg=$([ "$tg" = 0 ] && echo y); fi
+    if [ "$n1" -ge 1 ] && [ "$n0" = 0 ] && [ "$want_tg" = y ]; then
+        echo "ok   slightly-slow-first, ACT_CUDA_GRAPHS=$graphs: $n1 linear shapes on candidate 1, $tg timed batches as graphs"
+    else
+        echo "FAIL slightly-slow-first, ACT_CUDA_GRAPHS=$graphs: $n1 linears on candidate 1, $n0 on 0, $tg timed batches as graphs"
+        fail=1
+    fi
+done
 quiet=$(log ACT_EMU_CUBLASLT=slow-first)
 if [ -n "$quiet" ]; then
     echo "FAIL choices logged without ACT_CUDA_ALGO_LOG: $(echo "$quiet" | head -1)"
