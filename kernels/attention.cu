@@ -6,7 +6,10 @@
  * accumulates output dims d, d+32, ... over the probabilities kept in shared memory.
  * Semantics are PyTorch's MultiheadAttention: q / sqrt(dh), masked keys get -inf (a row whose
  * keys are all masked gives NaN, as in PyTorch; ACT never masks its cls/qpos tokens).
- * Sized for short sequences: everything for one head must fit in 48 KB of shared memory. */
+ * K and V staged in shared memory fit short sequences (ACT's 16 queries, memory of 2 + cameras);
+ * longer ones (an action chunk of 100 at head size 64 needs 53 KB) read K and V where they lie,
+ * one block per (batch, head, ATT_WARPS query rows), only the queries and the probabilities in
+ * shared memory: up to ~3000 keys. */
 #include "attention.cuh"
 #include <math.h>
 
@@ -27,26 +30,31 @@ static __device__ __forceinline__ float softmax_numerators(float *pw, int Lk, in
     return sum;
 }
 
-static __global__ void attention_kernel(const void *q, int qdt, int qs, const void *k,
-                                        const void *v, int kvdt, int kvs, int Lq, int Lk, int nh,
-                                        int dh, const unsigned char *key_pad, void *out, int odt) {
-    extern __shared__ float sm[];
-    float *Ks = sm;                                   /* [Lk][dh+1] */
-    float *Vs = Ks + (size_t)Lk * (dh + 1);           /* [Lk][dh] */
-    float *Qs = Vs + (size_t)Lk * dh;                 /* [ATT_WARPS][dh] */
+/* The block's work: batch b, head h, query rows i0 + w, i0 + w + ATT_WARPS, ... below i1.
+ * staged (a constant at each call, so each kernel below is compiled for one case): K and V of
+ * the head copied to shared memory first, else read from global memory at each use. */
+static __device__ __forceinline__ void attention_rows(
+    const void *q, int qdt, int qs, const void *k, const void *v, int kvdt, int kvs, int Lq,
+    int Lk, int nh, int dh, const unsigned char *key_pad, void *out, int odt, int b, int h,
+    int i0, int i1, int staged, float *sm) {
+    float *Ks = sm;                                   /* staged: [Lk][dh+1] */
+    float *Vs = Ks + (size_t)Lk * (dh + 1);           /* staged: [Lk][dh] */
+    float *Qs = staged ? Vs + (size_t)Lk * dh : sm;   /* [ATT_WARPS][dh] */
     float *Ps = Qs + ATT_WARPS * dh;                  /* [ATT_WARPS][Lk] */
-    int b = blockIdx.x / nh, h = blockIdx.x % nh;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    for (int idx = threadIdx.x; idx < Lk * dh; idx += blockDim.x) {
-        int j = idx / dh, d = idx % dh;
-        size_t src = ((size_t)b * Lk + j) * kvs + (size_t)h * dh + d;
-        Ks[j * (dh + 1) + d] = kld(k, kvdt, src);
-        Vs[j * dh + d] = kld(v, kvdt, src);
+    size_t kv0 = (size_t)b * Lk * kvs + (size_t)h * dh;   /* key j, dim d: kv0 + j kvs + d */
+    if (staged) {
+        for (int idx = threadIdx.x; idx < Lk * dh; idx += blockDim.x) {
+            int j = idx / dh, d = idx % dh;
+            size_t src = kv0 + (size_t)j * kvs + d;
+            Ks[j * (dh + 1) + d] = kld(k, kvdt, src);
+            Vs[j * dh + d] = kld(v, kvdt, src);
+        }
+        __syncthreads();
     }
-    __syncthreads();
     float scale = sqrtf((float)dh);
     float *qw = Qs + w * dh, *pw = Ps + w * Lk;
-    for (int i = w; i < Lq; i += ATT_WARPS) {
+    for (int i = i0 + w; i < i1; i += ATT_WARPS) {
         size_t qrow = ((size_t)b * Lq + i) * qs + (size_t)h * dh;
         for (int d = lane; d < dh; d += 32) qw[d] = kld(q, qdt, qrow + d) / scale;
         __syncwarp();
@@ -55,7 +63,10 @@ static __global__ void attention_kernel(const void *q, int qdt, int qs, const vo
             float s = -INFINITY;
             if (!key_pad || !key_pad[(size_t)b * Lk + j]) {
                 s = 0.0f;
-                for (int d = 0; d < dh; d++) s += qw[d] * Ks[j * (dh + 1) + d];
+                if (staged)
+                    for (int d = 0; d < dh; d++) s += qw[d] * Ks[j * (dh + 1) + d];
+                else
+                    for (int d = 0; d < dh; d++) s += qw[d] * kld(k, kvdt, kv0 + (size_t)j * kvs + d);
             }
             pw[j] = s;
             m = fmaxf(m, s);
@@ -64,26 +75,62 @@ static __global__ void attention_kernel(const void *q, int qdt, int qs, const vo
         size_t orow = ((size_t)b * Lq + i) * ((size_t)nh * dh) + (size_t)h * dh;
         for (int d = lane; d < dh; d += 32) {
             float acc = 0.0f;
-            for (int j = 0; j < Lk; j++) acc += (pw[j] / sum) * Vs[j * dh + d];
+            if (staged)
+                for (int j = 0; j < Lk; j++) acc += (pw[j] / sum) * Vs[j * dh + d];
+            else
+                for (int j = 0; j < Lk; j++) acc += (pw[j] / sum) * kld(v, kvdt, kv0 + (size_t)j * kvs + d);
             kst(out, odt, orow + d, acc);
         }
         __syncwarp();                                 /* qw, pw reused by the next row */
     }
 }
 
+/* short sequences: one block per (batch, head), K and V staged once for all its rows */
+static __global__ void attention_kernel(const void *q, int qdt, int qs, const void *k,
+                                        const void *v, int kvdt, int kvs, int Lq, int Lk, int nh,
+                                        int dh, const unsigned char *key_pad, void *out, int odt) {
+    extern __shared__ float sm[];
+    int b = blockIdx.x / nh, h = blockIdx.x % nh;
+    attention_rows(q, qdt, qs, k, v, kvdt, kvs, Lq, Lk, nh, dh, key_pad, out, odt, b, h, 0, Lq,
+                   1, sm);
+}
+
+/* long ones: one block per (batch, head, ATT_WARPS rows), K and V read where they lie */
+static __global__ void attention_long_kernel(const void *q, int qdt, int qs, const void *k,
+                                             const void *v, int kvdt, int kvs, int Lq, int Lk,
+                                             int nh, int dh, const unsigned char *key_pad,
+                                             void *out, int odt) {
+    extern __shared__ float sm[];
+    int chunks = (Lq + ATT_WARPS - 1) / ATT_WARPS;
+    int bh = blockIdx.x / chunks, c = blockIdx.x % chunks;
+    int i0 = c * ATT_WARPS, i1 = i0 + ATT_WARPS < Lq ? i0 + ATT_WARPS : Lq;
+    attention_rows(q, qdt, qs, k, v, kvdt, kvs, Lq, Lk, nh, dh, key_pad, out, odt, bh / nh,
+                   bh % nh, i0, i1, 0, sm);
+}
+
 int act_k_attention(const void *q, int qdt, int qs, const void *k, const void *v, int kvdt,
                     int kvs, int B, int Lq, int Lk, int nh, int dh, const unsigned char *key_pad,
                     void *out, int odt, cudaStream_t st, char *err, size_t errlen) {
     if (B == 0 || Lq == 0) return 0;
-    size_t smem = ((size_t)Lk * (2 * dh + 1) + ATT_WARPS * ((size_t)dh + Lk)) * sizeof(float);
-    if (Lk <= 0 || dh <= 0 || smem > 48 * 1024) {
-        snprintf(err, errlen, "attention: %d keys of head size %d need %zu bytes of shared memory; "
-                 "this kernel is for short sequences (<= 48 KB)", Lk, dh, smem);
+    size_t rows = ATT_WARPS * ((size_t)dh + Lk) * sizeof(float);   /* queries, probabilities */
+    size_t staged = (size_t)Lk * (2 * dh + 1) * sizeof(float) + rows;
+    if (Lk <= 0 || dh <= 0 || rows > 48 * 1024) {
+        snprintf(err, errlen, "attention: %d keys of head size %d: the CUDA kernel holds %zu bytes "
+                 "of a block's probabilities in shared memory, over its 48 KB (at most %d keys at "
+                 "this head size: a longer action chunk, pred_horizon, runs on the CPU backend)",
+                 Lk, dh, rows, (int)(48 * 1024 / (ATT_WARPS * sizeof(float))) - dh);
         return -1;
     }
-    attention_kernel<<<B * nh, ATT_WARPS * 32, smem, st>>>(q, qdt, qs, k, v, kvdt, kvs, Lq, Lk,
-                                                           nh, dh, key_pad, out, odt);
-    KLAUNCH(attention_kernel);
+    if (staged <= 48 * 1024) {
+        attention_kernel<<<B * nh, ATT_WARPS * 32, staged, st>>>(q, qdt, qs, k, v, kvdt, kvs, Lq,
+                                                                 Lk, nh, dh, key_pad, out, odt);
+        KLAUNCH(attention_kernel);
+        return 0;
+    }
+    size_t blocks = (size_t)B * nh * ((Lq + ATT_WARPS - 1) / ATT_WARPS);
+    attention_long_kernel<<<(unsigned)blocks, ATT_WARPS * 32, rows, st>>>(
+        q, qdt, qs, k, v, kvdt, kvs, Lq, Lk, nh, dh, key_pad, out, odt);
+    KLAUNCH(attention_long_kernel);
     return 0;
 }
 

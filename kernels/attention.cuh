@@ -1,4 +1,4 @@
-/* attention.cuh - multi-head attention for the short sequences of ACT (16 queries; memory of
+/* attention.cuh - multi-head attention for the sequences of ACT (16 queries; memory of
  * 2 + cameras tokens; posterior of 2 + horizon tokens), with an optional key padding mask.
  * defines: act_k_attention, act_k_attention_out_ln */
 #ifndef ACT_KERNELS_ATTENTION_CUH

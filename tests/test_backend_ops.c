@@ -841,6 +841,12 @@ static void all_ops(const pair *p, const act_model *m) {
      * pass masks only the posterior's self-attention, Lq == Lk; the op takes any) */
     t_attention(p, "attention cross masked", H, 2 + nc, c->nheads, E, 0, 1, 0);
     t_attention(p, "attention(scores ~113)", H, H, c->nheads, E, 1, 0, 1);
+    /* an action chunk of 100 at head size 64 (the ACT paper's: hidden 512, 8 heads): K and V of
+     * a head no longer fit 48 KB of shared memory, the CUDA kernel reads them in place; the
+     * posterior's 2 + 100 keys masked; and the large scores there */
+    t_attention(p, "attention long (100 keys, head 64)", 100, 100, 2, 128, 1, 0, 0);
+    t_attention(p, "attention long masked (102 keys)", 102, 102, 2, 128, 1, 1, 0);
+    t_attention(p, "attention long(scores ~113)", 100, 100, 2, 128, 1, 0, 1);
     t_add_layernorm(p, &d->ln1, c->ln_eps, B * H, E);
     t_attention_out_ln(p, "attention+out+ln self", H, H, c->nheads, E, 1, 0, &d->self_attn.out,
                        &d->ln1, c->ln_eps, 0, 0);

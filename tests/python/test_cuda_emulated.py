@@ -323,3 +323,32 @@ def test_cuda_graphs_off_captures_nothing(act_infer, model, emu_env):
     p = subprocess.run([str(c) for c in base], capture_output=True, text=True, timeout=300,
                        env=dict(emu_env, ACT_CUDA_GRAPHS="2"))
     assert p.returncode != 0 and "ACT_CUDA_GRAPHS=2: expected 0 or 1" in p.stderr, p.stderr
+
+
+def test_a_long_action_chunk_runs_on_cuda_as_on_cpu(act_infer, make_cfg, make_model, emu_env, tmp_path):
+    """pred_horizon 100 at head size 64 (the ACT paper's chunk and head size): a head's K and V of
+    the decoder's self-attention (100 keys) and of the posterior's (2 + 100) no longer fit the
+    attention kernel's 48 KB of shared memory; the CUDA backend used to refuse the model at its
+    first step (and serve only prior requests of a chunk of 89). Prior and posterior through eval
+    (which runs both), CUDA fp32 against the CPU."""
+    cfg = make_cfg(pred_horizon=100, num_action_steps=50, head={"hidden_dim": 128, "nheads": 2,
+                                                                "dim_feedforward": 64})
+    actw, _ = make_model(tmp_path, cfg, 77)
+    eps = tmp_path / "episodes"
+    eps.mkdir()
+    h, w = cfg["vision_backbone"]["image_shape"]
+    make_episodes.make_episode(str(eps / "episode_0.hdf5"), 6, h, w, list(cfg["camera_names"]), False, True,
+                               seed=5, obs_dim=cfg["obs_dim"], action_dim=cfg["action_dim"])
+    sums = {}
+    for dev in ("cpu", "cuda"):
+        out = tmp_path / f"{dev}.json"
+        _run([act_infer, "eval", "--model", actw, "--episodes", eps, "--device", dev, "--batch", 3, "--json", out],
+             emu_env)
+        sums[dev] = json.loads(out.read_text())
+    for metric in ("action_l1", "action_mse", "val_l1", "val_kl", "val_loss"):
+        a, b = sums["cuda"]["episodes"][0][metric], sums["cpu"]["episodes"][0][metric]
+        assert np.isclose(a, b, **TOL), (metric, a, b)
+    for dev in ("cpu", "cuda"):
+        _run([act_infer, "predict", "--model", actw, "--episode", eps / "episode_0.hdf5", "--out",
+              tmp_path / f"{dev}.npy", "--device", dev, "--batch", 3], emu_env)
+    np.testing.assert_allclose(np.load(tmp_path / "cuda.npy"), np.load(tmp_path / "cpu.npy"), **TOL)
