@@ -7,8 +7,8 @@
  * tf32 keeps to the GEMM family too: a Winograd or FFT transform multiplies the operands'
  * rounding error (TF32's 2^-11, not fp32's 2^-24) by its transform's growth, which the 2e-3
  * tf32 parity budget (1.0e-3 used by the plain products) cannot absorb.
- * bf16/fp16 take tensor-op math, but keep out of the FFT and non-fused Winograd algorithms too
- * unless ACT_CUDA_CONV_TRANSFORMS16=1: cuDNN may rank them first for 16-bit 3x3 convs, and their
+ * bf16/fp16 take tensor-op math, but keep to the GEMM family too (no FFT or Winograd) unless
+ * ACT_CUDA_CONV_TRANSFORMS16=1: cuDNN may rank them first for 16-bit 3x3 convs, and their
  * transforms in half precision have never been held to the 2e-2 parity budget on a GPU (the
  * NHWC tensor-core GEMM kernels are what the parity runs measured).
  * Bias, residual and ReLU go into the convolution itself where cuDNN's fused call
@@ -40,10 +40,7 @@ static int transforms16(void) {   /* ACT_CUDA_CONV_TRANSFORMS16, read once */
 
 int act_k_conv_usable(const cudnnConvolutionFwdAlgoPerf_t *c, int prec, size_t ws_limit) {
     if (c->status != CUDNN_STATUS_SUCCESS || c->memory > ws_limit) return 0;
-    if (prec >= 2)
-        return transforms16() || (c->algo != CUDNN_CONVOLUTION_FWD_ALGO_FFT &&
-                                  c->algo != CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING &&
-                                  c->algo != CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED);
+    if (prec >= 2) return transforms16() || gemm_family(c->algo);
     int tensor_op = c->mathType == CUDNN_TENSOR_OP_MATH ||
                     c->mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
     /* tf32 takes tensor ops, but not ALLOW_CONVERSION: that lets cuDNN compute fp32 in fp16 */

@@ -139,35 +139,45 @@ static int measure(cublasLtHandle_t lt, const act_lt_plan *p, const void *W, con
     KCHECK(cudaEventElapsedTime(&one, ev[0], ev[1]));
     int reps = one >= TUNE_TARGET_MS ? 1 : (int)ceilf(TUNE_TARGET_MS / fmaxf(one, 1e-4f));
     if (reps > TUNE_MAX_REPS) reps = TUNE_MAX_REPS;
+    /* every candidate as a graph, or every one as plain launches: a mix would time some at the
+     * GPU's pace and others at the host's */
     cudaGraphExec_t gx[KLT_CANDIDATES] = {0};
-    for (int i = 0; i < p->n_cand; i++)
-        if (usable[i] && reps > 1 && graphs) batch_graph(lt, p, i, W, x, y, ws, ws_bytes, st, reps, &gx[i]);
-    int e = 2, rc = 0;
-    for (int r = 0; r < TUNE_ROUNDS && !rc; r++)
-        for (int i = 0; i < p->n_cand && !rc; i++) {
-            if (!usable[i]) continue;
-            cudaError_t c = cudaEventRecord(ev[e], st);
-            int as_graph = c == cudaSuccess && gx[i];
-            if (as_graph && cudaGraphLaunch(gx[i], st) != cudaSuccess) {
-                cudaGetLastError();   /* a launch refused (nothing run): plain launches instead */
-                as_graph = 0;
+    int as_graphs = graphs && reps > 1;
+    for (int i = 0; i < p->n_cand && as_graphs; i++)
+        if (usable[i] && batch_graph(lt, p, i, W, x, y, ws, ws_bytes, st, reps, &gx[i])) as_graphs = 0;
+    int e, rc;
+    for (;;) {
+        int refused = 0;
+        e = 2;
+        rc = 0;
+        for (int r = 0; r < TUNE_ROUNDS && !rc && !refused; r++)
+            for (int i = 0; i < p->n_cand && !rc && !refused; i++) {
+                if (!usable[i]) continue;
+                cudaError_t c = cudaEventRecord(ev[e], st);
+                if (c == cudaSuccess && as_graphs && cudaGraphLaunch(gx[i], st) != cudaSuccess) {
+                    cudaGetLastError();   /* a launch refused (nothing run): all plain, anew */
+                    refused = 1;
+                    break;
+                }
+                for (int k = 0; k < reps && c == cudaSuccess && !as_graphs && !rc; k++) {
+                    s = run_cand(lt, p, i, W, x, y, ws, ws_bytes, st);
+                    if (s != CUBLAS_STATUS_SUCCESS)
+                        rc = act_kerr(err, errlen, __FILE__, __LINE__, "cublasLtMatmul",
+                                      cublasLtGetStatusString(s));
+                }
+                if (c == cudaSuccess && !rc) c = cudaEventRecord(ev[e + 1], st);
+                if (c != cudaSuccess && !rc)
+                    rc = act_kerr(err, errlen, __FILE__, __LINE__, "cudaEventRecord/cudaGraphLaunch",
+                                  cudaGetErrorString(c));
+                e += 2;
             }
-            for (int k = 0; k < reps && c == cudaSuccess && !as_graph && !rc; k++) {
-                s = run_cand(lt, p, i, W, x, y, ws, ws_bytes, st);
-                if (s != CUBLAS_STATUS_SUCCESS)
-                    rc = act_kerr(err, errlen, __FILE__, __LINE__, "cublasLtMatmul",
-                                  cublasLtGetStatusString(s));
-            }
-            if (c == cudaSuccess && !rc) c = cudaEventRecord(ev[e + 1], st);
-            if (c != cudaSuccess && !rc)
-                rc = act_kerr(err, errlen, __FILE__, __LINE__, "cudaEventRecord/cudaGraphLaunch",
-                              cudaGetErrorString(c));
-            e += 2;
+        if (!rc && e > 2) {
+            cudaError_t c = cudaEventSynchronize(ev[e - 1]);
+            if (c != cudaSuccess)
+                rc = act_kerr(err, errlen, __FILE__, __LINE__, "cudaEventSynchronize", cudaGetErrorString(c));
         }
-    if (!rc) {
-        cudaError_t c = cudaEventSynchronize(ev[e - 1]);
-        if (c != cudaSuccess)
-            rc = act_kerr(err, errlen, __FILE__, __LINE__, "cudaEventSynchronize", cudaGetErrorString(c));
+        if (!refused || rc) break;
+        as_graphs = 0;
     }
     for (int i = 0; i < p->n_cand; i++)
         if (gx[i]) cudaGraphExecDestroy(gx[i]);   /* after the sync: no launch still uses it */

@@ -31,7 +31,7 @@
 enum { NPREC = 4 };
 static const char *PREC_NAME[NPREC] = {"fp32", "tf32", "bf16", "fp16"};
 
-#define MAX_OPS 64
+#define MAX_OPS 128   /* distinct op rows of the table; record() refuses more, never overruns */
 static const char *g_op[MAX_OPS];
 static double g_err[MAX_OPS][NPREC];
 static int g_bad[MAX_OPS][NPREC], g_nops;
@@ -152,6 +152,11 @@ static void record(const char *op, const pair *p, const float *got, const float 
     double tol = p->prec == ACT_FP32 ? (gemm ? 1e-4 : 1e-5) : p->prec == ACT_TF32 ? 2e-3 : 2e-2;
     int k = 0;
     while (k < g_nops && strcmp(g_op[k], op)) k++;
+    if (k == MAX_OPS) {
+        fprintf(stderr, "FAIL %s: more than MAX_OPS (%d) op rows; raise MAX_OPS\n", op, MAX_OPS);
+        g_fail++;
+        return;
+    }
     if (k == g_nops) {
         g_op[g_nops++] = op;
         for (int j = 0; j < NPREC; j++) g_err[k][j] = -1;

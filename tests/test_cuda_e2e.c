@@ -227,11 +227,11 @@ static void free_sets(run_io *in, run_io *ref, int n, int ncam) {
     }
 }
 
-/* The driver's count (cudaMemGetInfo since the backend's setup) holds at least what the session
- * allocated itself: cudaMalloc commits what it returns, rounded up. A count taken before the
- * setup's own buffers (cuBLAS's workspace) or a later one that misses them would read low. The
- * emulator's libraries allocate nothing of their own, so there the two are equal to the byte;
- * on a GPU the difference is cuBLAS's, cuDNN's and the graphs' own memory, printed for the log. */
+/* The driver's count (cudaMemGetInfo since the backend's setup) against what the session
+ * allocated itself. The emulator's libraries allocate nothing of their own, so there the two are
+ * equal to the byte: a count taken after the setup's own buffers (cuBLAS's workspace) would read
+ * low. On a GPU the two are printed for the log (the libraries', the graphs' and lazily loaded
+ * kernels' memory make the difference). */
 static void check_driver_memory(const act_session *s, const char *prec, int B, int graphs) {
     act_memory mm;
     act_session_memory(s, &mm);
@@ -240,16 +240,20 @@ static void check_driver_memory(const act_session *s, const char *prec, int B, i
         if (B == 1 && graphs) printf("note: %s: cudaMemGetInfo gave no driver count here\n", prec);
         return;
     }
+    if (!emulated) {   /* a GPU's count is a figure for the log: pages another session of this
+                          process left, lazily loaded kernels, other processes all move it */
+        if (B == 1 && graphs)
+            printf("note: %s B=1: driver held %.1f MiB vs the session's %.1f MiB (context etc. %.1f MiB)\n",
+                   prec, mm.driver_held / 1048576.0, mm.total / 1048576.0, mm.driver_before / 1048576.0);
+        return;
+    }
     g_checks++;
-    if (mm.driver_total == 0 || mm.driver_held < mm.total ||
-        (emulated && mm.driver_held != mm.total) || mm.driver_before + mm.driver_held > mm.driver_total) {
+    if (mm.driver_total == 0 || mm.driver_held != mm.total ||
+        mm.driver_before + mm.driver_held > mm.driver_total) {
         printf("FAIL driver memory %s B=%d graphs=%d: driver held %zu, before %zu, total %zu; the "
                "session's own %zu bytes\n", prec, B, graphs, mm.driver_held, mm.driver_before,
                mm.driver_total, mm.total);
         g_fail++;
-    } else if (!emulated && B == 1 && graphs) {
-        printf("note: %s B=1: driver held %.1f MiB vs the session's %.1f MiB (context etc. %.1f MiB)\n",
-               prec, mm.driver_held / 1048576.0, mm.total / 1048576.0, mm.driver_before / 1048576.0);
     }
 }
 

@@ -270,15 +270,17 @@ def _unpickle(data, source, archive=None):
         where = _where_refused(data, source, archive)
         if not where:
             raise
-        # an entry of its own beside the ones the converter reads (a date, a path, the run's
-        # argparse Namespace) can be dropped; inside those, or one of them, it cannot
-        key = where[0][1:where[0].index("]")] if where[0].startswith("[") else None
+        # entries of their own beside the ones the converter reads (a date, a path, the run's
+        # argparse Namespace) can be dropped; inside those, or one of them, they cannot
         read = ("model_state_dict", "state_dict", "model", "agent", "config", "dataset_stats")
+        keys = [w[1:w.index("]")] for w in where if w.startswith("[") and w.count("[") == 1]
+        droppable = len(keys) == len(where) and all(
+            k.strip("'\"") not in read and "state_dict" not in k for k in keys)
         fix = (f"; the converter reads only the state dict, the statistics and the config, so a "
-               f"copy without it converts: ckpt = torch.load(p, weights_only=False); "
-               f"ckpt.pop({key}); torch.save(ckpt, p2)") \
-            if key and where[0].count("[") == 1 and key.strip("'\"") not in read \
-            and "state_dict" not in key else ""
+               f"copy without {'them' if len(keys) > 1 else 'it'} converts (torch.load runs the "
+               f"pickle's code: only for a file you trust): ckpt = torch.load(p, weights_only=False); "
+               + "; ".join(f"ckpt.pop({k})" for k in keys) + "; torch.save(ckpt, p2)") \
+            if droppable else ""
         raise CheckpointError(f"{e} - it sits at {', '.join(where)}{fix}") from None
     except CheckpointError:
         raise

@@ -69,7 +69,7 @@
  * (events read the host clock when they run), occupancy and registers, and warp-synchronous
  * code that relies on lockstep execution without __syncwarp (undefined since Volta anyway).
  * ACT_EMU_TRACE=1 prints each instantiated graph's node and lane counts, and at exit the
- * operations run; =2 also lists the nodes in replay order, each with its lane. ACT_EMU_FAULT_FILE=path injects a device fault: once that file
+ * operations run (and graphLaunch: the graph launches); =2 also lists the nodes in replay order, each with its lane. ACT_EMU_FAULT_FILE=path injects a device fault: once that file
  * exists, the next operation to run faults (sticky, like an Xid on a GPU), so tests can see how
  * a program lives through a GPU that fails mid-run. Refusals a real GPU may give, read at each
  * call so tests can flip them: ACT_EMU_MALLOC=fail makes every cudaMalloc fail with
@@ -1611,6 +1611,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t st) {
         s->queue.push_back(op);
         s->queue.back().seq = ++g_seq;
     }
+    g_counts["graphLaunch"]++;   /* ACT_EMU_TRACE's count at exit: launches, not their nodes */
     return cudaSuccess;
 }
 

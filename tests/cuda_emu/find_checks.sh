@@ -13,7 +13,8 @@
 #     TENSOR_OP_MATH ("math 1" in ACT_EMU_TRACE=2's node list). A filter that held bf16 to
 #     fp32's rules (no tensor ops) computes the same numbers, and no parity test sees it.
 #  4. no transform algorithm in bf16: the emulator ranks WINOGRAD_NONFUSED (algo 7) first for
-#     16-bit 3x3 convs, as a real cuDNN may; no conv node may run it (nor FFT, 4 and 5) unless
+#     16-bit 3x3 convs, as a real cuDNN may; no conv node may run it (nor FFT, 4 and 5, nor
+#     the fused WINOGRAD, 6: only the GEMM family, 0-3) unless
 #     ACT_CUDA_CONV_TRANSFORMS16=1 allows them, in which case some node must (or the check
 #     below could not fail).
 set -u
@@ -54,7 +55,7 @@ if [ "$total" = 0 ] || [ "$plain" != 0 ]; then
     echo "FAIL: a bf16 conv left tensor cores (or no conv node was listed)"
     fail=1
 fi
-transforms() { echo "$1" | grep 'cuda-emu:   \[lane' | grep -c 'Forward algo [457] '; }
+transforms() { echo "$1" | grep 'cuda-emu:   \[lane' | grep -c 'Forward algo [4-7] '; }
 t=$(transforms "$o")
 a=$(PREC=bf16 run 1 ACT_EMU_TRACE=2 ACT_CUDA_CONV_TRANSFORMS16=1) || { echo "$a"; exit 1; }
 ta=$(transforms "$a")
