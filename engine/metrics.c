@@ -93,21 +93,16 @@ void act_metrics_refused(act_metrics *m, int reason)
     pthread_mutex_unlock(&m->mu);
 }
 
-void act_metrics_memory(act_metrics *m, size_t weights, size_t activations, size_t workspace)
+void act_metrics_memory(act_metrics *m, size_t weights, size_t activations, size_t workspace,
+                        size_t drv_held, size_t drv_before, size_t drv_total)
 {
     pthread_mutex_lock(&m->mu);
     m->mem_weights = weights;
     m->mem_activations = activations;
     m->mem_workspace = workspace;
-    pthread_mutex_unlock(&m->mu);
-}
-
-void act_metrics_driver_memory(act_metrics *m, size_t held, size_t before, size_t total)
-{
-    pthread_mutex_lock(&m->mu);
-    m->drv_held = held;
-    m->drv_before = before;
-    m->drv_total = total;
+    m->drv_held = drv_held;
+    m->drv_before = drv_before;
+    m->drv_total = drv_total;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -172,6 +167,15 @@ static void sb_printf(sbuf *b, const char *fmt, ...)
         b->p = p;
         b->cap = cap;
     }
+}
+
+/* a gauge of three values by kind */
+static void render_kinds(sbuf *b, const char *name, const char *help, const char *const kind[3],
+                         const uint64_t v[3])
+{
+    sb_printf(b, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+    for (int i = 0; i < 3; i++)
+        sb_printf(b, "%s{kind=\"%s\"} %llu\n", name, kind[i], (unsigned long long)v[i]);
 }
 
 static void render_hist(sbuf *b, const char *name, const char *help, const act_hist *h)
@@ -241,23 +245,17 @@ char *act_metrics_render(act_metrics *m, int ready, int draining, size_t *len)
     for (int r = 0; r < ACT_REFUSED_N; r++)
         sb_printf(&b, "act_serve_connections_refused_total{reason=\"%s\"} %llu\n", refused_why[r],
                   (unsigned long long)m->conns_refused[r]);
-    sb_printf(&b, "# HELP act_serve_device_memory_bytes device memory the model session holds (CPU: its "
-                  "buffers), by what it holds\n# TYPE act_serve_device_memory_bytes gauge\n"
-                  "act_serve_device_memory_bytes{kind=\"weights\"} %llu\n"
-                  "act_serve_device_memory_bytes{kind=\"activations\"} %llu\n"
-                  "act_serve_device_memory_bytes{kind=\"workspace\"} %llu\n",
-              (unsigned long long)m->mem_weights, (unsigned long long)m->mem_activations,
-              (unsigned long long)m->mem_workspace);
+    static const char *const mem_kind[3] = { "weights", "activations", "workspace" };
+    static const char *const drv_kind[3] = { "held", "before", "total" };
+    const uint64_t mem[3] = { m->mem_weights, m->mem_activations, m->mem_workspace };
+    const uint64_t drv[3] = { m->drv_held, m->drv_before, m->drv_total };
+    render_kinds(&b, "act_serve_device_memory_bytes", "device memory the model session holds (CPU: its "
+                 "buffers), by what it holds", mem_kind, mem);
     if (m->drv_total)   /* a separate gauge: summing it with the one above would count twice */
-        sb_printf(&b, "# HELP act_serve_device_memory_driver_bytes the GPU's memory as its driver counts it "
-                      "after the warm-up: held since the backend's setup (the libraries' buffers and graphs "
-                      "included), before it (the CUDA context, other processes), the GPU's total\n"
-                      "# TYPE act_serve_device_memory_driver_bytes gauge\n"
-                      "act_serve_device_memory_driver_bytes{kind=\"held\"} %llu\n"
-                      "act_serve_device_memory_driver_bytes{kind=\"before\"} %llu\n"
-                      "act_serve_device_memory_driver_bytes{kind=\"total\"} %llu\n",
-                  (unsigned long long)m->drv_held, (unsigned long long)m->drv_before,
-                  (unsigned long long)m->drv_total);
+        render_kinds(&b, "act_serve_device_memory_driver_bytes", "the GPU's memory as its driver counts "
+                     "it after the warm-up: held since the backend's setup (the libraries' buffers, "
+                     "graphs and lazily loaded kernels included), before it (the CUDA context, other "
+                     "processes), the GPU's total", drv_kind, drv);
     sb_printf(&b, "# HELP act_serve_inflight requests received and not yet answered\n"
                   "# TYPE act_serve_inflight gauge\nact_serve_inflight %lld\n", (long long)m->inflight);
     render_hist(&b, "act_serve_batch_size", "requests per forward pass", &m->batch_size);

@@ -53,9 +53,10 @@ void act_metrics_conn(act_metrics *m, int delta, int dropped);   /* +1 open, -1 
 void act_metrics_refused(act_metrics *m, int reason);            /* ACT_REFUSED_* */
 void act_metrics_inflight(act_metrics *m, int delta);
 void act_metrics_abandoned(act_metrics *m, int n);   /* queued requests of a closed connection */
-void act_metrics_memory(act_metrics *m, size_t weights, size_t activations, size_t workspace);
-/* the driver's count of device memory (act_memory's driver_*): rendered only when total > 0 */
-void act_metrics_driver_memory(act_metrics *m, size_t held, size_t before, size_t total);
+/* the session's device memory by kind, and the driver's count (act_memory's driver_*: rendered
+ * only when drv_total > 0) */
+void act_metrics_memory(act_metrics *m, size_t weights, size_t activations, size_t workspace,
+                        size_t drv_held, size_t drv_before, size_t drv_total);
 void act_metrics_io_threads(act_metrics *m, int n);
 void act_metrics_warmup(act_metrics *m, double seconds);
 /* 1 while failing, with the reason copied into why */

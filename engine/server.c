@@ -456,8 +456,8 @@ int act_server_attach(act_server *s, const act_model *m, act_session *sess, act_
     if (atomic_load(&s->stop_flag)) return fail(err, errlen, "act-serve: stopped before the model was ready");
     act_memory mem;   /* after the warm-up, which has sized the workspaces for every batch */
     act_session_memory(sess, &mem);
-    act_metrics_memory(&s->metrics, mem.weights, mem.activations, mem.workspace);
-    act_metrics_driver_memory(&s->metrics, mem.driver_held, mem.driver_before, mem.driver_total);
+    act_metrics_memory(&s->metrics, mem.weights, mem.activations, mem.workspace, mem.driver_held,
+                       mem.driver_before, mem.driver_total);
     if (act_infer_start(s, err, errlen)) return -1;
     atomic_store(&s->attached, 1);
     act_server_wake(s);
