@@ -35,7 +35,7 @@ M = {
           "if (!key_pad || !key_pad[(size_t)b * Lq + j]) {\n                s = 0.0f;\n                if (staged)", "attention mask row stride Lq instead of Lk"),
  "ATT2": ("attention.cu", "if (!key_pad || !key_pad[(size_t)b * Lk + j]) {\n                s = 0.0f;\n                if (staged)",
           "if (!key_pad || !key_pad[(size_t)b * Lk + j] || j == Lk - 1) {\n                s = 0.0f;\n                if (staged)", "attention: mask ignored for the last key (off-by-one bound)"),
- "ATT6": ("attention.cu", "acc += (pw[j] / sum) * kld(v, kvdt, kv0 + (size_t)j * kvs + d);", "acc += (pw[j] / sum) * kld(k, kvdt, kv0 + (size_t)j * kvs + d);", "long attention (K/V read in place) takes V from K"),
+ "ATT11": ("attention.cu", "acc += (pw[j] / sum) * kld(v, kvdt, kv0 + (size_t)j * kvs + d);", "acc += (pw[j] / sum) * kld(k, kvdt, kv0 + (size_t)j * kvs + d);", "long attention (K/V read in place) takes V from K"),
  "ATT3": ("attention.cu", "float e = expf(pw[j] - m);", "float e = expf(pw[j]);", "softmax without max subtraction (both attention kernels)"),
  "ATT4": ("attention.cu", "qw[d] = kld(q, qdt, qrow + d) / scale;\n        __syncwarp();", "qw[d] = kld(q, qdt, qrow + d) / scale;", "attention: __syncwarp after staging q dropped"),
  "ATT5": ("attention.cu", "        __syncwarp();                                 /* qw, pw reused by the next row */\n", "", "attention: trailing __syncwarp dropped (equivalent: the next row's own __syncwarps order qw and pw)"),

@@ -28,3 +28,14 @@ def test_mutant_applies_once(src, mid, mutant):
 
 def test_ids_are_unique_across_targets():
     assert not set(M) & set(M_CPU), "a mutant id names both a kernel and a CPU mutant"
+
+
+@pytest.mark.parametrize("name", ["mutants.py", "mutants_cpu.py"])
+def test_no_id_is_written_twice(name):
+    """a dict literal keeps the last of two equal keys: the first mutant would vanish unseen"""
+    import collections
+    import re
+    text = (ROOT / "tests" / "mutation" / name).read_text()
+    ids = re.findall(r'^\s*"([A-Z]+[0-9]+)":', text, re.M)
+    twice = [k for k, n in collections.Counter(ids).items() if n > 1]
+    assert ids and not twice, f"{name}: ids written twice: {twice}"
