@@ -14,8 +14,9 @@
  * fastest batch. Each batch is one captured graph of its reps runs where the stream can capture
  * (else plain launches): a batch-1 decoder GEMM takes a few us, about cuBLASLt's host cost per
  * call, so launched one by one the events would time the host's launch rate, every candidate
- * alike; in a graph the runs follow each other on the GPU as they do in the step's own graph. Another than the first usable is taken only when it is faster by more than
- * TUNE_MARGIN, so that noise does not trade the heuristic's choice for an equal one.
+ * alike; in a graph the runs follow each other on the GPU as they do in the step's own graph.
+ * Another than the first usable is taken only when it is faster by more than TUNE_MARGIN, so
+ * that noise does not trade the heuristic's choice for an equal one.
  * What one measurement chose is kept for the process, keyed by device, data types, shape,
  * precision, epilogue and alignments (act_lt_key): identical linears (the decoder's six layers)
  * and every later session of the same model measure nothing again; with ACT_CUDA_ALGO_CACHE=FILE
@@ -108,6 +109,36 @@ static int batch_graph(cublasLtHandle_t lt, const act_lt_plan *p, int i, const v
     return 0;
 }
 
+/* TUNE_ROUNDS rounds of one timed batch of reps runs per usable candidate, between events
+ * ev[2], ev[3], ... in order: each batch one launch of gx[i], or reps plain launches when gx is
+ * NULL. 0 once the last event has passed; 1 when a graph launch was refused (nothing enqueued
+ * by it; the caller times again without graphs); -1 with err on an error. */
+static int time_batches(cublasLtHandle_t lt, const act_lt_plan *p, const int *usable,
+                        const void *W, const void *x, void *y, void *ws, size_t ws_bytes,
+                        cudaStream_t st, int reps, const cudaGraphExec_t *gx, cudaEvent_t *ev,
+                        char *err, size_t errlen) {
+    int e = 2;
+    for (int r = 0; r < TUNE_ROUNDS; r++)
+        for (int i = 0; i < p->n_cand; i++) {
+            if (!usable[i]) continue;
+            KCHECK(cudaEventRecord(ev[e], st));
+            if (gx && cudaGraphLaunch(gx[i], st) != cudaSuccess) {
+                cudaGetLastError();
+                return 1;
+            }
+            for (int k = 0; k < reps && !gx; k++) {
+                cublasStatus_t s = run_cand(lt, p, i, W, x, y, ws, ws_bytes, st);
+                if (s != CUBLAS_STATUS_SUCCESS)
+                    return act_kerr(err, errlen, __FILE__, __LINE__, "cublasLtMatmul",
+                                    cublasLtGetStatusString(s));
+            }
+            KCHECK(cudaEventRecord(ev[e + 1], st));
+            e += 2;
+        }
+    KCHECK(cudaEventSynchronize(ev[e - 1]));
+    return 0;
+}
+
 /* the measurement itself, events made by the caller */
 static int measure(cublasLtHandle_t lt, const act_lt_plan *p, const void *W, const void *x,
                    void *y, void *ws, size_t ws_bytes, cudaStream_t st, int graphs, cudaEvent_t *ev,
@@ -145,45 +176,15 @@ static int measure(cublasLtHandle_t lt, const act_lt_plan *p, const void *W, con
     int as_graphs = graphs && reps > 1;
     for (int i = 0; i < p->n_cand && as_graphs; i++)
         if (usable[i] && batch_graph(lt, p, i, W, x, y, ws, ws_bytes, st, reps, &gx[i])) as_graphs = 0;
-    int e, rc;
-    for (;;) {
-        int refused = 0;
-        e = 2;
-        rc = 0;
-        for (int r = 0; r < TUNE_ROUNDS && !rc && !refused; r++)
-            for (int i = 0; i < p->n_cand && !rc && !refused; i++) {
-                if (!usable[i]) continue;
-                cudaError_t c = cudaEventRecord(ev[e], st);
-                if (c == cudaSuccess && as_graphs && cudaGraphLaunch(gx[i], st) != cudaSuccess) {
-                    cudaGetLastError();   /* a launch refused (nothing run): all plain, anew */
-                    refused = 1;
-                    break;
-                }
-                for (int k = 0; k < reps && c == cudaSuccess && !as_graphs && !rc; k++) {
-                    s = run_cand(lt, p, i, W, x, y, ws, ws_bytes, st);
-                    if (s != CUBLAS_STATUS_SUCCESS)
-                        rc = act_kerr(err, errlen, __FILE__, __LINE__, "cublasLtMatmul",
-                                      cublasLtGetStatusString(s));
-                }
-                if (c == cudaSuccess && !rc) c = cudaEventRecord(ev[e + 1], st);
-                if (c != cudaSuccess && !rc)
-                    rc = act_kerr(err, errlen, __FILE__, __LINE__, "cudaEventRecord/cudaGraphLaunch",
-                                  cudaGetErrorString(c));
-                e += 2;
-            }
-        if (!rc && e > 2) {
-            cudaError_t c = cudaEventSynchronize(ev[e - 1]);
-            if (c != cudaSuccess)
-                rc = act_kerr(err, errlen, __FILE__, __LINE__, "cudaEventSynchronize", cudaGetErrorString(c));
-        }
-        if (!refused || rc) break;
-        as_graphs = 0;
-    }
+    int rc = time_batches(lt, p, usable, W, x, y, ws, ws_bytes, st, reps, as_graphs ? gx : NULL, ev,
+                          err, errlen);
+    if (rc == 1)   /* a graph launch refused: every candidate as plain launches, anew */
+        rc = time_batches(lt, p, usable, W, x, y, ws, ws_bytes, st, reps, NULL, ev, err, errlen);
     for (int i = 0; i < p->n_cand; i++)
-        if (gx[i]) cudaGraphExecDestroy(gx[i]);   /* after the sync: no launch still uses it */
+        if (gx[i]) cudaGraphExecDestroy(gx[i]);   /* one still in flight (an error) is freed when done */
     if (rc) return rc;
     float t[KLT_CANDIDATES];
-    e = 2;
+    int e = 2;
     for (int r = 0; r < TUNE_ROUNDS; r++)
         for (int i = 0; i < p->n_cand; i++) {
             if (!usable[i]) continue;

@@ -204,11 +204,11 @@ def settings_from_agent(agent, root, source, unresolved=None, warnings=None):
         if isinstance(keys, str) and not isinstance(keys, Unresolved):
             keys = [n.strip() for n in keys.split(",")]
         if isinstance(keys, (list, tuple)) and keys:
-            put("camera_names", sorted(str(n) for n in keys),
+            order = sorted(str(n) for n in keys)
+            put("camera_names", order,
                 "camera_names (null: the agent sorts the cameras, sorted(data.camera_names))")
             warnings.append(f"note {source}: camera_names is null, so the agent fed the cameras "
-                            f"in sorted order: {','.join(sorted(str(n) for n in keys))} "
-                            f"(data.camera_names sorted)")
+                            f"in sorted order: {','.join(order)} (data.camera_names sorted)")
         else:
             unresolved.setdefault("camera_names", (
                 "camera_names", "null (the agent then feeds the cameras in sorted order of the "

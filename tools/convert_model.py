@@ -203,10 +203,8 @@ def resolve(settings, found, trust, strict, warnings):
     if map_conflicts:
         # no shape to trust here: the grid says only the image's size after resize and crop,
         # and a resize where training cropped (or the reverse) runs but gives wrong actions
-        lo = [32 * (v - 1) + 1 for v in (found.get("feature_height", (feat["feature_height"],))[0],
-                                         found.get("feature_width", (feat["feature_width"],))[0])]
-        hi = [32 * v for v in (found.get("feature_height", (feat["feature_height"],))[0],
-                               found.get("feature_width", (feat["feature_width"],))[0])]
+        grid = [found.get(n, (feat[n],))[0] for n in ("feature_height", "feature_width")]
+        lo, hi = [32 * (v - 1) + 1 for v in grid], [32 * v for v in grid]
         raise ConvertError(
             "the weights' feature map disagrees with the image size the config gives:\n  "
             + "\n  ".join(map_conflicts)

@@ -238,19 +238,19 @@ class _RestrictedUnpickler(pickle.Unpickler):
         return self.archive.storage(pid[2], pid[1], pid[4])
 
 
-def _opaque_paths(obj, path="", depth=0, out=None):
-    """Where the probe pass's stand-ins sit: ["['saved_at']", ...] (at most 5)."""
+def _opaque_paths(obj, keys=(), depth=0, out=None):
+    """Where the probe pass's stand-ins sit: [(keys from the top object, global name)], at most 5."""
     out = [] if out is None else out
     if len(out) >= 5 or depth > 12:
         return out
     if isinstance(obj, _Opaque) or (isinstance(obj, type) and issubclass(obj, _Opaque)):
-        out.append(f"{path or 'the top object'} ({obj._global})")
+        out.append((keys, obj._global))
     elif isinstance(obj, dict):
         for k, v in obj.items():
-            _opaque_paths(v, f"{path}[{k!r}]", depth + 1, out)
+            _opaque_paths(v, keys + (k,), depth + 1, out)
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
-            _opaque_paths(v, f"{path}[{i}]", depth + 1, out)
+            _opaque_paths(v, keys + (i,), depth + 1, out)
     return out
 
 
@@ -273,15 +273,17 @@ def _unpickle(data, source, archive=None):
         # entries of their own beside the ones the converter reads (a date, a path, the run's
         # argparse Namespace) can be dropped; inside those, or one of them, they cannot
         read = ("model_state_dict", "state_dict", "model", "agent", "config", "dataset_stats")
-        keys = [w[1:w.index("]")] for w in where if w.startswith("[") and w.count("[") == 1]
-        droppable = len(keys) == len(where) and all(
-            k.strip("'\"") not in read and "state_dict" not in k for k in keys)
+        tops = [keys[0] for keys, _ in where if len(keys) == 1]
+        droppable = len(tops) == len(where) and all(
+            k not in read and "state_dict" not in str(k) for k in tops)
         fix = (f"; the converter reads only the state dict, the statistics and the config, so a "
-               f"copy without {'them' if len(keys) > 1 else 'it'} converts (torch.load runs the "
+               f"copy without {'them' if len(tops) > 1 else 'it'} converts (torch.load runs the "
                f"pickle's code: only for a file you trust): ckpt = torch.load(p, weights_only=False); "
-               + "; ".join(f"ckpt.pop({k})" for k in keys) + "; torch.save(ckpt, p2)") \
+               + "; ".join(f"ckpt.pop({k!r})" for k in tops) + "; torch.save(ckpt, p2)") \
             if droppable else ""
-        raise CheckpointError(f"{e} - it sits at {', '.join(where)}{fix}") from None
+        at = ", ".join(f"{''.join(f'[{k!r}]' for k in keys) or 'the top object'} ({name})"
+                       for keys, name in where)
+        raise CheckpointError(f"{e} - it sits at {at}{fix}") from None
     except CheckpointError:
         raise
     except Exception as e:   # malformed pickles raise many types; all mean "bad file"
