@@ -29,7 +29,7 @@ static int gemm_family(cudnnConvolutionFwdAlgo_t a) {
            a == CUDNN_CONVOLUTION_FWD_ALGO_GEMM || a == CUDNN_CONVOLUTION_FWD_ALGO_DIRECT;
 }
 
-static int transforms16(void) {   /* ACT_CUDA_CONV_TRANSFORMS16, read once */
+int act_k_conv_transforms16(void) {   /* ACT_CUDA_CONV_TRANSFORMS16, read once */
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("ACT_CUDA_CONV_TRANSFORMS16");
@@ -40,7 +40,7 @@ static int transforms16(void) {   /* ACT_CUDA_CONV_TRANSFORMS16, read once */
 
 int act_k_conv_usable(const cudnnConvolutionFwdAlgoPerf_t *c, int prec, size_t ws_limit) {
     if (c->status != CUDNN_STATUS_SUCCESS || c->memory > ws_limit) return 0;
-    if (prec >= 2) return transforms16() || gemm_family(c->algo);
+    if (prec >= 2) return act_k_conv_transforms16() || gemm_family(c->algo);
     int tensor_op = c->mathType == CUDNN_TENSOR_OP_MATH ||
                     c->mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
     /* tf32 takes tensor ops, but not ALLOW_CONVERSION: that lets cuDNN compute fp32 in fp16 */

@@ -11,7 +11,9 @@
  * at batch 1) and a pass over the activations at large batches, more than a faster bare
  * convolution of these shapes is likely to win back.
  * What one measurement chose is kept for the process, keyed by device, data type, precision,
- * layout, geometry and keep_fusion: the ResNet's repeated shapes (layer1's four 3x3 convs) and
+ * layout, geometry, keep_fusion and whether 16-bit transforms were allowed (a choice made among
+ * the GEMM family says nothing of a Winograd the switch would allow, and one made with the
+ * switch is no choice for a run without it): the ResNet's repeated shapes (layer1's four 3x3 convs) and
  * every later session of the same model measure nothing again; with ACT_CUDA_ALGO_CACHE=FILE
  * every later process too (algo_cache.cuh). A failed measurement, or one where nothing usable
  * fit the cap, is remembered too, as "keep the heuristics' choice" (for this process only).
@@ -27,13 +29,14 @@
 typedef struct {
     act_conv_key key;
     int keep_fusion;
+    int transforms;                 /* 16-bit FFT/Winograd allowed (act_k_conv_transforms16) */
     int measured;                   /* 1: algo/math chosen by a measurement, 0: keep heuristics */
     cudnnConvolutionFwdAlgo_t algo;
     cudnnMathType_t math;
 } find_entry;
 
-/* keyed by (key, keep_fusion), which hold only ints: no padding for memcmp to read */
-static_assert(offsetof(find_entry, measured) == sizeof(act_conv_key) + sizeof(int), "packed key");
+/* keyed by (key, keep_fusion, transforms), which hold only ints: no padding for memcmp to read */
+static_assert(offsetof(find_entry, measured) == sizeof(act_conv_key) + 2 * sizeof(int), "packed key");
 static_assert(offsetof(act_conv_key, dev) == 0, "the device leads the key");
 
 /* an entry read from ACT_CUDA_ALGO_CACHE names an algorithm and math type cuDNN knows (whether
@@ -41,6 +44,7 @@ static_assert(offsetof(act_conv_key, dev) == 0, "the device leads the key");
 static int find_valid(const void *entry) {
     const find_entry *e = (const find_entry *)entry;
     return (e->measured == 0 || e->measured == 1) && (e->keep_fusion == 0 || e->keep_fusion == 1) &&
+           (e->transforms == 0 || e->transforms == 1) &&
            (int)e->algo >= 0 && (int)e->algo < CUDNN_CONVOLUTION_FWD_ALGO_COUNT &&
            (e->math == CUDNN_DEFAULT_MATH || e->math == CUDNN_TENSOR_OP_MATH ||
             e->math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION || e->math == CUDNN_FMA_MATH);
@@ -48,6 +52,14 @@ static int find_valid(const void *entry) {
 
 ACT_ALGO_CACHE(find_cache, find_entry, FIND_CACHE, offsetof(find_entry, measured), "conv",
                cudnnGetVersion, find_valid);
+
+/* the cache's key for plan p's measurement (the rest of *e zero) */
+static void entry_for(const act_conv_plan *p, int keep_fusion, find_entry *e) {
+    memset(e, 0, sizeof *e);
+    e->key = p->key;
+    e->keep_fusion = keep_fusion;
+    e->transforms = p->key.prec >= 2 && act_k_conv_transforms16();
+}
 
 /* act_k_conv_pick with the workspace held to cap as well as to the plan's limit */
 static int pick_within(cudnnHandle_t h, act_conv_plan *p,
@@ -79,9 +91,7 @@ static int apply(cudnnHandle_t h, act_conv_plan *p, cudnnConvolutionFwdAlgo_t al
 int act_k_conv_find_need(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, size_t ws_cap,
                          size_t *ws_bytes, char *err, size_t errlen) {
     find_entry e;
-    memset(&e, 0, sizeof e);
-    e.key = p->key;
-    e.keep_fusion = keep_fusion;
+    entry_for(p, keep_fusion, &e);
     if (!act_algo_cache_get(&find_cache, &e)) {
         *ws_bytes = p->find_ws < ws_cap ? p->find_ws : ws_cap;
         return 1;
@@ -120,9 +130,7 @@ static void log_choice(const act_conv_plan *p, cudnnConvolutionFwdAlgo_t heur,
 int act_k_conv_find(cudnnHandle_t h, act_conv_plan *p, int keep_fusion, const void *x,
                     const void *w, void *y, void *ws, size_t ws_size, char *err, size_t errlen) {
     find_entry e;
-    memset(&e, 0, sizeof e);
-    e.key = p->key;
-    e.keep_fusion = keep_fusion;
+    entry_for(p, keep_fusion, &e);
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int got = 0;
     const cudnnConvolutionFwdAlgo_t heur = p->algo;

@@ -2,7 +2,7 @@
  * heuristics, running) and conv_find.cu (choosing by measurement). Not part of the kernels' API:
  * the backend sees act_conv_plan only through conv.cuh.
  * defines: struct act_conv_plan, act_conv_key, act_k_conv_math, act_k_conv_usable,
- *          act_k_conv_pick */
+ *          act_k_conv_pick, act_k_conv_transforms16 */
 #ifndef ACT_KERNELS_CONV_PLAN_CUH
 #define ACT_KERNELS_CONV_PLAN_CUH
 #include "conv.cuh"
@@ -38,6 +38,9 @@ static inline cudnnMathType_t act_k_conv_math(int prec) {
  * FFT transforms lose digits that their parity budgets cannot spare), in fp32 on FMA math, in
  * tf32 never with CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION (fp32 computed in fp16) */
 int act_k_conv_usable(const cudnnConvolutionFwdAlgoPerf_t *c, int prec, size_t ws_limit);
+/* 1 when ACT_CUDA_CONV_TRANSFORMS16 lets bf16/fp16 convs take FFT and Winograd algorithms too
+ * (read once a process); part of a measured choice's key, since it widens what Find may pick */
+int act_k_conv_transforms16(void);
 /* Take the first entry of perf (best first, from the heuristics or from a measurement) that this
  * plan may use (act_k_conv_usable, and a workspace query that agrees). Sets algo, math (on cd
  * too) and ws, and nothing else of the plan. 0 taken, 1 none usable (cd's math type is then

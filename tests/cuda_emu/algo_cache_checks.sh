@@ -14,7 +14,11 @@
 #  4. lines that are not choices (garbage, random bytes, an overlong line, a cut hex string, a
 #     conv algorithm cuDNN does not have) are skipped with one warning a table; the good lines
 #     still count;
-#  5. a FILE that cannot be written or read is said, and the step still runs.
+#  5. a FILE that cannot be written or read is said, and the step still runs;
+#  6. choices made with 16-bit transforms kept out (the default) are no answer for a process that
+#     allows them (ACT_CUDA_CONV_TRANSFORMS16=1), nor the reverse: with one FILE, each measures
+#     its own conv choices (the emulator ranks WINOGRAD_NONFUSED first for bf16 3x3 convs, so the
+#     switch's graph runs it), and a third process of either kind then measures nothing.
 set -u
 infer=$1
 model=$2
@@ -83,8 +87,8 @@ bad=$dir/bad
     echo
     head -c 2048 /dev/urandom                                # bytes, NULs and all
     echo
-    # a conv entry naming algorithm 9 (bytes 56-59 of the entry; cuDNN has 0-7)
-    grep -m1 ' conv ' "$cache" | awk '{ $5 = substr($5, 1, 112) "09000000" substr($5, 121); print }'
+    # a conv entry naming algorithm 9 (bytes 60-63 of the entry; cuDNN has 0-7)
+    grep -m1 ' conv ' "$cache" | awk '{ $5 = substr($5, 1, 120) "09000000" substr($5, 129); print }'
     cat "$cache"
 } >"$bad"
 o5=$(run ACT_CUDA_ALGO_CACHE="$bad")
@@ -100,4 +104,18 @@ mkdir "$dir/adir"
 o7=$(run ACT_CUDA_ALGO_CACHE="$dir/adir")
 check "an unreadable cache (a folder) is said and the step runs" \
       "$(ran && echo "$o7" | grep -q 'algorithm cache .*: cannot be read' && echo 1)"
+
+x16=$dir/x16
+o8=$(run ACT_CUDA_ALGO_CACHE="$x16" ACT_CUDA_ALGO_LOG=1)
+ran || { echo "$o8"; exit 1; }
+o9=$(run ACT_CUDA_ALGO_CACHE="$x16" ACT_CUDA_ALGO_LOG=1 ACT_CUDA_CONV_TRANSFORMS16=1)
+ran || { echo "$o9"; exit 1; }
+convs() { echo "$1" | grep -c '^act-engine: algo: cuDNN conv'; }
+wino() { algos "$1" | grep -c 'Forward algo [4-7]'; }
+check "a process allowing 16-bit transforms measures its own conv choices ($(convs "$o9") of $(convs "$o8") shapes) and runs a transform ($(algos "$o9"))" \
+      "$([ "$(convs "$o8")" -ge 1 ] && [ "$(convs "$o9")" = "$(convs "$o8")" ] && [ "$(wino "$o9")" -ge 1 ] && echo 1)"
+o10=$(run ACT_CUDA_ALGO_CACHE="$x16" ACT_CUDA_ALGO_LOG=1)
+o11=$(run ACT_CUDA_ALGO_CACHE="$x16" ACT_CUDA_ALGO_LOG=1 ACT_CUDA_CONV_TRANSFORMS16=1)
+check "with both kinds in the file, neither measures again, and only the switch's runs a transform" \
+      "$([ "$(measured "$o10")" = 0 ] && [ "$(measured "$o11")" = 0 ] && [ "$(wino "$o10")" = 0 ] && [ "$(wino "$o11")" -ge 1 ] && echo 1)"
 exit $fail

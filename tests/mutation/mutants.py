@@ -67,8 +67,10 @@ M = {
  "CV4": ("conv.cu", "kst(dst, ddt, i, w[(ko * C + c) * kk + tap]);", "kst(dst, ddt, i, w[(ko * kk + tap) * C + c]);", "NHWC weight repack: source indexed as if already NHWC"),
  "CV5": ("conv.cu", "(prec == 1 ? c->mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION : !tensor_op)", "(prec == 1 ? 1 : !tensor_op)", "tf32 conv accepts ALLOW_CONVERSION (fp16 compute)"),
  "CV6": ("conv.cu", "alpha2 = res ? 1.0f : 0.0f;", "alpha2 = 1.0f;", "fused conv: z=y accumulated without a residual"),
- "CV7": ("conv.cu", "    if (prec >= 2) return transforms16() || gemm_family(c->algo);\n", "", "bf16/fp16 convs held to fp32's rules: no tensor-op algorithm"),
- "CV8": ("conv.cu", "return transforms16() || gemm_family(c->algo);", "return 1;", "bf16/fp16 convs take FFT/Winograd algorithms by default (find_checks.sh)"),
+ "CV7": ("conv.cu", "    if (prec >= 2) return act_k_conv_transforms16() || gemm_family(c->algo);\n", "", "bf16/fp16 convs held to fp32's rules: no tensor-op algorithm"),
+ "CV8": ("conv.cu", "return act_k_conv_transforms16() || gemm_family(c->algo);", "return 1;", "bf16/fp16 convs take FFT/Winograd algorithms by default (find_checks.sh)"),
+ # conv_find.cu
+ "CF1": ("conv_find.cu", "e->transforms = p->key.prec >= 2 && act_k_conv_transforms16();", "e->transforms = 0;", "measured conv choices with and without 16-bit transforms share a cache key (algo_cache_checks.sh)"),
  # gemm.cu
  "GM1": ("gemm.cu", "return tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_PEDANTIC;", "return tf32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F_FAST_TF32;", "fp32/tf32 compute types swapped"),
  "GM2": ("gemm.cu", "epi == KLT_EPI_RELU ? CUBLASLT_EPILOGUE_RELU_BIAS", "epi == KLT_EPI_RELU ? CUBLASLT_EPILOGUE_BIAS", "cuBLASLt ReLU epilogue dropped"),
