@@ -9,11 +9,14 @@
  * K and V staged in shared memory fit short sequences (ACT's 16 queries, memory of 2 + cameras);
  * longer ones (an action chunk of 100 at head size 64 needs 53 KB) read K and V where they lie,
  * one block per (batch, head, ATT_WARPS query rows), only the queries and the probabilities in
- * shared memory: up to ~3000 keys. */
+ * shared memory: up to ~3000 keys. There the lanes split each key's dims for the scores
+ * (coalesced loads of one K row, a warp sum per key) and, as in the staged kernel, the output's
+ * dims for the weighted sum of V. */
 #include "attention.cuh"
 #include <math.h>
 
 #define ATT_WARPS 4
+#define ATT_KEYS 4    /* keys scored together by the in-place (long) kernel */
 
 /* The warp's scores pw[j] (each lane wrote j = lane, lane + 32, ...; m is its running max) become
  * exp(pw[j] - max) in place; returns their sum. After it every lane may read every pw[j]. */
@@ -59,17 +62,41 @@ static __device__ __forceinline__ void attention_rows(
         for (int d = lane; d < dh; d += 32) qw[d] = kld(q, qdt, qrow + d) / scale;
         __syncwarp();
         float m = -INFINITY;
-        for (int j = lane; j < Lk; j += 32) {
-            float s = -INFINITY;
-            if (!key_pad || !key_pad[(size_t)b * Lk + j]) {
-                s = 0.0f;
-                if (staged)
+        if (staged) {
+            for (int j = lane; j < Lk; j += 32) {
+                float s = -INFINITY;
+                if (!key_pad || !key_pad[(size_t)b * Lk + j]) {
+                    s = 0.0f;
                     for (int d = 0; d < dh; d++) s += qw[d] * Ks[j * (dh + 1) + d];
-                else
-                    for (int d = 0; d < dh; d++) s += qw[d] * kld(k, kvdt, kv0 + (size_t)j * kvs + d);
+                }
+                pw[j] = s;
+                m = fmaxf(m, s);
             }
-            pw[j] = s;
-            m = fmaxf(m, s);
+        } else {
+            /* K in place: the lanes split a key's dims, so each load is one row's contiguous
+             * bytes (a lane per key would read 32 rows, 32 cache lines, per load); ATT_KEYS keys
+             * at a time, their warp sums independent of each other. Every lane ends with every
+             * score; lane j % 32 keeps key j's, as the staged loop above does. */
+            for (int j0 = 0; j0 < Lk; j0 += ATT_KEYS) {
+                float part[ATT_KEYS];
+#pragma unroll
+                for (int u = 0; u < ATT_KEYS; u++) {
+                    part[u] = 0.0f;
+                    if (j0 + u < Lk)
+                        for (int d = lane; d < dh; d += 32)
+                            part[u] += qw[d] * kld(k, kvdt, kv0 + (size_t)(j0 + u) * kvs + d);
+                }
+#pragma unroll
+                for (int u = 0; u < ATT_KEYS; u++) part[u] = warp_sum(part[u]);
+#pragma unroll
+                for (int u = 0; u < ATT_KEYS; u++) {
+                    int j = j0 + u;
+                    if (j >= Lk) break;
+                    float s = key_pad && key_pad[(size_t)b * Lk + j] ? -INFINITY : part[u];
+                    if (lane == (j & 31)) pw[j] = s;
+                    m = fmaxf(m, s);
+                }
+            }
         }
         float sum = softmax_numerators(pw, Lk, lane, m);
         size_t orow = ((size_t)b * Lq + i) * ((size_t)nh * dh) + (size_t)h * dh;

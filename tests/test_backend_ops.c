@@ -852,6 +852,9 @@ static void all_ops(const pair *p, const act_model *m) {
     t_attention(p, "attention long (100 keys, head 64)", 100, 100, 2, 128, 1, 0, 0);
     t_attention(p, "attention long masked (102 keys)", 102, 102, 2, 128, 1, 1, 0);
     t_attention(p, "attention long(scores ~113)", 100, 100, 2, 128, 1, 0, 1);
+    /* a head size the lanes do not divide (48: lanes 16-31 have one dim of each key, the others
+     * two) and a key count the in-place kernel's groups of 4 do not (130), masked */
+    t_attention(p, "attention long (130 keys, head 48)", 130, 130, 2, 96, 1, 1, 0);
     t_add_layernorm(p, &d->ln1, c->ln_eps, B * H, E);
     t_attention_out_ln(p, "attention+out+ln self", H, H, c->nheads, E, 1, 0, &d->self_attn.out,
                        &d->ln1, c->ln_eps, 0, 0);
