@@ -19,8 +19,9 @@
 #define ATT_KEYS 4    /* keys scored together by the in-place (long) kernel */
 
 /* The warp's scores pw[j] (each lane wrote j = lane, lane + 32, ...; m is its running max) become
- * exp(pw[j] - max) in place; returns their sum. After it every lane may read every pw[j]. */
-static __device__ __forceinline__ float softmax_numerators(float *pw, int Lk, int lane, float m) {
+ * the softmax's probabilities exp(pw[j] - max) / sum in place, each divided once by the lane that
+ * wrote it rather than at each of its uses. After it every lane may read every pw[j]. */
+static __device__ __forceinline__ void softmax_row(float *pw, int Lk, int lane, float m) {
     m = warp_max(m);
     float sum = 0.0f;
     for (int j = lane; j < Lk; j += 32) {
@@ -29,8 +30,8 @@ static __device__ __forceinline__ float softmax_numerators(float *pw, int Lk, in
         sum += e;
     }
     sum = warp_sum(sum);
+    for (int j = lane; j < Lk; j += 32) pw[j] = pw[j] / sum;
     __syncwarp();                                     /* pw written by other lanes */
-    return sum;
 }
 
 /* The block's work: batch b, head h, query rows i0 + w, i0 + w + ATT_WARPS, ... below i1.
@@ -98,14 +99,14 @@ static __device__ __forceinline__ void attention_rows(
                 }
             }
         }
-        float sum = softmax_numerators(pw, Lk, lane, m);
+        softmax_row(pw, Lk, lane, m);
         size_t orow = ((size_t)b * Lq + i) * ((size_t)nh * dh) + (size_t)h * dh;
         for (int d = lane; d < dh; d += 32) {
             float acc = 0.0f;
             if (staged)
-                for (int j = 0; j < Lk; j++) acc += (pw[j] / sum) * Vs[j * dh + d];
+                for (int j = 0; j < Lk; j++) acc += pw[j] * Vs[j * dh + d];
             else
-                for (int j = 0; j < Lk; j++) acc += (pw[j] / sum) * kld(v, kvdt, kv0 + (size_t)j * kvs + d);
+                for (int j = 0; j < Lk; j++) acc += pw[j] * kld(v, kvdt, kv0 + (size_t)j * kvs + d);
             kst(out, odt, orow + d, acc);
         }
         __syncwarp();                                 /* qw, pw reused by the next row */
@@ -214,11 +215,11 @@ static __global__ void attention_out_ln_kernel(const void *q, int qdt, int qs, c
             pw[j] = s;
             m = fmaxf(m, s);
         }
-        float sum = softmax_numerators(pw, Lk, lane, m);
+        softmax_row(pw, Lk, lane, m);
         for (int d = lane; d < dh; d += 32) {
             float acc = 0.0f;
             for (int j = 0; j < Lk; j++)
-                acc += (pw[j] / sum) * kld(v, kvdt, ((size_t)b * Lk + j) * kvs + (size_t)h * dh + d);
+                acc += pw[j] * kld(v, kvdt, ((size_t)b * Lk + j) * kvs + (size_t)h * dh + d);
             Att[h * dh + d] = acc;
         }
         __syncwarp();                                 /* pw reused by this warp's next head */

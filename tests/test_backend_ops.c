@@ -921,13 +921,16 @@ int main(void) {
                 p.gpu->destroy(p.gpu);
             }
         }
-    printf("\n%-26s", "op (rel err, worst batch)");
+    int w = 26;                               /* the first column fits the longest op name */
+    for (int k = 0; k < g_nops; k++)
+        if ((int)strlen(g_op[k]) > w) w = (int)strlen(g_op[k]);
+    printf("\n%-*s", w, "op (rel err, worst batch)");
     for (int j = 0; j < NPREC; j++) printf(" %10s", PREC_NAME[j]);
-    printf("\n%-26s", "feature-map layout");
+    printf("\n%-*s", w, "feature-map layout");
     for (int j = 0; j < NPREC; j++) printf(" %10s", g_layout[j] < 0 ? "-" : g_layout[j] ? "NHWC" : "NCHW");
     printf("\n");
     for (int k = 0; k < g_nops; k++) {
-        printf("%-26s", g_op[k]);
+        printf("%-*s", w, g_op[k]);
         for (int j = 0; j < NPREC; j++) {
             if (g_err[k][j] < 0) printf(" %10s", "-");
             else printf(" %9.2e%s", g_err[k][j], g_bad[k][j] ? "!" : " ");
