@@ -20,6 +20,7 @@
 #     its own conv choices (the emulator ranks WINOGRAD_NONFUSED first for bf16 3x3 convs, so the
 #     switch's graph runs it), and a third process of either kind then measures nothing.
 set -u
+. "$(dirname "$0")/step_graph.sh"
 infer=$1
 model=$2
 dir=$(mktemp -d "${TMPDIR:-/tmp}/act_algo_cache.XXXXXX") || exit 2
@@ -32,10 +33,9 @@ run() {
     echo $? >"$dir/rc"
     cat "$dir/out"
 }
-# the captured graph's algorithms, as "conv algos | linears" counted by name (the step's graph
-# is the last instantiated: the GEMM tuner's timed batches are graphs of their own)
+# the step's captured graph's algorithms, as "conv algos | linears" counted by name
 algos() {
-    listed=$(echo "$1" | awk '/graph instantiated/ {buf = ""; next} /cuda-emu:   \[lane/ {buf = buf $0 "\n"} END {printf "%s", buf}')
+    listed=$(step_nodes "$1")
     echo "$(echo "$listed" | grep -o 'Forward algo [0-9]*' | sort | uniq -c | tr -s ' ' | paste -sd,)" \
          "| $(echo "$listed" | grep -o 'cublasLtMatmul #[0-9]*' | sort | uniq -c | tr -s ' ' | paste -sd,)"
 }

@@ -16,6 +16,7 @@
 #     the heuristic's, for linears and convs alike; without it nothing is logged.
 # In fp32 and bf16, batch 1 (graphs on).
 set -u
+. "$(dirname "$0")/step_graph.sh"
 infer=$1
 model=$2
 fail=0
@@ -26,8 +27,7 @@ nodes() {
     shift
     out=$(env "$@" ACT_EMU_TRACE=2 "$infer" bench --model "$model" --device cuda --precision "$p" \
         --batch 1 --iters 2 --warmup 1 --profile-iters 0 2>&1) || { echo "$out" >&2; echo "x x x"; return; }
-    # the step's graph is the last instantiated (the tuner's batches are graphs of their own)
-    listed=$(echo "$out" | awk '/graph instantiated/ {buf = ""; next} /cuda-emu:   \[lane/ {buf = buf $0 "\n"} END {printf "%s", buf}')
+    listed=$(step_nodes "$out")
     echo "$(echo "$listed" | grep -c 'cublasLtMatmul #0') $(echo "$listed" | grep -c 'cublasLtMatmul #1')" \
          "$(echo "$listed" | grep -c 'cublasGemmEx')"
 }
