@@ -1,7 +1,7 @@
 /* attention.cu - attention, and attention fused with its output projection and post-norm.
  *
- * act_k_attention: one block per (batch, head); K and V of that head staged in shared memory
- * (fp32), one warp per query row. Scores: lane j handles keys j, j+32, ...; K rows are padded
+ * act_k_attention: one block per (batch, head, 16 query rows); K and V of that head staged in
+ * shared memory (fp32), one warp per query row. Scores: lane j handles keys j, j+32, ...; K rows are padded
  * to dh+1 floats so those lanes hit different banks. Softmax with warp reductions, then lane d
  * accumulates output dims d, d+32, ... over the probabilities kept in shared memory.
  * Semantics are PyTorch's MultiheadAttention: q / sqrt(dh), masked keys get -inf (a row whose
@@ -16,6 +16,7 @@
 #include <math.h>
 
 #define ATT_WARPS 4
+#define ATT_STAGED_ROWS 16   /* query rows a block of the staged kernel takes (4 a warp) */
 #define ATT_KEYS 4    /* keys scored together by the in-place (long) kernel */
 
 /* The warp's scores pw[j] (each lane wrote j = lane, lane + 32, ...; m is its running max) become
@@ -113,14 +114,27 @@ static __device__ __forceinline__ void attention_rows(
     }
 }
 
-/* short sequences: one block per (batch, head), K and V staged once for all its rows */
+/* the block's batch b, head h and chunk of per query rows: blockIdx.x counts (b, h, chunk) */
+static __device__ __forceinline__ void attention_block(
+    const void *q, int qdt, int qs, const void *k, const void *v, int kvdt, int kvs, int Lq,
+    int Lk, int nh, int dh, const unsigned char *key_pad, void *out, int odt, int per, int staged,
+    float *sm) {
+    int chunks = (Lq + per - 1) / per;
+    int bh = blockIdx.x / chunks, c = blockIdx.x % chunks;
+    int i0 = c * per, i1 = i0 + per < Lq ? i0 + per : Lq;
+    attention_rows(q, qdt, qs, k, v, kvdt, kvs, Lq, Lk, nh, dh, key_pad, out, odt, bh / nh,
+                   bh % nh, i0, i1, staged, sm);
+}
+
+/* short sequences: one block per (batch, head, ATT_STAGED_ROWS query rows), K and V of the head
+ * staged by each block for its rows (ACT's 16 queries: one block per head, 4 rows a warp; an
+ * action chunk of 100 spreads over 7 blocks instead of queuing 25 rows on each warp of one) */
 static __global__ void attention_kernel(const void *q, int qdt, int qs, const void *k,
                                         const void *v, int kvdt, int kvs, int Lq, int Lk, int nh,
                                         int dh, const unsigned char *key_pad, void *out, int odt) {
     extern __shared__ float sm[];
-    int b = blockIdx.x / nh, h = blockIdx.x % nh;
-    attention_rows(q, qdt, qs, k, v, kvdt, kvs, Lq, Lk, nh, dh, key_pad, out, odt, b, h, 0, Lq,
-                   1, sm);
+    attention_block(q, qdt, qs, k, v, kvdt, kvs, Lq, Lk, nh, dh, key_pad, out, odt,
+                    ATT_STAGED_ROWS, 1, sm);
 }
 
 /* long ones: one block per (batch, head, ATT_WARPS rows), K and V read where they lie */
@@ -129,11 +143,8 @@ static __global__ void attention_long_kernel(const void *q, int qdt, int qs, con
                                              int nh, int dh, const unsigned char *key_pad,
                                              void *out, int odt) {
     extern __shared__ float sm[];
-    int chunks = (Lq + ATT_WARPS - 1) / ATT_WARPS;
-    int bh = blockIdx.x / chunks, c = blockIdx.x % chunks;
-    int i0 = c * ATT_WARPS, i1 = i0 + ATT_WARPS < Lq ? i0 + ATT_WARPS : Lq;
-    attention_rows(q, qdt, qs, k, v, kvdt, kvs, Lq, Lk, nh, dh, key_pad, out, odt, bh / nh,
-                   bh % nh, i0, i1, 0, sm);
+    attention_block(q, qdt, qs, k, v, kvdt, kvs, Lq, Lk, nh, dh, key_pad, out, odt, ATT_WARPS, 0,
+                    sm);
 }
 
 int act_k_attention(const void *q, int qdt, int qs, const void *k, const void *v, int kvdt,
@@ -150,8 +161,9 @@ int act_k_attention(const void *q, int qdt, int qs, const void *k, const void *v
         return -1;
     }
     if (staged <= 48 * 1024) {
-        attention_kernel<<<B * nh, ATT_WARPS * 32, staged, st>>>(q, qdt, qs, k, v, kvdt, kvs, Lq,
-                                                                 Lk, nh, dh, key_pad, out, odt);
+        size_t blocks = (size_t)B * nh * ((Lq + ATT_STAGED_ROWS - 1) / ATT_STAGED_ROWS);
+        attention_kernel<<<(unsigned)blocks, ATT_WARPS * 32, staged, st>>>(
+            q, qdt, qs, k, v, kvdt, kvs, Lq, Lk, nh, dh, key_pad, out, odt);
         KLAUNCH(attention_kernel);
         return 0;
     }

@@ -855,6 +855,9 @@ static void all_ops(const pair *p, const act_model *m) {
     /* a head size the lanes do not divide (48: lanes 16-31 have one dim of each key, the others
      * two) and a key count the in-place kernel's groups of 4 do not (130), masked */
     t_attention(p, "attention long (130 keys, head 48)", 130, 130, 2, 96, 1, 1, 0);
+    /* an action chunk of 100 at head size 32 (hidden 64 here): K and V staged, the 100 query
+     * rows spread over 7 blocks of 16, the last one short */
+    t_attention(p, "attention 100 queries staged (head 32)", 100, 100, 2, 64, 1, 1, 0);
     t_add_layernorm(p, &d->ln1, c->ln_eps, B * H, E);
     t_attention_out_ln(p, "attention+out+ln self", H, H, c->nheads, E, 1, 0, &d->self_attn.out,
                        &d->ln1, c->ln_eps, 0, 0);

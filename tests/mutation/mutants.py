@@ -39,6 +39,7 @@ M = {
  "ATT12": ("attention.cu", "float s = key_pad && key_pad[(size_t)b * Lk + j] ? -INFINITY : part[u];", "float s = part[u];", "long attention (K read in place) ignores the key padding mask"),
  "ATT13": ("attention.cu", "part[u] += qw[d] * kld(k, kvdt, kv0 + (size_t)(j0 + u) * kvs + d);", "part[u] += qw[d] * kld(k, kvdt, kv0 + (size_t)j0 * kvs + d);", "long attention scores every key of a group of 4 against the group's first"),
  "ATT14": ("attention.cu", "    for (int j = lane; j < Lk; j += 32) pw[j] = pw[j] / sum;\n", "", "attention probabilities left unnormalized (both attention kernels)"),
+ "ATT15": ("attention.cu", "int i0 = c * per, i1", "int i0 = c * ATT_WARPS, i1", "staged attention: a block's chunk of 16 query rows starts at 4c (rows past 4 x chunks never written)"),
  "ATT3": ("attention.cu", "float e = expf(pw[j] - m);", "float e = expf(pw[j]);", "softmax without max subtraction (both attention kernels)"),
  "ATT4": ("attention.cu", "qw[d] = kld(q, qdt, qrow + d) / scale;\n        __syncwarp();", "qw[d] = kld(q, qdt, qrow + d) / scale;", "attention: __syncwarp after staging q dropped"),
  "ATT5": ("attention.cu", "        __syncwarp();                                 /* qw, pw reused by the next row */\n", "", "attention: trailing __syncwarp dropped (equivalent: the next row's own __syncwarps order qw and pw)"),
