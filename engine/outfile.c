@@ -6,6 +6,36 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* The temporary files being written, for act_outfile_remove_pending: a slot is 0 free, 1 being
+ * filled in, 2 naming a temporary file (read by a signal handler only in that state). */
+#define PENDING_MAX 64
+static char g_pending[PENDING_MAX][1100];
+static int g_pending_state[PENDING_MAX];
+
+static void pending_add(act_outfile *o) {
+    o->pending = 0;
+    for (int i = 0; i < PENDING_MAX; i++) {
+        int free_slot = 0;
+        if (__atomic_compare_exchange_n(&g_pending_state[i], &free_slot, 1, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED)) {
+            memcpy(g_pending[i], o->tmp, sizeof o->tmp);
+            __atomic_store_n(&g_pending_state[i], 2, __ATOMIC_RELEASE);
+            o->pending = i + 1;
+            return;
+        }
+    }
+}
+
+static void pending_drop(act_outfile *o) {
+    if (o->pending > 0) __atomic_store_n(&g_pending_state[o->pending - 1], 0, __ATOMIC_RELEASE);
+    o->pending = 0;
+}
+
+void act_outfile_remove_pending(void) {
+    for (int i = 0; i < PENDING_MAX; i++)
+        if (__atomic_load_n(&g_pending_state[i], __ATOMIC_ACQUIRE) == 2) unlink(g_pending[i]);
+}
+
 int act_outfile_open(act_outfile *o, const char *path, const char *mode, char *err, size_t errlen) {
     memset(o, 0, sizeof *o);
     if (strlen(path) >= sizeof o->path) {
@@ -22,6 +52,7 @@ int act_outfile_open(act_outfile *o, const char *path, const char *mode, char *e
         o->tmp[0] = '\0';
         return -1;
     }
+    if (o->tmp[0]) pending_add(o);
     return 0;
 }
 
@@ -39,6 +70,7 @@ int act_outfile_finish(act_outfile *o, char *err, size_t errlen) {
         snprintf(err, errlen, "%s: write failed: %s", o->path, strerror(e));
         if (o->tmp[0]) remove(o->tmp);
         o->tmp[0] = '\0';
+        pending_drop(o);
         return -1;
     }
     o->finished = 1;
@@ -52,9 +84,11 @@ int act_outfile_commit(act_outfile *o, char *err, size_t errlen) {
         snprintf(err, errlen, "%s: cannot move %s into place: %s", o->path, o->tmp, strerror(errno));
         remove(o->tmp);
         o->tmp[0] = '\0';
+        pending_drop(o);
         return -1;
     }
     o->tmp[0] = '\0';
+    pending_drop(o);
     return 0;
 }
 
@@ -64,4 +98,5 @@ void act_outfile_abandon(act_outfile *o) {
     o->finished = 0;
     if (o->tmp[0]) remove(o->tmp);
     o->tmp[0] = '\0';
+    pending_drop(o);
 }

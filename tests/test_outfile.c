@@ -122,6 +122,36 @@ int main(void) {
         act_outfile_abandon(&o);
     }
 
+    /* 8. act_outfile_remove_pending (a signal handler's): the temporary files of outputs in
+     * flight go, committed and abandoned ones are not touched (a slot freed by a commit is no
+     * longer a file to remove), and a file opened after still registers */
+    act_outfile x, y, z;
+    char xp[600], yp[600], zp[600];
+    snprintf(xp, sizeof xp, "%s/x.bin", dir);
+    snprintf(yp, sizeof yp, "%s/y.bin", dir);
+    snprintf(zp, sizeof zp, "%s/z.bin", dir);
+    CHECK(act_outfile_open(&x, xp, "wb", err, sizeof err) == 0 && act_outfile_open(&y, yp, "wb", err, sizeof err) == 0,
+          "open x, y: %s", err);
+    fwrite(a, 1, 10, y.fp);
+    CHECK(act_outfile_commit(&y, err, sizeof err) == 0, "commit y: %s", err);
+    CHECK(act_outfile_open(&z, zp, "wb", err, sizeof err) == 0, "open z: %s", err);
+    CHECK(entries() == 5, "%d files with x, z in flight and y committed, expected 5", entries());
+    act_outfile_remove_pending();
+    CHECK(entries() == 3 && slurp(yp, got, sizeof got) == 10, "remove_pending: %d files left, expected 3 "
+          "(out.bin, p.npy, y.bin)", entries());
+    act_outfile_abandon(&x);
+    act_outfile_abandon(&z);
+    for (int i = 0; i < 70; i++) {   /* more files than slots, one after another: slots are reused */
+        act_outfile w;
+        CHECK(act_outfile_open(&w, xp, "wb", err, sizeof err) == 0, "open #%d: %s", i, err);
+        act_outfile_abandon(&w);
+    }
+    CHECK(act_outfile_open(&x, xp, "wb", err, sizeof err) == 0, "open x again: %s", err);
+    act_outfile_remove_pending();
+    CHECK(entries() == 3, "a file opened after 70 others was not removed (%d files, expected 3)", entries());
+    act_outfile_abandon(&x);
+    remove(yp);
+
     remove(path);
     remove(npath);
     rmdir(dir);

@@ -5,6 +5,7 @@
 
 #include "act.h"
 #include "act_infer_cmds.h"
+#include "infer_common.h"
 
 static const char *USAGE =
     "act-infer " ACT_VERSION " - run the ACT policy (act_resnet) from a .actw weight file\n"
@@ -26,7 +27,9 @@ static const char *USAGE =
     "\n"
     "common options: --device cpu|cuda (default: cuda when a GPU is usable), --precision\n"
     "fp32|tf32|bf16|fp16 (default fp32), --batch N (timesteps per forward).\n"
-    "Exit codes: 0 success, 1 failure (message on stderr), 2 bad command line.\n";
+    "Exit codes: 0 success, 1 failure (message on stderr), 2 bad command line; SIGTERM/SIGINT/\n"
+    "SIGHUP: eval stops after the step in flight and exits 128 + the signal (a second signal\n"
+    "stops at once), the other commands stop at once; no half-written output file is left.\n";
 
 int main(int argc, char **argv) {
     if (argc < 2) {
@@ -36,7 +39,7 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
         fputs(USAGE, stdout);
-        return 0;
+        return infer_finish(0);
     }
     if (!strcmp(cmd, "--version")) {
         /* the optional parts this binary was built with, for scripts and tests to check */
@@ -67,13 +70,16 @@ int main(int argc, char **argv) {
                ""
 #endif
         );
-        return 0;
+        return infer_finish(0);
     }
-    if (!strcmp(cmd, "info")) return act_cmd_info(argc - 2, argv + 2);
-    if (!strcmp(cmd, "predict")) return act_cmd_predict(argc - 2, argv + 2);
-    if (!strcmp(cmd, "eval")) return act_cmd_eval(argc - 2, argv + 2);
-    if (!strcmp(cmd, "eval-merge")) return act_cmd_eval_merge(argc - 2, argv + 2);
-    if (!strcmp(cmd, "bench")) return act_cmd_bench(argc - 2, argv + 2);
+    /* eval stops by itself between steps at a first signal; the others die of it (their
+     * unfinished outputs' temporary files removed) */
+    infer_signals(!strcmp(cmd, "eval"));
+    if (!strcmp(cmd, "info")) return infer_finish(act_cmd_info(argc - 2, argv + 2));
+    if (!strcmp(cmd, "predict")) return infer_finish(act_cmd_predict(argc - 2, argv + 2));
+    if (!strcmp(cmd, "eval")) return infer_finish(act_cmd_eval(argc - 2, argv + 2));
+    if (!strcmp(cmd, "eval-merge")) return infer_finish(act_cmd_eval_merge(argc - 2, argv + 2));
+    if (!strcmp(cmd, "bench")) return infer_finish(act_cmd_bench(argc - 2, argv + 2));
     fprintf(stderr, "act-infer: unknown command '%s'\n\n%s", cmd, USAGE);
     return 2;
 }

@@ -3,7 +3,8 @@
  * timesteps through act_run (prior and, on request, posterior in the same run).
  * defines: infer_usage, infer_opt, infer_parse_int, infer_parse_device, infer_parse_precision,
  *          infer_device_name, infer_precision_name, infer_check_run_opts, infer_open,
- *          infer_buffers, infer_run_batch */
+ *          infer_buffers, infer_run_batch, infer_signals, infer_stop_requested,
+ *          infer_signal_name, infer_finish */
 #ifndef INFER_COMMON_H
 #define INFER_COMMON_H
 
@@ -15,6 +16,21 @@
 #define INFER_EXIT_OK 0
 #define INFER_EXIT_FAIL 1
 #define INFER_EXIT_USAGE 2
+
+/* Signals (infer_signal.c): SIGTERM/SIGINT/SIGHUP handled, SIGXFSZ ignored. polled: the command
+ * checks infer_stop_requested() between steps and stops by itself at the first signal (eval);
+ * otherwise, and at a second signal, the process removes its unfinished outputs' temporary
+ * files and dies of the signal. */
+void infer_signals(int polled);
+/* the signal that asked a polled command to stop, or 0 */
+int infer_stop_requested(void);
+const char *infer_signal_name(int sig);
+/* The exit of every command: a failed write to the standard output (a full disk, ulimit -f,
+ * /dev/full) turns success into INFER_EXIT_FAIL with a message, never exit 0 with the output cut
+ * short. A failing run leaves at once (_exit), without the libraries' exit handlers: OpenBLAS's
+ * joins a worker thread that an out-of-memory failure can leave retrying its allocation forever.
+ * Returns rc when it is 0. */
+int infer_finish(int rc);
 
 /* Prints "act-infer <cmd>: <message>" and the command's usage to stderr; returns INFER_EXIT_USAGE. */
 int infer_usage(const char *cmd, const char *usage, const char *fmt, ...)

@@ -49,7 +49,8 @@ static const char *USAGE =
     "Prints each episode's metrics, then the overall ones, the throughput (and the steady rate past\n"
     "each batch size's first two steps, which set up plans and graphs), how long the step waited\n"
     "for the episode reader, and how the frames were read (docs/EVAL.md says what to change when\n"
-    "reading sets the pace).\n"
+    "reading sets the pace). SIGTERM/SIGINT/SIGHUP: the step in flight finishes, then the eval\n"
+    "stops (exit 128 + the signal) and says what it did not write; a second signal stops at once.\n"
     "\n" MERGE_USAGE_TEXT;
 static const char *MERGE_USAGE = MERGE_USAGE_TEXT;
 
@@ -472,8 +473,14 @@ int act_cmd_eval(int argc, char **argv) {
      * iterations from the third step of a size on count, each from the end of the one before
      * (the reader's wait, the step, the metrics). An episode's share counts once it succeeded. */
     double t_last = act_now(), ep_steady_s = 0, ep_steady_ts = 0;
+    int stop_sig = 0, cur = -1;   /* the signal that stopped the run; the episode in flight */
     while (!aborted && (b = next_batch(st, &sum.reader_wait_s)) != NULL) {
+        if ((stop_sig = infer_stop_requested()) != 0) {
+            aborted = 1;
+            break;
+        }
         act_eval_episode *e = &sum.episodes[b->episode];
+        if (b->first) cur = b->episode;
         if (b->first) ep_steady_s = ep_steady_ts = 0;
         if (b->episode == skip) {
             t_last = act_now();
@@ -524,6 +531,7 @@ int act_cmd_eval(int argc, char **argv) {
         }
         t_last = now;
         if (b->last) {
+            cur = -1;
             done_eps++;
             if (pf && act_npy_close(pf, 0, e->error, sizeof e->error) != 0) {
                 drop_stale_prediction(preds, sel[b->episode]);
@@ -545,9 +553,22 @@ int act_cmd_eval(int argc, char **argv) {
     unregister_reader(&ctx, reg_blocks, &n_reg);   /* before the stream frees them */
     act_stream_close(st);
     st = NULL;
-    if (aborted) {
+    if (stop_sig) {
+        aborted = 1;
+        /* the episode in flight has no predictions file: its partial one was never committed */
+        if (cur >= 0 && !sum.episodes[cur].failed) sum.episodes[cur].steps = 0;
+        if (pg.on) fputc('\n', stderr);
+        fprintf(stderr, "act-infer eval: stopped by %s after %d of %d episodes\n", infer_signal_name(stop_sig),
+                done_eps, nsel);
+        rc = 128 + stop_sig;
+    } else if (aborted) {
         fprintf(stderr, "act-infer eval: stopped at the first broken episode (--keep-going evaluates the rest)\n");
+    }
+    if (aborted) {
         report_unreached(&sum, preds, sel);
+        struct stat js;
+        if (a.json && stat(a.json, &js) == 0 && S_ISREG(js.st_mode))
+            fprintf(stderr, "act-infer eval: %s not written: the file there is an earlier run's summary\n", a.json);
         goto done;
     }
     progress_show(&pg, done_eps, (long long)sum.timesteps, 1);
