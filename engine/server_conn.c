@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -621,6 +622,34 @@ static void tcp_options(act_server *s, int fd)
         act_serve_log(s, "setting TCP keepalive: %s (a vanished peer may hold its slot)", strerror(errno));
 }
 
+/* A refusal is said on stderr whatever --verbose (an operator must learn that clients are being
+ * turned away), at most once every 10 s with the count since, so a flood of them cannot flood
+ * the log; --verbose says each. */
+static void say_refused(act_server *s, const char *why)
+{
+    act_serve_log(s, "%s: refused a connection", why);
+    long long now = (long long)(act_now() * 1e3);
+    atomic_fetch_add(&s->refused_unsaid, 1);
+    long long last = atomic_load(&s->refused_said_ms);
+    if (last && now - last < 10000) return;
+    if (!atomic_compare_exchange_strong(&s->refused_said_ms, &last, now)) return;
+    int n = atomic_exchange(&s->refused_unsaid, 0);
+    act_serve_say("refused %d connection%s (%s); the next such note after 10 s at the earliest, with the "
+                  "count since (/metrics: act_serve_connections_refused_total)", n, n == 1 ? "" : "s", why);
+}
+
+/* says why in one best-effort ERROR frame (a fresh socket's buffer always takes it), then closes */
+static void refuse(act_server *s, int fd, int code, int reason, const char *msg)
+{
+    size_t n;
+    uint8_t *f = act_proto_build_error(0, code, msg, &n);
+    act_metrics_refused(&s->metrics, reason);
+    say_refused(s, msg);
+    if (f && send(fd, f, n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) act_serve_log(s, "refusing a client: %s", strerror(errno));
+    free(f);
+    close(fd);
+}
+
 void act_conn_accept(act_io *from, int lfd, int is_unix)
 {
     act_server *s = from->s;
@@ -633,13 +662,23 @@ void act_conn_accept(act_io *from, int lfd, int is_unix)
                 /* out of descriptors: free the spare, take the connection and refuse it, so the
                  * listener does not stay readable and spin the loop. Another thread may take
                  * the freed descriptor first: then try again next round, not in a loop here. */
+                int enfile = errno == ENFILE;
                 if (s->spare_fd >= 0) close(s->spare_fd);
-                fd = accept(lfd, NULL, NULL);
-                if (fd >= 0) close(fd);
+                fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (fd >= 0) {
+                    struct rlimit rl;
+                    char msg[160];
+                    if (enfile || getrlimit(RLIMIT_NOFILE, &rl))
+                        snprintf(msg, sizeof msg, "server out of file descriptors (%s); try another replica",
+                                 enfile ? "the system's limit" : "its open-file limit");
+                    else
+                        snprintf(msg, sizeof msg, "server out of file descriptors (open-file limit %llu: "
+                                 "raise ulimit -n or lower --max-clients); try another replica",
+                                 (unsigned long long)rl.rlim_cur);
+                    refuse(s, fd, ACT_E_OVERLOADED, ACT_REFUSED_NO_FDS, msg);
+                }
                 s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
                 if (fd < 0) return;
-                act_metrics_refused(&s->metrics, ACT_REFUSED_NO_FDS);
-                act_serve_log(s, "out of file descriptors: refused a connection");
                 continue;
             }
             return;   /* EAGAIN, or an aborted handshake: nothing more to take now */
@@ -647,18 +686,12 @@ void act_conn_accept(act_io *from, int lfd, int is_unix)
         int draining = atomic_load(&s->draining);
         act_io *io = draining ? NULL : pick_io(s);
         if (!io) {
-            /* say why in one best-effort send: a fresh socket's buffer always takes it */
             char msg[128];
-            size_t n;
             snprintf(msg, sizeof msg, draining ? "server is draining; connect to another replica"
                                                : "max clients (%d) reached; try another replica",
                      s->o.max_clients);
-            uint8_t *f = act_proto_build_error(0, draining ? ACT_E_SHUTTING_DOWN : ACT_E_OVERLOADED, msg, &n);
-            act_metrics_refused(&s->metrics, draining ? ACT_REFUSED_DRAINING : ACT_REFUSED_MAX_CLIENTS);
-            act_serve_log(s, "%s: refused a connection", msg);
-            if (f && send(fd, f, n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) act_serve_log(s, "refusing a client: %s", strerror(errno));
-            free(f);
-            close(fd);
+            refuse(s, fd, draining ? ACT_E_SHUTTING_DOWN : ACT_E_OVERLOADED,
+                   draining ? ACT_REFUSED_DRAINING : ACT_REFUSED_MAX_CLIENTS, msg);
             continue;
         }
         if (!is_unix) tcp_options(s, fd);

@@ -136,6 +136,8 @@ struct act_server {
     act_server_opts o;
     char host[64], audit_path[512];
     int lfd, mfd, spare_fd;
+    atomic_llong refused_said_ms;  /* when refusals were last said on stderr (act_conn_refuse) */
+    atomic_int refused_unsaid;     /* refusals since */
     int ufd;                       /* the Unix-socket listener (--unix), or -1 */
     char unix_path[108];           /* its path, removed at exit; "" = none */
     int port, mport;

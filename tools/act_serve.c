@@ -30,19 +30,25 @@ typedef struct cli {
 static act_server *g_server;
 static volatile sig_atomic_t g_signals;
 static char g_unix_path[108];   /* sun_path's size: removed by a second signal's exit */
+static char g_port_file[1024];  /* --port-file once written: removed at every exit */
 
-/* The first SIGTERM/SIGINT drains (at most --drain-timeout-ms, plus the batch computing then);
- * a second one exits at once, for an operator or orchestrator that will not wait. Only
- * async-signal-safe calls here. */
+/* The first SIGTERM/SIGINT/SIGHUP drains (at most --drain-timeout-ms, plus the batch computing
+ * then); a second one exits at once, for an operator or orchestrator that will not wait. Only
+ * async-signal-safe calls here. SIGHUP too: a server started from a terminal or an ssh session
+ * that closes drains and says so rather than dying silently. */
 static void on_signal(int sig)
 {
     if (g_signals++) {
         static const char msg[] = "act-serve: a second signal: exiting now, without draining\n";
         if (g_unix_path[0]) unlink(g_unix_path);
+        if (g_port_file[0]) unlink(g_port_file);
         ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
         (void)w;
         _exit(128 + sig);
     }
+    static const char msg[] = "act-serve: signal received: draining (a second one exits at once)\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
     if (g_server) act_server_stop(g_server);
 }
 
@@ -50,8 +56,8 @@ static void usage(FILE *out, const flag *fl, int n)
 {
     fprintf(out, "usage: act-serve --model M.actw [options]\n"
                  "       act-serve --version\n\n"
-                 "Serves action chunks over TCP (docs/PROTOCOL.md, docs/SERVING.md); SIGTERM drains and exits 0,\n"
-                 "a second SIGTERM/SIGINT exits at once (128 + the signal). Every option has the environment\n"
+                 "Serves action chunks over TCP (docs/PROTOCOL.md, docs/SERVING.md); SIGTERM (SIGINT, SIGHUP) drains\n"
+                 "and exits 0, a second one exits at once (128 + the signal). Every option has the environment\n"
                  "variable beside it; the option wins. Switches (1/0) also take true/false, yes/no, on/off.\n\n");
     for (int i = 0; i < n; i++)
         fprintf(out, "  --%-22s %-28s %s\n", fl[i].name, fl[i].env, fl[i].help);
@@ -184,7 +190,9 @@ static int parse_precision(const char *s, act_precision *p)
     return -1;
 }
 
-/* Each connection is a descriptor: lift the soft limit as far as the hard limit allows. */
+/* Each connection is a descriptor: lift the soft limit as far as the hard limit allows, and say
+ * when that is not enough for --max-clients (connections past it are refused, each with an
+ * ERROR frame, and said on stderr). */
 static void raise_fd_limit(int want)
 {
     struct rlimit rl;
@@ -192,7 +200,27 @@ static void raise_fd_limit(int want)
     rlim_t need = (rlim_t)want + 64;
     if (rl.rlim_cur >= need) return;
     rl.rlim_cur = need < rl.rlim_max ? need : rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
+    if (setrlimit(RLIMIT_NOFILE, &rl) || getrlimit(RLIMIT_NOFILE, &rl)) return;
+    if (rl.rlim_cur < need)
+        fprintf(stderr, "act-serve: warning: the open-file limit is %llu (hard limit %llu), below the "
+                "--max-clients %d connections + 64 the server may hold: connections past it are refused; "
+                "raise it (ulimit -n, LimitNOFILE= in a systemd unit) or lower --max-clients\n",
+                (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, want);
+}
+
+/* --port-file's folder must take the file before the model loads (a warm-up can take a minute):
+ * 1 with a message when it cannot */
+static int port_file_unwritable(const char *path)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    if (access(dir, W_OK | X_OK) == 0) return 0;
+    fprintf(stderr, "act-serve: --port-file %s: its folder %s cannot take it: %s\n", path, dir, strerror(errno));
+    return 1;
 }
 
 int main(int argc, char **argv)
@@ -228,6 +256,7 @@ int main(int argc, char **argv)
     sopts.cuda_device = c.cuda_device;
     sopts.copy_threads = c.copy_threads;
     raise_fd_limit(c.so.max_clients);
+    if (c.port_file && port_file_unwritable(c.port_file)) return 2;
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -241,6 +270,7 @@ int main(int argc, char **argv)
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
 
     act_model *m = NULL;
     act_session *sess = NULL;
@@ -266,24 +296,41 @@ int main(int argc, char **argv)
         /* renamed into place whole: a watcher polling for the file never reads half of it */
         act_outfile pf;
         char perr[1300];
-        if (act_outfile_open(&pf, c.port_file, "w", perr, sizeof perr) == 0) {
+        int ok = act_outfile_open(&pf, c.port_file, "w", perr, sizeof perr) == 0;
+        if (ok) {
             fprintf(pf.fp, "%d %d\n", act_server_port(g_server),
                     c.so.metrics_port >= 0 ? act_server_metrics_port(g_server) : -1);   /* -1: off */
-            if (act_outfile_commit(&pf, perr, sizeof perr) != 0)
-                fprintf(stderr, "act-serve: cannot write --port-file: %s\n", perr);
+            ok = act_outfile_commit(&pf, perr, sizeof perr) == 0;
+        }
+        if (ok) {
+            snprintf(g_port_file, sizeof g_port_file, "%s", c.port_file);
         } else {
-            fprintf(stderr, "act-serve: cannot write --port-file: %s\n", perr);
+            /* whoever asked for the file finds the server by it: serving unfound helps nobody */
+            fprintf(stderr, "act-serve: cannot write --port-file: %s; stopping\n", perr);
+            act_server_stop(g_server);
+            act_server_wait(g_server);
+            goto out;
         }
     }
     rc = act_server_wait(g_server) ? 1 : 0;
     fprintf(stderr, "act-serve: drained, exiting\n");
 out:
-    sa.sa_handler = SIG_IGN;   /* the server is going away: no handler may touch it now */
+    /* the server is going away: no handler may touch it now, and a signal during the teardown
+     * ends the process (the default action) rather than being ignored */
+    sa.sa_handler = SIG_DFL;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    if (g_port_file[0]) unlink(g_port_file);   /* a dead server's port is no one's to read */
     act_server_free(g_server);
     g_server = NULL;
     act_session_free(sess);
     act_model_free(m);
+    if (rc != 0) {
+        /* without the libraries' exit handlers: OpenBLAS's joins a worker thread that an
+         * out-of-memory failure can leave retrying its allocation forever */
+        fflush(NULL);
+        _exit(rc);
+    }
     return rc;
 }

@@ -372,6 +372,43 @@ def test_drain_timeout_bounds_the_shutdown_and_a_second_signal_exits_at_once(ser
     assert not sock_path.exists(), "the Unix socket was left behind"
 
 
+def test_sighup_drains_like_sigterm_and_the_port_file_goes_with_the_server(server, tiny, rng):
+    """A server started from a terminal or an ssh session that closes gets SIGHUP: it drains and
+    exits 0, saying so, instead of dying silently; its --port-file (a dead server's port) goes."""
+    _, cfg = tiny
+    srv = server()
+    c = ActClient("127.0.0.1", srv.port, timeout=60)
+    q, imgs = _obs(rng, cfg["camera_names"])
+    c.predict(q, imgs)
+    assert srv.pf.exists()
+    assert srv.stop(signal.SIGHUP) == 0, srv.log()
+    assert "signal received: draining" in srv.log() and "drained, exiting" in srv.log(), srv.log()
+    assert not srv.pf.exists(), "the port file outlived the server"
+
+
+def test_a_port_file_that_cannot_be_written_stops_before_the_model_loads(act_serve, tmp_path):
+    """With --port 0 the port file is how anyone finds the server: a folder that cannot take it
+    is an error at once, before a load and warm-up that can take a minute."""
+    p = subprocess.run([str(act_serve), "--model", str(tmp_path / "absent.actw"), "--port", "0",
+                        "--port-file", str(tmp_path / "no" / "such" / "port.txt")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--port-file" in p.stderr and "cannot take it" in p.stderr, p.stderr
+    assert "absent" not in p.stderr, "the model was opened first"
+
+
+def test_a_load_that_runs_out_of_address_space_exits(act_serve, tiny, tmp_path):
+    """Under ulimit -v too small for the model, act-serve says why and exits 1: it used to hang in
+    OpenBLAS's exit handler (a worker retrying its failed allocation forever), deaf to SIGTERM."""
+    import resource
+
+    def tight():
+        resource.setrlimit(resource.RLIMIT_AS, (150_000 * 1024, 150_000 * 1024))
+
+    p = subprocess.run([str(act_serve), "--model", str(tiny[0]), "--device", "cpu", "--port", "0"],
+                       capture_output=True, text=True, timeout=60, preexec_fn=tight)
+    assert p.returncode == 1 and "out of memory" in p.stderr, (p.returncode, p.stderr)
+
+
 def test_client_refuses_a_restarted_server_with_other_weights(server, tiny, ref, tmp_path, rng):
     """The same contract (cameras, dims, frame size) but another model hash after a reconnect:
     one evaluation must not mix two checkpoints, so the client refuses unless it was made with

@@ -517,6 +517,48 @@ def test_oversized_http_request_gets_its_400(srv):
     assert _healthz(srv.mport)[0] == 200
 
 
+def test_client_port_out_of_descriptors_refuses_with_a_reason(act_serve, srv):
+    """Under an open-file limit too low for --max-clients: a warning at start; a connection past
+    the limit gets an ERROR frame saying the server is out of descriptors (the client's error
+    names it, instead of a bare reset), and the refusals are said on stderr without --verbose
+    (rate-limited: one note, then the count after 10 s)."""
+    import resource
+    limit = 40
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    s = Server(act_serve, srv.model, srv.dir, "--max-clients", 100, "--io-threads", 1,
+               preexec_fn=low_limit).wait_ready()
+    clients = []
+    try:
+        assert "the open-file limit is 40 (hard limit 40), below the --max-clients 100" in s.log(), s.log()
+        while len(os.listdir(f"/proc/{s.proc.pid}/fd")) < limit:
+            c = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+            c.sendall(wire.hello())
+            assert recv_frame(c)[0] == wire.INFO
+            clients.append(c)
+        extra = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+        try:
+            _expect_error(extra, "overloaded", "out of file descriptors (open-file limit 40", closed=True)
+        except ConnectionError:
+            pass   # the reset of the close overtook the frame
+        deadline = time.monotonic() + 10
+        while "refused 1 connection (server out of file descriptors" not in s.log():
+            assert time.monotonic() < deadline, s.log()[-3000:]
+            time.sleep(0.05)
+        clients.pop().close()
+        time.sleep(0.2)
+        assert _metric(s.mport, 'act_serve_connections_refused_total{reason="no_fds"}') >= 1
+        c = ActClient("127.0.0.1", s.port, timeout=30)
+        np.testing.assert_allclose(c.predict(srv.q, srv.imgs), srv.want, **BATCH_TOL)
+        c.close()
+    finally:
+        for c in clients:
+            c.close()
+        assert s.stop() == 0, s.log()
+
+
 def test_health_port_out_of_descriptors_does_not_spin(act_serve, srv):
     """At the descriptor limit a pending /healthz connection is taken and closed (the spare
     descriptor), not left in the backlog where it keeps epoll busy and the I/O thread spinning."""
