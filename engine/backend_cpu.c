@@ -9,6 +9,7 @@
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime */
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <string.h>
 #include <time.h>
 #include "cpu_ops.h"
@@ -239,6 +240,30 @@ static int cpu_gather_rows(act_backend *be, act_buf dst, act_buf src, int rows, 
     return 0;
 }
 
+/* OpenBLAS reserves a buffer (128 MiB of address space in common builds) for each thread that
+ * runs a product, and where that allocation fails it retries forever instead of failing: under
+ * an address-space limit (ulimit -v) without room for them a step hangs. Said once a process,
+ * where the limit leaves less than 2 GiB above what the process maps already (the weights, the
+ * activations and those buffers are still to come). */
+static void warn_address_limit(int threads) {
+    static int said;
+    struct rlimit rl;
+    if (said || !act_cpu_blas_is_openblas() || getrlimit(RLIMIT_AS, &rl) || rl.rlim_cur == RLIM_INFINITY) return;
+    unsigned long long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%llu", &pages) != 1) pages = 0;
+        fclose(f);
+    }
+    if ((unsigned long long)rl.rlim_cur > pages * (unsigned long long)act_page_size() + (2ull << 30)) return;
+    said = 1;
+    fprintf(stderr, "act-engine: warning: an address-space limit is set (ulimit -v: %llu MiB): OpenBLAS reserves "
+            "about 128 MiB of it for each of the %d thread%s that run%s products and, where that fails, retries "
+            "forever instead of failing (a step that hangs); limit memory with a cgroup instead (docker --memory, "
+            "systemd MemoryMax=), or leave that room\n", (unsigned long long)(rl.rlim_cur >> 20), threads,
+            threads == 1 ? "" : "s", threads == 1 ? "s" : "");
+}
+
 int act_backend_cpu_create(act_precision prec, act_backend **out, char *err, size_t errlen) {
     *out = NULL;
     if (prec != ACT_FP32)
@@ -263,6 +288,7 @@ int act_backend_cpu_create(act_precision prec, act_backend **out, char *err, siz
              nt, nt == 1 ? "" : "s", act_cpu_blas_init(),
              act_cpu_gemm_split_on() || !act_cpu_blas_is_openblas() ? "" : " threading its GEMMs",
              act_cpu_clone_name());
+    warn_address_limit(nt);
     const char *tm = getenv("ACT_CPU_TIMING_MODEL");
     if (tm && *tm) {
         if (parse_timing_model(ctx, tm, err, errlen)) {
