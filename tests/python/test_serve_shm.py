@@ -26,7 +26,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools" / "act_client"))
 
-from act_client import ActClient  # noqa: E402
+from act_client import ActClient, ActError  # noqa: E402
 from act_client import wire  # noqa: E402
 from serve_util import BATCH_TOL, Server, recv_frame  # noqa: E402
 
@@ -412,12 +412,27 @@ def test_a_forked_child_gets_frame_memory_of_its_own(srv):
     if pid == 0:
         code = 1
         try:
+            # the parent's arrays are refused: forked siblings writing there overwrite each
+            # other's frames (and the parent's) between the write and the request
+            try:
+                c.predict(srv.q, parent_bufs)
+                refused = False
+            except ActError as e:
+                refused = "before fork()" in str(e)
+            cam = next(iter(parent_bufs))
+            try:   # a view into them is refused too; a copy of them is the caller's own memory
+                c.predict(srv.q, dict(srv.imgs, **{cam: parent_bufs[cam][:, ::-1][:, ::-1]}))
+                refused = False
+            except ActError:
+                pass
+            c.predict(srv.q, dict(srv.imgs, **{cam: parent_bufs[cam].copy()}))
+            copy_ok = True
             bufs = c.frame_buffers()
             for cam, img in srv.imgs.items():
                 bufs[cam][...] = img
             ok = np.array_equal(c.predict(srv.q, bufs), srv.want)
             mine = not np.shares_memory(bufs[next(iter(bufs))], parent_bufs[next(iter(parent_bufs))])
-            code = 0 if ok and mine and c.transport == "unix+shm" else 2
+            code = 0 if ok and mine and refused and copy_ok and c.transport == "unix+shm" else 2
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)

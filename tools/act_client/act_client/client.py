@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 import weakref
-from typing import Dict, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -39,6 +39,19 @@ _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 # Linux, as rollout workers are often made) lets go of their parent's connections, see
 # ActClient._forget_after_fork
 _LIVE: "weakref.WeakSet[ActClient]" = weakref.WeakSet()
+
+
+def _byte_range(a: np.ndarray) -> Tuple[int, int]:
+    """[lo, hi) of the bytes array a spans in memory (numpy's byte_bounds, which moved in 2.0)"""
+    ai = a.__array_interface__
+    lo = hi = ai["data"][0]
+    strides = ai["strides"] or tuple(int(a.itemsize * np.prod(a.shape[i + 1:])) for i in range(a.ndim))
+    for n, st in zip(a.shape, strides):
+        if st < 0:
+            lo += st * (n - 1)
+        else:
+            hi += st * (n - 1)
+    return lo, hi + a.itemsize
 
 
 def _after_fork_in_child() -> None:
@@ -128,6 +141,9 @@ class ActClient:
         # one call at a time: threads sharing a client would read each other's replies and, with
         # shared memory, overwrite each other's frames before the server read them
         self._lock = threading.RLock()
+        # byte ranges of frame_buffers() arrays made before a fork(): the parent's shared memory,
+        # which predict() refuses to read from here (see _forget_after_fork)
+        self._stale_frames: List[Tuple[int, int]] = []
         _LIVE.add(self)
 
     def _forget_after_fork(self) -> None:
@@ -136,8 +152,11 @@ class ActClient:
         child's frames would land in the parent's memory). The child drops its copies - closing a
         copied descriptor leaves the parent's open - and connects anew at its first call, with
         frame memory of its own; the contract and model hash it insists on are kept. Arrays got
-        from frame_buffers() before the fork are the parent's: call it again in the child."""
+        from frame_buffers() before the fork are the parent's: call it again in the child.
+        predict() refuses them (ActError): every forked worker writing there would overwrite the
+        others' frames between its write and its request, and get chunks for their images."""
         self._lock = threading.RLock()   # another thread of the parent may have held it
+        self._stale_frames += [_byte_range(v) for v, _ in self._shm_slots.values()]
         self.close()   # the child's copies only: the parent's descriptors and mapping stay open
         self.reconnects = self.connect_failures = 0
         self._was_connected = False
@@ -411,6 +430,8 @@ class ActClient:
                                      f"got {np.asarray(is_pad).size}")
             if not 0 <= int(seed) < 1 << 64:
                 raise ValueError(f"seed must be in [0, 2**64), got {seed}")
+            if self._stale_frames:
+                self._refuse_stale_frames(images)
 
             def make():   # per attempt: a reconnect may have gained or lost the shared memory
                 if self._shm_live:
@@ -427,6 +448,18 @@ class ActClient:
             chunk = res.pop("chunk")
             self.last_result = res
             return chunk
+
+    def _refuse_stale_frames(self, images) -> None:
+        for cam, img in images.items() if isinstance(images, Mapping) else ():
+            if not isinstance(img, np.ndarray) or img.size == 0:
+                continue
+            lo, hi = _byte_range(img)
+            if any(lo < s_hi and s_lo < hi for s_lo, s_hi in self._stale_frames):
+                raise ActError(
+                    f"images['{cam}'] lies in the frame buffers this client's parent process got from "
+                    f"frame_buffers() before fork(): that memory is shared by every forked worker, which "
+                    f"overwrite each other's frames there. Call frame_buffers() again in this process and "
+                    f"write the observation into those arrays (or pass arrays of your own)")
 
     def ping(self) -> float:
         """Round trip of a PING in seconds."""
