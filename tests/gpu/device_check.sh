@@ -98,13 +98,16 @@
 #              chunks fetched by HDF5 (ACT_EPISODE_PREAD=0) vs pread on the inflating threads
 #              (the A/B rows come last and take what time is left: parity and the peer comparison
 #              matter more)
+#   chunk100   bench/compare_torch.py on the ACT paper's transformer with chunks of 100
+#              (tools/configs/act_chunk100.yaml), bf16 and fp32 batch 1, torch eager beside: the
+#              long-sequence attention kernels' speed and, in compare_torch's output check, parity
 # The last thing printed is the summary table (check, result, figure); it is also $LOG/summary.txt.
 # ACT_CHECK_ONLY=ops,e2e (a comma list of the rows above) runs deps, build and testdata and then
 # only those rows: a quick second run after a fix, inside the session's device time. The bench
 # row may use all but 90 s of what is left (torch.compile's autotuning), so ncu and the A/B rows
 # may find no time in a first full run: then a second run with
 # ACT_CHECK_ONLY=ncu,algo-ab,gemm-ab,gather-ab,fusion-ab,e2e-fuse16,io-ab,group-ab,eval-speed,eval-ab,sizes-ab,pad-ab
-# (the rows that decide a default first) and, time permitting, the other A/B rows.
+# (the rows that decide a default first) and, time permitting, the other A/B rows and chunk100.
 # A rehearsal without a GPU (every row's logic, on the CUDA emulator; no figure means anything):
 #   ACT_CUDA_EMULATOR=$PWD/build-dev/libact_cuda_emu.so ACT_PYTHON=/usr/bin/python3 ACT_E2E_MAX_BATCH=3 \
 #   ACT_CHECK_SLOW=6 ACT_CHECK_ITERS_DIV=50 ACT_CHECK_BUDGET_S=5400 tests/gpu/device_check.sh
@@ -787,6 +790,30 @@ EOF
     st=$( ((EVAL_BAD == bad0)) && echo ok || echo FAIL)
     [[ $same == FAIL* ]] && st=FAIL
     row pad-ab "$st" "bf16 b32, 6 episodes of 40-55 ts, wall: auto (4 sizes) $(pad_fig pad_auto) / on (1) $(pad_fig pad_on) / off (7) $(pad_fig pad_off); ${same#* }"
+fi
+# the ACT paper's transformer with chunks of 100 (tools/configs/act_chunk100.yaml: hidden 512,
+# head 64): the attention kernel that reads K/V in place, on a GPU, against torch eager in the
+# same run; compare_torch's output check (each precision vs torch eager fp32) is the parity of
+# the long-chunk path
+if ! want chunk100; then :
+elif [ -f bench/compare_torch.py ] && ((built)) && enough 60; then
+    b=$(limit 150)
+    ACT_BUILD_DIR=$BUILD timeout "$b" "$PY" bench/compare_torch.py --device cuda --batch 1 \
+        --precision bf16,fp32 --peers eager --iters "$(it 100)" --budget-s $((b - 10)) \
+        --config tools/configs/act_chunk100.yaml --workdir /tmp/act_bench100 \
+        --json "$LOG/chunk100.json" >"$LOG/chunk100.log" 2>&1
+    rc=$?
+    fig=$("$PY" - "$LOG/chunk100.json" <<'EOF' 2>/dev/null
+import json, sys
+rep = json.load(open(sys.argv[1]))
+out = [f'{"ours" if r["who"].startswith("act-infer") else "eager"} {r["precision"]} {r["p50"]:.3f}ms'
+       for r in rep["rows"] if r.get("p50") is not None]
+out += [f'ours {c["precision"]} err {c["rel_diff"]:.1e}{"" if c.get("ok") else " FAIL"}'
+        for c in rep.get("checks", []) if c.get("ours") and c.get("rel_diff") is not None]
+print("; ".join(out) if out else "no rows")
+EOF
+)
+    row chunk100 "$([ $rc = 0 ] && echo ok || echo rc$rc)" "b1 p50: ${fig:-no chunk100.json}"
 fi
 # how often the measured runs of algo-ab and gemm-ab chose another algorithm than the heuristics'
 # first (one "act-engine: algo:" line per measured shape in ab.log, with both times)

@@ -656,7 +656,10 @@ def test_shipped_configs(ref, repo_root):
                                   if not k.startswith("_") and k not in ("num_cameras", "camera_names")}
         return out
 
-    for name, want in (("act_resnet.yaml", ref.FULL_CFG), ("act_resnet_small.yaml", ref.SMALL_CFG)):
+    paper = ref._merge(ref.FULL_CFG, {"pred_horizon": 100, "num_action_steps": 50,
+                                      "head": {"hidden_dim": 512, "dec_layers": 7, "dim_feedforward": 3200}})
+    for name, want in (("act_resnet.yaml", ref.FULL_CFG), ("act_resnet_small.yaml", ref.SMALL_CFG),
+                       ("act_chunk100.yaml", paper)):
         assert core(ref.resolve_config(ref.load_config(str(repo_root / "tools" / "configs" / name)))) == want, name
     bad = ref._merge(ref.SMALL_CFG, {"vision_backbone": {"camera_names": ["front", "l_vis", "r_vis"]}})
     with pytest.raises(ValueError, match="camera_names"):
