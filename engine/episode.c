@@ -523,11 +523,13 @@ int act_episode_open(const char *path, const act_config *cfg, act_episode **out,
 #else
     htri_t is_h5 = H5Fis_hdf5(path);
 #endif
-    if (is_h5 <= 0) {
+    if (is_h5 == 0) {
         H5Eclear2(H5E_DEFAULT);
         snprintf(err, errlen, "%s: not an HDF5 file (or its superblock is damaged)", path);
         return -1;
     }
+    /* the check itself failed (memory, a read error): say HDF5's reason, not "not HDF5" */
+    if (is_h5 < 0) return ep_fail(err, errlen, path, "cannot be checked as an HDF5 file");
     hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (file < 0) return ep_fail(err, errlen, path, "cannot open as HDF5 (truncated or corrupt file)");
 
