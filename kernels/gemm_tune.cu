@@ -9,7 +9,9 @@
  * run is dropped here, so a first choice that would be refused at its first real run is
  * replaced by a usable one), then one run of the first usable candidate is timed to size the
  * batches: reps runs per batch so that a batch lasts about TUNE_TARGET_MS (a 16-row GEMM on an
- * H200 is a few us, near the events' resolution), then TUNE_ROUNDS rounds of one batch per
+ * H200 is a few us, near the events' resolution; where batches are graphs, the first
+ * candidate's graph is timed once more and sized again, since the plain run's time held the
+ * host's launch cost as well), then TUNE_ROUNDS rounds of one batch per
  * candidate, interleaved so that a drift in clocks hits all alike; a candidate's time is its
  * fastest batch. Each batch is one captured graph of its reps runs where the stream can capture
  * (else plain launches): a batch-1 decoder GEMM takes a few us, about cuBLASLt's host cost per
@@ -32,7 +34,7 @@
 
 #define TUNE_CACHE 1024
 #define TUNE_ROUNDS 2
-#define TUNE_MAX_REPS 16
+#define TUNE_MAX_REPS 64
 #define TUNE_TARGET_MS 0.05f
 #define TUNE_MARGIN 0.97f
 
@@ -82,6 +84,7 @@ static cublasStatus_t run_cand(cublasLtHandle_t lt, const act_lt_plan *p, int i,
 typedef struct {
     int best, first, n_usable;
     float us[KLT_CANDIDATES];
+    int reps, graphs;               /* runs per timed batch; 1 when the batches were graphs */
 } tune_result;
 
 /* reps runs of candidate i as one graph (*out), or -1 where the stream cannot capture them (the
@@ -139,6 +142,32 @@ static int time_batches(cublasLtHandle_t lt, const act_lt_plan *p, const int *us
     return 0;
 }
 
+/* runs a timed batch should have when one takes run_ms: about TUNE_TARGET_MS, 1 to TUNE_MAX_REPS */
+static int reps_for(float run_ms) {
+    if (run_ms >= TUNE_TARGET_MS) return 1;
+    int reps = (int)ceilf(TUNE_TARGET_MS / fmaxf(run_ms, 1e-4f));
+    return reps > TUNE_MAX_REPS ? TUNE_MAX_REPS : reps;
+}
+
+/* g (reps runs of one candidate) launched twice, the second between ev[0] and ev[1] (the first
+ * pays the graph's upload): *ms is one run's time at the GPU's pace. 0; 1 when a launch was
+ * refused (the caller times without graphs); -1 with err on an error. */
+static int graph_run_ms(cudaGraphExec_t g, int reps, cudaStream_t st, cudaEvent_t *ev, float *ms,
+                        char *err, size_t errlen) {
+    for (int k = 0; k < 2; k++) {
+        if (k) KCHECK(cudaEventRecord(ev[0], st));
+        if (cudaGraphLaunch(g, st) != cudaSuccess) {
+            cudaGetLastError();
+            return 1;
+        }
+    }
+    KCHECK(cudaEventRecord(ev[1], st));
+    KCHECK(cudaEventSynchronize(ev[1]));
+    KCHECK(cudaEventElapsedTime(ms, ev[0], ev[1]));
+    *ms /= (float)reps;
+    return 0;
+}
+
 /* the measurement itself, events made by the caller */
 static int measure(cublasLtHandle_t lt, const act_lt_plan *p, const void *W, const void *x,
                    void *y, void *ws, size_t ws_bytes, cudaStream_t st, int graphs, cudaEvent_t *ev,
@@ -168,16 +197,35 @@ static int measure(cublasLtHandle_t lt, const act_lt_plan *p, const void *W, con
     KCHECK(cudaEventRecord(ev[1], st));
     KCHECK(cudaEventSynchronize(ev[1]));
     KCHECK(cudaEventElapsedTime(&one, ev[0], ev[1]));
-    int reps = one >= TUNE_TARGET_MS ? 1 : (int)ceilf(TUNE_TARGET_MS / fmaxf(one, 1e-4f));
-    if (reps > TUNE_MAX_REPS) reps = TUNE_MAX_REPS;
+    int reps = reps_for(one);
     /* every candidate as a graph, or every one as plain launches: a mix would time some at the
-     * GPU's pace and others at the host's */
+     * GPU's pace and others at the host's. Graphs unless one plain run already took several
+     * times the target (a large GEMM, which the host's launch cost cannot have inflated so) */
     cudaGraphExec_t gx[KLT_CANDIDATES] = {0};
-    int as_graphs = graphs && reps > 1;
+    int as_graphs = graphs && one < 4.0f * TUNE_TARGET_MS;
+    if (as_graphs) {
+        /* the plain run above timed the host's launch cost too (a few us, as long as a small
+         * GEMM itself): the first candidate's graph, launched, times a run at the GPU's pace,
+         * and where its batches would fall short of the target they get more runs */
+        float run = 0.0f;
+        int r = batch_graph(lt, p, first, W, x, y, ws, ws_bytes, st, reps, &gx[first]) ? 1
+                : graph_run_ms(gx[first], reps, st, ev, &run, err, errlen);
+        if (r < 0) {
+            cudaGraphExecDestroy(gx[first]);
+            return -1;
+        }
+        if (r == 0 && reps_for(run) > reps) {
+            reps = reps_for(run);
+            cudaGraphExecDestroy(gx[first]);
+            r = batch_graph(lt, p, first, W, x, y, ws, ws_bytes, st, reps, &gx[first]);
+        }
+        as_graphs = r == 0;
+    }
     for (int i = 0; i < p->n_cand && as_graphs; i++)
-        if (usable[i] && batch_graph(lt, p, i, W, x, y, ws, ws_bytes, st, reps, &gx[i])) as_graphs = 0;
+        if (usable[i] && !gx[i] && batch_graph(lt, p, i, W, x, y, ws, ws_bytes, st, reps, &gx[i])) as_graphs = 0;
     int rc = time_batches(lt, p, usable, W, x, y, ws, ws_bytes, st, reps, as_graphs ? gx : NULL, ev,
                           err, errlen);
+    int rc_graphs = rc != 1;
     if (rc == 1)   /* a graph launch refused: every candidate as plain launches, anew */
         rc = time_batches(lt, p, usable, W, x, y, ws, ws_bytes, st, reps, NULL, ev, err, errlen);
     for (int i = 0; i < p->n_cand; i++)
@@ -200,6 +248,8 @@ static int measure(cublasLtHandle_t lt, const act_lt_plan *p, const void *W, con
     res->best = b;
     for (int i = 0; i < p->n_cand; i++)
         if (usable[i]) res->us[i] = 1e3f * t[i] / (float)reps;
+    res->reps = reps;
+    res->graphs = as_graphs && rc_graphs;
     return 0;
 }
 
@@ -222,8 +272,9 @@ static void log_choice(const act_lt_plan *p, const tune_result *r) {
                 "runs\n", what, r->best, p->n_cand);
     else
         fprintf(stderr, "act-engine: algo: cuBLASLt %s: candidate %d of %d (%.2f us a run), the "
-                "heuristic's first %d (%.2f us)\n", what, r->best, p->n_cand, r->us[r->best],
-                r->first, r->us[r->first]);
+                "heuristic's first %d (%.2f us); timed in batches of %d run%s %s\n", what, r->best,
+                p->n_cand, r->us[r->best], r->first, r->us[r->first], r->reps,
+                r->reps == 1 ? "" : "s", r->graphs ? "as graphs" : "launched one by one");
 }
 
 int act_k_lt_measure(cublasLtHandle_t lt, act_lt_plan *p, int dev, const void *W,

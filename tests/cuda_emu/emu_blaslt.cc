@@ -25,8 +25,10 @@
  * beside a 16-bit D; =refuse-first refuses every run of algorithm #0, =refuse-others of the
  * others; =slow-first makes each run of #0 take 2 ms more (a host sleep, which events time), so
  * a caller that times the candidates has a clear winner; =slightly-slow-first 10 us more (a
- * spin), short enough that a caller times its candidates in batches of several runs (all read
- * at each call, to test a caller's fallbacks and choices). */
+ * spin), short enough that a caller times its candidates in batches of several runs; =slow-launch
+ * makes every call that is not captured take 60 us more (a host's launch cost, which a caller
+ * timing one plain call mistakes for the GEMM's; a graph's nodes do not pay it) (all read at
+ * each call, to test a caller's fallbacks and choices). */
 #include <cblas.h>
 #include <math.h>
 #include <stdint.h>
@@ -405,7 +407,18 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
         return CUBLAS_STATUS_EXECUTION_FAILED;
 
     const layout la = *a, lb = *b, lc = *c, ld = *dd;
+    /* slow-launch: a call launched on its own (not captured) takes 60 us more between events,
+     * as a host's launch cost does on a GPU that waits for it; its graph-launched twin does not.
+     * (The emulator runs a stream's work when it is waited for, so a host spin here would fall
+     * outside the events: the spin is the operation's.) */
+    const bool launch_cost = env_is("slow-launch") && !emu_stream_capturing(stream);
     auto op = [=]() {
+        if (launch_cost) {
+            struct timespec t0, t;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            do clock_gettime(CLOCK_MONOTONIC, &t);
+            while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 60000);
+        }
         if (slow == 1) {
             struct timespec ts = {0, 2000000};
             nanosleep(&ts, nullptr);

@@ -12,6 +12,9 @@
 #     runs): the batches are captured graphs of their own (a few-us GEMM launched one by one
 #     would time the host's launch rate), #1 is still chosen everywhere; with ACT_CUDA_GRAPHS=0
 #     no graph at all is made, the batches are plain launches and #1 is chosen all the same.
+#  6. slow-launch (60 us of host time in each plain call): the batches are sized again from the
+#     first candidate's graph, so every shape is timed as graphs of several runs, not as single
+#     plain launches whose time is the host's;
 #  4. ACT_CUDA_ALGO_LOG=1 logs each measured choice ("act-engine: algo: ..." on stderr) beside
 #     the heuristic's, for linears and convs alike; without it nothing is logged.
 # In fp32 and bf16, batch 1 (graphs on).
@@ -83,6 +86,23 @@ for graphs in 1 0; do
         fail=1
     fi
 done
+# a host whose every plain cublasLtMatmul costs 60 us (slow-launch): one plain run's time is
+# mostly that, so batches sized from it alone would be 1 run launched one by one, timing the
+# host; sized again from the first candidate's graph, every shape is timed as graphs of several
+# runs, at the (emulated) GPU's pace
+out=$(ACT_EMU_CUBLASLT=slow-launch ACT_CUDA_ALGO_LOG=1 "$infer" bench --model "$model" --device cuda \
+      --precision bf16 --batch 1 --iters 2 --warmup 1 --profile-iters 0 2>&1)
+lines=$(echo "$out" | grep '^act-engine: algo: cuBLASLt .*: candidate [0-9]* of ')
+n=$(echo "$lines" | grep -c 'candidate')
+good=$(echo "$lines" | grep -c 'timed in batches of \([4-9]\|[1-9][0-9]\) runs as graphs$')
+host=$(echo "$lines" | sed -n 's/.*(\([0-9.]*\) us a run).*/\1/p' | awk '$1 >= 30' | wc -l)
+if [ "$n" -ge 1 ] && [ "$good" = "$n" ] && [ "$host" = 0 ]; then
+    echo "ok   slow-launch: $n linear shapes timed as graphs of 4+ runs, none at the host's pace"
+else
+    echo "FAIL slow-launch: $good of $n shapes timed as graphs of 4+ runs, $host at >= 30 us a run (the host's):"
+    echo "$lines" | head -3
+    fail=1
+fi
 quiet=$(log ACT_EMU_CUBLASLT=slow-first)
 if [ -n "$quiet" ]; then
     echo "FAIL choices logged without ACT_CUDA_ALGO_LOG: $(echo "$quiet" | head -1)"
