@@ -139,6 +139,7 @@ typedef struct {
     int graphs_off;                 /* ACT_CUDA_GRAPHS=0: every step runs eagerly */
     int warned_direct;              /* the direct-conv fallback was reported */
     int conv_fuse;                  /* try cuDNN's fused conv+bias+activation (cu_setup says when) */
+    int conv_direct, gemm_gemmex;   /* ACT_CUDA_CONV=direct, ACT_CUDA_GEMM=gemmex (cu_setup) */
     int conv_find;                  /* measure new conv plans' candidates (ACT_CUDA_CONV_ALGO) */
     int warned_find;                /* a failed measurement was reported */
     int gemm_measure;               /* time new cuBLASLt plans' candidates (ACT_CUDA_GEMM_ALGO) */
@@ -869,8 +870,7 @@ static int conv_plan_for(act_backend *be, const act_conv *cv, int N, int H, int 
         return -1;
     }
     act_conv_plan *p = NULL;
-    const char *force = getenv("ACT_CUDA_CONV");
-    if (!(force && !strcmp(force, "direct")) &&
+    if (!c->conv_direct &&
         act_k_conv_plan(c->dnn, c->wdt, be->precision, c->nhwc, N, cv->cin, H, W, cv->cout,
                         cv->k, cv->stride, cv->pad, CONV_WS_LIMIT, &p, KE)) {
         conv_to_direct(be, cv);
@@ -1029,10 +1029,9 @@ static int lt_plan_for(act_backend *be, const act_linear *l, int M, int epi, con
         return -1;
     }
     lt_entry e = {l->w->index, l->row0, l->out, M, epi, xdt, (int)y.dt, ax, ay, NULL};
-    const char *force = getenv("ACT_CUDA_GEMM");
     c->lts[c->n_lts] = e;
     *out = &c->lts[c->n_lts++];
-    if (force && !strcmp(force, "gemmex")) return 0;
+    if (c->gemm_gemmex) return 0;
     int tf32 = be->precision == ACT_TF32;
     if (!act_k_lt_plan(c->lt, c->wdt, xdt, y.dt, M, l->out, l->in, tf32, epi, W, x, bias,
                        ACT_DT_F32, y.p, CUBLAS_WS_BYTES, &(*out)->plan, KE))
@@ -1483,6 +1482,9 @@ static int cu_setup(act_backend *be, int device) {
      * not per conv. */
     c->conv_fuse = !getenv("ACT_CUDA_CONV_UNFUSED") &&
                    (c->wdt == ACT_DT_F32 || getenv("ACT_CUDA_CONV_FUSE_LOWP") != NULL);
+    const char *conv = getenv("ACT_CUDA_CONV"), *gemm = getenv("ACT_CUDA_GEMM");
+    c->conv_direct = conv && !strcmp(conv, "direct");   /* our direct conv kernel, not cuDNN */
+    c->gemm_gemmex = gemm && !strcmp(gemm, "gemmex");   /* cublasGemmEx + a bias kernel */
     c->bytes = CUBLAS_WS_BYTES;
     return 0;
 }
