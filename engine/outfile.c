@@ -6,8 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The temporary files being written, for act_outfile_remove_pending: a slot is 0 free, 1 being
- * filled in, 2 naming a temporary file (read by a signal handler only in that state). */
+/* The temporary files being written, for act_outfile_remove_pending. A slot is 0 free, 1 being
+ * filled in, 2 naming a temporary file, 3 taken by act_outfile_remove_pending (a signal handler
+ * about to end the process): it never returns to 0 then, so its name is never rewritten while
+ * the handler reads it, and a thread dropping it waits for the end. */
 #define PENDING_MAX 64
 static char g_pending[PENDING_MAX][1100];
 static int g_pending_state[PENDING_MAX];
@@ -27,13 +29,22 @@ static void pending_add(act_outfile *o) {
 }
 
 static void pending_drop(act_outfile *o) {
-    if (o->pending > 0) __atomic_store_n(&g_pending_state[o->pending - 1], 0, __ATOMIC_RELEASE);
+    if (o->pending > 0) {
+        int live = 2;
+        while (!__atomic_compare_exchange_n(&g_pending_state[o->pending - 1], &live, 0, 0,
+                                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            live = 2;   /* 3: the handler is removing it and the process is ending */
+    }
     o->pending = 0;
 }
 
 void act_outfile_remove_pending(void) {
-    for (int i = 0; i < PENDING_MAX; i++)
-        if (__atomic_load_n(&g_pending_state[i], __ATOMIC_ACQUIRE) == 2) unlink(g_pending[i]);
+    for (int i = 0; i < PENDING_MAX; i++) {
+        int live = 2;
+        if (__atomic_compare_exchange_n(&g_pending_state[i], &live, 3, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED))
+            unlink(g_pending[i]);
+    }
 }
 
 int act_outfile_open(act_outfile *o, const char *path, const char *mode, char *err, size_t errlen) {
@@ -46,13 +57,15 @@ int act_outfile_open(act_outfile *o, const char *path, const char *mode, char *e
     struct stat st;
     int direct = stat(path, &st) == 0 && !S_ISREG(st.st_mode);
     if (!direct) snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld", path, (long)getpid());
+    if (o->tmp[0]) pending_add(o);   /* before it exists: a signal after fopen finds it */
     o->fp = fopen(direct ? path : o->tmp, mode);
     if (!o->fp) {
-        snprintf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+        int e = errno;
+        snprintf(err, errlen, "%s: cannot create: %s", path, strerror(e));
         o->tmp[0] = '\0';
+        pending_drop(o);
         return -1;
     }
-    if (o->tmp[0]) pending_add(o);
     return 0;
 }
 

@@ -485,6 +485,7 @@ int act_server_wait(act_server *s)
         }
         rc |= io->rc;
     }
+    act_conn_say_refusals(s);   /* the I/O threads are done: no refusal comes after this */
     act_infer_stop(s);
     /* anything finished after the loops ended is released, not leaked */
     for (int i = 0; i < s->n_io; i++) act_deliver_done(&s->io[i]);

@@ -623,8 +623,9 @@ static void tcp_options(act_server *s, int fd)
 }
 
 /* A refusal is said on stderr whatever --verbose (an operator must learn that clients are being
- * turned away), at most once every 10 s with the count since, so a flood of them cannot flood
- * the log; --verbose says each. */
+ * turned away): the first at once, later ones at most once every 10 s with their count since
+ * (a flood of them cannot flood the log), and what is left unsaid when the I/O threads stop
+ * (act_conn_say_refusals); --verbose says each. */
 static void say_refused(act_server *s, const char *why)
 {
     act_serve_log(s, "%s: refused a connection", why);
@@ -634,8 +635,19 @@ static void say_refused(act_server *s, const char *why)
     if (last && now - last < 10000) return;
     if (!atomic_compare_exchange_strong(&s->refused_said_ms, &last, now)) return;
     int n = atomic_exchange(&s->refused_unsaid, 0);
-    act_serve_say("refused %d connection%s (%s); the next such note after 10 s at the earliest, with the "
-                  "count since (/metrics: act_serve_connections_refused_total)", n, n == 1 ? "" : "s", why);
+    if (!last)
+        act_serve_say("refused a connection (%s); further refusals are said at most every 10 s with their "
+                      "count (/metrics: act_serve_connections_refused_total)", why);
+    else
+        act_serve_say("refused %d more connection%s in the last %.0f s (latest: %s)", n, n == 1 ? "" : "s",
+                      (double)(now - last) / 1e3, why);
+}
+
+void act_conn_say_refusals(act_server *s)
+{
+    int n = atomic_exchange(&s->refused_unsaid, 0);
+    if (n > 0)
+        act_serve_say("refused %d more connection%s since the last note on refusals", n, n == 1 ? "" : "s");
 }
 
 /* says why in one best-effort ERROR frame (a fresh socket's buffer always takes it), then closes */

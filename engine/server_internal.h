@@ -183,6 +183,7 @@ void act_io_wake(act_io *io);
 void act_server_wake(act_server *s);   /* every I/O thread */
 void act_serve_log(const act_server *s, const char *fmt, ...);   /* with --verbose only */
 void act_serve_say(const char *fmt, ...);                        /* always (startup progress) */
+void act_conn_say_refusals(act_server *s);   /* refusals not yet said on stderr (server_conn.c) */
 /* the I/O thread that owns connection slot */
 static inline act_io *act_io_of(act_server *s, uint32_t slot)
 {

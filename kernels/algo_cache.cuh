@@ -137,6 +137,13 @@ static inline void act_algo_cache_load(act_algo_cache *c) {
             continue;
         }
         if (strcmp(kind, c->kind)) continue;              /* the other table's line */
+        /* an entry of another size (a build whose key has more or fewer fields) is another
+         * version's line, skipped as such, not a damaged one */
+        const char *sz = strrchr(tag, '/');
+        if (sz && strtoull(sz + 1, NULL, 10) != (unsigned long long)c->size) {
+            other++;
+            continue;
+        }
         size_t nh = strlen(hex);
         int ok = nh == 2 * c->size && c->size <= sizeof entry;
         for (size_t i = 0; ok && i < c->size; i++) {

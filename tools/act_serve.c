@@ -4,6 +4,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <signal.h>
+#include <sched.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,19 +31,40 @@ typedef struct cli {
 
 static act_server *g_server;
 static volatile sig_atomic_t g_signals;
+static int g_teardown, g_in_handler;   /* atomics: the handler may no longer touch g_server */
 static char g_unix_path[108];   /* sun_path's size: removed by a second signal's exit */
-static char g_port_file[1024];  /* --port-file once written: removed at every exit */
+static char g_port_file[1024];  /* --port-file once written (g_port_set), with what it holds: */
+static char g_port_line[64];    /* removed at exit while it still holds our port, not another's */
+static volatile sig_atomic_t g_port_set;
+
+/* --port-file removed if it still holds what this server wrote there: a replacement started
+ * beside it (a rolling restart) may have rewritten it, and its port must stay findable.
+ * Async-signal-safe (open, read, close, unlink). */
+static void remove_port_file(void)
+{
+    if (!g_port_set) return;
+    char got[sizeof g_port_line];
+    int fd = open(g_port_file, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t n = read(fd, got, sizeof got);
+    close(fd);
+    size_t want = strlen(g_port_line);
+    if (n == (ssize_t)want && memcmp(got, g_port_line, want) == 0) unlink(g_port_file);
+}
 
 /* The first SIGTERM/SIGINT/SIGHUP drains (at most --drain-timeout-ms, plus the batch computing
- * then); a second one exits at once, for an operator or orchestrator that will not wait. Only
- * async-signal-safe calls here. SIGHUP too: a server started from a terminal or an ssh session
- * that closes drains and says so rather than dying silently. */
+ * then); a second one exits at once, for an operator or orchestrator that will not wait, as does
+ * any signal once the server is being torn down. Only async-signal-safe calls here. SIGHUP too:
+ * a server started from a terminal or an ssh session that closes drains and says so rather than
+ * dying silently (under nohup it stays ignored). */
 static void on_signal(int sig)
 {
-    if (g_signals++) {
+    __atomic_add_fetch(&g_in_handler, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&g_teardown, __ATOMIC_SEQ_CST) || g_signals++) {
         static const char msg[] = "act-serve: a second signal: exiting now, without draining\n";
         if (g_unix_path[0]) unlink(g_unix_path);
-        if (g_port_file[0]) unlink(g_port_file);
+        remove_port_file();
+        act_outfile_remove_pending();
         ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
         (void)w;
         _exit(128 + sig);
@@ -50,6 +73,7 @@ static void on_signal(int sig)
     ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
     (void)w;
     if (g_server) act_server_stop(g_server);
+    __atomic_sub_fetch(&g_in_handler, 1, __ATOMIC_SEQ_CST);
 }
 
 static void usage(FILE *out, const flag *fl, int n)
@@ -268,9 +292,12 @@ int main(int argc, char **argv)
     }
     if (c.so.unix_path) snprintf(g_unix_path, sizeof g_unix_path, "%s", c.so.unix_path);
     sa.sa_handler = on_signal;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    static const int drain_sigs[] = {SIGTERM, SIGINT, SIGHUP};
+    for (size_t i = 0; i < sizeof drain_sigs / sizeof *drain_sigs; i++) {
+        struct sigaction old;   /* ignored at start (nohup, a background job): stays ignored */
+        if (sigaction(drain_sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(drain_sigs[i], &sa, NULL);
+    }
 
     act_model *m = NULL;
     act_session *sess = NULL;
@@ -296,14 +323,16 @@ int main(int argc, char **argv)
         /* renamed into place whole: a watcher polling for the file never reads half of it */
         act_outfile pf;
         char perr[1300];
+        snprintf(g_port_line, sizeof g_port_line, "%d %d\n", act_server_port(g_server),
+                 c.so.metrics_port >= 0 ? act_server_metrics_port(g_server) : -1);   /* -1: off */
+        snprintf(g_port_file, sizeof g_port_file, "%s", c.port_file);
         int ok = act_outfile_open(&pf, c.port_file, "w", perr, sizeof perr) == 0;
         if (ok) {
-            fprintf(pf.fp, "%d %d\n", act_server_port(g_server),
-                    c.so.metrics_port >= 0 ? act_server_metrics_port(g_server) : -1);   /* -1: off */
+            fputs(g_port_line, pf.fp);
             ok = act_outfile_commit(&pf, perr, sizeof perr) == 0;
         }
         if (ok) {
-            snprintf(g_port_file, sizeof g_port_file, "%s", c.port_file);
+            g_port_set = 1;
         } else {
             /* whoever asked for the file finds the server by it: serving unfound helps nobody */
             fprintf(stderr, "act-serve: cannot write --port-file: %s; stopping\n", perr);
@@ -315,13 +344,11 @@ int main(int argc, char **argv)
     rc = act_server_wait(g_server) ? 1 : 0;
     fprintf(stderr, "act-serve: drained, exiting\n");
 out:
-    /* the server is going away: no handler may touch it now, and a signal during the teardown
-     * ends the process (the default action) rather than being ignored */
-    sa.sa_handler = SIG_DFL;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    if (g_port_file[0]) unlink(g_port_file);   /* a dead server's port is no one's to read */
+    /* the server is going away: from here a signal exits at once (removing the socket and the
+     * port file), and no handler may touch the server: wait out one that is doing so now */
+    __atomic_store_n(&g_teardown, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&g_in_handler, __ATOMIC_SEQ_CST)) sched_yield();
+    remove_port_file();   /* a dead server's port is no one's to read */
     act_server_free(g_server);
     g_server = NULL;
     act_session_free(sess);

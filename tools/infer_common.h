@@ -4,7 +4,7 @@
  * defines: infer_usage, infer_opt, infer_parse_int, infer_parse_device, infer_parse_precision,
  *          infer_device_name, infer_precision_name, infer_check_run_opts, infer_open,
  *          infer_buffers, infer_run_batch, infer_signals, infer_stop_requested,
- *          infer_signal_name, infer_finish */
+ *          infer_signal_name, infer_wait_child, infer_finish */
 #ifndef INFER_COMMON_H
 #define INFER_COMMON_H
 
@@ -25,6 +25,9 @@ void infer_signals(int polled);
 /* the signal that asked a polled command to stop, or 0 */
 int infer_stop_requested(void);
 const char *infer_signal_name(int sig);
+/* waitpid for a child this command runs (eval's --plots), handing a stop request on to it: 0
+ * with *status, -1 with errno */
+int infer_wait_child(int pid, int *status);
 /* The exit of every command: a failed write to the standard output (a full disk, ulimit -f,
  * /dev/full) turns success into INFER_EXIT_FAIL with a message, never exit 0 with the output cut
  * short. A failing run leaves at once (_exit), without the libraries' exit handlers: OpenBLAS's

@@ -148,9 +148,12 @@ static int run_plots(const char *plots, const char *preds, const char *summary, 
     }
     free(argv);
     int status = 0;
-    if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        fprintf(stderr, "act-infer eval: --plots: %s %s failed (exit %d)\n", py, script,
-                WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    if (pid < 0 || infer_wait_child(pid, &status) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        if (pid > 0 && WIFSIGNALED(status))
+            fprintf(stderr, "act-infer eval: --plots: %s %s stopped by signal %d\n", py, script, WTERMSIG(status));
+        else
+            fprintf(stderr, "act-infer eval: --plots: %s %s failed (exit %d)\n", py, script,
+                    WIFEXITED(status) ? WEXITSTATUS(status) : -1);
         return -1;
     }
     return 0;
@@ -572,15 +575,24 @@ int act_cmd_eval(int argc, char **argv) {
         goto done;
     }
     progress_show(&pg, done_eps, (long long)sum.timesteps, 1);
-    print_table(&sum);
-    print_overall(&sum);
-    print_steps(&ctx, padded_rows);
+    /* the summary file before the tables: a reader of our output that goes away (| head) ends
+     * the process at the tables, and the file should be there by then */
     if (a.json && act_eval_write_json(&sum, a.json, err, sizeof err) != 0) {
         fprintf(stderr, "act-infer eval: %s\n", err);
         goto done;
     }
-    if (a.plots && run_plots(a.plots, preds, a.json, &sum, sel) != 0) goto done;
+    print_table(&sum);
+    print_overall(&sum);
+    print_steps(&ctx, padded_rows);
+    if (a.plots && run_plots(a.plots, preds, a.json, &sum, sel) != 0 && !infer_stop_requested()) goto done;
     rc = any_failed ? INFER_EXIT_FAIL : INFER_EXIT_OK;
+    if ((stop_sig = infer_stop_requested()) != 0) {
+        /* it came during the last step, the summary or the plots: every episode was evaluated
+         * and written; the exit still says the run was asked to stop */
+        fprintf(stderr, "act-infer eval: %s came after the last step: every episode was evaluated and its "
+                "outputs written%s\n", infer_signal_name(stop_sig), a.plots ? " (the plots may be cut short)" : "");
+        rc = 128 + stop_sig;
+    }
 done:
     act_npy_close(pf, 1, NULL, 0);
     unregister_reader(&ctx, reg_blocks, &n_reg);

@@ -1,15 +1,19 @@
 /* infer_signal.c - what act-infer does on SIGTERM, SIGINT and SIGHUP, and at its exit.
  * eval polls (infer_stop_requested before each batch): the first signal finishes the step in
  * flight, then eval removes its unfinished output, says which episodes were not evaluated and
- * which files are an earlier run's, and exits 128 + the signal. Every other command, and a
- * second signal to eval, stops at once: the temporary files of unfinished outputs are removed
- * (act_outfile_remove_pending) and the process dies of the signal as it would have without a
- * handler. SIGXFSZ (a file size limit, ulimit -f) is ignored, so that the write fails with
- * EFBIG and the output's own error path says so, instead of a kill that leaves a temporary file. */
+ * which files are an earlier run's, and exits 128 + the signal. Every other command, a second
+ * signal to eval, and SIGPIPE (the reader of our output is gone) stop at once: the temporary
+ * files of unfinished outputs are removed (act_outfile_remove_pending) and the process dies of
+ * the signal as it would have without a handler. A signal ignored at start (nohup, a
+ * background job) stays ignored. SIGXFSZ (a file size limit, ulimit -f) is ignored, so that the
+ * write fails with EFBIG and the output's own error path says so, instead of a kill that leaves
+ * a temporary file. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "infer_common.h"
@@ -18,7 +22,7 @@
 static volatile sig_atomic_t g_stop, g_polled;
 
 static void on_signal(int sig) {
-    if (g_polled && !g_stop) {
+    if (g_polled && !g_stop && sig != SIGPIPE) {
         static const char msg[] =
             "\nact-infer: signal received: stopping after the step in flight (a second one stops at once)\n";
         g_stop = sig;
@@ -36,21 +40,39 @@ static void on_signal(int sig) {
 
 void infer_signals(int polled) {
     g_polled = polled;
-    struct sigaction sa;
+    struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = SIG_IGN;
     sigaction(SIGXFSZ, &sa, NULL);
     sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;   /* a read or wait the signal lands in goes on */
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    /* a signal ignored at start stays ignored: nohup's SIGHUP, a background job's SIGINT */
+    static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGPIPE};
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(sigs[i], &sa, NULL);
 }
 
 int infer_stop_requested(void) { return g_stop; }
 
 const char *infer_signal_name(int sig) {
     return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "a signal";
+}
+
+int infer_wait_child(int pid, int *status) {
+    int passed = 0;   /* the stop request handed on to the child */
+    for (;;) {
+        pid_t r = waitpid(pid, status, WNOHANG);
+        if (r == pid) return 0;
+        if (r < 0 && errno != EINTR) return -1;
+        int sig = infer_stop_requested();
+        if (sig && !passed) {
+            kill(pid, sig);
+            passed = 1;
+        }
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 int infer_finish(int rc) {

@@ -14,7 +14,8 @@
 #  4. lines that are not choices (garbage, random bytes, an overlong line, a cut hex string, a
 #     conv algorithm cuDNN does not have) are skipped with one warning a table; the good lines
 #     still count;
-#  5. a FILE that cannot be written or read is said, and the step still runs;
+#  5. a FILE that cannot be written or read is said, and the step still runs; a line of another
+#     entry size (an older build's) is skipped as another version's, without a warning;
 #  6. choices made with 16-bit transforms kept out (the default) are no answer for a process that
 #     allows them (ACT_CUDA_CONV_TRANSFORMS16=1), nor the reverse: with one FILE, each measures
 #     its own conv choices (the emulator ranks WINOGRAD_NONFUSED first for bf16 3x3 convs, so the
@@ -97,6 +98,15 @@ warned=$(echo "$o5" | grep -c 'algorithm cache .*: lines that are not an act-eng
 check "bad lines are skipped with one warning a table ($warned), the good ones used" \
       "$([ "$warned" = 2 ] && [ "$(algos "$o5")" = "$chosen" ] && echo 1)"
 
+# a line of a build whose conv entries were 4 bytes shorter (its tag ends in that size): another
+# version's, skipped without a warning, as session 41's longer conv key made every older line
+older=$dir/older
+grep -m1 ' conv ' "$cache" | awk '{ n = split($4, t, "/"); t[n] = t[n] - 4; tag = t[1];
+    for (i = 2; i <= n; i++) tag = tag "/" t[i]; $4 = tag; $5 = substr($5, 1, length($5) - 8); print }' >"$older"
+o12=$(run ACT_CUDA_ALGO_CACHE="$older" ACT_CUDA_ALGO_LOG=1)
+check "an older build's line (entry 4 bytes shorter) is skipped as another version's, without a warning" \
+      "$(ran && ! echo "$o12" | grep -q 'lines that are not an act-engine algorithm choice' &&
+         echo "$o12" | grep -q ': 0 conv choices loaded, 1 of other devices or library' && echo 1)"
 o6=$(run ACT_CUDA_ALGO_CACHE="$dir/no/such/dir/algos")
 check "an unwritable cache is said and the step runs" \
       "$(ran && echo "$o6" | grep -q 'algorithm cache .*: cannot be written' && echo 1)"

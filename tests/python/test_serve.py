@@ -386,6 +386,51 @@ def test_sighup_drains_like_sigterm_and_the_port_file_goes_with_the_server(serve
     assert not srv.pf.exists(), "the port file outlived the server"
 
 
+def test_a_replaced_server_leaves_its_successor_s_port_file(act_serve, tiny, tmp_path):
+    """Rolling restart with one --port-file: B starts (rewriting the file), then A is stopped. A
+    removes the file only while it still holds A's port, so B stays findable."""
+    pf = tmp_path / "serve.port"
+
+    def start():
+        log = open(tmp_path / f"log-{time.monotonic_ns()}", "w")
+        return subprocess.Popen([str(act_serve), "--model", str(tiny[0]), "--device", "cpu", "--port", "0",
+                                 "--port-file", str(pf)], stdout=log, stderr=subprocess.STDOUT)
+
+    def wait_port(proc, not_port=None):
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline
+            if pf.exists() and pf.read_text().endswith("\n") and pf.read_text() != not_port:
+                return pf.read_text()
+            time.sleep(0.05)
+
+    pa = start()
+    port_a = wait_port(pa)
+    pb = start()
+    port_b = wait_port(pb, not_port=port_a)
+    pa.send_signal(signal.SIGTERM)
+    assert pa.wait(timeout=60) == 0
+    assert pf.exists() and pf.read_text() == port_b, "A removed B's port file"
+    pb.send_signal(signal.SIGTERM)
+    assert pb.wait(timeout=60) == 0
+    assert not pf.exists(), "B left its own port file behind"
+
+
+def test_sighup_ignored_at_start_stays_ignored(act_serve, tiny, tmp_path, rng):
+    """nohup act-serve ...: SIGHUP stays ignored; SIGTERM still drains."""
+    _, cfg = tiny
+    s2 = Server(act_serve, tiny[0], tmp_path,
+                preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)).wait_ready()
+    try:
+        s2.proc.send_signal(signal.SIGHUP)
+        time.sleep(0.3)
+        assert s2.proc.poll() is None, s2.log()
+        q, imgs = _obs(rng, cfg["camera_names"])
+        assert ActClient("127.0.0.1", s2.port, timeout=60).predict(q, imgs).shape == (cfg["pred_horizon"], cfg["action_dim"])
+    finally:
+        assert s2.stop(signal.SIGTERM) == 0, s2.log()
+
+
 def test_a_port_file_that_cannot_be_written_stops_before_the_model_loads(act_serve, tmp_path):
     """With --port 0 the port file is how anyone finds the server: a folder that cannot take it
     is an error at once, before a load and warm-up that can take a minute."""

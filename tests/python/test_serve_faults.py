@@ -538,13 +538,14 @@ def test_client_port_out_of_descriptors_refuses_with_a_reason(act_serve, srv):
             c.sendall(wire.hello())
             assert recv_frame(c)[0] == wire.INFO
             clients.append(c)
-        extra = socket.create_connection(("127.0.0.1", s.port), timeout=30)
-        try:
-            _expect_error(extra, "overloaded", "out of file descriptors (open-file limit 40", closed=True)
-        except ConnectionError:
-            pass   # the reset of the close overtook the frame
+        for _ in range(2):   # the first refusal is said at once, the second at the server's exit
+            extra = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+            try:
+                _expect_error(extra, "overloaded", "out of file descriptors (open-file limit 40", closed=True)
+            except ConnectionError:
+                pass   # the reset of the close overtook the frame
         deadline = time.monotonic() + 10
-        while "refused 1 connection (server out of file descriptors" not in s.log():
+        while "refused a connection (server out of file descriptors" not in s.log():
             assert time.monotonic() < deadline, s.log()[-3000:]
             time.sleep(0.05)
         clients.pop().close()
@@ -557,6 +558,7 @@ def test_client_port_out_of_descriptors_refuses_with_a_reason(act_serve, srv):
         for c in clients:
             c.close()
         assert s.stop() == 0, s.log()
+    assert "refused 1 more connection since the last note on refusals" in s.log(), s.log()[-2000:]
 
 
 def test_health_port_out_of_descriptors_does_not_spin(act_serve, srv):

@@ -442,6 +442,29 @@ def test_a_forked_child_gets_frame_memory_of_its_own(srv):
     c.close()
 
 
+def test_a_forked_child_s_own_frame_buffers_are_never_refused(srv):
+    """A parent that never took frame_buffers(): its mapping is gone in the child, whose own new
+    mapping may land at the same addresses; the child's frame_buffers() must then be accepted
+    (a check by address alone refused them)."""
+    c = ActClient(unix_path=srv.sock, timeout=120)
+    assert c.info() and c.transport == "unix+shm"
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            bufs = c.frame_buffers()
+            for cam, img in srv.imgs.items():
+                bufs[cam][...] = img
+            code = 0 if np.array_equal(c.predict(srv.q, bufs), srv.want) else 2
+        except ActError:
+            code = 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child status {status} (3: refused)"
+    c.close()
+
+
 def test_clients_dropped_unclosed_leak_no_descriptor(srv):
     import gc
 

@@ -149,3 +149,53 @@ def test_a_load_that_runs_out_of_address_space_exits(setup, act_infer):
                        text=True, timeout=60, preexec_fn=tight)
     assert p.returncode == 1 and ("out of memory" in p.stderr or "cannot allocate" in p.stderr), \
         (p.returncode, p.stderr)
+
+
+def test_a_signal_ignored_at_start_stays_ignored(setup, act_infer, tmp_path):
+    """nohup act-infer ...: SIGHUP was ignored when act-infer started and must stay so."""
+    out = tmp_path / "pred.npy"
+    p = subprocess.Popen([str(act_infer), "predict", "--model", str(setup["actw"]), "--episode", str(setup["long"]),
+                          "--device", "cpu", "--batch", "8", "--out", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, ACT_CPU_TIMING_MODEL=SLOW),
+                         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    _wait_for(lambda: _temps(tmp_path), p, "the output in flight")
+    p.send_signal(signal.SIGHUP)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 0 and out.exists(), (p.returncode, err)
+
+
+def test_a_reader_gone_mid_run_leaves_no_temporary_file(setup, act_infer, tmp_path):
+    """SIGPIPE (stderr's reader gone before predict's last message): the process dies of it as
+    before, without leaving PATH.tmp.PID."""
+    out = tmp_path / "pred.npy"
+    r, w = os.pipe()
+    p = subprocess.Popen([str(act_infer), "predict", "--model", str(setup["actw"]), "--episode", str(setup["long"]),
+                          "--device", "cpu", "--batch", "8", "--out", str(out)],
+                         stdout=subprocess.DEVNULL, stderr=w, env=dict(os.environ, ACT_CPU_TIMING_MODEL=SLOW))
+    os.close(w)
+    _wait_for(lambda: _temps(tmp_path), p, "the output in flight")
+    os.close(r)
+    assert p.wait(timeout=120) == -signal.SIGPIPE
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_signal_during_plots_reaches_the_plotting_program(setup, act_infer, tmp_path):
+    """The signal comes while --plots' program runs: it gets the signal too, eval waits for it,
+    says every episode was evaluated and written, and exits 128 + the signal."""
+    fake = tmp_path / "plots.sh"
+    fake.write_text("#!/bin/sh\necho plotting >&2\nexec sleep 60\n")
+    fake.chmod(0o755)
+    summary = tmp_path / "s.json"
+    p = subprocess.Popen([str(act_infer), "eval", "--model", str(setup["actw"]), "--episodes", str(setup["eps"]),
+                          "--device", "cpu", "--json", str(summary), "--plots", str(tmp_path / "plots")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, ACT_PYTHON=str(fake)))
+    _wait_for(summary.exists, p, "the summary")
+    time.sleep(0.5)   # the plots program started
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert time.monotonic() - t0 < 10, "eval waited out the plots program"
+    assert p.returncode == 128 + signal.SIGTERM, err
+    assert "SIGTERM came after the last step: every episode was evaluated and its outputs written" in err, err

@@ -141,9 +141,11 @@ class ActClient:
         # one call at a time: threads sharing a client would read each other's replies and, with
         # shared memory, overwrite each other's frames before the server read them
         self._lock = threading.RLock()
-        # byte ranges of frame_buffers() arrays made before a fork(): the parent's shared memory,
-        # which predict() refuses to read from here (see _forget_after_fork)
+        # byte ranges of frame_buffers() arrays still held after a fork(): the parent's shared
+        # memory, which predict() refuses to read from here (see _forget_after_fork), with the
+        # mapping they lie in (kept, so that no new mapping can take those addresses)
         self._stale_frames: List[Tuple[int, int]] = []
+        self._stale_maps: list = []
         _LIVE.add(self)
 
     def _forget_after_fork(self) -> None:
@@ -156,8 +158,14 @@ class ActClient:
         predict() refuses them (ActError): every forked worker writing there would overwrite the
         others' frames between its write and its request, and get chunks for their images."""
         self._lock = threading.RLock()   # another thread of the parent may have held it
-        self._stale_frames += [_byte_range(v) for v, _ in self._shm_slots.values()]
+        ranges = [_byte_range(v) for v, _ in self._shm_slots.values()]
+        old_map = self._shm_map
         self.close()   # the child's copies only: the parent's descriptors and mapping stay open
+        if old_map is not None and not old_map.closed:
+            # unmapping failed: the caller holds arrays of it (frame_buffers()), which stay the
+            # parent's memory; once unmapped, nothing can point there and nothing is refused
+            self._stale_frames += ranges
+            self._stale_maps.append(old_map)
         self.reconnects = self.connect_failures = 0
         self._was_connected = False
 
