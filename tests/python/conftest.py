@@ -88,6 +88,14 @@ def rng(request) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
+@pytest.fixture(scope="session")
+def hdf5(act_infer):
+    """Episodes need a build with HDF5 (the GPU machine may build without it): skips otherwise."""
+    v = subprocess.run([str(act_infer), "--version"], stdout=subprocess.PIPE, text=True).stdout
+    if "hdf5" not in v:
+        pytest.skip(f"act-infer was built without HDF5 ({v.strip()})")
+
+
 def small_cfg(base: str = "small", **over) -> dict:
     """SMALL_CFG (or FULL_CFG with base='full') with shortcuts: norm='bn'|'gn', separate_trunks,
     normalization, image_size, crop_shape, image_normalization, cameras (list); any other keyword
@@ -153,6 +161,15 @@ def tmp_ckpt(tmp_path):
         return out
 
     return make
+
+
+def episode_for(cfg: dict, path, T: int, gzip=False, chunked=True, seed=0):
+    """A socket-peg-style HDF5 episode at path that fits model config cfg (its cameras, frame
+    size, qpos and action widths): make_episodes.make_episode with cfg's shapes."""
+    h, w = cfg["vision_backbone"]["image_shape"]
+    make_episodes.make_episode(str(path), T, h, w, list(cfg["camera_names"]), gzip, chunked, seed=seed,
+                               obs_dim=cfg["obs_dim"], action_dim=cfg["action_dim"])
+    return Path(path)
 
 
 @pytest.fixture

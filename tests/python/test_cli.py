@@ -35,14 +35,6 @@ def run(binary, *args, check_rc=None):
 
 
 @pytest.fixture(scope="module")
-def hdf5(act_infer):
-    """Episodes need a build with HDF5 (the GPU machine may build without it)."""
-    v = subprocess.run([str(act_infer), "--version"], stdout=subprocess.PIPE, text=True).stdout
-    if "hdf5" not in v:
-        pytest.skip(f"act-infer was built without HDF5 ({v.strip()})")
-
-
-@pytest.fixture(scope="module")
 def model(tmp_path_factory, make_cfg, make_model):
     """A converted small model: namespace-like dict with actw path, agent, cfg."""
     d = tmp_path_factory.mktemp("cli_model")

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import act_reference
-import make_episodes
+from conftest import episode_for
 
 TOL = 1e-4  # relative, fp32 CPU engine vs the float32 PyTorch reference
 BATCH = 4
@@ -40,19 +40,14 @@ def run(binary, *args, check_rc=None, env_extra=None):
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory, make_cfg, make_model, act_infer):
-    version = subprocess.run([str(act_infer), "--version"], stdout=subprocess.PIPE, text=True).stdout
-    if "hdf5" not in version:
-        pytest.skip(f"act-infer was built without HDF5 ({version.strip()})")
+def setup(tmp_path_factory, make_cfg, make_model, act_infer, hdf5):
     d = tmp_path_factory.mktemp("eval")
     cfg = make_cfg()
     actw, agent = make_model(d, cfg, 21)
     eps = d / "episodes"
     eps.mkdir()
-    h, w = cfg["vision_backbone"]["image_shape"]
     for i, (T, gz, chunked) in EPISODES.items():
-        make_episodes.make_episode(str(eps / f"episode_{i}.hdf5"), T, h, w, list(cfg["camera_names"]), gz, chunked,
-                                   seed=100 + i, obs_dim=cfg["obs_dim"], action_dim=cfg["action_dim"])
+        episode_for(cfg, eps / f"episode_{i}.hdf5", T, gz, chunked, seed=100 + i)
     single = d / "single.json"
     preds = d / "preds"
     p = run(act_infer, "eval", "--model", actw, "--episodes", eps, "--device", "cpu", "--batch", BATCH,

@@ -517,13 +517,10 @@ def test_oversized_http_request_gets_its_400(srv):
     assert _healthz(srv.mport)[0] == 200
 
 
-def test_client_port_out_of_descriptors_refuses_with_a_reason(act_serve, srv):
-    """Under an open-file limit too low for --max-clients: a warning at start; a connection past
-    the limit gets an ERROR frame saying the server is out of descriptors (the client's error
-    names it, instead of a bare reset), and the refusals are said on stderr without --verbose
-    (rate-limited: one note, then the count after 10 s)."""
+def _server_out_of_descriptors(act_serve, srv, limit):
+    """An act-serve (--max-clients 100, one I/O thread) under an open-file limit of `limit`, with
+    client connections holding every descriptor it has: (the Server, the client sockets)."""
     import resource
-    limit = 40
 
     def low_limit():
         resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
@@ -532,12 +529,27 @@ def test_client_port_out_of_descriptors_refuses_with_a_reason(act_serve, srv):
                preexec_fn=low_limit).wait_ready()
     clients = []
     try:
-        assert "the open-file limit is 40 (hard limit 40), below the --max-clients 100" in s.log(), s.log()
         while len(os.listdir(f"/proc/{s.proc.pid}/fd")) < limit:
             c = socket.create_connection(("127.0.0.1", s.port), timeout=30)
             c.sendall(wire.hello())
             assert recv_frame(c)[0] == wire.INFO
             clients.append(c)
+    except BaseException:
+        for c in clients:
+            c.close()
+        s.stop()
+        raise
+    return s, clients
+
+
+def test_client_port_out_of_descriptors_refuses_with_a_reason(act_serve, srv):
+    """Under an open-file limit too low for --max-clients: a warning at start; a connection past
+    the limit gets an ERROR frame saying the server is out of descriptors (the client's error
+    names it, instead of a bare reset), and the refusals are said on stderr without --verbose
+    (the first at once, the rest at the server's exit when no 10 s passed)."""
+    s, clients = _server_out_of_descriptors(act_serve, srv, 40)
+    try:
+        assert "the open-file limit is 40 (hard limit 40), below the --max-clients 100" in s.log(), s.log()
         for _ in range(2):   # the first refusal is said at once, the second at the server's exit
             extra = socket.create_connection(("127.0.0.1", s.port), timeout=30)
             try:
@@ -564,21 +576,8 @@ def test_client_port_out_of_descriptors_refuses_with_a_reason(act_serve, srv):
 def test_health_port_out_of_descriptors_does_not_spin(act_serve, srv):
     """At the descriptor limit a pending /healthz connection is taken and closed (the spare
     descriptor), not left in the backlog where it keeps epoll busy and the I/O thread spinning."""
-    import resource
-    limit = 48
-
-    def low_limit():
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
-
-    s = Server(act_serve, srv.model, srv.dir, "--max-clients", 100, "--io-threads", 1,
-               preexec_fn=low_limit).wait_ready()
-    clients = []
+    s, clients = _server_out_of_descriptors(act_serve, srv, 48)
     try:
-        while len(os.listdir(f"/proc/{s.proc.pid}/fd")) < limit:
-            c = socket.create_connection(("127.0.0.1", s.port), timeout=30)
-            c.sendall(wire.hello())
-            assert recv_frame(c)[0] == wire.INFO
-            clients.append(c)
         probe = socket.create_connection(("127.0.0.1", s.mport), timeout=10)
         probe.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
         try:

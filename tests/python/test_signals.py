@@ -9,38 +9,27 @@ import os
 import resource
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tools"))
-import make_episodes  # noqa: E402
+from conftest import episode_for
 
 SLOW = "300000"   # us per step
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory, make_cfg, make_model, act_infer):
-    version = subprocess.run([str(act_infer), "--version"], stdout=subprocess.PIPE, text=True).stdout
-    if "hdf5" not in version:
-        pytest.skip(f"act-infer was built without HDF5 ({version.strip()})")
+def setup(tmp_path_factory, make_cfg, make_model, act_infer, hdf5):
     d = tmp_path_factory.mktemp("signals")
     cfg = make_cfg()
     actw, _ = make_model(d, cfg, 31)
     eps = d / "episodes"
     eps.mkdir()
-    h, w = cfg["vision_backbone"]["image_shape"]
     for i in range(3):
-        make_episodes.make_episode(str(eps / f"episode_{i}.hdf5"), 4, h, w, list(cfg["camera_names"]), False, True,
-                                   seed=300 + i, obs_dim=cfg["obs_dim"], action_dim=cfg["action_dim"])
-    long_ep = d / "long.hdf5"
-    make_episodes.make_episode(str(long_ep), 40, h, w, list(cfg["camera_names"]), False, True, seed=399,
-                               obs_dim=cfg["obs_dim"], action_dim=cfg["action_dim"])
-    return {"actw": actw, "eps": eps, "long": long_ep}
+        episode_for(cfg, eps / f"episode_{i}.hdf5", 4, seed=300 + i)
+    return {"actw": actw, "eps": eps, "long": episode_for(cfg, d / "long.hdf5", 40, seed=399)}
 
 
 def _start(act_infer, *args):
