@@ -1621,6 +1621,16 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
     return cudaSuccess;
 }
 
+/* the upload of an executable's work to the device ahead of its first launch: nothing to do
+ * here but check the handles, and that the stream is not capturing (CUDA refuses that too) */
+cudaError_t cudaGraphUpload(cudaGraphExec_t exec, cudaStream_t st) {
+    API_ENTRY();
+    emu_stream *s = resolve(st);
+    if (!s || !g_execs.count(exec)) return ret(cudaErrorInvalidResourceHandle);
+    if (s->cap) return ret(cudaErrorStreamCaptureUnsupported);
+    return cudaSuccess;
+}
+
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
     std::lock_guard<std::recursive_mutex> lk(g_mu);
     if (!exec) return cudaSuccess;

@@ -796,8 +796,8 @@ fi
 # same run; compare_torch's output check (each precision vs torch eager fp32) is the parity of
 # the long-chunk path
 if ! want chunk100; then :
-elif [ -f bench/compare_torch.py ] && ((built)) && enough 60; then
-    b=$(limit 150)
+elif [ -f bench/compare_torch.py ] && ((built)) && enough 100; then
+    b=$(limit 150)   # compare_torch's --budget-s counts its model preparation (~20-30 s here)
     ACT_BUILD_DIR=$BUILD timeout "$b" "$PY" bench/compare_torch.py --device cuda --batch 1 \
         --precision bf16,fp32 --peers eager --iters "$(it 100)" --budget-s $((b - 10)) \
         --config tools/configs/act_chunk100.yaml --workdir /tmp/act_bench100 \

@@ -144,6 +144,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t st, cudaGraph_t *graph);
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags);
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t st);
 cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+cudaError_t cudaGraphUpload(cudaGraphExec_t exec, cudaStream_t st);
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
 cudaError_t cudaGetLastError(void);
 cudaError_t cudaPeekAtLastError(void);
