@@ -259,11 +259,26 @@ def prepare_model(a, work: str):
     return ckpt, cfg_path, stats_path, model
 
 
+_RUNNING = set()   # process groups of the peers and act-infer runs in flight
+
+
+def _kill_running(signum, frame):
+    """SIGTERM (an outer `timeout`, device_check.sh's row limits): the peers run in process groups
+    of their own, which that signal never reaches; end them too rather than leave one on the GPU."""
+    for pgid in list(_RUNNING):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+    sys.exit(128 + signum)
+
+
 def run_limited(cmd, timeout, env=None):
     """Runs cmd in its own process group; returns (returncode, stderr) or None after `timeout`
     seconds, having killed the whole group (torch.compile leaves compile workers behind)."""
     p = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                          env=env, start_new_session=True)
+    _RUNNING.add(p.pid)
     try:
         _, err = p.communicate(timeout=max(timeout, 1))
         return p.returncode, err
@@ -271,6 +286,8 @@ def run_limited(cmd, timeout, env=None):
         os.killpg(p.pid, signal.SIGKILL)
         p.communicate()
         return None
+    finally:
+        _RUNNING.discard(p.pid)
 
 
 def last_line(text: str, code: int) -> str:
@@ -534,6 +551,7 @@ def main(argv=None) -> int:
         return 0
 
     load0 = os.getloadavg()[0]
+    signal.signal(signal.SIGTERM, _kill_running)
     import torch
 
     a.act_infer = a.act_infer or os.path.join(os.environ.get("ACT_BUILD_DIR", os.path.join(REPO, "build")), "act-infer")
