@@ -430,3 +430,33 @@ def test_compare_eager_goals_take_the_faster_eager_layout(repo_root):
 def test_compare_refuses_bad_arguments(repo_root, args, words):
     p = _run([sys.executable, repo_root / "bench" / "compare_torch.py", *args])
     assert p.returncode == 2 and words in p.stderr, p.stderr
+
+
+def test_compare_torch_stopped_leaves_no_run_behind(act_infer, repo_root, tmp_path):
+    """An outer time limit SIGTERMs compare_torch: the run in flight (act-infer or a peer, each in
+    a process group of its own, which the signal does not reach) must end with it."""
+    import signal
+    import time
+    env = dict(os.environ, ACT_BUILD_DIR=str(act_infer.parent))
+    p = subprocess.Popen([sys.executable, str(repo_root / "bench" / "compare_torch.py"), "--device", "cpu",
+                          "--config", "small", "--peers", "eager", "--iters", "100000", "--warmup", "1",
+                          "--workdir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True, env=env)
+
+    def children():
+        out = subprocess.run(["pgrep", "-f", "--", f"--inputs {tmp_path}/inputs"], stdout=subprocess.PIPE, text=True).stdout
+        return [int(x) for x in out.split()]
+
+    deadline = time.monotonic() + 120
+    while not children():
+        assert p.poll() is None, p.communicate()[1]
+        assert time.monotonic() < deadline, "act-infer bench never started"
+        time.sleep(0.1)
+    time.sleep(2)   # past its start, into the timed steps
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=60)
+    time.sleep(1.5)
+    left = children()
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "the act-infer run outlived compare_torch"
