@@ -9,7 +9,7 @@
 /* The temporary files being written, for act_outfile_remove_pending. A slot is 0 free, 1 being
  * filled in, 2 naming a temporary file, 3 taken by act_outfile_remove_pending (a signal handler
  * about to end the process): it never returns to 0 then, so its name is never rewritten while
- * the handler reads it, and a thread dropping it waits for the end. */
+ * the handler reads it. */
 #define PENDING_MAX 64
 static char g_pending[PENDING_MAX][1100];
 static int g_pending_state[PENDING_MAX];
@@ -30,10 +30,11 @@ static void pending_add(act_outfile *o) {
 
 static void pending_drop(act_outfile *o) {
     if (o->pending > 0) {
+        /* 2 -> 0; a slot at 3 stays taken: act_outfile_remove_pending has it (the process is
+         * ending, or a test called it) and may still be reading its name */
         int live = 2;
-        while (!__atomic_compare_exchange_n(&g_pending_state[o->pending - 1], &live, 0, 0,
-                                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-            live = 2;   /* 3: the handler is removing it and the process is ending */
+        __atomic_compare_exchange_n(&g_pending_state[o->pending - 1], &live, 0, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE);
     }
     o->pending = 0;
 }
