@@ -202,10 +202,10 @@ static int measure(cublasLtHandle_t lt, const act_lt_plan *p, const void *W, con
     KCHECK(cudaEventElapsedTime(&one, ev[0], ev[1]));
     int reps = reps_for(one);
     /* every candidate as a graph, or every one as plain launches: a mix would time some at the
-     * GPU's pace and others at the host's. Graphs unless one plain run already took several
-     * times the target (a large GEMM, which the host's launch cost cannot have inflated so) */
+     * GPU's pace and others at the host's. Graphs whatever the plain run took: only a graph's
+     * time tells a slow GEMM from a slow launch (a large GEMM pays a few runs more for it) */
     cudaGraphExec_t gx[KLT_CANDIDATES] = {0};
-    int as_graphs = graphs && one < 4.0f * TUNE_TARGET_MS;
+    int as_graphs = graphs;
     if (as_graphs) {
         /* the plain run above timed the host's launch cost too (a few us, as long as a small
          * GEMM itself): the first candidate's graph, launched, times a run at the GPU's pace,

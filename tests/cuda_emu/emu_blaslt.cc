@@ -26,7 +26,7 @@
  * others; =slow-first makes each run of #0 take 2 ms more (a host sleep, which events time), so
  * a caller that times the candidates has a clear winner; =slightly-slow-first 10 us more (a
  * spin), short enough that a caller times its candidates in batches of several runs; =slow-launch
- * makes every call that is not captured take 60 us more (a host's launch cost, which a caller
+ * makes every call that is not captured take 400 us more (a host's launch cost, which a caller
  * timing one plain call mistakes for the GEMM's; a graph's nodes do not pay it) (all read at
  * each call, to test a caller's fallbacks and choices). */
 #include <cblas.h>
@@ -407,7 +407,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
         return CUBLAS_STATUS_EXECUTION_FAILED;
 
     const layout la = *a, lb = *b, lc = *c, ld = *dd;
-    /* slow-launch: a call launched on its own (not captured) takes 60 us more between events,
+    /* slow-launch: a call launched on its own (not captured) takes 400 us more between events,
      * as a host's launch cost does on a GPU that waits for it; its graph-launched twin does not.
      * (The emulator runs a stream's work when it is waited for, so a host spin here would fall
      * outside the events: the spin is the operation's.) */
@@ -417,7 +417,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
             struct timespec t0, t;
             clock_gettime(CLOCK_MONOTONIC, &t0);
             do clock_gettime(CLOCK_MONOTONIC, &t);
-            while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 60000);
+            while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 400000);
         }
         if (slow == 1) {
             struct timespec ts = {0, 2000000};

@@ -12,9 +12,9 @@
 #     runs): the batches are captured graphs of their own (a few-us GEMM launched one by one
 #     would time the host's launch rate), #1 is still chosen everywhere; with ACT_CUDA_GRAPHS=0
 #     no graph at all is made, the batches are plain launches and #1 is chosen all the same.
-#  6. slow-launch (60 us of host time in each plain call): the batches are sized again from the
-#     first candidate's graph, so every shape is timed as graphs of several runs, not as single
-#     plain launches whose time is the host's;
+#  6. slow-launch (400 us more for each plain call, a host's launch cost): the batches are sized
+#     again from the first candidate's graph, so every shape is timed as graphs at the GPU's
+#     pace, not as single plain launches (or graphs of one run) sized by the host's;
 #  4. ACT_CUDA_ALGO_LOG=1 logs each measured choice ("act-engine: algo: ..." on stderr) beside
 #     the heuristic's, for linears and convs alike; without it nothing is logged.
 # In fp32 and bf16, batch 1 (graphs on).
@@ -86,21 +86,27 @@ for graphs in 1 0; do
         fail=1
     fi
 done
-# a host whose every plain cublasLtMatmul costs 60 us (slow-launch): one plain run's time is
-# mostly that, so batches sized from it alone would be 1 run launched one by one, timing the
-# host; sized again from the first candidate's graph, every shape is timed as graphs of several
-# runs, at the (emulated) GPU's pace
+# a host whose every plain cublasLtMatmul costs 400 us more (slow-launch): one plain run's time
+# is mostly that, so batches sized from it alone are 1 run, launched one by one (timing the
+# host) or as a graph of 1; sized again from the first candidate's graph, every shape is timed
+# as graphs at the (emulated) GPU's pace, well under the 400 us, and of 2+ runs wherever a run
+# takes under 35 us (the target is 50 us a batch). Absolute speeds vary (ASan, load): the
+# figures only need to stay clear of the 400 us.
 out=$(ACT_EMU_CUBLASLT=slow-launch ACT_CUDA_ALGO_LOG=1 "$infer" bench --model "$model" --device cuda \
       --precision bf16 --batch 1 --iters 2 --warmup 1 --profile-iters 0 2>&1)
 lines=$(echo "$out" | grep '^act-engine: algo: cuBLASLt .*: candidate [0-9]* of ')
 n=$(echo "$lines" | grep -c 'candidate')
-good=$(echo "$lines" | grep -c 'timed in batches of \([4-9]\|[1-9][0-9]\) runs as graphs$')
-host=$(echo "$lines" | sed -n 's/.*(\([0-9.]*\) us a run).*/\1/p' | awk '$1 >= 30' | wc -l)
-if [ "$n" -ge 1 ] && [ "$good" = "$n" ] && [ "$host" = 0 ]; then
-    echo "ok   slow-launch: $n linear shapes timed as graphs of 4+ runs, none at the host's pace"
+bad=$(echo "$lines" | awk '{
+    us = $0; sub(/.*candidate [0-9]* of [0-9]* \(/, "", us); sub(/ us a run.*/, "", us)
+    reps = $0; sub(/.*timed in batches of /, "", reps); sub(/ run.*/, "", reps)
+    if ($0 !~ /as graphs$/ || us + 0 >= 200 || (us + 0 < 35 && reps + 0 < 2)) print
+}')
+if [ "$n" -ge 1 ] && [ -z "$bad" ]; then
+    echo "ok   slow-launch: $n linear shapes timed as graphs at the GPU's pace ($(echo "$lines" |
+         sed -n 's/.*(\([0-9.]*\) us a run).*batches of \([0-9]*\) runs.*/\1 us x \2/p' | head -3 | paste -sd, ) ...)"
 else
-    echo "FAIL slow-launch: $good of $n shapes timed as graphs of 4+ runs, $host at >= 30 us a run (the host's):"
-    echo "$lines" | head -3
+    echo "FAIL slow-launch: of $n shapes, these were timed at the host's pace, plainly or in batches too short:"
+    echo "${bad:-(no shape logged)}" | head -3
     fail=1
 fi
 quiet=$(log ACT_EMU_CUBLASLT=slow-first)

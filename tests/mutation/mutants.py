@@ -76,7 +76,7 @@ M = {
  # conv_find.cu
  "CF1": ("conv_find.cu", "e->transforms = p->key.prec >= 2 && act_k_conv_transforms16();", "e->transforms = 0;", "measured conv choices with and without 16-bit transforms share a cache key (algo_cache_checks.sh)"),
  # gemm_tune.cu
- "GT1": ("gemm_tune.cu", "    int as_graphs = graphs && one < 4.0f * TUNE_TARGET_MS;", "    int as_graphs = graphs && reps > 1;", "GEMM tuner: a plain run inflated by the host's launch cost to the target means no graphs, batches of 1 timing the host (gemm_algo_checks.sh slow-launch)"),
+ "GT1": ("gemm_tune.cu", "    int as_graphs = graphs;", "    int as_graphs = graphs && reps > 1;", "GEMM tuner: a plain run inflated by the host's launch cost to the target means no graphs, batches of 1 timing the host (gemm_algo_checks.sh slow-launch)"),
  "GT2": ("gemm_tune.cu", "        if (r == 0 && reps_for(run) > reps) {", "        if (0) {", "GEMM tuner: batches never re-sized from the graph's own time (gemm_algo_checks.sh slow-launch)"),
  # gemm.cu
  "GM1": ("gemm.cu", "return tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_PEDANTIC;", "return tf32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F_FAST_TF32;", "fp32/tf32 compute types swapped"),
