@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import os
+import signal
 import subprocess
 import sys
 import zlib
@@ -86,6 +87,15 @@ def rng(request) -> np.random.Generator:
     seed = zlib.crc32(request.node.nodeid.encode())
     request.node.user_properties.append(("rng_seed", seed))
     return np.random.default_rng(seed)
+
+
+def default_signals():
+    """For a child's preexec_fn: SIGHUP, SIGINT and SIGTERM at their default actions. A test run
+    under nohup, or as a background job of a script, hands its children those signals ignored,
+    and the programs keep an ignored signal ignored (as they should): a test that sends one
+    must not depend on how the test run was started."""
+    for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_DFL)
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 from act_client import wire
+from conftest import default_signals
 
 # A chunk served in a batch against the same request computed alone (or by act-infer at another
 # batch size): the CPU engine is not batch-invariant. OpenBLAS's kernels round an element by
@@ -30,8 +31,13 @@ class Server:
         self.logpath = workdir / f"serve-{uuid.uuid4().hex}.log"
         cmd = [str(exe), "--model", str(model), "--device", device, "--port", str(port), "--metrics-port", str(metrics_port),
                "--port-file", str(self.pf), "--verbose", *map(str, extra)]
+        def preexec():
+            default_signals()
+            if preexec_fn:
+                preexec_fn()
+
         with open(self.logpath, "w") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=preexec_fn)
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=preexec)
         self.port = self.mport = None
 
     def wait_ready(self, timeout=180):

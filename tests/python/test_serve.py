@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO / "tools" / "act_client"))
 
 from act_client import ActClient, ActContractError, ActPolicyRunner, ActTimeoutError  # noqa: E402
 from act_client import wire  # noqa: E402
-from serve_util import BATCH_TOL, Server, recv_frame, replay_episode  # noqa: E402
+from serve_util import BATCH_TOL, Server, default_signals, recv_frame, replay_episode  # noqa: E402
 
 IMAGE = 40          # frames the tiny model expects (HWC uint8), resized to 48x48 for the trunk
 TOL = BATCH_TOL   # requests batched with others against act-infer predict (serve_util)
@@ -394,7 +394,8 @@ def test_a_replaced_server_leaves_its_successor_s_port_file(act_serve, tiny, tmp
     def start():
         log = open(tmp_path / f"log-{time.monotonic_ns()}", "w")
         return subprocess.Popen([str(act_serve), "--model", str(tiny[0]), "--device", "cpu", "--port", "0",
-                                 "--port-file", str(pf)], stdout=log, stderr=subprocess.STDOUT)
+                                 "--port-file", str(pf)], stdout=log, stderr=subprocess.STDOUT,
+                                preexec_fn=default_signals)
 
     def wait_port(proc, not_port=None):
         deadline = time.monotonic() + 60

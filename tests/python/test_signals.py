@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import episode_for
+from conftest import default_signals, episode_for
 
 SLOW = "300000"   # us per step
 
@@ -35,7 +35,7 @@ def setup(tmp_path_factory, make_cfg, make_model, act_infer, hdf5):
 def _start(act_infer, *args):
     env = dict(os.environ, ACT_CPU_TIMING_MODEL=SLOW)
     return subprocess.Popen([str(act_infer), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+                            text=True, env=env, preexec_fn=default_signals)
 
 
 def _wait_for(pred, proc, what, timeout=60):
@@ -147,7 +147,7 @@ def test_a_signal_ignored_at_start_stays_ignored(setup, act_infer, tmp_path):
                           "--device", "cpu", "--batch", "8", "--out", str(out)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=dict(os.environ, ACT_CPU_TIMING_MODEL=SLOW),
-                         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+                         preexec_fn=lambda: (default_signals(), signal.signal(signal.SIGHUP, signal.SIG_IGN)))
     _wait_for(lambda: _temps(tmp_path), p, "the output in flight")
     p.send_signal(signal.SIGHUP)
     _, err = p.communicate(timeout=120)
@@ -179,7 +179,7 @@ def test_a_signal_during_plots_reaches_the_plotting_program(setup, act_infer, tm
     p = subprocess.Popen([str(act_infer), "eval", "--model", str(setup["actw"]), "--episodes", str(setup["eps"]),
                           "--device", "cpu", "--json", str(summary), "--plots", str(tmp_path / "plots")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=dict(os.environ, ACT_PYTHON=str(fake)))
+                         env=dict(os.environ, ACT_PYTHON=str(fake)), preexec_fn=default_signals)
     _wait_for(summary.exists, p, "the summary")
     time.sleep(0.5)   # the plots program started
     t0 = time.monotonic()
