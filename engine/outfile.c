@@ -39,6 +39,13 @@ static void pending_drop(act_outfile *o) {
     o->pending = 0;
 }
 
+/* the temporary file is done with: removed first if `remove_it`, then forgotten */
+static void tmp_done(act_outfile *o, int remove_it) {
+    if (remove_it && o->tmp[0]) remove(o->tmp);
+    o->tmp[0] = '\0';
+    pending_drop(o);
+}
+
 void act_outfile_remove_pending(void) {
     for (int i = 0; i < PENDING_MAX; i++) {
         int live = 2;
@@ -61,10 +68,8 @@ int act_outfile_open(act_outfile *o, const char *path, const char *mode, char *e
     if (o->tmp[0]) pending_add(o);   /* before it exists: a signal after fopen finds it */
     o->fp = fopen(direct ? path : o->tmp, mode);
     if (!o->fp) {
-        int e = errno;
-        snprintf(err, errlen, "%s: cannot create: %s", path, strerror(e));
-        o->tmp[0] = '\0';
-        pending_drop(o);
+        snprintf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+        tmp_done(o, 0);
         return -1;
     }
     return 0;
@@ -82,9 +87,7 @@ int act_outfile_finish(act_outfile *o, char *err, size_t errlen) {
     o->fp = NULL;
     if (failed) {
         snprintf(err, errlen, "%s: write failed: %s", o->path, strerror(e));
-        if (o->tmp[0]) remove(o->tmp);
-        o->tmp[0] = '\0';
-        pending_drop(o);
+        tmp_done(o, 1);
         return -1;
     }
     o->finished = 1;
@@ -96,13 +99,10 @@ int act_outfile_commit(act_outfile *o, char *err, size_t errlen) {
     o->finished = 0;
     if (o->tmp[0] && rename(o->tmp, o->path) != 0) {
         snprintf(err, errlen, "%s: cannot move %s into place: %s", o->path, o->tmp, strerror(errno));
-        remove(o->tmp);
-        o->tmp[0] = '\0';
-        pending_drop(o);
+        tmp_done(o, 1);
         return -1;
     }
-    o->tmp[0] = '\0';
-    pending_drop(o);
+    tmp_done(o, 0);
     return 0;
 }
 
@@ -110,7 +110,5 @@ void act_outfile_abandon(act_outfile *o) {
     if (o->fp) fclose(o->fp);
     o->fp = NULL;
     o->finished = 0;
-    if (o->tmp[0]) remove(o->tmp);
-    o->tmp[0] = '\0';
-    pending_drop(o);
+    tmp_done(o, 1);
 }
