@@ -33,6 +33,10 @@ tolerance for the precision.
 Here (CPU, Debian torch 1.13):  bench/compare_torch.py --device cpu
 On the GPU machine (torch 2.x):  bench/compare_torch.py --device cuda --batch 1,256 --precision fp32,bf16 \
                                      --budget-s 240 --json $OUT/compare.json
+A rehearsal on the CUDA emulator (tests/gpu/device_check.sh without a GPU): --device cuda
+--peer-device cpu runs act-infer on the emulated GPU and the torch peers on the CPU, so that the
+whole comparison (output check, rows, goals, JSON) runs end to end; its times mean nothing and
+the report says so.
 Exit status 0: act-infer ran in every precision and its chunk matches torch eager fp32.
 """
 
@@ -323,7 +327,7 @@ def run_ours(a, model, inputs, precision, work, timeout):
 def spawn_peer(a, peer, precision, batches, ckpt, cfg_path, stats_path, inputs, work, timeout) -> dict:
     out = os.path.join(work, f"peer_{peer}_{precision}.json")
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--worker-out", out,
-           "--device", a.device, "--precision", precision, "--batch", ",".join(map(str, batches)),
+           "--device", a.peer_device, "--precision", precision, "--batch", ",".join(map(str, batches)),
            "--iters", str(a.iters), "--warmup", str(a.warmup), "--threads", str(a.threads),
            "--ckpt", ckpt, "--config", cfg_path, "--inputs", inputs]
     if stats_path:
@@ -440,6 +444,9 @@ def print_report(rep: dict) -> None:
                f"BUSY: other work held over {QUIET_LOAD_PER_CORE:g} of each core, so these figures are not clean")
     print(f"host {rep['host']}: {rep['host_cpu']}, {rep['cores']} cores, load average {rep['load_average'][0]:.2f} at the "
           f"start ({verdict}), {rep['load_average'][1]:.2f} at the end (this comparison's own work included)")
+    if rep.get("peer_device", rep["device"]) != rep["device"]:
+        print(f"REHEARSAL: the torch peers ran on the {rep['peer_device']}, act-infer on {rep['device']}: "
+              "no time, ratio or goal verdict below means anything; the output check does")
     if rep.get("rounds_asked", 1) > 1:
         print(f"rounds: {rep['rounds']} of {rep['rounds_asked']} asked, alternating act-infer and the peers")
     print(f"model {rep['model']} ({rep['config']}), inputs {rep['inputs']}, {rep['iters']} timed steps "
@@ -488,6 +495,9 @@ def main(argv=None) -> int:
     ap.add_argument("--peers", default=",".join(PEERS), help=f"torch peers to run, of {','.join(PEERS)}")
     ap.add_argument("--iters", type=int, default=None, help="timed steps per batch size (default: cpu 10, cuda 100)")
     ap.add_argument("--warmup", type=int, default=None, help="untimed steps first (default: cpu 2, cuda 10)")
+    ap.add_argument("--peer-device", choices=("same", "cpu"), default="same",
+                    help="where the torch peers run: same as --device (default), or cpu (a rehearsal on the "
+                         "CUDA emulator: the comparison's logic end to end, its times meaningless)")
     ap.add_argument("--threads", type=int, default=2, help="CPU threads for torch and act-infer (default 2)")
     ap.add_argument("--config", default=None, help="full | small | agent.yaml (default full)")
     ap.add_argument("--seed", type=int, default=0, help="weights seed of a freshly made checkpoint")
@@ -512,6 +522,8 @@ def main(argv=None) -> int:
     ap.add_argument("--inputs", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     cuda = a.device == "cuda"
+    a.peer_device = a.device if a.peer_device == "same" else a.peer_device
+    peer_cuda = a.peer_device == "cuda"
 
     def sizes(flag, text, allow_empty=False):
         parts = text.split(",") if text else []
@@ -555,8 +567,9 @@ def main(argv=None) -> int:
     import torch
 
     a.act_infer = a.act_infer or os.path.join(os.environ.get("ACT_BUILD_DIR", os.path.join(REPO, "build")), "act-infer")
-    if cuda and not torch.cuda.is_available():
-        sys.exit("compare_torch: --device cuda, but torch sees no CUDA device")
+    if peer_cuda and not torch.cuda.is_available():
+        sys.exit("compare_torch: --device cuda, but torch sees no CUDA device (a rehearsal on the CUDA emulator: "
+                 "--peer-device cpu)")
     work = a.workdir or tempfile.mkdtemp(prefix="act_compare_")
     os.makedirs(work, exist_ok=True)
     ckpt, cfg_path, stats_path, model = prepare_model(a, work)
@@ -590,7 +603,7 @@ def main(argv=None) -> int:
             batches = [b for b in a.batches if b in a.autotune_batches]
         if peer.startswith("compile-") and not has_compile:
             res = {"status": f"n/a (torch {torch.__version__} has no torch.compile)"}
-        elif prec in ("bf16", "fp16") and not cuda:
+        elif prec in ("bf16", "fp16") and not peer_cuda:
             res = {"status": "n/a (autocast peers run on the GPU)"}
         elif not batches:
             res = {"status": "n/a (--autotune-batches excludes every --batch)"}
@@ -666,7 +679,7 @@ def main(argv=None) -> int:
     dev_name = next((r.get("device_name") for r in list(ours.values()) + peers if r.get("device_name")), "?")
     host_cpu = next((r["host_cpu"] for r in ours.values() if r.get("host_cpu")), platform.processor() or "?")
     rep = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-           "device": a.device, "device_name": dev_name, "torch": torch.__version__, "host": platform.node(),
+           "device": a.device, "peer_device": a.peer_device, "device_name": dev_name, "torch": torch.__version__, "host": platform.node(),
            "host_cpu": host_cpu, "cores": os.cpu_count(),
            "load_average": [load0, os.getloadavg()[0]],
            "quiet_at_start": load0 <= QUIET_LOAD_PER_CORE * (os.cpu_count() or 1),

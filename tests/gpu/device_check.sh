@@ -150,6 +150,9 @@ limit() { local l w=$(($1 * SLOW)); l=$(left); ((l < 1)) && l=1; if ((l < w)); t
 # it N: N timed iterations (or requests), divided for a rehearsal
 it() { local n=$(($1 / DIV)); echo $((n < 1 ? 1 : n)); }
 enough() { (($(left) >= $1)); }
+# a rehearsal on the CUDA emulator: compare_torch's torch peers run on the CPU (no CUDA torch here)
+PEER_DEV=()
+[ -n "${ACT_CUDA_EMULATOR:-}" ] && PEER_DEV=(--peer-device cpu)
 
 echo "device_check: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname); logs in $LOG, packed into $RET/logs.tgz"
 if command -v nvidia-smi >/dev/null; then
@@ -444,7 +447,8 @@ ACT_OPS_ONLY=attention,norm,softmax ACT_OPS_PREC=fp32,bf16 ACT_OPS_BATCH=3 \
 if ! want bench; then :
 elif [ -f bench/compare_torch.py ] && ((built)) && ((have_full)) && enough 150; then
     b=$(($(left) - 90))   # the rest: serving under load (40 s), then the A/B rows
-    ACT_BUILD_DIR=$BUILD timeout "$b" "$PY" bench/compare_torch.py --device cuda --batch 1,256 \
+    ACT_BUILD_DIR=$BUILD timeout "$b" "$PY" bench/compare_torch.py --device cuda --batch "1,$(it 256)" \
+        --iters "$(it 100)" --warmup "$(it 10)" ${PEER_DEV[@]+"${PEER_DEV[@]}"} \
         --precision fp32,bf16 --budget-s $((b - 15)) --json "$LOG/compare.json" --ckpt "$FULLW/full.pt" \
         --model "$TD/full.actw" --config "$FULLW/agent.yaml" --stats "$FULLW/dataset_stats.pkl" \
         --workdir /tmp/act_bench >"$LOG/bench.log" 2>&1
@@ -799,7 +803,8 @@ if ! want chunk100; then :
 elif [ -f bench/compare_torch.py ] && ((built)) && enough 100; then
     b=$(limit 150)   # compare_torch's --budget-s counts its model preparation (~20-30 s here)
     ACT_BUILD_DIR=$BUILD timeout "$b" "$PY" bench/compare_torch.py --device cuda --batch 1 \
-        --precision bf16,fp32 --peers eager --iters "$(it 100)" --budget-s $((b - 10)) \
+        --precision bf16,fp32 --peers eager --iters "$(it 100)" --warmup "$(it 10)" --budget-s $((b - 10)) \
+        ${PEER_DEV[@]+"${PEER_DEV[@]}"} \
         --config tools/configs/act_chunk100.yaml --workdir /tmp/act_bench100 \
         --json "$LOG/chunk100.json" >"$LOG/chunk100.log" 2>&1
     rc=$?

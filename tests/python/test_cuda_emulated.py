@@ -352,3 +352,25 @@ def test_a_long_action_chunk_runs_on_cuda_as_on_cpu(act_infer, make_cfg, make_mo
         _run([act_infer, "predict", "--model", actw, "--episode", eps / "episode_0.hdf5", "--out",
               tmp_path / f"{dev}.npy", "--device", dev, "--batch", 3], emu_env)
     np.testing.assert_allclose(np.load(tmp_path / "cuda.npy"), np.load(tmp_path / "cpu.npy"), **TOL)
+
+
+def test_compare_torch_rehearses_on_the_emulator(act_infer, model, emu_env, tmp_path):
+    """device_check.sh's bench and chunk100 rows without a GPU: act-infer on the emulated GPU, the
+    torch peers on the CPU (--peer-device cpu). The output check is real (CUDA fp32 and bf16 vs
+    torch eager fp32), the times are not, and the report says so."""
+    actw, _, d = model
+    out = tmp_path / "compare.json"
+    p = _run([sys.executable, REPO / "bench" / "compare_torch.py", "--device", "cuda", "--peer-device", "cpu",
+              "--ckpt", d / "m.pt", "--config", d / "m.yaml", "--model", actw, "--batch", 1,
+              "--precision", "fp32,bf16", "--peers", "eager", "--iters", 2, "--warmup", 1, "--threads", 1,
+              "--act-infer", act_infer, "--workdir", tmp_path / "work", "--json", out], emu_env)
+    assert "REHEARSAL: the torch peers ran on the cpu" in p.stdout, p.stdout
+    r = json.loads(out.read_text())
+    assert r["device"] == "cuda" and r["peer_device"] == "cpu"
+    assert "emulator" in r["ours"]["fp32"]["device_name"], r["ours"]["fp32"]["device_name"]
+    ours = {c["precision"]: c for c in r["checks"] if c["ours"]}
+    assert set(ours) == {"fp32", "bf16"} and all(c["ok"] for c in ours.values()), r["checks"]
+    assert ours["fp32"]["rel_diff"] <= 1e-4 and ours["bf16"]["rel_diff"] <= 2e-2, ours
+    # the bf16 peer is autocast on a GPU only; the GPU goals are still judged (the rows' logic)
+    assert next(x for x in r["peers"] if x["precision"] == "bf16")["status"].startswith("n/a")
+    assert any(g["goal"].startswith("H200 batch 1 fp32 >= 10x") for g in r["goals"]), r["goals"]
