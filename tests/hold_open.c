@@ -4,6 +4,9 @@
  * then fails with EINTR; every other open goes through untouched. tests/python/test_serve.py
  * uses it to keep act-serve in its "loading" state for as long as the test needs (the weight
  * loader refuses a FIFO as --model, so a FIFO without a writer no longer does this).
+ *
+ * open()/open64() of exactly the path in ACT_TEST_FAIL_OPEN fails at once with EIO (a disk's read
+ * error): tests/python/test_eval.py makes HDF5's own file check fail that way.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -35,11 +38,21 @@ static int forward(const char *name, const char *path, int flags, va_list ap) {
     return next(path, flags, mode);
 }
 
-/* open and open64: the held path fails with EINTR once a signal came, every other one goes on */
+static int failed(const char *path) {
+    const char *fail = getenv("ACT_TEST_FAIL_OPEN");
+    return fail && path && strcmp(fail, path) == 0;
+}
+
+/* open and open64: the held path fails with EINTR once a signal came, the failed one with EIO,
+ * every other one goes on */
 #define HOLD_OPEN(fn)                                        \
     int fn(const char *path, int flags, ...) {               \
         if (held(path)) {                                    \
             errno = EINTR;                                   \
+            return -1;                                       \
+        }                                                    \
+        if (failed(path)) {                                  \
+            errno = EIO;                                     \
             return -1;                                       \
         }                                                    \
         va_list ap;                                          \

@@ -534,6 +534,19 @@ def test_a_failed_episode_leaves_no_predictions_file(setup, act_infer, broken_se
         assert np.load(preds / "episode_2.npy").shape[0] == f["action"].shape[0]
 
 
+def test_an_episode_hdf5_cannot_check_says_hdf5s_reason(setup, act_infer, build_dir, tmp_path):
+    """HDF5's own file check failing (here a disk's read error: tests/hold_open.c fails the open
+    with EIO) is not "not an HDF5 file": the stop says the check failed and HDF5's reason."""
+    shim = build_dir / "libact_test_hold_open.so"
+    if not shim.is_file():
+        pytest.skip(f"{shim} is not built (cmake target act_test_hold_open)")
+    ep = setup["eps"] / "episode_1.hdf5"
+    p = run(act_infer, "eval", "--model", setup["actw"], "--episodes", ep, "--device", "cpu", check_rc=1,
+            env_extra={"LD_PRELOAD": str(shim), "ACT_TEST_FAIL_OPEN": str(ep)})
+    assert "episode_1.hdf5: cannot be checked as an HDF5 file (HDF5: " in p.stderr, p.stderr
+    assert "Input/output error" in p.stderr and "not an HDF5 file" not in p.stderr, p.stderr
+
+
 def test_an_unwritable_summary_path_fails_before_evaluating(setup, act_infer, tmp_path):
     p = run(act_infer, "eval", "--model", setup["actw"], "--episodes", setup["eps"], "--device", "cpu",
             "--json", tmp_path / "no" / "such" / "dir" / "s.json", check_rc=1)
