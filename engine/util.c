@@ -107,6 +107,15 @@ void *act_page_alloc(size_t bytes, size_t *rounded) {
     return p;
 }
 
+char *act_path_dir(const char *path, char *dir, size_t n) {
+    snprintf(dir, n, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, n, ".");
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    return dir;
+}
+
 double act_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -45,6 +45,10 @@ size_t act_page_size(void);
  * Not cleared. Free with free(). NULL on failure. */
 void *act_page_alloc(size_t bytes, size_t *rounded);
 
+/* The folder a file of `path` goes into (its dirname: "." for a bare name, "/" for one in the
+ * root) into dir[n]; returns dir. For "can this file be written" checks before long work. */
+char *act_path_dir(const char *path, char *dir, size_t n);
+
 /* Monotonic seconds (CLOCK_MONOTONIC): for intervals, never for dates. */
 double act_now(void);
 

@@ -15,6 +15,7 @@
 #include "act.h"
 #include "outfile.h"
 #include "server.h"
+#include "util.h"
 
 typedef enum { F_STR, F_INT, F_SIZE, F_BOOL } flag_kind;
 /* lo..hi: the values an F_INT or F_SIZE flag accepts (checked here, so that a bad value names its
@@ -237,12 +238,7 @@ static void raise_fd_limit(int want)
 static int port_file_unwritable(const char *path)
 {
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = '\0';
-    else *slash = '\0';
-    if (access(dir, W_OK | X_OK) == 0) return 0;
+    if (access(act_path_dir(path, dir, sizeof dir), W_OK | X_OK) == 0) return 0;
     fprintf(stderr, "act-serve: --port-file %s: its folder %s cannot take it: %s\n", path, dir, strerror(errno));
     return 1;
 }

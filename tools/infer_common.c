@@ -1,5 +1,6 @@
 /* infer_common.c - shared plumbing of the act-infer subcommands (see infer_common.h). */
 #include "infer_common.h"
+#include "util.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -212,12 +213,7 @@ int infer_output_writable(const char *cmd, const char *flag, const char *path) {
         fprintf(stderr, "act-infer %s: %s %s: %s\n", cmd, flag, path, strerror(errno));
         return -1;
     }
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = '\0';
-    else *slash = '\0';
-    if (access(dir, W_OK) == 0) return 0;
+    if (access(act_path_dir(path, dir, sizeof dir), W_OK) == 0) return 0;
     fprintf(stderr, "act-infer %s: %s %s: cannot write into %s: %s\n", cmd, flag, path, dir, strerror(errno));
     return -1;
 }
