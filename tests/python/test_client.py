@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "act_client"))
-from act_client import ActClient, ActTimeoutError, wire  # noqa: E402
+from act_client import ActClient, ActContractError, ActError, ActServerError, ActTimeoutError, wire  # noqa: E402
 from serve_util import recv_frame  # noqa: E402
 
 CAMS = ["front"]
@@ -191,6 +191,57 @@ def test_names_are_checked_when_the_client_is_made():
     with pytest.raises(ValueError, match="camera name"):
         ActClient("127.0.0.1", 1, camera_names=["front", "l vis\n"])
     ActClient("127.0.0.1", 1, client_name="w" * 255).close()   # nothing connects before a call
+
+
+def test_constructor_arguments_are_checked_when_the_client_is_made():
+    with pytest.raises(TypeError, match=r"split it: \['l_vis', 'r_vis', 'front'\]"):
+        ActClient("127.0.0.1", 1, camera_names="l_vis,r_vis,front")   # not 17 one-letter cameras
+    for t in (0, -1, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="timeout must be seconds"):
+            ActClient("127.0.0.1", 1, timeout=t)
+    for h in ("abc", "0123456789abcdeg", "0123456789abcdef0"):
+        with pytest.raises(ValueError, match="model_hash must be 16 hex digits"):
+            ActClient("127.0.0.1", 1, model_hash=h)
+    with pytest.raises(ValueError, match="allow_model_change"):
+        ActClient("127.0.0.1", 1, model_hash="0123456789abcdef", allow_model_change=True)
+
+
+def test_a_pinned_model_hash_is_checked_at_the_first_handshake():
+    srv = FakeServer()   # serves model 0123456789abcdef
+    try:
+        with pytest.raises(ActContractError, match="serves model 0123456789abcdef, not fedcba9876543210"):
+            ActClient("127.0.0.1", srv.port, timeout=5, model_hash="fedcba9876543210").ping()
+        c = ActClient("127.0.0.1", srv.port, timeout=5, model_hash="0123456789ABCDEF")
+        c.ping()
+        c.close()
+    finally:
+        srv.close()
+
+
+def test_errors_cross_a_process_boundary_whole():
+    """A rollout worker's ActServerError (bad_qpos from a sim gone wrong) must reach its
+    multiprocessing parent: unpickling used to fail, which kills Pool's result thread (pool.map
+    then waits forever) and breaks a ProcessPoolExecutor."""
+    import pickle
+
+    for cls in (ActServerError, ActContractError):
+        e = pickle.loads(pickle.dumps(cls(8, "qpos holds NaN", 7)))
+        assert type(e) is cls and (e.code, e.message, e.request_id, e.name) == (8, "qpos holds NaN",
+                                                                               7, "bad_qpos")
+        assert str(e) == str(cls(8, "qpos holds NaN", 7))
+    for cls in (ActError, ActTimeoutError):
+        assert str(pickle.loads(pickle.dumps(cls("why")))) == "why"
+
+
+def test_a_qpos_beyond_float32_is_named_not_sent_as_inf():
+    srv = FakeServer(on_request=lambda conn, p: None)
+    try:
+        c = ActClient("127.0.0.1", srv.port, timeout=5)
+        with pytest.raises(ValueError, match=r"qpos\[2\] = 1e\+39 does not fit float32"):
+            c.predict(np.array([0, 1, 1e39, 3], np.float64), frames())
+        c.close()
+    finally:
+        srv.close()
 
 
 SIGPIPE_CHILD = r"""

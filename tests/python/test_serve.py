@@ -480,6 +480,31 @@ def test_client_refuses_a_restarted_server_with_other_weights(server, tiny, ref,
     lenient.close()
 
 
+def test_a_client_pinned_to_a_model_hash_refuses_another_at_its_first_call(server, tiny, ref, tmp_path, rng):
+    """One evaluation's workers each make their own client: a worker whose first connection
+    meets a replica restarted on another checkpoint had nothing to compare with, so the eval
+    mixed two models silently. model_hash= (the hash the parent read once) pins them all."""
+    model, cfg = tiny
+    other, _ = _build_tiny(tmp_path, ref, seed=6)
+    srv = server()
+    port = srv.port
+    q, imgs = _obs(rng, cfg["camera_names"])
+    h0 = ActClient("127.0.0.1", port, timeout=60).info()["model_hash"]
+    pinned = ActClient("127.0.0.1", port, timeout=60, model_hash=h0.upper())   # case does not matter
+    first = pinned.predict(q, imgs)
+    assert srv.stop() == 0
+    server(port=port, model=other)
+    late = ActClient("127.0.0.1", port, timeout=60, model_hash=h0)   # a worker starting only now
+    with pytest.raises(ActContractError, match=f"serves model [0-9a-f]{{16}}, not {h0} as this client was made"):
+        late.predict(q, imgs)
+    with pytest.raises(ActContractError, match="other weights or statistics"):
+        pinned.predict(q, imgs)
+    unpinned = ActClient("127.0.0.1", port, timeout=60)
+    assert np.abs(unpinned.predict(q, imgs) - first).max() > 1e-3   # the models differ: a real test
+    for c in (pinned, late, unpinned):
+        c.close()
+
+
 def test_healthz_says_draining_while_another_io_thread_drains(server, tiny, rng):
     # the first I/O thread serves /healthz; its own client is idle, the other thread's has
     # requests in flight (0.3 s steps): during the drain the probe must still be answered

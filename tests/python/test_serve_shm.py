@@ -169,6 +169,29 @@ def test_same_chunk_every_transport(srv):
     inline.close()
 
 
+def test_frames_rendered_into_other_cameras_slots_are_read_as_given(srv):
+    """A caller rendering into frame_buffers() in its env's camera order (front, l_vis, r_vis)
+    while the slots are in the model's (l_vis, r_vis, front) hands predict() arrays that lie in
+    other cameras' slots: copying the cameras into their own slots one after another used to
+    overwrite such an image before it was copied (the server read l_vis's pixels as 'front')."""
+    shm = ActClient(unix_path=srv.sock, timeout=120)
+    slots = list(shm.frame_buffers().values())
+    env_order = ["front", "l_vis", "r_vis"]
+    imgs = {}
+    for cam, buf in zip(env_order, slots):
+        buf[...] = srv.imgs[cam]
+        imgs[cam] = buf
+    assert shm.transport == "unix+shm"
+    np.testing.assert_array_equal(shm.predict(srv.q, imgs), srv.want)
+    # a camera's own slot seen through a flipped view (BGR <-> RGB in place) stays a plain copy
+    bufs = shm.frame_buffers()
+    for c in CAMS:
+        bufs[c][...] = srv.imgs[c][:, :, ::-1]
+    flipped = {c: bufs[c][:, :, ::-1] for c in CAMS}
+    np.testing.assert_array_equal(shm.predict(srv.q, flipped), srv.want)
+    shm.close()
+
+
 def _observations(rng, n=4):
     return [({c: rng.integers(0, 256, (IMAGE, IMAGE, 3), dtype=np.uint8) for c in CAMS},
              rng.standard_normal(5).astype(np.float32)) for _ in range(n)]

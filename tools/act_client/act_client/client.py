@@ -41,19 +41,6 @@ _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 _LIVE: "weakref.WeakSet[ActClient]" = weakref.WeakSet()
 
 
-def _byte_range(a: np.ndarray) -> Tuple[int, int]:
-    """[lo, hi) of the bytes array a spans in memory (numpy's byte_bounds, which moved in 2.0)"""
-    ai = a.__array_interface__
-    lo = hi = ai["data"][0]
-    strides = ai["strides"] or tuple(int(a.itemsize * np.prod(a.shape[i + 1:])) for i in range(a.ndim))
-    for n, st in zip(a.shape, strides):
-        if st < 0:
-            lo += st * (n - 1)
-        else:
-            hi += st * (n - 1)
-    return lo, hi + a.itemsize
-
-
 def _after_fork_in_child() -> None:
     for c in list(_LIVE):
         c._forget_after_fork()
@@ -74,6 +61,12 @@ class ActServerError(ActError):
         self.code, self.message, self.request_id = code, message, request_id
         self.name = wire.ERROR_NAMES.get(code, f"code_{code}")
         super().__init__(f"act-serve error {self.name} ({code}): {message}")
+
+    def __reduce__(self):
+        # picklable as made: a worker process's error reaches its multiprocessing parent whole
+        # (the default would call __init__ with the formatted text alone, which fails there and
+        # takes down the pool's result thread)
+        return type(self), (self.code, self.message, self.request_id)
 
 
 class ActContractError(ActServerError):
@@ -98,18 +91,37 @@ class ActClient:
     there, shm=True (the default) passes frames in shared memory. .transport says which is in
     use ("tcp", "unix" or "unix+shm"); .shm_error why shared memory was refused, if it was.
     allow_model_change: accept a reconnect to a server whose model hash differs from the first
-    one's (a rolling deploy); by default that raises ActContractError, so one evaluation never
-    mixes two checkpoints. client_name: printable ASCII, at most 255 bytes (logs, audit log).
+    one's (a rolling deploy); by default that raises ActContractError, so one client never mixes
+    two checkpoints. model_hash: the model (16 hex digits: info()["model_hash"], act-infer info)
+    every connection must serve, the first one included: give every worker of one evaluation the
+    hash its parent read, and no worker can start on another checkpoint than the others.
+    timeout: seconds per call (> 0, finite). client_name: printable ASCII, at most 255 bytes
+    (logs, audit log).
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 7070, timeout: float = 10.0,
                  camera_names: Optional[Sequence[str]] = None, obs_dim: int = 0, action_dim: int = 0,
                  image_hw: Sequence[int] = (0, 0), compress: bool = False, client_name: str = "act_client",
-                 unix_path: Optional[str] = None, shm: bool = True, allow_model_change: bool = False):
+                 unix_path: Optional[str] = None, shm: bool = True, allow_model_change: bool = False,
+                 model_hash: Optional[str] = None):
         wire.check_name(client_name, "client_name")
+        if isinstance(camera_names, (str, bytes)):
+            raise TypeError(f"camera_names: expected a list of camera names, got the string {camera_names!r} "
+                            f"(split it: {str(camera_names).split(',')!r})")
         for c in camera_names or []:
             wire.check_name(c, "camera name")
-        self.host, self.port, self.timeout = host, int(port), float(timeout)
+        timeout = float(timeout)
+        if not 0 < timeout <= 1e7:   # socket timeouts and deadlines need a finite, positive time
+            raise ValueError(f"timeout must be seconds in (0, 1e7], got {timeout:g}")
+        if model_hash is not None:
+            model_hash = str(model_hash).lower()
+            if len(model_hash) != 16 or any(ch not in "0123456789abcdef" for ch in model_hash):
+                raise ValueError(f"model_hash must be 16 hex digits (info()['model_hash'], act-infer info), "
+                                 f"got {model_hash!r}")
+            if allow_model_change:
+                raise ValueError("model_hash pins one model; allow_model_change=True accepts any: pass one of them")
+        self.model_hash = model_hash
+        self.host, self.port, self.timeout = host, int(port), timeout
         self.allow_model_change = bool(allow_model_change)
         self.unix_path = unix_path
         self._where = f"unix:{unix_path}" if unix_path else f"{host}:{self.port}"
@@ -158,7 +170,7 @@ class ActClient:
         predict() refuses them (ActError): every forked worker writing there would overwrite the
         others' frames between its write and its request, and get chunks for their images."""
         self._lock = threading.RLock()   # another thread of the parent may have held it
-        ranges = [_byte_range(v) for v, _ in self._shm_slots.values()]
+        ranges = [wire.byte_range(v) for v, _ in self._shm_slots.values()]
         old_map = self._shm_map
         self.close()   # the child's copies only: the parent's descriptors and mapping stay open
         if old_map is not None and not old_map.closed:
@@ -281,6 +293,10 @@ class ActClient:
             self._close()
             raise ActError(f"handshake: expected INFO, got message type {mtype}")
         info = wire.parse_info(p)
+        if self._info is None and self.model_hash is not None and info["model_hash"] != self.model_hash:
+            self._close()
+            raise ActContractError(wire.E_CONTRACT, f"{self._where} serves model {info['model_hash']}, not "
+                                      f"{self.model_hash} as this client was made to insist (model_hash=)")
         if self._info is not None and info["model_hash"] != self._info["model_hash"] and not self.allow_model_change:
             self._close()
             # the declared contract held (cameras, dims, frame size); say what else changed
@@ -425,9 +441,14 @@ class ActClient:
         with self._lock:
             deadline = time.monotonic() + self.timeout   # one budget for handshake and reply
             info = self._info_by(deadline)
-            q = np.asarray(qpos, dtype=np.float32).reshape(-1)
-            if q.size != info["obs_dim"]:
-                raise ValueError(f"qpos has {q.size} values, the model expects obs_dim {info['obs_dim']}")
+            q64 = np.asarray(qpos, dtype=np.float64).reshape(-1)
+            if q64.size != info["obs_dim"]:
+                raise ValueError(f"qpos has {q64.size} values, the model expects obs_dim {info['obs_dim']}")
+            with np.errstate(over="ignore"):
+                q = q64.astype(np.float32)
+            big = np.flatnonzero(np.isfinite(q64) & ~np.isfinite(q))
+            if big.size:   # else the server would say "NaN or Inf" of a finite value
+                raise ValueError(f"qpos[{big[0]}] = {q64[big[0]]:g} does not fit float32 (the wire's type)")
             hw = (info["image_height"], info["image_width"])
             if actions is not None:
                 actions = np.asarray(actions, dtype=np.float32)
@@ -461,7 +482,7 @@ class ActClient:
         for cam, img in images.items() if isinstance(images, Mapping) else ():
             if not isinstance(img, np.ndarray) or img.size == 0:
                 continue
-            lo, hi = _byte_range(img)
+            lo, hi = wire.byte_range(img)
             if any(lo < s_hi and s_lo < hi for s_lo, s_hi in self._stale_frames):
                 raise ActError(
                     f"images['{cam}'] lies in the frame buffers this client's parent process got from "

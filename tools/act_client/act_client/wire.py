@@ -150,6 +150,19 @@ def parse_error(p: bytes) -> Tuple[int, int, str]:
     return rid, code, p[16:16 + n].decode("utf-8", "replace")
 
 
+def byte_range(a: np.ndarray) -> Tuple[int, int]:
+    """[lo, hi) of the bytes array a spans in memory (numpy's byte_bounds, which moved in 2.0)"""
+    ai = a.__array_interface__
+    lo = hi = ai["data"][0]
+    strides = ai["strides"] or tuple(int(a.itemsize * np.prod(a.shape[i + 1:])) for i in range(a.ndim))
+    for n, st in zip(a.shape, strides):
+        if st < 0:
+            lo += st * (n - 1)
+        else:
+            hi += st * (n - 1)
+    return lo, hi + a.itemsize
+
+
 def _checked(images: Dict[str, np.ndarray], camera_names: List[str], hw: Tuple[int, int]):
     """(camera, uint8 HWC array) in model order, or ValueError naming what is wrong."""
     if not isinstance(images, Mapping):
@@ -170,9 +183,19 @@ def shm_frames(images: Dict[str, np.ndarray], camera_names: List[str], hw: Tuple
                slots: Dict[str, Tuple[np.ndarray, int]]) -> List[Tuple[str, int, int, int, bytes]]:
     """Frames for a connection with shared memory attached. slots: camera -> (its array inside
     the shared memory, byte offset). Each image is copied there unless it already is that array
-    (a caller that renders into ActClient.frame_buffers() pays no copy at all)."""
+    (a caller that renders into ActClient.frame_buffers() pays no copy at all); an image lying in
+    another camera's slot is copied aside first."""
+    checked = list(_checked(images, camera_names, hw))
+    ranges = {cam: byte_range(view) for cam, (view, _) in slots.items()}
     out = []
-    for cam, img in _checked(images, camera_names, hw):
+    for i, (cam, img) in enumerate(checked):
+        # an image lying in another camera's slot (a caller rendering into frame_buffers() in
+        # another camera order) would be overwritten by that camera's copy before the server
+        # read it: such images are taken aside first, so the answer never depends on the order
+        lo, hi = byte_range(img)
+        if any(c != cam and lo < r_hi and r_lo < hi for c, (r_lo, r_hi) in ranges.items()):
+            checked[i] = (cam, np.array(img))
+    for cam, img in checked:
         view, off = slots[cam]
         if img is not view:
             np.copyto(view, img)
