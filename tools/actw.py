@@ -15,7 +15,10 @@ on bits <= j of l_i ^ b_i. So eight passes, each one prefix-xor over the data, e
 bit of every l_i right: 20-50x faster than the byte loop, and exact (tests check it).
 """
 
+import os
+import stat
 import struct
+import tempfile
 
 import numpy as np
 
@@ -155,10 +158,51 @@ def write_actw(path, meta, tensors, compress=None):
                         meta_offset, header["meta_size"], dir_offset, header["n_tensors"],
                         data_offset, header["data_size"], header["stored_size"],
                         header["compression"], ALIGN, header["checksum"], bytes(32))
-    with open(path, "wb") as f:
-        f.write(head)
-        f.write(body)
+    write_file_atomic(path, (head, body))
     return header
+
+
+def write_file_atomic(path, parts):
+    """Writes the byte strings `parts` to path as a whole or not at all: into a temporary file
+    beside it, synced, then renamed over it, so a full disk, a signal or a crash leaves the old
+    file as it was (and no half file). A path that exists and is not a regular file (/dev/null,
+    a FIFO) is written directly. An OSError names the path."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        with open(path, "wb") as f:
+            for p in parts:
+                f.write(p)
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise OSError(e.errno, f"cannot write {path}: {e.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for p in parts:
+                f.write(p)
+            f.flush()
+            os.fsync(f.fileno())
+        if st is not None:
+            mode = stat.S_IMODE(st.st_mode)   # the file it replaces keeps its permissions
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            raise OSError(e.errno, f"cannot write {path}: {e.strerror}") from None
+        raise
 
 
 def _parse_header(path, buf):

@@ -46,6 +46,17 @@ def _tensor_dict(v):
     return isinstance(v, dict) and v and all(isinstance(x, LazyTensor) for x in v.values())
 
 
+def _mostly_tensors(v):
+    """A top-level dict that is a state dict with a few extras saved beside the tensors (a step
+    count, an epoch): its tensors are at least 9 in 10 of its entries and its other values plain
+    scalars or strings."""
+    if not isinstance(v, dict) or not v:
+        return False
+    other = [x for x in v.values() if not isinstance(x, LazyTensor)]
+    return len(other) * 10 <= len(v) and all(isinstance(x, (int, float, str, bool, type(None)))
+                                             for x in other)
+
+
 def find_state_dict(top, path, key=None, warnings=None):
     """Returns (state dict, where it was found). key: a dotted path to the entry to use
     (--state-dict-key); otherwise the first of SD_ENTRIES, and a warning names any other
@@ -62,13 +73,23 @@ def find_state_dict(top, path, key=None, warnings=None):
         if not _tensor_dict(node):
             raise ConvertError(f"{path}: --state-dict-key {key} is not a dict of tensors")
         return node, f"entry '{key}'"
-    found = next(((k, top[k]) for k in SD_ENTRIES if isinstance(top.get(k), dict)), None)
+    # an SD_ENTRIES name holding something else (a Hydra 'agent' config dict) is passed over
+    found = next(((k, top[k]) for k in SD_ENTRIES if _tensor_dict(top.get(k))), None)
     if found is None and _tensor_dict(top):
         return top, "top level"
+    if found is None and _mostly_tensors(top):
+        extras = [k for k, v in top.items() if not isinstance(v, LazyTensor)]
+        if warnings is not None:
+            warnings.append(f"WARNING {path}: a bare state dict with {len(extras)} entries that are "
+                            f"not tensors, left out: {short_list(map(str, extras))}")
+        return {k: v for k, v in top.items() if isinstance(v, LazyTensor)}, "top level"
     if found is None:
-        raise ConvertError(f"{path}: no state dict: expected an entry {', '.join(SD_ENTRIES)} or "
-                           f"a bare state dict (or name one with --state-dict-key); top-level "
-                           f"keys are {short_list(map(str, top))}")
+        weights = [str(k) for k, v in top.items() if _tensor_dict(v)]
+        hint = f"; entries holding tensors: {short_list(weights)}" if weights else ""
+        raise ConvertError(f"{path}: no state dict: expected an entry {', '.join(SD_ENTRIES)} "
+                           f"holding tensors, or a bare state dict; name the entry with "
+                           f"--state-dict-key KEY{hint}; top-level keys are "
+                           f"{short_list(map(str, top))}")
     others = [k for k, v in top.items() if k != found[0] and _tensor_dict(v)]
     for k in others:
         if warnings is not None:
@@ -79,13 +100,13 @@ def find_state_dict(top, path, key=None, warnings=None):
 
 
 def strip_prefixes(key):
-    changed = True
-    while changed:
-        changed = False
-        for p in PREFIXES:
-            if key.startswith(p):
-                key, changed = key[len(p):], True
-    return key
+    """`module.` (DataParallel, DDP) and `_orig_mod.` (torch.compile) wherever they stand as
+    whole path components: a wrapped submodule (agent.vision_encoder = torch.compile(...))
+    puts them inside the key, e.g. vision_encoder._orig_mod.rgb_encoder... No part of the ACT
+    model is named either way."""
+    parts = key.split(".")
+    kept = [p for p in parts[:-1] if p + "." not in PREFIXES] + parts[-1:]
+    return ".".join(kept)
 
 
 def load_key_map(path):
@@ -155,7 +176,9 @@ def drop_alias(sd, report):
         if twin not in sd:
             raise ConvertError(f"'{key}' has no '{twin}' counterpart")
         a, b = t.numpy(), sd[twin].numpy()
-        if a.shape != b.shape or not np.array_equal(a, b):
+        # NaN where the head has NaN is the same copy (a diverged run): the head's own check
+        # then names it, rather than this one calling the alias different
+        if a.shape != b.shape or not np.array_equal(a, b, equal_nan=a.dtype.kind == "f"):
             raise ConvertError(f"'{key}' differs from '{twin}': the noise_pred_net alias must "
                                f"equal the policy head")
         report["consumed"][key] = f"alias of {twin}"
@@ -166,8 +189,39 @@ def drop_alias(sd, report):
 
 class _Stats(dict):
     """{qpos_min: array, ...}; .ignored: the source's keys that are not such statistics (named
-    when the statistics needed are missing: 'observation.state_min' is LeRobot's spelling)."""
+    when the statistics needed are missing: 'observation.state_min' is LeRobot's spelling);
+    .precision: "f2" or "bf16" when the source held its values in 16 bits (an fp16 checkpoint's
+    buffers), else None."""
     ignored = ()
+    precision = None
+
+
+def _precision_of(values):
+    """"f2"/"bf16" if any of values (LazyTensor or array-like) is a 16-bit float, else None."""
+    kinds = {v.dtype if isinstance(v, LazyTensor) else getattr(np.asarray(v), "dtype", None) for v in values}
+    if "bf16" in kinds:
+        return "bf16"
+    return "f2" if {"f2", np.dtype(np.float16)} & kinds else None
+
+
+def _rounded(a, precision):
+    """a (float64) as the nearest value of `precision` (None: unchanged)."""
+    if precision == "f2":
+        return a.astype(np.float16).astype(np.float64)
+    if precision == "bf16":   # round to nearest even on the top 16 bits of the float32
+        x = a.astype(np.float32).view(np.uint32).astype(np.uint64)
+        x = ((x + 0x7FFF + ((x >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+        return x.view(np.float32).astype(np.float64)
+    return a
+
+
+def _same_stats(a, b, pa, pb):
+    """Do two statistics agree at the coarser of their precisions? An fp16 checkpoint's buffers
+    hold the run's dataset_stats.pkl rounded to fp16, and are the same statistics."""
+    if a.shape != b.shape:
+        return False
+    p = "bf16" if "bf16" in (pa, pb) else ("f2" if "f2" in (pa, pb) else None)
+    return np.allclose(_rounded(a, p), _rounded(b, p), rtol=1e-6)
 
 
 def _found(st):
@@ -192,6 +246,7 @@ def _stats_dict(obj, where):
         else:
             flat[str(k)] = v
     out, ignored = _Stats(), []
+    out.precision = _precision_of(flat.values())
     for k, v in flat.items():
         k = k[len("normalization."):] if k.startswith("normalization.") else k
         if not re.fullmatch(r"(qpos|action)_(min|max|mean|std)", k):
@@ -244,7 +299,7 @@ def pick_stats(cfg, sources, report, warnings, chosen_label=None, allow_initial=
     label, st = chosen
     for other, ost in sources:
         diff = [k for k in need if other != label and k in ost and
-                (ost[k].shape != st[k].shape or not np.allclose(ost[k], st[k], rtol=1e-6))]
+                not _same_stats(ost[k], st[k], getattr(ost, "precision", None), getattr(st, "precision", None))]
         if diff and chosen_label is None:
             raise ConvertError(
                 f"normalization statistics {diff} from the {label} differ from the {other}, and "
@@ -350,13 +405,52 @@ def _config_disagreements(settings, given, path, warnings):
                             f"(or fix the file)")
 
 
+def _same_file(a, b):
+    try:
+        return os.path.samefile(a, b)
+    except OSError:   # one of them does not exist (yet): the same path is the same file
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_outputs(args):
+    """Before any work: -o and --report may not name an input (a checkpoint overwritten by its
+    own conversion is lost) or each other, their folders must take a file, and --compress zstd
+    needs its module."""
+    inputs = [(args.checkpoint, "the checkpoint"), (args.stats, "--stats"), (args.config, "--config"),
+              (args.key_map, "--key-map")]
+    outputs = [(args.output, "-o")] + ([(args.report, "--report")] if args.report else [])
+    for out, flag in outputs:
+        for path, what in inputs:
+            if path and _same_file(out, path):
+                raise ConvertError(f"{flag} {out} is {what}: writing there would destroy it; name "
+                                   f"another file")
+        if os.path.isdir(out):
+            raise ConvertError(f"{flag} {out} is a directory: name a file in it")
+        folder = os.path.dirname(os.path.abspath(out))
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ConvertError(f"{flag} {out}: cannot write into {folder}")
+    if args.report and _same_file(args.report, args.output):
+        raise ConvertError(f"--report {args.report} is the -o file: name another file for the report")
+    if args.compress == "zstd":
+        try:
+            import zstandard  # noqa: F401
+        except ImportError:
+            raise ConvertError("--compress zstd needs the 'zstandard' module (apt-get install "
+                               "python3-zstandard, or pip install zstandard)") from None
+
+
 def convert(args):
     """Run one conversion; returns the report dict. Raises on any problem."""
+    check_outputs(args)
     report = {"source": args.checkpoint, "output": args.output, "renamed": {}, "ignored": [],
               "consumed": {}, "mapped": {}, "warnings": []}
     with open(args.checkpoint, "rb") as f:
         sha = hashlib.sha256(f.read()).hexdigest()
-    top = load_torch_zip(args.checkpoint)
+    skipped = []
+    top = load_torch_zip(args.checkpoint, skipped)
+    for entry, name in skipped:
+        report["warnings"].append(f"WARNING {args.checkpoint}: entry {entry!r} ({name}) is not read by the "
+                                  f"converter and would need code run to load: left out")
     sd, where = find_state_dict(top, args.checkpoint, args.state_dict_key, report["warnings"])
     report["state_dict"] = where
     settings = Settings()
@@ -402,9 +496,15 @@ def convert(args):
                            f"pass one (--stats-from file keeps --stats where the buffers differ)")
     sources = []
     if args.stats:
-        sources.append((args.stats, _stats_dict(load_pickle(args.stats), args.stats)))
-    sources.append((SD_STATS, {k: sd[v].numpy().astype(np.float64).reshape(-1)
-                               for k, v in mapped.stats.items()}))
+        skipped = []
+        stat_key = lambda k: re.fullmatch(r"(normalization\.)?(qpos|action)(_(min|max|mean|std))?", str(k))  # noqa: E731
+        sources.append((args.stats, _stats_dict(load_pickle(args.stats, skipped, stat_key), args.stats)))
+        for entry, name in skipped:
+            report["warnings"].append(f"WARNING {args.stats}: entry {entry!r} ({name}) is not "
+                                      f"statistics and would need code run to load: left out")
+    buffers = _Stats({k: sd[v].numpy().astype(np.float64).reshape(-1) for k, v in mapped.stats.items()})
+    buffers.precision = _precision_of(sd[v] for v in mapped.stats.values())
+    sources.append((SD_STATS, buffers))
     if isinstance(top.get("dataset_stats"), dict):
         sources.append((ENTRY_STATS, _stats_dict(top["dataset_stats"], "dataset_stats entry")))
     # a source with nothing usable stays (empty) when it had other keys, so a refusal names them
@@ -535,8 +635,12 @@ def main(argv=None):
         print(w, file=sys.stderr)
     print(summary(report))
     if args.report:
-        with open(args.report, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=2, sort_keys=True)
+        try:
+            actw.write_file_atomic(args.report, [json.dumps(report, indent=2, sort_keys=True).encode()])
+        except OSError as e:
+            print(f"convert_checkpoint: error: --report: {e} (the model {args.output} was written)",
+                  file=sys.stderr)
+            return 1
     return 0
 
 

@@ -10,10 +10,14 @@ record `<name>/data/<key>` per storage. torch 2.x adds `<name>/byteorder` and
 
 Unpickling is restricted: find_class() hands out only local stand-ins (tensor rebuilders that
 build numpy views of the storage records, storage-type markers) and a few harmless constructors
-(OrderedDict, numpy array/dtype/scalar rebuilders, latin-1 byte decoding). Any other global -
-os.system, builtins.eval, a class of the training code - is refused with an error naming it, so
-nothing in the file ever executes. Tensors stay lazy until asked for, so optimizer state in the
-same checkpoint costs nothing.
+(OrderedDict, numpy array/dtype/scalar rebuilders, latin-1 byte decoding, torch.Size as a tuple,
+torch dtypes as markers). Any other global - os.system, builtins.eval, a class of the training
+code - is refused with an error naming it, so nothing in the file ever executes; except where such
+globals sit only in top-level entries the converter never reads (a date, the run's argparse
+Namespace): those entries are left out, each named in `skipped`, the caller's list. Tensors stay
+lazy until asked for, so optimizer state in the same checkpoint costs nothing. Records are checked
+against their declared sizes before they are read (a storage record is stored, not compressed, and
+holds exactly its elements), so a small file cannot make the reader inflate gigabytes.
 """
 
 import _compat_pickle
@@ -29,6 +33,9 @@ import numpy as np
 
 
 MAX_EXPANDED = 1 << 26   # elements a stride-0 (expanded) tensor may unfold to
+MAX_PICKLE = 1 << 30     # bytes of a data.pkl record (a checkpoint's is KB to a few MB)
+# the entries a converter reads: a refused global inside one of them is never skipped
+READ_ENTRIES = ("model_state_dict", "state_dict", "model", "agent", "config", "dataset_stats")
 
 
 class CheckpointError(ValueError):
@@ -146,6 +153,27 @@ def _np_frombuffer(buf, dtype, shape, order):
     return np.frombuffer(bytes(buf), dtype).reshape(shape, order=order).copy()
 
 
+class _TorchDtype(_StandIn):
+    """torch.float32 and the like (a checkpoint's metadata): a marker, never a computation."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"torch.{self.name}"
+
+
+def _torch_size(dims=()):
+    if not isinstance(dims, (tuple, list)) or not all(isinstance(d, int) for d in dims):
+        raise CheckpointError("torch.Size of something other than integers")
+    return tuple(dims)
+
+
+_TORCH_DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64",
+                 "uint8", "bool", "float", "double", "half", "long", "int", "short", "complex64",
+                 "complex128")
+
+
 def _codecs_encode(text, encoding="utf-8"):
     if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
         raise CheckpointError(f"_codecs.encode with encoding {encoding!r}")
@@ -165,6 +193,8 @@ _ALLOWED = {
     ("_codecs", "encode"): _codecs_encode,
 }
 _ALLOWED.update({("torch", n): t for n, t in _STORAGE_TYPES.items()})
+_ALLOWED[("torch", "Size")] = _torch_size
+_ALLOWED.update({("torch", n): _TorchDtype(n) for n in _TORCH_DTYPES})
 for _mod in ("numpy.core.multiarray", "numpy._core.multiarray"):
     _ALLOWED.update({(_mod, n): f for n, f in _NUMPY.items()})
 
@@ -263,7 +293,11 @@ def _where_refused(data, source, archive):
         return []
 
 
-def _unpickle(data, source, archive=None):
+def _reads_checkpoint_entry(key):
+    return key in READ_ENTRIES or "state_dict" in str(key)
+
+
+def _unpickle(data, source, archive=None, skipped=None, reads=_reads_checkpoint_entry):
     try:
         return _RestrictedUnpickler(data, source, archive).load()
     except _GlobalRefused as e:
@@ -271,19 +305,21 @@ def _unpickle(data, source, archive=None):
         if not where:
             raise
         # entries of their own beside the ones the converter reads (a date, a path, the run's
-        # argparse Namespace) can be dropped; inside those, or one of them, they cannot
-        read = ("model_state_dict", "state_dict", "model", "agent", "config", "dataset_stats")
+        # argparse Namespace) are left out: the probe pass loaded them as inert stand-ins, and
+        # everything else it loaded is what the strict pass gives. Inside those entries, or
+        # one of them, the global is refused.
         tops = [keys[0] for keys, _ in where if len(keys) == 1]
-        droppable = len(tops) == len(where) and all(
-            k not in read and "state_dict" not in str(k) for k in tops)
-        fix = (f"; the converter reads only the state dict, the statistics and the config, so a "
-               f"copy without {'them' if len(tops) > 1 else 'it'} converts (torch.load runs the "
-               f"pickle's code: only for a file you trust): ckpt = torch.load(p, weights_only=False); "
-               + "; ".join(f"ckpt.pop({k!r})" for k in tops) + "; torch.save(ckpt, p2)") \
-            if droppable else ""
+        droppable = skipped is not None and len(tops) == len(where) and not any(map(reads, tops))
+        if droppable:
+            top = _RestrictedUnpickler(data, source, archive, probe=True).load()
+            if isinstance(top, dict) and len(where) < 5 and all(k in top for k in tops):
+                for keys, name in where:
+                    top.pop(keys[0], None)
+                    skipped.append((keys[0], name))
+                return top
         at = ", ".join(f"{''.join(f'[{k!r}]' for k in keys) or 'the top object'} ({name})"
                        for keys, name in where)
-        raise CheckpointError(f"{e} - it sits at {at}{fix}") from None
+        raise CheckpointError(f"{e} - it sits at {at}") from None
     except CheckpointError:
         raise
     except Exception as e:   # malformed pickles raise many types; all mean "bad file"
@@ -306,18 +342,27 @@ class _Archive:
 
     def storage_array(self, key, stype, numel):
         record = f"{self.prefix}data/{key}"
-        raw = _read_record(self.path, self.zf, record)
         dt = np.dtype("<u2" if stype.dtype == "bf16" else stype.dtype)
         if self.big_endian:
             dt = dt.newbyteorder(">")
-        if len(raw) < numel * dt.itemsize:
-            raise CheckpointError(f"{self.path}: storage '{record}' has {len(raw)} bytes, "
-                                  f"{stype.name} of {numel} elements needs {numel * dt.itemsize}")
+        raw = _read_record(self.path, self.zf, record, size=numel * dt.itemsize)
         return np.frombuffer(raw, dt, count=numel).astype(dt.newbyteorder("="))
 
 
-def _read_record(path, zf, record):
+def _read_record(path, zf, record, size=None, limit=MAX_PICKLE):
+    """The bytes of one record; size: what a storage record must hold exactly (stored, not
+    compressed: torch.save never compresses), limit: the most any other record may inflate to.
+    Both are checked against the zip's declared sizes before a byte is read (and zipfile reads
+    no more than it declared), so a small file cannot ask for gigabytes."""
     try:
+        info = zf.getinfo(record)
+        if size is not None and (info.compress_type != zipfile.ZIP_STORED or info.file_size != size):
+            how = "compressed" if info.compress_type != zipfile.ZIP_STORED else "stored"
+            raise CheckpointError(f"{path}: storage record '{record}' is {how}, {info.file_size} bytes; "
+                                  f"torch.save stores exactly the storage's {size} bytes, uncompressed")
+        if size is None and info.file_size > limit:
+            raise CheckpointError(f"{path}: record '{record}' declares {info.file_size} bytes, more than "
+                                  f"the {limit} a checkpoint's pickle may hold")
         return zf.read(record)
     except KeyError:
         raise CheckpointError(f"{path}: storage record '{record}' is missing") from None
@@ -325,8 +370,11 @@ def _read_record(path, zf, record):
         raise CheckpointError(f"{path}: record '{record}' is damaged ({e})") from None
 
 
-def load_torch_zip(path):
-    """Load a torch.save zip archive; tensors come back as LazyTensor."""
+def load_torch_zip(path, skipped=None, reads=_reads_checkpoint_entry):
+    """Load a torch.save zip archive; tensors come back as LazyTensor. skipped: a list that gets
+    (entry, global) for each top-level entry left out (see the module's docstring); without it
+    such entries are refused like any other. reads(key): is this top-level entry one the caller
+    reads (never left out)? Default: a checkpoint's state dict, config and statistics."""
     with open(path, "rb") as f:
         head = f.read(8)
     if not zipfile.is_zipfile(path):
@@ -347,19 +395,19 @@ def load_torch_zip(path):
     prefix = pkls[0][:-len("data.pkl")]
     big_endian = False
     if prefix + "byteorder" in zf.namelist():
-        order = zf.read(prefix + "byteorder").decode("ascii", "replace").strip()
+        order = _read_record(path, zf, prefix + "byteorder", limit=64).decode("ascii", "replace").strip()
         if order not in ("little", "big"):
             raise CheckpointError(f"{path}: byteorder record says {order!r}")
         big_endian = order == "big"
     archive = _Archive(path, zf, prefix, big_endian)
-    return _unpickle(_read_record(path, zf, pkls[0]), path, archive)
+    return _unpickle(_read_record(path, zf, pkls[0]), path, archive, skipped, reads)
 
 
-def load_pickle(path):
+def load_pickle(path, skipped=None, reads=_reads_checkpoint_entry):
     """Load a plain pickle (e.g. dataset_stats.pkl) with the same restrictions; a torch.save
     archive under a .pkl name (stats saved with torch.save) is read as one."""
     with open(path, "rb") as f:
         data = f.read()
     if data[:4] == b"PK\x03\x04":
-        return load_torch_zip(path)
-    return _unpickle(data, path)
+        return load_torch_zip(path, skipped, reads)
+    return _unpickle(data, path, skipped=skipped, reads=reads)

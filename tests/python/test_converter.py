@@ -705,7 +705,7 @@ def test_unresolvable_camera_names_are_refused_not_defaulted(bn, bn_out):
     agent["camera_names"] = "${data.camera_names}"
     agent["vision_backbone"]["camera_names"] = "${agent.camera_names}"
     agent["vision_backbone"]["num_cameras"] = "${agent.num_cams}"
-    path = bn.dir / "seed_style.json"
+    path = bn.dir / "seed_style_agent.json"
     path.write_text(json.dumps(agent))
     err = convert_fails(bn.ckpt, bn.dir, "--config", path)
     assert "camera_names is ${data.camera_names}" in err and ".hydra/config.yaml" in err
@@ -729,7 +729,7 @@ def test_null_camera_names_take_the_agents_sorted_order(bn):
     agent = json.loads(json.dumps(bn.cfg))
     agent["camera_names"] = None
     agent["vision_backbone"]["camera_names"] = "${agent.camera_names}"
-    path = bn.dir / "null_cams.json"
+    path = bn.dir / "null_cams_agent.json"
     path.write_text(json.dumps({"agent": agent, "data": {"camera_names": ["r_vis", "top", "front"]}}))
     meta, _, _, text = convert_ok(bn.ckpt, bn.dir, "--config", path, name="null_cams")
     assert meta["camera_names"] == "front,r_vis,top", meta["camera_names"]
@@ -756,7 +756,7 @@ def test_config_that_contradicts_the_checkpoints_own_entry_is_named(bn):
     other = json.loads(json.dumps(bn.cfg))
     other["camera_names"] = ["front", "r_vis", "l_vis"]
     other["vision_backbone"].pop("camera_names", None)
-    path = bn.dir / "other_order.json"
+    path = bn.dir / "other_order_agent.json"
     path.write_text(json.dumps(other))
     meta, _, _, text = convert_ok(ckpt, bn.dir, "--config", path, name="other_order")
     assert meta["camera_names"] == "front,r_vis,l_vis"
@@ -876,25 +876,33 @@ def test_malicious_pickles_are_refused_without_side_effects(bn, tmp_path, kind):
     assert not marker.exists()
 
 
-def test_a_refused_global_is_named_with_the_entry_that_holds_it(bn, tmp_path):
-    """A checkpoint with a harmless extra (a date, the run's argparse Namespace) is still
-    refused, but the error says where the global sits and how to drop it; the probe pass that
-    finds it runs nothing (the malicious pickles above stay without side effects)."""
+def test_unread_entries_that_need_code_are_left_out_and_named(bn, bn_out, tmp_path):
+    """A checkpoint with harmless extras the converter never reads (a date, the run's argparse
+    Namespace, even a payload that would run a command) converts: those entries are loaded as
+    inert stand-ins by the probe pass (nothing in them runs) and left out, each named in a
+    warning; torch.Size and dtypes are plain values. Inside an entry the converter reads, such a
+    global is refused and named with where it sits."""
     import argparse
     import datetime
+    marker = tmp_path / "pwned"
     sd = {k: v for k, v in bn.sd.items()}
     ckpt = tmp_path / "extras.pt"
     torch.save({"model_state_dict": sd, "saved_at": datetime.datetime(2026, 1, 2),
-                "args": argparse.Namespace(lr=1e-4)}, str(ckpt))
-    err = convert_fails(ckpt, tmp_path, "--config", bn.config)
-    assert "refusing to load global 'datetime.datetime'" in err and "sits at ['saved_at'] (datetime.datetime)" in err, err
-    assert "ckpt.pop('saved_at'); ckpt.pop('args'); torch.save" in err, err   # every one, not the first
-    assert "only for a file you trust" in err and "a class of the training code" not in err, err
-    # inside the state dict: named, but no advice to drop the state dict
+                "args": argparse.Namespace(lr=1e-4), "evil": _Evil(os.system, f"touch {marker}"),
+                "input_shape": torch.Size([3, 224, 224]), "dtype": torch.float32}, str(ckpt))
+    meta, tensors, _, text = convert_ok(ckpt, tmp_path, "--config", bn.config, name="extras")
+    for entry, name in (("saved_at", "datetime.datetime"), ("args", "argparse.Namespace"),
+                        ("evil", f"{os.system.__module__}.system")):
+        assert f"entry {entry!r} ({name}) is not read by the converter" in text, text
+    assert "input_shape" not in text and "'dtype'" not in text, text
+    assert all(np.array_equal(tensors[k], bn_out[1][k]) for k in bn_out[1])
+    assert not marker.exists()
+    # inside the state dict: named, and refused
     ckpt = tmp_path / "inside.pt"
     torch.save({"model_state_dict": dict(sd, extra=argparse.Namespace(a=1))}, str(ckpt))
     err = convert_fails(ckpt, tmp_path, "--config", bn.config)
-    assert "sits at ['model_state_dict']['extra'] (argparse.Namespace)" in err and "pop(" not in err, err
+    assert "refusing to load global 'argparse.Namespace'" in err, err
+    assert "sits at ['model_state_dict']['extra'] (argparse.Namespace)" in err, err
 
 
 def test_legacy_and_foreign_files_are_refused(bn, tmp_path):
@@ -1019,7 +1027,7 @@ def test_engine_matches_reference_at_the_datasets_resize(act_infer, episode_fact
     cfg["vision_backbone"]["input_shape"] = [3, 60, 60]
     agent = ar.build_agent(cfg)
     agent.load_state_dict(bn.agent.state_dict())
-    path = bn.dir / "engine_resize.json"
+    path = bn.dir / "engine_resize_agent.json"
     path.write_text(json.dumps({"agent": bn.cfg, "data": {"image_resize_shape": [60, 60]}}))
     convert_ok(bn.ckpt, bn.dir, "--config", path, name="engine_resize")
     ep = episode_factory(T=3, image_size=80, obs_dim=5, action_dim=4, seed=23)
@@ -1042,3 +1050,136 @@ def test_reference_loads_a_full_config_at_the_datasets_resize(bn, tmp_path):
     assert cfg["vision_backbone"]["input_shape"] == [3, 60, 60]
     path.write_text(yaml.safe_dump({"agent": bn.cfg, "data": {"image_resize_shape": None}}))
     assert ar.load_config(str(path))["vision_backbone"]["input_shape"] == [3, 64, 64]
+
+
+def test_output_never_destroys_an_input_or_the_model_it_replaces(bn, bn_out, tmp_path):
+    """-o (or --report) naming the checkpoint, the statistics, the config or each other is
+    refused before any work; a write that fails (here the file-size limit) leaves the model it
+    would have replaced whole and no temporary file, and the error names the path."""
+    import shutil
+    ckpt = tmp_path / "run.pt"
+    shutil.copy(bn.ckpt, ckpt)
+    before = ckpt.read_bytes()
+    for args, words in ((["-o", ckpt], "-o " + str(ckpt) + " is the checkpoint"),
+                        (["-o", tmp_path / "m.actw", "--report", bn.config, "--config", bn.config],
+                         "is --config"),
+                        (["-o", tmp_path / "m.actw", "--report", tmp_path / "m.actw"], "is the -o file"),
+                        (["-o", tmp_path], "is a directory")):
+        rc, _, err = run(ckpt, *args)
+        assert rc == 1 and words in err, err
+    assert ckpt.read_bytes() == before and not (tmp_path / "m.actw").exists()
+    model = tmp_path / "m.actw"
+    shutil.copy(bn_out_path(bn), model)
+    good = model.read_bytes()
+    script = ("import resource, signal, sys; sys.path.insert(0, sys.argv[1]); import convert_checkpoint as cc; "
+              "signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20)); sys.exit(cc.main(sys.argv[2:]))")
+    p = subprocess.run([sys.executable, "-c", script, str(TOOLS), str(ckpt), "-o", str(model), "--config",
+                        str(bn.config)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 1 and f"cannot write {model}: File too large" in p.stderr, p.stderr
+    assert model.read_bytes() == good
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["m.actw", "run.pt"]
+
+
+def bn_out_path(bn):
+    return bn.dir / "base.actw"   # what the bn_out fixture wrote
+
+
+def test_report_folder_and_zstd_module_are_checked_before_the_work(bn, tmp_path, monkeypatch):
+    out = tmp_path / "m.actw"
+    rc, _, err = run(bn.ckpt, "-o", out, "--config", bn.config, "--report", tmp_path / "no" / "r.json")
+    assert rc == 1 and "--report" in err and "cannot write into" in err and not out.exists(), err
+    monkeypatch.setitem(sys.modules, "zstandard", None)   # import zstandard raises ImportError
+    rc, _, err = run(bn.ckpt, "-o", out, "--config", bn.config, "--compress", "zstd")
+    assert rc == 1 and "--compress zstd needs the 'zstandard' module" in err and not out.exists(), err
+
+
+def _rezip(src, dst, record_suffix, write):
+    """dst: src's archive with the record ending in record_suffix rewritten by write(zip, name, data)."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for name in zin.namelist():
+            data = zin.read(name)
+            if name.endswith(record_suffix):
+                write(zout, name, data)
+            else:
+                zout.writestr(name, data)
+
+
+def test_storage_records_are_checked_before_they_are_read(bn, tmp_path):
+    """A storage record inflating far past what its storage declares (a zip bomb: a 1 MB file
+    asking for a GiB) or holding more bytes than its elements is refused before it is read."""
+    stats = tmp_path / "stats.pt"
+    torch.save({k: torch.from_numpy(v) for k, v in bn.agent.normalization.get_stats().items()}, str(stats))
+
+    def deflated(z, name, data):
+        info = zipfile.ZipInfo(name)
+        info.compress_type = zipfile.ZIP_DEFLATED
+        z.writestr(info, data + bytes(1 << 22))
+
+    def longer(z, name, data):
+        z.writestr(name, data + bytes(8))
+
+    for how, words in ((deflated, "is compressed"), (longer, "is stored, ")):
+        bad = tmp_path / f"{how.__name__}.pkl"
+        _rezip(stats, bad, "/data/0", how)
+        err = convert_fails(bn.ckpt, tmp_path, "--config", bn.config, "--stats", bad, "--stats-from", "file")
+        assert "storage record" in err and words in err and "uncompressed" in err, err
+
+
+def test_a_nan_in_an_aliased_head_weight_is_called_nan(bn, tmp_path):
+    """noise_pred_net.* is the same module as policy_head.*: a NaN from a diverged run is in
+    both, and the error is the NaN, not 'the alias differs'."""
+    sd = {k: v.clone() for k, v in bn.sd.items()}
+    for k in ("policy_head.action_head.weight", "noise_pred_net.action_head.weight"):
+        sd[k][0, 0] = float("nan")
+    err = convert_fails(bn.save_sd("nan_head.pt", sd), tmp_path, "--config", bn.config)
+    assert "NaN" in err and "differs" not in err, err
+
+
+def test_wrapper_prefixes_inside_keys_are_stripped(bn, bn_out, tmp_path):
+    """agent.vision_encoder = torch.compile(...) (or DataParallel on a submodule) puts
+    _orig_mod. / module. inside the keys: converted as the plain keys are."""
+    for wrap in ("_orig_mod.", "module."):
+        sd = {(k.replace("vision_encoder.", "vision_encoder." + wrap, 1) if k.startswith("vision_encoder.")
+               else k): v for k, v in bn.sd.items()}
+        _, tensors, _, _ = convert_ok(bn.save_sd(f"wrapped_{wrap[:-1]}.pt", sd), tmp_path, "--config", bn.config,
+                                      name=f"wrapped_{wrap[:-1]}")
+        assert all(np.array_equal(tensors[k], bn_out[1][k]) for k in bn_out[1])
+
+
+def test_the_state_dict_is_found_past_config_entries_and_scalar_extras(bn, bn_out, tmp_path):
+    # an 'agent' entry holding the Hydra agent config, the weights elsewhere: pointed at
+    ckpt = tmp_path / "agent_cfg.pt"
+    torch.save({"agent": {"_target_": "roboimi.vla.agent_act.ACTAgent", "hidden_dim": 32},
+                "weights": dict(bn.sd)}, str(ckpt))
+    err = convert_fails(ckpt, tmp_path, "--config", bn.config)
+    assert "--state-dict-key KEY; entries holding tensors: weights" in err, err
+    _, tensors, _, _ = convert_ok(ckpt, tmp_path, "--config", bn.config, "--state-dict-key", "weights", name="w")
+    assert all(np.array_equal(tensors[k], bn_out[1][k]) for k in bn_out[1])
+    # a bare state dict saved with a step count beside the tensors
+    ckpt = tmp_path / "bare_step.pt"
+    torch.save(dict(bn.sd, step=1234, epoch=7), str(ckpt))
+    _, tensors, _, text = convert_ok(ckpt, tmp_path, "--config", bn.config, name="bare")
+    assert "2 entries that are not tensors, left out: step, epoch" in text, text
+    assert all(np.array_equal(tensors[k], bn_out[1][k]) for k in bn_out[1])
+
+
+def test_an_fp16_checkpoint_agrees_with_its_runs_stats_file(bn, tmp_path):
+    """Every float tensor saved .half(), the normalization buffers too: the run's own
+    dataset_stats.pkl differs from them only by that rounding and is the same statistics."""
+    stats = tmp_path / "dataset_stats.pkl"
+    src = bn.save("fp16_src.pt", stats_path=str(stats))
+    ck = torch.load(str(src))
+    ck["model_state_dict"] = {k: (v.half() if v.is_floating_point() else v) for k, v in ck["model_state_dict"].items()}
+    half = tmp_path / "fp16.pt"
+    torch.save(ck, str(half))
+    meta, tensors, rep, _ = convert_ok(half, tmp_path, "--config", bn.config, "--stats", stats, name="fp16")
+    assert rep["stats_source"] == str(stats)
+    want = bn.agent.normalization.get_stats()["qpos_min"]
+    assert np.array_equal(tensors["norm.qpos.min"], want.astype(np.float32))   # the file's, unrounded
+    # statistics that differ by more than the rounding are still refused
+    other = {k: v * 1.01 for k, v in bn.agent.normalization.get_stats().items()}
+    with open(tmp_path / "other.pkl", "wb") as f:
+        pickle.dump(other, f)
+    err = convert_fails(half, tmp_path, "--config", bn.config, "--stats", tmp_path / "other.pkl")
+    assert "is " + str(tmp_path / "other.pkl") + " from this run?" in err, err
