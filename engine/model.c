@@ -7,6 +7,10 @@
  * A `used` mark per directory record makes the tensor set exact: a missing name fails at its
  * lookup, and any record left unmarked afterwards is an unknown tensor. So a file the forward
  * pass accepts is one whose every byte has a place in this description.
+ *
+ * All of this runs on the directory alone (act_weights_open_index), before the tensor data is
+ * inflated and scanned (act_weights_load_data): what the config implies bounds the memory a file
+ * can make the loader allocate, whatever its header and directory declare.
  */
 #include "act.h"
 #include "model.h"
@@ -393,14 +397,31 @@ static int bind_all(act_model *m, char *err, size_t errlen) {
     return rc;
 }
 
+/* Once every tensor is bound, the data the model needs is known: the converter packs the tensors,
+ * each padded to 64 bytes. The reader refuses data past the last tensor, but not gaps between
+ * tensors; a bound file whose data_size exceeds this sum spreads its tensors over data nothing
+ * reads (a frame of zeros could make that gigabytes), so it is refused before inflating. */
+static int check_data_size(const act_model *m, char *err, size_t errlen) {
+    uint64_t need = 0;
+    for (int i = 0; i < m->w->n_tensors; i++)
+        need += ((uint64_t)m->w->tensors[i].numel * 4 + ACTW_ALIGN - 1) / ACTW_ALIGN * ACTW_ALIGN;
+    if (m->w->data_size > need)
+        return act_errf(err, errlen, "%s: data_size is %llu bytes, but the model's tensors take %llu (each padded to "
+                        "%u): the file claims data no tensor reads", m->w->path, (unsigned long long)m->w->data_size,
+                        (unsigned long long)need, ACTW_ALIGN);
+    return 0;
+}
+
 /* ---- public ---- */
 
 int act_model_load(const char *path, act_model **out, char *err, size_t errlen) {
     *out = NULL;
     act_model *m = (act_model *)calloc(1, sizeof *m);
     if (!m) return act_errf(err, errlen, "%s: out of memory", path);
-    if (act_weights_open(path, &m->w, err, errlen) || parse_config(m->w, &m->cfg, err, errlen) ||
-        bind_all(m, err, errlen)) {
+    /* the directory is checked against the config before the data is paid for: a zstd file
+     * whose directory declares a gigabyte tensor is refused by its shape, not after inflating */
+    if (act_weights_open_index(path, &m->w, err, errlen) || parse_config(m->w, &m->cfg, err, errlen) ||
+        bind_all(m, err, errlen) || check_data_size(m, err, errlen) || act_weights_load_data(m->w, err, errlen)) {
         act_model_free(m);
         return -1;
     }

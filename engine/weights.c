@@ -9,6 +9,13 @@
  * with a growing buffer, so a header that lies about data_size costs no more memory than the
  * frame really produces. Finally every tensor is scanned for NaN/Inf.
  *
+ * The open comes in two phases: act_weights_open_index does everything up to the inflation
+ * (reading, checksum, metadata, directory, data_size against the tensors: memory bounded by the
+ * file's real size), act_weights_load_data inflates and scans. A frame of zeros inflates
+ * ~30000:1, so a directory that declares a gigabyte tensor where the model expects 37 KB must be
+ * refused by its names and shapes (act_model_load checks them between the phases) before the
+ * frame is inflated, not after.
+ *
  * Every error is "<path>: <field or tensor>: <what is wrong>". Every failure path frees all it
  * allocated through act_weights_free on the partly built object.
  */
@@ -383,7 +390,7 @@ static int host_is_little_endian(void) {
     return *(const unsigned char *)&one == 1;
 }
 
-int act_weights_open(const char *path, act_weights **out, char *err, size_t errlen) {
+int act_weights_open_index(const char *path, act_weights **out, char *err, size_t errlen) {
     *out = NULL;
     if (!host_is_little_endian())
         return act_errf(err, errlen, "%s: this reader needs a little-endian host", path);
@@ -424,7 +431,6 @@ int act_weights_open(const char *path, act_weights **out, char *err, size_t errl
     act_weights *w = (act_weights *)calloc(1, sizeof(act_weights));
     size_t pre_data = (size_t)(h.data_offset - ACTW_HEADER_SIZE); /* meta + directory + padding, <= 9 MiB */
     unsigned char *sect = (unsigned char *)malloc(pre_data ? pre_data : 1);
-    unsigned char *stored = NULL;
     int rc = 0;
     if (!w || !sect) {
         rc = act_errf(err, errlen, "%s: out of memory", path);
@@ -433,13 +439,19 @@ int act_weights_open(const char *path, act_weights **out, char *err, size_t errl
     snprintf(w->path, sizeof w->path, "%s", path);
     w->checksum = h.checksum;
     w->compressed = h.compression == ACTW_ZSTD;
+    w->data_size = h.data_size;
+    w->stored_size = (size_t)h.stored_size;
     uint64_t sum = ACT_FNV_INIT;
     if (read_exact(f, sect, pre_data, &sum)) {
         rc = act_errf(err, errlen, "%s: read error in the metadata/directory", path);
         goto fail;
     }
+    /* what is read here is what the file holds (stored_size == file_size - data_offset): a raw
+     * file's data is its bytes, a zstd file's the frame; data_size is not allocated until
+     * act_weights_load_data */
+    unsigned char *stored;
     if (w->compressed) {
-        stored = (unsigned char *)malloc(h.stored_size ? (size_t)h.stored_size : 1);
+        stored = w->stored = (unsigned char *)malloc(h.stored_size ? (size_t)h.stored_size : 1);
         if (!stored) {
             rc = act_errf(err, errlen, "%s: out of memory for %llu bytes of compressed data", path,
                           (unsigned long long)h.stored_size);
@@ -489,36 +501,51 @@ int act_weights_open(const char *path, act_weights **out, char *err, size_t errl
                       (unsigned long long)end);
         goto fail;
     }
-    if (w->compressed) {
-        if (inflate_data(path, stored, (size_t)h.stored_size, (size_t)h.data_size, &w->blob, err, errlen)) {
-            rc = -1;
-            goto fail;
-        }
-        free(stored);
-    }
-    stored = NULL;
-    w->blob_elems = (size_t)h.data_size / 4;
-    for (int i = 0; i < w->n_tensors; i++) w->tensors[i].data = w->blob + w->tensors[i].offset;
-    if (check_finite(path, w, err, errlen)) {
-        rc = -1;
-        goto fail;
-    }
     free(sect);
     fclose(f);
     *out = w;
     return 0;
 
 fail:
-    if (w && stored != (unsigned char *)w->blob) free(stored);
     free(sect);
     fclose(f);
     act_weights_free(w);
     return rc;
 }
 
+int act_weights_load_data(act_weights *w, char *err, size_t errlen) {
+    if (w->data_loaded) return 0;
+    if (w->compressed) {
+        if (!w->blob) {
+            if (inflate_data(w->path, w->stored, w->stored_size, (size_t)w->data_size, &w->blob, err, errlen))
+                return -1;
+        }
+        free(w->stored);
+        w->stored = NULL;
+    }
+    w->blob_elems = (size_t)w->data_size / 4;
+    for (int i = 0; i < w->n_tensors; i++) w->tensors[i].data = w->blob + w->tensors[i].offset;
+    if (check_finite(w->path, w, err, errlen)) return -1;
+    w->data_loaded = 1;
+    return 0;
+}
+
+int act_weights_open(const char *path, act_weights **out, char *err, size_t errlen) {
+    act_weights *w = NULL;
+    *out = NULL;
+    if (act_weights_open_index(path, &w, err, errlen)) return -1;
+    if (act_weights_load_data(w, err, errlen)) {
+        act_weights_free(w);
+        return -1;
+    }
+    *out = w;
+    return 0;
+}
+
 void act_weights_free(act_weights *w) {
     if (!w) return;
     act_aligned_free(w->blob);
+    free(w->stored);
     free(w->tensors);
     free(w->meta);
     free(w);

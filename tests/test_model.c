@@ -10,6 +10,11 @@
 #include "actw_test.h"
 
 #include <math.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#ifdef ACT_WITH_ZSTD
+#include <zstd.h>
+#endif
 
 /* ---- expectations ---- */
 
@@ -488,11 +493,197 @@ static void test_fuzz_structure(const bytes *good) {
     scratch_close(&s);
 }
 
+#ifdef ACT_WITH_ZSTD
+/* ---- zstd bombs: a directory the config contradicts is refused before the data is inflated ---- */
+
+/* The metadata and directory of a file, read without its data (so this process stays small:
+ * the memory of the loads below is measured). stored is left empty. */
+static parts front_parts(const char *path) {
+    parts p;
+    memset(&p, 0, sizeof p);
+    unsigned char hb[128];
+    bytes h = {hb, sizeof hb};
+    FILE *f = fopen(path, "rb");
+    int ok = f && fread(hb, 1, sizeof hb, f) == sizeof hb;
+    size_t ms = ok ? get64(&h, H_META_SIZE) : 0;
+    p.n = ok ? (int)get64(&h, H_NT) : 0;
+    p.data_size = ok ? get64(&h, H_DATA_SIZE) : 0;
+    p.compression = ACTW_ZSTD;
+    p.meta = (char *)calloc(ms + 1, 1);
+    p.dir = (unsigned char *)malloc((size_t)p.n * 128 + 1);
+    p.stored = (unsigned char *)malloc(1);
+    ok = ok && fread(p.meta, 1, ms, f) == ms && fread(p.dir, 1, (size_t)p.n * 128, f) == (size_t)p.n * 128;
+    if (f) fclose(f);
+    if (!ok) {
+        fprintf(stderr, "cannot read the front of %s\n", path);
+        exit(1);
+    }
+    return p;
+}
+
+/* Makes p's data one zstd frame of `n` zero bytes, streamed (the frame does not state its
+ * content size, so a reader has only data_size to go by): 128 KiB RLE blocks, ~4 bytes each. */
+static void zero_frame(parts *p, uint64_t n) {
+    ZSTD_CCtx *c = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, 1);
+    const size_t chunk = (size_t)1 << 20, oc = ZSTD_CStreamOutSize();
+    unsigned char *zero = (unsigned char *)calloc(chunk, 1), *out = (unsigned char *)malloc(oc);
+    free(p->stored);
+    p->stored = NULL;
+    p->stored_n = 0;
+    size_t cap = 0;
+    for (uint64_t left = n;;) {
+        size_t take = left < chunk ? (size_t)left : chunk;
+        ZSTD_EndDirective mode = take == left ? ZSTD_e_end : ZSTD_e_continue;
+        ZSTD_inBuffer in = {zero, take, 0};
+        size_t r;
+        do {
+            ZSTD_outBuffer ob = {out, oc, 0};
+            r = ZSTD_compressStream2(c, &ob, &in, mode);
+            if (ZSTD_isError(r)) {
+                fprintf(stderr, "test setup: zstd: %s\n", ZSTD_getErrorName(r));
+                exit(1);
+            }
+            if (p->stored_n + ob.pos > cap) {
+                cap = (p->stored_n + ob.pos) * 2;
+                p->stored = (unsigned char *)realloc(p->stored, cap);
+            }
+            memcpy(p->stored + p->stored_n, out, ob.pos);
+            p->stored_n += ob.pos;
+        } while (mode == ZSTD_e_end ? r != 0 : in.pos < in.size);
+        left -= take;
+        if (mode == ZSTD_e_end) break;
+    }
+    free(zero);
+    free(out);
+    ZSTD_freeCCtx(c);
+}
+
+/* act_model_load in a forked child (a loader that does allocate the claim must not take this
+ * test down with it): its result, message and peak-RSS growth over the load (getrusage). */
+typedef struct child_load { int rc, ok; long grow_kb; char err[ACT_ERR_LEN]; } child_load;
+
+static child_load load_in_child(const char *path) {
+    child_load r;
+    memset(&r, 0, sizeof r);
+    int fds[2];
+    if (pipe(fds) != 0) return r;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        struct rusage a, b;
+        getrusage(RUSAGE_SELF, &a);
+        act_model *m = NULL;
+        r.rc = act_model_load(path, &m, r.err, sizeof r.err);
+        getrusage(RUSAGE_SELF, &b);
+        r.grow_kb = b.ru_maxrss - a.ru_maxrss;  /* KB on Linux */
+        r.ok = 1;
+        act_model_free(m);
+        ssize_t w = write(fds[1], &r, sizeof r);
+        _exit(w == (ssize_t)sizeof r ? 0 : 1);
+    }
+    close(fds[1]);
+    size_t got = 0;
+    while (pid > 0 && got < sizeof r) {
+        ssize_t k = read(fds[0], (char *)&r + got, sizeof r - got);
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    close(fds[0]);
+    int st = 0;
+    if (pid > 0) waitpid(pid, &st, 0);
+    if (got != sizeof r) {
+        memset(&r, 0, sizeof r);
+        snprintf(r.err, sizeof r.err, "the loading child %s %d", pid <= 0 ? "could not start:" :
+                 WIFSIGNALED(st) ? "died of signal" : "exited with status", pid <= 0 ? 0 :
+                 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    }
+    return r;
+}
+
+/* Growth of the peak RSS a refused bomb may cost: the file itself is kilobytes; the claims are
+ * 256 MiB, which the old loader inflated (and held, twice over while its buffer grew). */
+#define BOMB_BYTES ((uint64_t)256 << 20)
+#define BOMB_MAX_GROW_KB (32L << 10)
+
+static void test_bombs(const char *good_path) {
+    char path[512], msg[256];
+    /* 1. the reviewer's D2: a directory of one tensor, vision.0.conv1.w, of 2^26 floats (zeros)
+     * where the config wants [64,3,7,7]: refused by its shape, before the frame is inflated */
+    parts p = front_parts(good_path);
+    const uint64_t numel = BOMB_BYTES / 4;
+    p.n = 1;
+    memset(p.dir, 0, 128);
+    strcpy((char *)p.dir, "vision.0.conv1.w");
+    rec_put32(p.dir, R_NDIM, 1);
+    rec_put64(p.dir, R_DIMS, numel);
+    rec_put64(p.dir, R_OFFSET, 0);
+    rec_put64(p.dir, R_NBYTES, BOMB_BYTES);
+    p.data_size = BOMB_BYTES;
+    zero_frame(&p, BOMB_BYTES);
+    bytes b = assemble(&p);
+    tmp_path(path, sizeof path);
+    CHECK(write_bytes(path, &b) == 0, "cannot write %s", path);
+    child_load r = load_in_child(path);
+    snprintf(msg, sizeof msg, "tensor 'vision.0.conv1.w' has shape [%llu], expected [64,3,7,7]",
+             (unsigned long long)numel);
+    CHECK(r.ok && r.rc == -1 && strstr(r.err, path) && strstr(r.err, msg), "shape bomb: rc %d, message \"%s\"", r.rc,
+          r.err);
+    CHECK(r.ok && r.grow_kb < BOMB_MAX_GROW_KB, "shape bomb: a %zu-byte file declaring %llu bytes grew the peak RSS "
+          "by %ld KB (limit %ld KB): its data was allocated before its directory was checked", b.n,
+          (unsigned long long)BOMB_BYTES, r.grow_kb, BOMB_MAX_GROW_KB);
+    printf("test_model: shape bomb (%zu-byte file, %llu bytes declared): peak RSS +%ld KB, \"%s\"\n", b.n,
+           (unsigned long long)BOMB_BYTES, r.grow_kb, r.err);
+    remove(path);
+    free(b.p);
+    parts_free(&p);
+
+    /* 2. every tensor with its right name and shape, but the last one moved 256 MiB further
+     * (the reader refuses data past the last tensor, not gaps): refused by the data_size the
+     * config implies, before inflating. The control is the same file without the gap. */
+    for (int gap = 0; gap < 2; gap++) {
+        p = front_parts(good_path);
+        int last = 0;
+        for (int i = 1; i < p.n; i++)
+            if (rec64(rec(&p, i), R_OFFSET) > rec64(rec(&p, last), R_OFFSET)) last = i;
+        if (gap) {
+            rec_put64(rec(&p, last), R_OFFSET, rec64(rec(&p, last), R_OFFSET) + BOMB_BYTES);
+            p.data_size += BOMB_BYTES;
+        }
+        zero_frame(&p, p.data_size);  /* zeros are finite: without the gap this is a valid model */
+        b = assemble(&p);
+        tmp_path(path, sizeof path);
+        CHECK(write_bytes(path, &b) == 0, "cannot write %s", path);
+        r = load_in_child(path);
+        if (gap) {
+            CHECK(r.ok && r.rc == -1 && strstr(r.err, path) && strstr(r.err, "data_size") &&
+                  strstr(r.err, "no tensor reads"), "gap bomb: rc %d, message \"%s\"", r.rc, r.err);
+            CHECK(r.ok && r.grow_kb < BOMB_MAX_GROW_KB, "gap bomb: a %zu-byte file with a %llu-byte gap grew the peak "
+                  "RSS by %ld KB (limit %ld KB)", b.n, (unsigned long long)BOMB_BYTES, r.grow_kb, BOMB_MAX_GROW_KB);
+            printf("test_model: gap bomb (%zu-byte file, %llu bytes declared): peak RSS +%ld KB, \"%s\"\n", b.n,
+                   (unsigned long long)p.data_size, r.grow_kb, r.err);
+        } else {
+            CHECK(r.ok && r.rc == 0, "packed all-zero zstd model (the gap bomb's control): rc %d, \"%s\"", r.rc, r.err);
+        }
+        remove(path);
+        free(b.p);
+        parts_free(&p);
+    }
+}
+#endif
+
 int main(void) {
     seed_rng("test_model");
+    char path[512];
+#ifdef ACT_WITH_ZSTD
+    /* first, while this process is small: the bombs measure the peak RSS of a forked load */
+    snprintf(path, sizeof path, "%s/small.actw", data_dir());
+    test_bombs(path);
+#endif
     test_good("small");
     test_good("small_sep_gn");
-    char path[512];
     bytes good = need_file("small.actw", path, sizeof path);
     test_metadata(&good);
     test_tensor_set(&good);

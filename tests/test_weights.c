@@ -97,6 +97,32 @@ static void test_good_files(const bytes *raw, const bytes *zst) {
             CHECK(strcmp(a->tensors[i].name, b->tensors[i].name) == 0 && a->tensors[i].numel == b->tensors[i].numel,
                   "tensor %d differs between raw and zstd", i);
     }
+    /* the two phases act_model_load uses: the index is checked but holds no tensor data (a zstd
+     * frame is kept as stored, not inflated); load_data then gives what act_weights_open gives */
+    for (int k = 0; k < 2; k++) {
+        const char *path = k ? g_zst_path : g_raw_path;
+        const act_weights *full = k ? b : a;
+        if (!full) continue;
+        act_weights *ix = NULL;
+        int rc = act_weights_open_index(path, &ix, err, sizeof err);
+        CHECK(rc == 0 && ix, "open_index %s: %s", path, err);
+        if (rc) continue;
+        int nodata = 1;
+        for (int i = 0; i < ix->n_tensors; i++) nodata &= ix->tensors[i].data == NULL;
+        CHECK(!ix->data_loaded && nodata && ix->blob_elems == 0 && ix->n_tensors == full->n_tensors &&
+              ix->n_meta == full->n_meta && ix->checksum == full->checksum && ix->data_size == full->blob_elems * 4,
+              "%s: index: loaded %d, tensor data unset %d, blob_elems %zu", path, ix->data_loaded, nodata,
+              ix->blob_elems);
+        CHECK(k ? ix->blob == NULL && ix->stored && ix->stored_size == (size_t)get64(zst, H_STORED) : ix->blob != NULL,
+              "%s: index: a zstd frame is held as stored, not inflated", path);
+        rc = act_weights_load_data(ix, err, sizeof err);
+        CHECK(rc == 0 && ix->data_loaded && !ix->stored && ix->blob_elems == full->blob_elems &&
+              memcmp(ix->blob, full->blob, full->blob_elems * 4) == 0, "%s: load_data: %s", path, rc ? err : "");
+        for (int i = 0; rc == 0 && i < ix->n_tensors; i++)
+            CHECK(ix->tensors[i].data == ix->blob + ix->tensors[i].offset, "%s: load_data: tensor %d data", path, i);
+        CHECK(act_weights_load_data(ix, err, sizeof err) == 0, "%s: load_data twice", path);
+        act_weights_free(ix);
+    }
     act_weights_free(a);
     act_weights_free(b);
 

@@ -322,4 +322,8 @@ def read_actw(path, verify_checksum=True):
     for (_, end, a), (start, _, b) in zip(spans, spans[1:]):
         if start < end:
             raise ActwError(f"{path}: tensors '{a}' and '{b}' overlap in the data section")
+    packed = sum(_align(e - s) for s, e, _ in spans)
+    if h["data_size"] > packed:
+        raise ActwError(f"{path}: data_size {h['data_size']} exceeds the tensors' {packed} bytes "
+                        f"(each padded to {ALIGN}): the file holds data no tensor reads")
     return meta, tensors, h
