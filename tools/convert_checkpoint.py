@@ -30,7 +30,7 @@ from convert_config import (DEFAULTS, FLAGS_LAYER, Settings, apply_dataset_resiz
                             load_config_file, settings_from_agent, split_agent)
 from convert_keys import map_state_dict  # noqa: E402
 from convert_model import (BLIND, STAT_KINDS, ConvertError, Model, build_tensors, check_tensor,  # noqa: E402,E501
-                           infer, resolve, short_list, validate)
+                           check_token_layout, infer, resolve, short_list, validate)
 from torch_zip import LazyTensor, load_pickle, load_torch_zip  # noqa: E402
 
 CONVERTER_VERSION = "0.1.0"
@@ -385,7 +385,7 @@ def flag_settings(args):
         s["norm_type"] = args.normalization
     if args.camera_names:
         s["camera_names"] = [c.strip() for c in args.camera_names.split(",")]
-    for key in ("nheads", "activation", "kl_weight", "num_action_steps"):
+    for key in ("nheads", "activation", "kl_weight", "num_action_steps", "obs_horizon"):
         if getattr(args, key) is not None:
             s[key] = getattr(args, key)
     return s
@@ -477,6 +477,11 @@ def convert(args):
     key_map = load_key_map(args.key_map) if args.key_map else None
     sd = drop_alias(rename_keys(sd, key_map, ignore, report), report)
     mapped = map_state_dict(sd)
+    bottleneck = [k for k in mapped.unknown if re.search(r"backbone\.[4-7]\.\d+\.(conv3|bn3)\.", k)]
+    if bottleneck:
+        raise ConvertError(f"{len(bottleneck)} state-dict keys are a bottleneck ResNet's third conv "
+                           f"(e.g. {bottleneck[0]}): a resnet50/101/152 trunk; the engine runs "
+                           f"resnet18 only")
     if mapped.unknown:
         raise ConvertError(f"{len(mapped.unknown)} state-dict keys are not part of the ACT "
                            f"model: {short_list(mapped.unknown)} (map them with --key-map or skip "
@@ -487,6 +492,7 @@ def convert(args):
         report["consumed"][key] = "sinusoidal table, rebuilt by the engine"
     model = Model(sd, mapped)
     found = infer(model)
+    check_token_layout(model, found, settings)
     cfg = resolve(settings, found, args.trust_shapes, args.strict_shapes, report["warnings"])
     validate(cfg)
     if args.stats_from == "file" and not args.stats:
@@ -613,6 +619,9 @@ def parse_args(argv):
     ap.add_argument("--num-action-steps", type=int,
                     help="actions executed per chunk (the agent's num_action_steps; default 8): "
                          "served to clients, whose runner executes that many")
+    ap.add_argument("--obs-horizon", type=int,
+                    help="observations per step (the agent's obs_horizon; default 1): the first "
+                         "executed action is chunk[obs_horizon - 1]")
     ap.add_argument("--compress", choices=("zstd",), help="zstd-compress the data section")
     ap.add_argument("--trust-shapes", action="store_true",
                     help="when shapes and config disagree, warn and use the shapes (not for the "

@@ -129,6 +129,9 @@ def infer(model):
 # defaults warning lists them.
 BLIND = ("camera_names", "image_height", "image_width", "input_height", "input_width",
          "crop_height", "crop_width", "imagenet_norm", "nheads", "activation", "norm_type")
+# Settings that change which of the chunk's actions a rollout executes (the seed's select_action
+# runs chunk[obs_horizon-1 : obs_horizon-1+num_action_steps]), named with the defaults too.
+EXECUTION = ("obs_horizon", "num_action_steps")
 
 
 def _blind_defaults(settings, found, warnings):
@@ -151,7 +154,7 @@ def _blind_defaults(settings, found, warnings):
             if not settings.explicit(name):
                 warnings.append(f"WARNING {layer}: {where} is {text}, which that file cannot "
                                 f"resolve; using the default {name} = {settings.get(name)!r}")
-    left = [n for n in BLIND if not settings.explicit(n) and n not in found]
+    left = [n for n in BLIND + EXECUTION if not settings.explicit(n) and n not in found]
     frame = [n for n in left if n in ("image_height", "image_width")]
     left = [n for n in left if n not in frame]
     if frame:
@@ -166,6 +169,22 @@ def _blind_defaults(settings, found, warnings):
             f"{n}={settings.get(n)!r}" for n in left) + ": these are act_resnet.yaml's defaults "
             "and the weights cannot confirm them; if the run used others, pass --config (the "
             "run's .hydra/config.yaml) or the flags")
+
+
+def check_token_layout(model, found, settings):
+    """visual_proj taking num_cams x the trunk's output features is the agent's one-token-for-
+    all-cameras branch (vision_backbone.output_tokens_per_camera: false: vision_dim = output_dim
+    * num_cams), whatever the config says: name it, rather than call output_dim a conflict."""
+    out = model.vision(0, "out.w")
+    if out is None or "output_dim" not in found or len(out.shape) != 2:
+        return
+    rows, wide = out.shape[0], found["output_dim"][0]
+    cams = found["num_cams"][0] if "num_cams" in found else len(settings.get("camera_names"))
+    if cams > 1 and wide == rows * cams:
+        raise ConvertError(f"head.visual_proj takes {wide} features, {cams} cameras x the trunk's "
+                           f"{rows} (rgb_encoder out): the model was trained with vision_backbone."
+                           f"output_tokens_per_camera false (one token for all cameras); the engine "
+                           f"takes one token per camera, as act_resnet.yaml sets")
 
 
 def resolve(settings, found, trust, strict, warnings):
@@ -223,7 +242,22 @@ def resolve(settings, found, trust, strict, warnings):
             raise ConvertError(text + "\n(fix the config, or pass --trust-shapes to use the "
                                       "shapes)")
         warnings.append("WARNING --trust-shapes: " + text)
+    _executed_steps(cfg, settings, warnings)
     return cfg
+
+
+def _executed_steps(cfg, settings, warnings):
+    """The seed's select_action executes chunk[obs_horizon-1 : obs_horizon-1+num_action_steps]:
+    a slice past the chunk's end is cut short, so a larger num_action_steps runs the chunk's
+    remaining pred_horizon - obs_horizon + 1 actions. The file holds what is executed."""
+    most = cfg["pred_horizon"] - cfg["obs_horizon"] + 1
+    if cfg["obs_horizon"] >= 1 and most >= 1 and cfg["num_action_steps"] > most:
+        warnings.append(f"WARNING num_action_steps {cfg['num_action_steps']} "
+                        f"({settings.source('num_action_steps')}) runs past the chunk: with "
+                        f"pred_horizon {cfg['pred_horizon']} and obs_horizon {cfg['obs_horizon']} the "
+                        f"agent executes chunk[{cfg['obs_horizon'] - 1}:{cfg['pred_horizon']}], {most} "
+                        f"actions a chunk; the model serves num_action_steps = {most}")
+        cfg["num_action_steps"] = most
 
 
 def validate(cfg):
@@ -247,8 +281,10 @@ def validate(cfg):
         problems.append(f"activation {cfg['activation']!r}: expected gelu or relu")
     if cfg["norm_type"] not in STAT_KINDS:
         problems.append(f"normalization {cfg['norm_type']!r}: expected min_max or mean_std")
-    if cfg["obs_horizon"] < 1 or not \
-            1 <= cfg["num_action_steps"] <= cfg["pred_horizon"] - cfg["obs_horizon"] + 1:
+    if not 1 <= cfg["obs_horizon"] <= cfg["pred_horizon"]:
+        problems.append(f"obs_horizon {cfg['obs_horizon']}: needs 1 <= obs_horizon <= pred_horizon "
+                        f"({cfg['pred_horizon']}): the agent executes chunk[obs_horizon - 1:]")
+    elif not 1 <= cfg["num_action_steps"] <= cfg["pred_horizon"] - cfg["obs_horizon"] + 1:
         problems.append(f"num_action_steps {cfg['num_action_steps']} with obs_horizon "
                         f"{cfg['obs_horizon']}: needs 1 <= steps <= pred_horizon "
                         f"({cfg['pred_horizon']}) - obs_horizon + 1")

@@ -1183,3 +1183,40 @@ def test_an_fp16_checkpoint_agrees_with_its_runs_stats_file(bn, tmp_path):
         pickle.dump(other, f)
     err = convert_fails(half, tmp_path, "--config", bn.config, "--stats", tmp_path / "other.pkl")
     assert "is " + str(tmp_path / "other.pkl") + " from this run?" in err, err
+
+
+def test_executed_steps_are_named_set_by_flag_and_cut_to_the_chunk(bn, tmp_path):
+    """obs_horizon and num_action_steps decide which actions a rollout executes
+    (chunk[obs_horizon-1 : obs_horizon-1+num_action_steps]) and no weight can confirm them:
+    left to the defaults they are named; --obs-horizon sets one; a num_action_steps past the
+    chunk's end is what the seed's slice cuts short, so the file serves what runs."""
+    _, _, _, text = convert_ok(bn.ckpt, tmp_path, "--image-size", "80x80", "--input-size", "64x64",
+                               "--nheads", "4", name="nocfg")
+    left = text.split("WARNING no config set")[1].split("\n")[0]
+    assert "obs_horizon=1" in left and "num_action_steps=8" in left, text
+    assert "WARNING num_action_steps 8 (act_resnet.yaml defaults) runs past the chunk" in text and \
+        "the model serves num_action_steps = 6" in text, text
+    meta, _, _, text = convert_ok(bn.ckpt, tmp_path, "--config", bn.config, "--obs-horizon", "2",
+                                  "--num-action-steps", "6", name="oh2")
+    assert (meta["obs_horizon"], meta["num_action_steps"]) == ("2", "5"), meta
+    assert "executes chunk[1:6], 5 actions a chunk" in text, text
+    err = convert_fails(bn.ckpt, tmp_path, "--config", bn.config, "--obs-horizon", "7")
+    assert "obs_horizon 7: needs 1 <= obs_horizon <= pred_horizon (6)" in err, err
+
+
+def test_unsupported_trunks_and_token_layouts_are_named(bn, tmp_path):
+    # one token for all cameras: visual_proj reads num_cams x the trunk's features
+    sd = {k: v.clone() for k, v in bn.sd.items()}
+    for head in ("policy_head", "noise_pred_net"):
+        w = sd[f"{head}.visual_proj.weight"]
+        sd[f"{head}.visual_proj.weight"] = w.repeat(1, 3)
+    sd["noise_pred_net.visual_proj.weight"] = sd["policy_head.visual_proj.weight"]
+    for cfg in (["--config", bn.config], ["--image-size", "80x80", "--input-size", "64x64"]):
+        err = convert_fails(bn.save_sd("one_token.pt", sd), tmp_path, *cfg)
+        assert "3 cameras x the trunk's" in err and "output_tokens_per_camera false" in err, err
+    # a bottleneck ResNet (resnet50): its conv3/bn3 say so, not "map them with --key-map"
+    sd = dict(bn.sd)
+    sd["vision_encoder.rgb_encoder.backbone.4.0.conv3.weight"] = torch.zeros(256, 64, 1, 1)
+    sd["vision_encoder.rgb_encoder.backbone.4.0.bn3.weight"] = torch.ones(256)
+    err = convert_fails(bn.save_sd("r50.pt", sd), tmp_path, "--config", bn.config)
+    assert "bottleneck ResNet's third conv" in err and "resnet18 only" in err and "--key-map" not in err, err
