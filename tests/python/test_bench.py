@@ -460,3 +460,27 @@ def test_compare_torch_stopped_leaves_no_run_behind(act_infer, repo_root, tmp_pa
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, "the act-infer run outlived compare_torch"
+
+
+def test_compare_budget_counts_the_models_preparation(act_infer, small_model, repo_root, tmp_path, monkeypatch):
+    """--budget-s runs from compare_torch's start, model preparation included (device_check's
+    outer time limit sits just past it): a preparation that spends the budget leaves every peer
+    'skipped', and the JSON is still written, rather than the peers running past the limit."""
+    import time as _time
+
+    ct = _bench_module(repo_root)
+    real = ct.prepare_model
+
+    def slow(a, work):
+        _time.sleep(10)
+        return real(a, work)
+
+    monkeypatch.setattr(ct, "prepare_model", slow)
+    out = tmp_path / "c.json"
+    rc = ct.main(["--device", "cpu", "--ckpt", str(small_model.ckpt), "--config", str(small_model.config),
+                  "--stats", str(small_model.stats), "--model", str(small_model.model), "--iters", "1",
+                  "--warmup", "0", "--peers", "eager,channels_last", "--budget-s", "12",
+                  "--act-infer", str(act_infer), "--workdir", str(tmp_path / "w"), "--json", str(out)])
+    r = json.loads(out.read_text())
+    assert [p["status"] for p in r["peers"]] == ["skipped (--budget-s 12 spent)"] * 2, r["peers"]
+    assert rc == 1   # act-infer found no time left either: not a pass
