@@ -476,6 +476,9 @@ def test_compare_budget_counts_the_models_preparation(act_infer, small_model, re
         return real(a, work)
 
     monkeypatch.setattr(ct, "prepare_model", slow)
+    import signal as _signal
+    old_term = _signal.getsignal(_signal.SIGTERM)   # main() installs its SIGTERM handler: not for pytest
+    monkeypatch.setattr(_signal, "signal", lambda *a: old_term)
     out = tmp_path / "c.json"
     rc = ct.main(["--device", "cpu", "--ckpt", str(small_model.ckpt), "--config", str(small_model.config),
                   "--stats", str(small_model.stats), "--model", str(small_model.model), "--iters", "1",

@@ -18,12 +18,15 @@ nothing at all.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import os
+import select
 import socket
 import threading
 import time
 import weakref
+from collections import deque
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -55,10 +58,11 @@ class ActError(Exception):
 
 
 class ActServerError(ActError):
-    """The server answered ERROR: .code (int), .name (e.g. 'bad_qpos'), .message, .request_id."""
+    """The server answered ERROR: .code (int), .name (e.g. 'bad_qpos'), .message, .request_id;
+    .index: which env's request it answered, for predict_many() (else None)."""
 
-    def __init__(self, code: int, message: str, request_id: int = 0):
-        self.code, self.message, self.request_id = code, message, request_id
+    def __init__(self, code: int, message: str, request_id: int = 0, index: Optional[int] = None):
+        self.code, self.message, self.request_id, self.index = code, message, request_id, index
         self.name = wire.ERROR_NAMES.get(code, f"code_{code}")
         super().__init__(f"act-serve error {self.name} ({code}): {message}")
 
@@ -66,7 +70,7 @@ class ActServerError(ActError):
         # picklable as made: a worker process's error reaches its multiprocessing parent whole
         # (the default would call __init__ with the formatted text alone, which fails there and
         # takes down the pool's result thread)
-        return type(self), (self.code, self.message, self.request_id)
+        return type(self), (self.code, self.message, self.request_id, self.index)
 
 
 class ActContractError(ActServerError):
