@@ -28,7 +28,8 @@ untimed steps at every batch size: the peers' first call plus --warmup, act-infe
 
 Correctness before speed: the chunk of the first input from act-infer and from every peer is
 compared with the torch eager fp32 chunk (||x - ref|| / ||ref||) against ARCHITECTURE section 6's
-tolerance for the precision.
+tolerance for the precision. (ARCHITECTURE: the design document, shared/design/ARCHITECTURE.md beside
+this repository; its tolerances are README's Numerics section, its goals bench/RESULTS.md's table.)
 
 Here (CPU, Debian torch 1.13):  bench/compare_torch.py --device cpu
 On the GPU machine (torch 2.x):  bench/compare_torch.py --device cuda --batch 1,256 --precision fp32,bf16 \

@@ -277,6 +277,15 @@ int main(int argc, char **argv)
     sopts.copy_threads = c.copy_threads;
     raise_fd_limit(c.so.max_clients);
     if (c.port_file && port_file_unwritable(c.port_file)) return 2;
+    {   /* --batch-sizes is a flag like the others: a bad list is a usage error, before the model loads */
+        int *pad_to = calloc((size_t)c.so.max_batch + 2, sizeof *pad_to);
+        int n = pad_to ? act_serve_batch_sizes(c.so.batch_sizes, c.so.max_batch, sopts.device, pad_to, err, sizeof err) : 0;
+        free(pad_to);
+        if (n < 0) {
+            fprintf(stderr, "%s\n", err);
+            return 2;
+        }
+    }
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

@@ -599,9 +599,11 @@ def parse_args(argv):
                          "\"new.key\" (a template with \\\\1 for a regex) or null (drop)}")
     ap.add_argument("--ignore", action="append", default=[], metavar="REGEX",
                     help="skip state-dict keys matching REGEX (listed in the report)")
-    ap.add_argument("--image-size", help="uint8 frame size served, HxW (default 256x256)")
+    ap.add_argument("--image-size", help="uint8 frame size served, HxW (default: the config's "
+                    "vision_backbone.image_shape, else 256x256, the socket-peg cameras')")
     ap.add_argument("--input-size", help="bilinear resize target, HxW (default: the config's "
-                    "data.image_resize_shape, else vision_backbone.input_shape, else 224x224)")
+                    "vision_backbone.dataset_image_resize_shape, else data.image_resize_shape, else "
+                    "vision_backbone.input_shape, else 224x224)")
     ap.add_argument("--crop", help="center crop after resize, HxW or 'none'")
     ap.add_argument("--imagenet-norm", action="store_true", help="ImageNet mean/std after crop")
     ap.add_argument("--normalization", choices=tuple(STAT_KINDS),
@@ -618,7 +620,8 @@ def parse_args(argv):
     ap.add_argument("--kl-weight", type=float, help="head.kl_weight, kept as metadata (default 10)")
     ap.add_argument("--num-action-steps", type=int,
                     help="actions executed per chunk (the agent's num_action_steps; default 8): "
-                         "served to clients, whose runner executes that many")
+                         "served to clients, whose runner executes that many; at most pred_horizon "
+                         "- obs_horizon + 1 (the agent's slice ends with the chunk: more is cut to that)")
     ap.add_argument("--obs-horizon", type=int,
                     help="observations per step (the agent's obs_horizon; default 1): the first "
                          "executed action is chunk[obs_horizon - 1]")

@@ -162,8 +162,8 @@ def _blind_defaults(settings, found, warnings):
         # eval and act-serve refuse frames of another size, so this is a note, not a warning
         warnings.append(f"note: the model takes {settings.get('image_height')}x"
                         f"{settings.get('image_width')} uint8 frames (the socket-peg cameras'; no "
-                        f"training config holds it): pass --image-size HxW if your cameras give "
-                        f"another size")
+                        f"roboimi config holds it, vision_backbone.image_shape would): pass "
+                        f"--image-size HxW if your cameras give another size")
     if left:
         warnings.append("WARNING no config set " + ", ".join(
             f"{n}={settings.get(n)!r}" for n in left) + ": these are act_resnet.yaml's defaults "

@@ -610,8 +610,9 @@ static void print_table(const bench_report *r) {
             for (int k = 0; k < b->n_first; k++) printf(" %.1f", b->first_ms[k]);
             printf(" ms;");
         }
-        printf("\n        (warmup steps 1-2 of each size: %s)\n", r->a->device == ACT_DEVICE_CUDA ?
-               "plans and algorithm measurements, then the graph's capture" : "buffers, lazy setup");
+        printf("\n        (warmup steps 1-2 of each size: %s)\n", r->a->device != ACT_DEVICE_CUDA ? "buffers, lazy setup"
+               : r->a->use_graphs ? "plans and algorithm measurements, then the graph's capture"
+                                  : "plans and algorithm measurements");
     }
     printf("\nstages (ms, mean of the profiled pass%s; upload includes act_run's host copy of the "
            "frames%s)\n%6s", r->a->device == ACT_DEVICE_CUDA ? "; graphs and the upload lane off while profiling" : "",
@@ -787,6 +788,9 @@ int act_cmd_bench(int argc, char **argv) {
     opts.device = a.device;
     opts.precision = a.precision;
     opts.max_batch = max_batch;
+    /* the backend's switch turns graphs off as --no-graph does: the report says what ran */
+    const char *graphs_env = getenv("ACT_CUDA_GRAPHS");
+    if (graphs_env && !strcmp(graphs_env, "0")) a.use_graphs = 0;
     opts.use_graphs = a.use_graphs;
     if (act_session_create(m, &opts, &s, err, sizeof err)) goto fail;
 

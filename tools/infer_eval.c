@@ -294,7 +294,8 @@ static void print_steps(const infer_ctx *ctx, long long padded_rows) {
     if (padded_rows)
         printf(" (%lld rows computed and dropped, episodes' last batches padded up to a size that ran: "
                "--pad-batches)", padded_rows);
-    else if (n > 1 && ctx->pad == INFER_PAD_OFF)
+    else if (n > 1 && ctx->pad == INFER_PAD_OFF && ctx->device == ACT_DEVICE_CUDA)
+        /* on the CPU a size costs nothing to set up and every padded row its share: no advice */
         printf(" (each new size is set up at its first steps: --pad-batches few or on set up fewer)");
     printf("\n");
 }

@@ -313,13 +313,16 @@ def test_act_serve_comes_up_when_no_step_can_be_captured(act_serve, model, emu_e
 
 
 def test_cuda_graphs_off_captures_nothing(act_infer, model, emu_env):
-    """ACT_CUDA_GRAPHS=0: no step is captured (the emulator instantiates no graph), =2 is refused"""
+    """ACT_CUDA_GRAPHS=0: no step is captured (the emulator instantiates no graph), and bench
+    reports graphs off as it does for --no-graph; =2 is refused"""
     actw, _, _ = model
     base = [act_infer, "bench", "--model", actw, "--device", "cuda", "--batch", 1, "--iters", 2, "--warmup", 1,
             "--profile-iters", 0]
     for graphs, made in (("1", True), ("0", False)):
         p = _run(base, dict(emu_env, ACT_EMU_TRACE="1", ACT_CUDA_GRAPHS=graphs))
         assert ("graph instantiated" in p.stderr) == made, (graphs, p.stderr[-2000:])
+        device = next(line for line in p.stdout.splitlines() if line.startswith("device"))
+        assert device.endswith(", CUDA graphs" if made else ", no graphs"), (graphs, device)
     p = subprocess.run([str(c) for c in base], capture_output=True, text=True, timeout=300,
                        env=dict(emu_env, ACT_CUDA_GRAPHS="2"))
     assert p.returncode != 0 and "ACT_CUDA_GRAPHS=2: expected 0 or 1" in p.stderr, p.stderr

@@ -644,7 +644,7 @@ def test_every_flag_has_an_environment_twin_and_the_flag_wins(server, act_serve,
                       ("4,", "missing after the last comma")):
         p = subprocess.run([str(act_serve), "--model", str(tmp_path / "absent.actw"), "--port", "0", "--batch-sizes", bad],
                            capture_output=True, text=True, timeout=60)
-        assert p.returncode == 1 and says in p.stderr and "absent" not in p.stderr, p.stderr
+        assert p.returncode == 2 and says in p.stderr and "absent" not in p.stderr, p.stderr
     # out of descriptors while making the third I/O thread's epoll set: an error, not a crash
     import resource
 
