@@ -521,19 +521,31 @@ static parts front_parts(const char *path) {
     return p;
 }
 
-/* Makes p's data one zstd frame of `n` zero bytes, streamed (the frame does not state its
- * content size, so a reader has only data_size to go by): 128 KiB RLE blocks, ~4 bytes each. */
-static void zero_frame(parts *p, uint64_t n) {
+/* Makes p's data one zstd frame of `n` bytes, streamed (the frame does not state its content
+ * size, so a reader has only data_size to go by): `noise` bytes of random finite floats in
+ * [1, 2) first (they barely compress, so the frame stays under the reader's 64:1 limit), then
+ * zeros (128 KiB RLE blocks, ~4 bytes each). */
+static void zero_frame(parts *p, uint64_t n, uint64_t noise) {
     ZSTD_CCtx *c = ZSTD_createCCtx();
     ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, 1);
     const size_t chunk = (size_t)1 << 20, oc = ZSTD_CStreamOutSize();
     unsigned char *zero = (unsigned char *)calloc(chunk, 1), *out = (unsigned char *)malloc(oc);
+    uint32_t seed = 12345;
     free(p->stored);
     p->stored = NULL;
     p->stored_n = 0;
     size_t cap = 0;
     for (uint64_t left = n;;) {
         size_t take = left < chunk ? (size_t)left : chunk;
+        uint64_t done = n - left;   /* the chunk's bytes: noise while done < noise, else zeros */
+        for (size_t k = 0; k + 4 <= take; k += 4) {
+            uint32_t bits = 0;
+            if (done + k < noise) {
+                seed = seed * 1664525u + 1013904223u;
+                bits = 0x3F800000u | (seed >> 9);
+            }
+            memcpy(zero + k, &bits, 4);
+        }
         ZSTD_EndDirective mode = take == left ? ZSTD_e_end : ZSTD_e_continue;
         ZSTD_inBuffer in = {zero, take, 0};
         size_t r;
@@ -605,13 +617,14 @@ static child_load load_in_child(const char *path) {
 
 /* Growth of the peak RSS a refused bomb may cost: the file itself is kilobytes; the claims are
  * 256 MiB, which the old loader inflated (and held, twice over while its buffer grew). */
-#define BOMB_BYTES ((uint64_t)256 << 20)
+#define BOMB_BYTES ((uint64_t)64 << 20)
+#define BOMB_NOISE ((uint64_t)4 << 20)   /* random bytes first: the frame inflates < 64:1 */
 #define BOMB_MAX_GROW_KB (32L << 10)
 
 static void test_bombs(const char *good_path) {
     char path[512], msg[256];
-    /* 1. the reviewer's D2: a directory of one tensor, vision.0.conv1.w, of 2^26 floats (zeros)
-     * where the config wants [64,3,7,7]: refused by its shape, before the frame is inflated */
+    /* 1. the reviewer's D2: a directory of one tensor, vision.0.conv1.w, of 2^24 floats where
+     * the config wants [64,3,7,7]: refused by its shape, before the frame is inflated */
     parts p = front_parts(good_path);
     const uint64_t numel = BOMB_BYTES / 4;
     p.n = 1;
@@ -622,7 +635,7 @@ static void test_bombs(const char *good_path) {
     rec_put64(p.dir, R_OFFSET, 0);
     rec_put64(p.dir, R_NBYTES, BOMB_BYTES);
     p.data_size = BOMB_BYTES;
-    zero_frame(&p, BOMB_BYTES);
+    zero_frame(&p, BOMB_BYTES, BOMB_NOISE);
     bytes b = assemble(&p);
     tmp_path(path, sizeof path);
     CHECK(write_bytes(path, &b) == 0, "cannot write %s", path);
@@ -640,7 +653,7 @@ static void test_bombs(const char *good_path) {
     free(b.p);
     parts_free(&p);
 
-    /* 2. every tensor with its right name and shape, but the last one moved 256 MiB further
+    /* 2. every tensor with its right name and shape, but the last one moved 64 MiB further
      * (the reader refuses data past the last tensor, not gaps): refused by the data_size the
      * config implies, before inflating. The control is the same file without the gap. */
     for (int gap = 0; gap < 2; gap++) {
@@ -652,7 +665,7 @@ static void test_bombs(const char *good_path) {
             rec_put64(rec(&p, last), R_OFFSET, rec64(rec(&p, last), R_OFFSET) + BOMB_BYTES);
             p.data_size += BOMB_BYTES;
         }
-        zero_frame(&p, p.data_size);  /* zeros are finite: without the gap this is a valid model */
+        zero_frame(&p, p.data_size, BOMB_NOISE);  /* finite: without the gap this is a valid model */
         b = assemble(&p);
         tmp_path(path, sizeof path);
         CHECK(write_bytes(path, &b) == 0, "cannot write %s", path);
@@ -665,12 +678,27 @@ static void test_bombs(const char *good_path) {
             printf("test_model: gap bomb (%zu-byte file, %llu bytes declared): peak RSS +%ld KB, \"%s\"\n", b.n,
                    (unsigned long long)p.data_size, r.grow_kb, r.err);
         } else {
-            CHECK(r.ok && r.rc == 0, "packed all-zero zstd model (the gap bomb's control): rc %d, \"%s\"", r.rc, r.err);
+            CHECK(r.ok && r.rc == 0, "packed zstd model (the gap bomb's control): rc %d, \"%s\"", r.rc, r.err);
         }
         remove(path);
         free(b.p);
         parts_free(&p);
     }
+
+    /* 3. a model its config describes, every byte zero: a frame of a few KB inflating 1000:1
+     * (a config with a huge hidden size would make it gigabytes): refused by the ratio */
+    p = front_parts(good_path);
+    zero_frame(&p, p.data_size, 0);
+    b = assemble(&p);
+    tmp_path(path, sizeof path);
+    CHECK(write_bytes(path, &b) == 0, "cannot write %s", path);
+    r = load_in_child(path);
+    CHECK(r.ok && r.rc == -1 && strstr(r.err, path) && strstr(r.err, "more than 64:1"), "ratio bomb: rc %d, \"%s\"",
+          r.rc, r.err);
+    CHECK(r.ok && r.grow_kb < BOMB_MAX_GROW_KB, "ratio bomb: peak RSS +%ld KB", r.grow_kb);
+    remove(path);
+    free(b.p);
+    parts_free(&p);
 }
 #endif
 

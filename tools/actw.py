@@ -145,6 +145,8 @@ def write_actw(path, meta, tensors, compress=None):
     if compress == "zstd":
         import zstandard
         stored = zstandard.ZstdCompressor(level=3, write_content_size=True).compress(data)
+        if len(data) > 64 * len(stored) + (1 << 20):   # readers refuse more than 64:1: mostly zeros,
+            stored, compress = data, None              # stored raw instead (FORMAT.md)
     meta_offset = HEADER_SIZE
     dir_offset = meta_offset + len(meta_bytes)
     dir_end = dir_offset + DIR_ENTRY_SIZE * len(records)
@@ -162,23 +164,37 @@ def write_actw(path, meta, tensors, compress=None):
     return header
 
 
-def write_file_atomic(path, parts):
-    """Writes the byte strings `parts` to path as a whole or not at all: into a temporary file
-    beside it, synced, then renamed over it, so a full disk, a signal or a crash leaves the old
-    file as it was (and no half file). A path that exists and is not a regular file (/dev/null,
-    a FIFO) is written directly. An OSError names the path."""
+def _write_in_place(path, parts):
     try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        st = None
-    if st is not None and not stat.S_ISREG(st.st_mode):
         with open(path, "wb") as f:
             for p in parts:
                 f.write(p)
-        return
-    folder = os.path.dirname(os.path.abspath(path))
+    except OSError as e:
+        raise OSError(e.errno, f"cannot write {path}: {e.strerror}") from None
+
+
+def write_file_atomic(path, parts):
+    """Writes the byte strings `parts` to path as a whole or not at all: into a temporary file
+    beside it, synced, then renamed over it, so a full disk, a signal or a crash leaves the old
+    file as it was (and no half file). A symbolic link is followed (its target is replaced, the
+    link kept). Written in place, as a plain open would: a path that is not a regular file
+    (/dev/null, /dev/stdout, a FIFO) and an existing writable file in a folder that takes no new
+    file. An OSError names the path."""
+    special = ("/dev/", "/proc/")   # /dev/stdout is a link to /proc/self/fd/1: whatever fd 1 is
+    if os.path.abspath(path).startswith(special) or (os.path.islink(path) and os.readlink(path).startswith(special)):
+        return _write_in_place(path, parts)
+    target = os.path.realpath(path) if os.path.islink(path) else path
     try:
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+        st = os.stat(target)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        return _write_in_place(path, parts)
+    folder = os.path.dirname(os.path.abspath(target))
+    if st is not None and not os.access(folder, os.W_OK | os.X_OK) and os.access(target, os.W_OK):
+        return _write_in_place(target, parts)
+    try:   # the name kept short: NAME_MAX counts the prefix and suffix too
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(target)[:64] + ".", suffix=".tmp", dir=folder)
     except OSError as e:
         raise OSError(e.errno, f"cannot write {path}: {e.strerror}") from None
     try:
@@ -194,7 +210,7 @@ def write_file_atomic(path, parts):
             os.umask(umask)
             mode = 0o666 & ~umask
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException as e:
         try:
             os.unlink(tmp)

@@ -31,7 +31,7 @@ from convert_config import (DEFAULTS, FLAGS_LAYER, Settings, apply_dataset_resiz
 from convert_keys import map_state_dict  # noqa: E402
 from convert_model import (BLIND, STAT_KINDS, ConvertError, Model, build_tensors, check_tensor,  # noqa: E402,E501
                            check_token_layout, infer, resolve, short_list, validate)
-from torch_zip import LazyTensor, load_pickle, load_torch_zip  # noqa: E402
+from torch_zip import LazyTensor, load_pickle, load_torch_zip, reads_checkpoint_entry  # noqa: E402
 
 CONVERTER_VERSION = "0.1.0"
 NORM_EPS = 1e-8
@@ -70,19 +70,13 @@ def find_state_dict(top, path, key=None, warnings=None):
                 raise ConvertError(f"{path}: --state-dict-key {key}: no entry '{part}'; top-level "
                                    f"keys are {short_list(map(str, top))}")
             node = node[part]
-        if not _tensor_dict(node):
+        if not _mostly_tensors(node):
             raise ConvertError(f"{path}: --state-dict-key {key} is not a dict of tensors")
-        return node, f"entry '{key}'"
+        return _tensors_of(node, f"{path} entry '{key}'", warnings), f"entry '{key}'"
     # an SD_ENTRIES name holding something else (a Hydra 'agent' config dict) is passed over
-    found = next(((k, top[k]) for k in SD_ENTRIES if _tensor_dict(top.get(k))), None)
-    if found is None and _tensor_dict(top):
-        return top, "top level"
+    found = next(((k, top[k]) for k in SD_ENTRIES if _mostly_tensors(top.get(k))), None)
     if found is None and _mostly_tensors(top):
-        extras = [k for k, v in top.items() if not isinstance(v, LazyTensor)]
-        if warnings is not None:
-            warnings.append(f"WARNING {path}: a bare state dict with {len(extras)} entries that are "
-                            f"not tensors, left out: {short_list(map(str, extras))}")
-        return {k: v for k, v in top.items() if isinstance(v, LazyTensor)}, "top level"
+        return _tensors_of(top, f"{path}: a bare state dict", warnings), "top level"
     if found is None:
         weights = [str(k) for k, v in top.items() if _tensor_dict(v)]
         hint = f"; entries holding tensors: {short_list(weights)}" if weights else ""
@@ -96,7 +90,17 @@ def find_state_dict(top, path, key=None, warnings=None):
             warnings.append(f"WARNING {path}: converting entry '{found[0]}'; the entry '{k}' "
                             f"({len(top[k])} tensors, an EMA copy?) is not used: pass "
                             f"--state-dict-key {k} to convert it instead")
-    return found[1], f"entry '{found[0]}'"
+    return _tensors_of(found[1], f"{path} entry '{found[0]}'", warnings), f"entry '{found[0]}'"
+
+
+def _tensors_of(sd, where, warnings):
+    """The tensors of a state dict saved with a few scalar extras (a step count), which are named
+    in a warning and left out."""
+    extras = [k for k, v in sd.items() if not isinstance(v, LazyTensor)]
+    if extras and warnings is not None:
+        warnings.append(f"WARNING {where}: {len(extras)} entries that are not tensors, left out: "
+                        f"{short_list(map(str, extras))}")
+    return {k: v for k, v in sd.items() if isinstance(v, LazyTensor)} if extras else sd
 
 
 def strip_prefixes(key):
@@ -197,8 +201,10 @@ class _Stats(dict):
 
 
 def _precision_of(values):
-    """"f2"/"bf16" if any of values (LazyTensor or array-like) is a 16-bit float, else None."""
-    kinds = {v.dtype if isinstance(v, LazyTensor) else getattr(np.asarray(v), "dtype", None) for v in values}
+    """"f2"/"bf16" if any of values that is a tensor or numpy value holds 16-bit floats, else
+    None (lists and Python floats are float64)."""
+    kinds = {v.dtype if isinstance(v, LazyTensor) else v.dtype if isinstance(v, (np.ndarray, np.generic)) else None
+             for v in values}
     if "bf16" in kinds:
         return "bf16"
     return "f2" if {"f2", np.dtype(np.float16)} & kinds else None
@@ -245,19 +251,20 @@ def _stats_dict(obj, where):
                 flat[f"{k}_{k2}"] = v2
         else:
             flat[str(k)] = v
-    out, ignored = _Stats(), []
-    out.precision = _precision_of(flat.values())
+    out, ignored, read = _Stats(), [], []
     for k, v in flat.items():
         k = k[len("normalization."):] if k.startswith("normalization.") else k
         if not re.fullmatch(r"(qpos|action)_(min|max|mean|std)", k):
             ignored.append(k)
         else:
+            read.append(v)
             v = v.numpy() if isinstance(v, LazyTensor) else v
             try:
                 out[k] = np.asarray(v, dtype=np.float64).reshape(-1)
             except (TypeError, ValueError):
                 raise ConvertError(f"{where}: '{k}' is not numeric") from None
     out.ignored = tuple(ignored)
+    out.precision = _precision_of(read)
     return out
 
 
@@ -426,8 +433,8 @@ def check_outputs(args):
                                    f"another file")
         if os.path.isdir(out):
             raise ConvertError(f"{flag} {out} is a directory: name a file in it")
-        folder = os.path.dirname(os.path.abspath(out))
-        if not os.access(folder, os.W_OK | os.X_OK):
+        folder = os.path.dirname(os.path.abspath(os.path.realpath(out)))
+        if not os.access(folder, os.W_OK | os.X_OK) and not (os.path.exists(out) and os.access(out, os.W_OK)):
             raise ConvertError(f"{flag} {out}: cannot write into {folder}")
     if args.report and _same_file(args.report, args.output):
         raise ConvertError(f"--report {args.report} is the -o file: name another file for the report")
@@ -447,11 +454,19 @@ def convert(args):
     with open(args.checkpoint, "rb") as f:
         sha = hashlib.sha256(f.read()).hexdigest()
     skipped = []
-    top = load_torch_zip(args.checkpoint, skipped)
+    root = args.state_dict_key.split(".")[0] if args.state_dict_key else None
+    top = load_torch_zip(args.checkpoint, skipped, lambda k: k == root or reads_checkpoint_entry(k))
     for entry, name in skipped:
         report["warnings"].append(f"WARNING {args.checkpoint}: entry {entry!r} ({name}) is not read by the "
                                   f"converter and would need code run to load: left out")
-    sd, where = find_state_dict(top, args.checkpoint, args.state_dict_key, report["warnings"])
+    try:
+        sd, where = find_state_dict(top, args.checkpoint, args.state_dict_key, report["warnings"])
+    except ConvertError as e:
+        if not skipped:
+            raise
+        raise ConvertError(f"{e} (left out, needing code run to load: " + ", ".join(
+            f"{k!r} ({name})" for k, name in skipped) + "; if the weights are in one of them, name it with "
+            "--state-dict-key to see why it cannot be read)") from None
     report["state_dict"] = where
     settings = Settings()
     if isinstance(top.get("config") if isinstance(top, dict) else None, dict):

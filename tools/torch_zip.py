@@ -33,7 +33,9 @@ import numpy as np
 
 
 MAX_EXPANDED = 1 << 26   # elements a stride-0 (expanded) tensor may unfold to
-MAX_PICKLE = 1 << 30     # bytes of a data.pkl record (a checkpoint's is KB to a few MB)
+# bytes of a pickle (a checkpoint's data.pkl is KB to a few MB; a stats file's KB): unpickling
+# costs up to ~75 bytes of memory per byte of pickle (one empty list per opcode)
+MAX_PICKLE = 64 << 20
 # the entries a converter reads: a refused global inside one of them is never skipped
 READ_ENTRIES = ("model_state_dict", "state_dict", "model", "agent", "config", "dataset_stats")
 
@@ -268,57 +270,79 @@ class _RestrictedUnpickler(pickle.Unpickler):
         return self.archive.storage(pid[2], pid[1], pid[4])
 
 
-def _opaque_paths(obj, keys=(), depth=0, out=None):
-    """Where the probe pass's stand-ins sit: [(keys from the top object, global name)], at most 5."""
-    out = [] if out is None else out
-    if len(out) >= 5 or depth > 12:
-        return out
-    if isinstance(obj, _Opaque) or (isinstance(obj, type) and issubclass(obj, _Opaque)):
-        out.append((keys, obj._global))
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            _opaque_paths(v, keys + (k,), depth + 1, out)
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            _opaque_paths(v, keys + (i,), depth + 1, out)
+_PROBE_NODES = 1 << 22   # objects the probe pass's walk visits before it gives up ("cannot tell")
+
+
+def _opaque_paths(obj):
+    """Every place the probe pass's stand-ins sit: [(keys from the top object, global name)], or
+    None when the walk cannot tell (too many objects). The walk has no depth limit and looks at
+    dict keys as well as values, list/tuple/set members and an object's attributes (a pickle's
+    BUILD can give an OrderedDict some), so that no stand-in can hide from the check that
+    decides what is left out."""
+    out, seen, stack, visited = [], set(), [(obj, ())], 0
+    while stack:
+        o, keys = stack.pop()
+        visited += 1
+        if visited > _PROBE_NODES:
+            return None
+        if isinstance(o, _Opaque) or (isinstance(o, type) and issubclass(o, _Opaque)):
+            out.append((keys, o._global))
+            continue
+        if id(o) in seen or not isinstance(o, (dict, list, tuple, set, frozenset)):
+            continue
+        seen.add(id(o))
+        if isinstance(o, dict):
+            for k, v in o.items():
+                stack.append((k, keys + ("<a key>",)))
+                stack.append((v, keys + (k,)))
+        else:
+            for i, v in enumerate(o):
+                stack.append((v, keys + (i,)))
+        extra = getattr(o, "__dict__", None)
+        if extra:
+            for k, v in extra.items():
+                stack.append((v, keys + (f".{k}",)))
     return out
 
 
-def _where_refused(data, source, archive):
-    """The entries that hold refused globals, by a second pass in which they load as inert
-    stand-ins (nothing in the pickle runs); [] when that pass cannot tell."""
+def _probe(data, source, archive):
+    """(top object, stand-in places) of the probe pass (nothing in the pickle runs), or (None, [])
+    when that pass cannot tell."""
     try:
-        return _opaque_paths(_RestrictedUnpickler(data, source, archive, probe=True).load())
+        top = _RestrictedUnpickler(data, source, archive, probe=True).load()
     except Exception:   # a pickle the stand-ins cannot carry through: the first message stands
-        return []
+        return None, []
+    where = _opaque_paths(top)
+    return (top, where) if where else (None, [])
 
 
-def _reads_checkpoint_entry(key):
+def reads_checkpoint_entry(key):
     return key in READ_ENTRIES or "state_dict" in str(key)
 
 
-def _unpickle(data, source, archive=None, skipped=None, reads=_reads_checkpoint_entry):
+def _unpickle(data, source, archive=None, skipped=None, reads=reads_checkpoint_entry):
     try:
         return _RestrictedUnpickler(data, source, archive).load()
     except _GlobalRefused as e:
-        where = _where_refused(data, source, archive)
+        top, where = _probe(data, source, archive)
         if not where:
             raise
-        # entries of their own beside the ones the converter reads (a date, a path, the run's
+        # Entries of their own beside the ones the converter reads (a date, a path, the run's
         # argparse Namespace) are left out: the probe pass loaded them as inert stand-ins, and
-        # everything else it loaded is what the strict pass gives. Inside those entries, or
-        # one of them, the global is refused.
-        tops = [keys[0] for keys, _ in where if len(keys) == 1]
-        droppable = skipped is not None and len(tops) == len(where) and not any(map(reads, tops))
+        # everything else it loaded is what the strict pass gives. Never in a bare state dict
+        # (its entries are the tensors: one left out is a tensor the model misses), never an
+        # entry the caller reads, and only when every stand-in sits inside a left-out entry.
+        tops = sorted({keys[0] for keys, _ in where if keys}, key=str)
+        droppable = (skipped is not None and isinstance(top, dict) and all(keys for keys, _ in where)
+                     and not any(isinstance(v, LazyTensor) for v in top.values())
+                     and all(isinstance(k, str) and k in top and not reads(k) for k in tops))
         if droppable:
-            top = _RestrictedUnpickler(data, source, archive, probe=True).load()
-            if isinstance(top, dict) and len(where) < 5 and all(k in top for k in tops):
-                for keys, name in where:
-                    top.pop(keys[0], None)
-                    skipped.append((keys[0], name))
-                return top
+            for k in tops:
+                skipped.append((k, ", ".join(sorted({name for keys, name in where if keys[0] == k}))))
+                del top[k]
+            return top
         at = ", ".join(f"{''.join(f'[{k!r}]' for k in keys) or 'the top object'} ({name})"
-                       for keys, name in where)
+                       for keys, name in where[:5])
         raise CheckpointError(f"{e} - it sits at {at}") from None
     except CheckpointError:
         raise
@@ -350,15 +374,17 @@ class _Archive:
 
 
 def _read_record(path, zf, record, size=None, limit=MAX_PICKLE):
-    """The bytes of one record; size: what a storage record must hold exactly (stored, not
-    compressed: torch.save never compresses), limit: the most any other record may inflate to.
-    Both are checked against the zip's declared sizes before a byte is read (and zipfile reads
-    no more than it declared), so a small file cannot ask for gigabytes."""
+    """The bytes of one record, which must be stored (torch.save never compresses: a deflated
+    record is a small file asking for much more); size: what a storage record must hold
+    exactly, limit: the most any other record may hold. Checked against the zip's declared
+    sizes before a byte is read (zipfile reads no more than it declared)."""
     try:
         info = zf.getinfo(record)
-        if size is not None and (info.compress_type != zipfile.ZIP_STORED or info.file_size != size):
-            how = "compressed" if info.compress_type != zipfile.ZIP_STORED else "stored"
-            raise CheckpointError(f"{path}: storage record '{record}' is {how}, {info.file_size} bytes; "
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise CheckpointError(f"{path}: record '{record}' is compressed; torch.save stores every "
+                                  f"record uncompressed (re-save the file with torch.save)")
+        if size is not None and info.file_size != size:
+            raise CheckpointError(f"{path}: storage record '{record}' is stored, {info.file_size} bytes; "
                                   f"torch.save stores exactly the storage's {size} bytes, uncompressed")
         if size is None and info.file_size > limit:
             raise CheckpointError(f"{path}: record '{record}' declares {info.file_size} bytes, more than "
@@ -370,7 +396,7 @@ def _read_record(path, zf, record, size=None, limit=MAX_PICKLE):
         raise CheckpointError(f"{path}: record '{record}' is damaged ({e})") from None
 
 
-def load_torch_zip(path, skipped=None, reads=_reads_checkpoint_entry):
+def load_torch_zip(path, skipped=None, reads=reads_checkpoint_entry):
     """Load a torch.save zip archive; tensors come back as LazyTensor. skipped: a list that gets
     (entry, global) for each top-level entry left out (see the module's docstring); without it
     such entries are refused like any other. reads(key): is this top-level entry one the caller
@@ -403,11 +429,13 @@ def load_torch_zip(path, skipped=None, reads=_reads_checkpoint_entry):
     return _unpickle(_read_record(path, zf, pkls[0]), path, archive, skipped, reads)
 
 
-def load_pickle(path, skipped=None, reads=_reads_checkpoint_entry):
+def load_pickle(path, skipped=None, reads=reads_checkpoint_entry):
     """Load a plain pickle (e.g. dataset_stats.pkl) with the same restrictions; a torch.save
     archive under a .pkl name (stats saved with torch.save) is read as one."""
     with open(path, "rb") as f:
-        data = f.read()
+        data = f.read(MAX_PICKLE + 1)
+    if data[:4] != b"PK\x03\x04" and len(data) > MAX_PICKLE:
+        raise CheckpointError(f"{path}: a pickle of more than {MAX_PICKLE} bytes; statistics take KB")
     if data[:4] == b"PK\x03\x04":
         return load_torch_zip(path, skipped, reads)
     return _unpickle(data, path, skipped=skipped, reads=reads)

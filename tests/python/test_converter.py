@@ -876,6 +876,10 @@ def test_malicious_pickles_are_refused_without_side_effects(bn, tmp_path, kind):
     assert not marker.exists()
 
 
+class _SubTensor(torch.Tensor):
+    pass
+
+
 def test_unread_entries_that_need_code_are_left_out_and_named(bn, bn_out, tmp_path):
     """A checkpoint with harmless extras the converter never reads (a date, the run's argparse
     Namespace, even a payload that would run a command) converts: those entries are loaded as
@@ -903,6 +907,33 @@ def test_unread_entries_that_need_code_are_left_out_and_named(bn, bn_out, tmp_pa
     err = convert_fails(ckpt, tmp_path, "--config", bn.config)
     assert "refusing to load global 'argparse.Namespace'" in err, err
     assert "sits at ['model_state_dict']['extra'] (argparse.Namespace)" in err, err
+    # a stand-in hidden where a depth-limited walk of values missed it (a dict key, 20 levels
+    # down) inside an entry the converter reads: refused, although a date beside it is droppable
+    deep = {"leaf": 1, _Evil(os.system, f"touch {marker}"): 1}
+    for _ in range(20):
+        deep = {"d": deep}
+    cfg = json.loads(json.dumps(bn.cfg))
+    cfg["deep"] = deep
+    ckpt = tmp_path / "hidden.pt"
+    torch.save({"model_state_dict": sd, "saved_at": datetime.datetime(2026, 1, 2), "config": cfg}, str(ckpt))
+    err = convert_fails(ckpt, tmp_path, "--config", bn.config)
+    assert f"refusing to load global" in err and f"['d']['<a key>'] ({os.system.__module__}.system)" in err, err
+    # a bare state dict: its entries are the tensors, none is left out (the model would miss it)
+    ckpt = tmp_path / "bare_sub.pt"
+    torch.save(dict(sd, **{"normalization.qpos_min": sd["normalization.qpos_min"].as_subclass(_SubTensor)}),
+               str(ckpt))
+    err = convert_fails(ckpt, tmp_path, "--config", bn.config)
+    assert "refusing to load global" in err and "['normalization.qpos_min']" in err, err
+    # the entry --state-dict-key names is read: refused with its class named, not left out
+    ckpt = tmp_path / "ema_obj.pt"
+    torch.save({"model_state_dict": sd, "ema": argparse.Namespace(ema_model=sd), "epoch": 5}, str(ckpt))
+    err = convert_fails(ckpt, tmp_path, "--config", bn.config, "--state-dict-key", "ema.ema_model")
+    assert "refusing to load global 'argparse.Namespace'" in err and "['ema']" in err, err
+    ckpt = tmp_path / "ema_only.pt"
+    torch.save({"ema": argparse.Namespace(ema_model=sd), "epoch": 5}, str(ckpt))
+    err = convert_fails(ckpt, tmp_path, "--config", bn.config)
+    assert "no state dict" in err and "left out, needing code run to load: 'ema' (argparse.Namespace)" in err, err
+    assert not marker.exists()
 
 
 def test_legacy_and_foreign_files_are_refused(bn, tmp_path):
@@ -1119,11 +1150,17 @@ def test_storage_records_are_checked_before_they_are_read(bn, tmp_path):
     def longer(z, name, data):
         z.writestr(name, data + bytes(8))
 
-    for how, words in ((deflated, "is compressed"), (longer, "is stored, ")):
+    def bomb_pickle(z, name, data):   # a deflated pickle: KB that unpickle into GB of lists
+        info = zipfile.ZipInfo(name)
+        info.compress_type = zipfile.ZIP_DEFLATED
+        z.writestr(info, b"(" + b"]" * (1 << 20) + b"1" + data)
+
+    for how, suffix, words in ((deflated, "/data/0", "is compressed"), (longer, "/data/0", "is stored, "),
+                               (bomb_pickle, "/data.pkl", "is compressed")):
         bad = tmp_path / f"{how.__name__}.pkl"
-        _rezip(stats, bad, "/data/0", how)
+        _rezip(stats, bad, suffix, how)
         err = convert_fails(bn.ckpt, tmp_path, "--config", bn.config, "--stats", bad, "--stats-from", "file")
-        assert "storage record" in err and words in err and "uncompressed" in err, err
+        assert "record '" in err and suffix in err and words in err and "uncompressed" in err, err
 
 
 def test_a_nan_in_an_aliased_head_weight_is_called_nan(bn, tmp_path):
@@ -1156,12 +1193,15 @@ def test_the_state_dict_is_found_past_config_entries_and_scalar_extras(bn, bn_ou
     assert "--state-dict-key KEY; entries holding tensors: weights" in err, err
     _, tensors, _, _ = convert_ok(ckpt, tmp_path, "--config", bn.config, "--state-dict-key", "weights", name="w")
     assert all(np.array_equal(tensors[k], bn_out[1][k]) for k in bn_out[1])
-    # a bare state dict saved with a step count beside the tensors
-    ckpt = tmp_path / "bare_step.pt"
-    torch.save(dict(bn.sd, step=1234, epoch=7), str(ckpt))
-    _, tensors, _, text = convert_ok(ckpt, tmp_path, "--config", bn.config, name="bare")
-    assert "2 entries that are not tensors, left out: step, epoch" in text, text
-    assert all(np.array_equal(tensors[k], bn_out[1][k]) for k in bn_out[1])
+    # a bare state dict saved with a step count beside the tensors, and a wrapped one
+    for name, obj, where in (("bare_step", dict(bn.sd, step=1234, epoch=7), "a bare state dict"),
+                             ("entry_step", {"model_state_dict": dict(bn.sd, step=1234, epoch=7)},
+                              "entry 'model_state_dict'")):
+        ckpt = tmp_path / f"{name}.pt"
+        torch.save(obj, str(ckpt))
+        _, tensors, _, text = convert_ok(ckpt, tmp_path, "--config", bn.config, name=name)
+        assert f"{where}: 2 entries that are not tensors, left out: step, epoch" in text, text
+        assert all(np.array_equal(tensors[k], bn_out[1][k]) for k in bn_out[1])
 
 
 def test_an_fp16_checkpoint_agrees_with_its_runs_stats_file(bn, tmp_path):
@@ -1177,6 +1217,13 @@ def test_an_fp16_checkpoint_agrees_with_its_runs_stats_file(bn, tmp_path):
     assert rep["stats_source"] == str(stats)
     want = bn.agent.normalization.get_stats()["qpos_min"]
     assert np.array_equal(tensors["norm.qpos.min"], want.astype(np.float32))   # the file's, unrounded
+    # an unrelated fp16 or ragged entry beside float32 statistics changes nothing: the stats are
+    # compared at their own precision, and entries the converter does not read are not parsed
+    st32 = {k: (v * (1 + 1e-5)).astype(np.float32) for k, v in bn.agent.normalization.get_stats().items()}
+    with open(tmp_path / "extras.pkl", "wb") as f:
+        pickle.dump(dict(st32, image_mean=np.ones(3, np.float16), episode_lengths=[[100, 120], [90]]), f)
+    err = convert_fails(src, tmp_path, "--config", bn.config, "--stats", tmp_path / "extras.pkl")
+    assert "from this run?" in err, err   # 1e-5 apart at float32: not the buffers' statistics
     # statistics that differ by more than the rounding are still refused
     other = {k: v * 1.01 for k, v in bn.agent.normalization.get_stats().items()}
     with open(tmp_path / "other.pkl", "wb") as f:
@@ -1220,3 +1267,24 @@ def test_unsupported_trunks_and_token_layouts_are_named(bn, tmp_path):
     sd["vision_encoder.rgb_encoder.backbone.4.0.bn3.weight"] = torch.ones(256)
     err = convert_fails(bn.save_sd("r50.pt", sd), tmp_path, "--config", bn.config)
     assert "bottleneck ResNet's third conv" in err and "resnet18 only" in err and "--key-map" not in err, err
+
+
+def test_outputs_through_links_devices_and_long_names(bn, tmp_path):
+    """-o through a symbolic link replaces the link's target (the link stays, as a plain open
+    wrote through it); --report /dev/stdout goes to the process's stdout, not over /dev/stdout;
+    a 250-character name (the temporary file's name is longer) is written."""
+    (tmp_path / "models").mkdir()
+    target = tmp_path / "models" / "v3.actw"
+    target.write_bytes(b"old")
+    link = tmp_path / "current.actw"
+    link.symlink_to("models/v3.actw")
+    long_name = tmp_path / ("m" * 250)
+    script = "import sys; sys.path.insert(0, sys.argv[1]); import convert_checkpoint as cc; sys.exit(cc.main(sys.argv[2:]))"
+    for out in (link, long_name):
+        p = subprocess.run([sys.executable, "-c", script, str(TOOLS), str(bn.ckpt), "-o", str(out), "--config",
+                            str(bn.config), "--report", "/dev/stdout"], capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout[p.stdout.index("{"):])["output"] == str(out)   # the report, on stdout
+    assert link.is_symlink() and target.read_bytes()[:4] == b"ACTW"
+    assert actw.read_actw(long_name)[0]["camera_names"] == "l_vis,r_vis,front"
+    assert sorted(f.name for f in tmp_path.iterdir()) == sorted(["models", "current.actw", "m" * 250])
