@@ -222,9 +222,9 @@ uint8_t *act_proto_build_info(const act_config *c, int max_batch, const char *de
     put_u32(&w, (uint32_t)c->image_w);
     put_u32(&w, (uint32_t)max_batch);
 #ifdef ACT_WITH_ZSTD
-    put_u32(&w, ACT_INFO_ZSTD);
+    put_u32(&w, ACT_INFO_ZSTD | ACT_INFO_MORE);
 #else
-    put_u32(&w, 0);
+    put_u32(&w, ACT_INFO_MORE);
 #endif
     put_u32(&w, (uint32_t)c->num_cams);
     for (int i = 0; i < c->num_cams; i++) put_name(&w, c->camera_names[i]);
@@ -405,7 +405,7 @@ static int parse_predict(const act_config *cfg, const uint8_t *p, uint32_t len, 
     }
     if (get_u32(&c, &out->flags) || get_u32(&c, &obs_dim))
         return fail(msg, msglen, ACT_E_MALFORMED, "PREDICT: payload of %u bytes is truncated", len);
-    if (out->flags & ~(ACT_PREDICT_HAS_ACTIONS | ACT_PREDICT_SAMPLE_LATENT))
+    if (out->flags & ~(ACT_PREDICT_HAS_ACTIONS | ACT_PREDICT_SAMPLE_LATENT | ACT_PREDICT_MORE))
         return fail(msg, msglen, ACT_E_MALFORMED, "PREDICT: unknown flags 0x%x", out->flags);
     if (obs_dim != (uint32_t)cfg->obs_dim)
         return fail(msg, msglen, ACT_E_BAD_QPOS, "PREDICT: qpos has %u values, model expects obs_dim %d",

@@ -40,8 +40,10 @@ const char *act_err_code_name(int code);   /* "bad_magic", ... (metrics labels, 
 
 #define ACT_PREDICT_HAS_ACTIONS 1u         /* PREDICT flags */
 #define ACT_PREDICT_SAMPLE_LATENT 2u
+#define ACT_PREDICT_MORE 4u                /* more PREDICTs follow at once on this connection */
 #define ACT_RESULT_POSTERIOR 1u            /* RESULT flags */
 #define ACT_INFO_ZSTD 1u                   /* INFO flags: the server accepts zstd frames */
+#define ACT_INFO_MORE 2u                   /* ... and PREDICT's ACT_PREDICT_MORE */
 #define ACT_ENC_RAW 0u                     /* per-camera frame encoding */
 #define ACT_ENC_ZSTD 1u
 #define ACT_ENC_SHM 2u                     /* u64 offset into the connection's shared memory */

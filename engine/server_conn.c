@@ -41,6 +41,15 @@ int act_ep_set(act_io *io, int op, int fd, uint32_t events, uint64_t tag)
     return epoll_ctl(io->epfd, op, fd, &ev);
 }
 
+/* A connection the batcher waits no longer for: a request out, and no more announced. A client
+ * pipelining a burst (act_client's predict_many) marks every PREDICT but its last with
+ * ACT_PREDICT_MORE, so its first request does not make it "all busy" and run a batch alone while
+ * the rest are on their way (the window still ends at --max-wait-us). Under s->mu. */
+static int conn_busy(const act_conn *c)
+{
+    return c->inflight > 0 && !c->more;
+}
+
 static act_conn *conn_lookup(act_io *io, uint32_t slot, uint32_t gen)
 {
     if (slot < (uint32_t)io->lo || slot >= (uint32_t)io->hi) return NULL;
@@ -67,7 +76,7 @@ void act_conn_close(act_io *io, act_conn *c, int dropped, const char *why)
     int n_dead = 0;
     pthread_mutex_lock(&s->mu);
     if (c->handshaken) s->n_ready_conns--;
-    if (c->inflight > 0) s->n_busy_conns--;
+    if (conn_busy(c)) s->n_busy_conns--;
     for (act_req **link = &s->pend_head, *prev = NULL; *link;) {
         act_req *r = *link;
         if (r->slot == slot && r->gen == gen) {
@@ -111,7 +120,7 @@ void act_conn_close(act_io *io, act_conn *c, int dropped, const char *why)
     c->shm = NULL;
     c->is_unix = 0;
     c->in_cap = c->in_got = c->hdr_got = 0;
-    c->have_hdr = c->handshaken = c->inflight = c->read_done = 0;
+    c->have_hdr = c->handshaken = c->inflight = c->read_done = c->more = 0;
     c->events = 0;
     c->frame_deadline = 0;
     c->out_bytes = 0;
@@ -349,7 +358,10 @@ static int on_predict(act_io *io, act_conn *c, uint8_t *p, uint32_t len)
     io->inflight++;
     act_metrics_inflight(&s->metrics, 1);
     pthread_mutex_lock(&s->mu);
-    if (c->inflight++ == 0) s->n_busy_conns++;
+    int was_busy = conn_busy(c);
+    c->inflight++;
+    c->more = (r->p.flags & ACT_PREDICT_MORE) != 0;
+    s->n_busy_conns += conn_busy(c) - was_busy;
     if (s->pend_tail) s->pend_tail->next = r;
     else s->pend_head = r;
     s->pend_tail = r;
@@ -743,7 +755,9 @@ void act_deliver_done(act_io *io)
         act_conn *c = conn_lookup(io, r->slot, r->gen);
         if (c && !c->closing) {
             pthread_mutex_lock(&s->mu);
-            if (--c->inflight == 0) s->n_busy_conns--;
+            int was_busy = conn_busy(c);
+            c->inflight--;
+            s->n_busy_conns += conn_busy(c) - was_busy;
             pthread_mutex_unlock(&s->mu);
             audit_line(s, c, r->p.request_id, r->code, r);
             if (r->code) {

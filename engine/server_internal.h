@@ -91,6 +91,7 @@ typedef struct act_conn {
     act_out *out_head, *out_tail;
     size_t out_bytes;
     int inflight;
+    int more;                      /* its last PREDICT said more follow at once (ACT_PREDICT_MORE) */
 } act_conn;
 
 /* A connection the first I/O thread accepted for another one (server_conn.c). */
@@ -175,7 +176,8 @@ struct act_server {
     act_regmem *retired;           /* registered blocks let go of: to unregister, then release */
     size_t reg_bytes;              /* bytes of frame memory registered (inference thread) */
     int reg_full_logged;           /* the limit on it was reached and said so (inference thread) */
-    int n_ready_conns, n_busy_conns;   /* handshaken; with a request not yet answered */
+    int n_ready_conns, n_busy_conns;   /* handshaken; with a request not yet answered and no more
+                                        * announced (conn_busy: the batcher waits for the others) */
     int infer_stop;
 };
 

@@ -409,3 +409,279 @@ def test_runner_reset_clears_last_forward():
     assert r.last_forward
     r.reset()
     assert not r.last_forward, "a new episode has asked for nothing yet"
+
+
+# ---- predict_many: N envs' requests pipelined on one connection ----
+def _env_request(p):
+    """(request id, env index) of a PREDICT payload: the tests put the env's index in qpos[0]."""
+    rid, _, obs = struct.unpack_from("<QII", p, 0)
+    return rid, int(np.frombuffer(p, "<f4", obs, 16)[0])
+
+
+def _env_result(rid, env, batch=3):
+    """RESULT whose 16 x 4 chunk is 100 env + 0..63, with `batch` as the server's batch size."""
+    chunk = (100.0 * env + np.arange(64)).astype("<f4")
+    return wire.frame(wire.RESULT, struct.pack("<QIIIIfII", rid, 0, batch, 0, 0, 0.0, 16, 4) + chunk.tobytes())
+
+
+def _env_error(rid, code, msg=b"refused"):
+    return wire.frame(wire.ERROR, struct.pack("<QII", rid, code, len(msg)) + msg)
+
+
+def _many_inputs(n=5):
+    q = np.zeros((n, 4), np.float32)
+    q[:, 0] = np.arange(n)   # env i's qpos[0] = i: the fake server knows whose request it reads
+    imgs = {"front": np.random.default_rng(1).integers(0, 256, (n, H, W, 3), dtype=np.uint8)}
+    return q, imgs
+
+
+def _want(n=5):
+    return np.stack([(100.0 * i + np.arange(64, dtype=np.float32)).reshape(16, 4) for i in range(n)])
+
+
+def test_predict_many_resends_only_the_unanswered_after_a_dropped_connection():
+    """The first connection answers envs 0 and 1, then hangs up when env 2's request arrives
+    (shutdown for writing, so the two results precede its end of stream): the call reconnects
+    and sends envs 2, 3 and 4 on the new one - only those - and returns all five in input order."""
+    seen = {}
+
+    def on_request(conn, p):
+        rid, env = _env_request(p)
+        got = seen.setdefault(id(conn), [])
+        got.append(env)
+        if conn is srv.conns[0] and len(got) >= 3:
+            if len(got) == 3:
+                conn.shutdown(socket.SHUT_WR)
+            return   # reads on (no reset), answers nothing more
+        conn.sendall(_env_result(rid, env))
+
+    srv = FakeServer(on_request=on_request)
+    c = ActClient("127.0.0.1", srv.port, timeout=30.0)
+    try:
+        q, imgs = _many_inputs()
+        out = c.predict_many(q, imgs)
+        np.testing.assert_array_equal(out, _want())
+        assert srv.accepted == 2 and c.reconnects == 1
+        first, second = (seen[id(k)] for k in srv.conns)
+        assert first[:3] == [0, 1, 2]   # envs 3 and 4 too, if the client sent them before it saw the end
+        assert second == [2, 3, 4], f"answered requests were sent again: {second}"
+        # env 2 was out, and 3 and 4 as far as they were sent before the hang-up was read
+        assert 1 <= c.last_result["resent"] <= 3 and c.last_result["batch"] == [3] * 5
+        assert c.last_result["round_trip_ms"] > 0
+    finally:
+        c.close()
+        srv.close()
+
+
+def test_predict_many_sends_an_overloaded_request_again():
+    """`overloaded` for envs 1 and 3, twice each: those two go again after predict()'s pause on
+    the same connection; the others once. A server overloaded for good: ActTimeoutError at the
+    call's timeout, naming the overload."""
+    seen = []
+
+    def on_request(conn, p):
+        rid, env = _env_request(p)
+        seen.append(env)
+        if env in (1, 3) and seen.count(env) <= 2:
+            conn.sendall(_env_error(rid, wire.E_OVERLOADED, b"server busy"))
+        else:
+            conn.sendall(_env_result(rid, env))
+
+    srv = FakeServer(on_request=on_request)
+    c = ActClient("127.0.0.1", srv.port, timeout=30.0)
+    try:
+        q, imgs = _many_inputs()
+        np.testing.assert_array_equal(c.predict_many(q, imgs), _want())
+        assert sorted(seen) == [0, 1, 1, 1, 2, 3, 3, 3, 4], seen
+        assert c.overloaded_retries == 4 and c.last_result["overloaded_retries"] == 4
+        assert srv.accepted == 1 and c.reconnects == 0 and c.last_result["resent"] == 0
+    finally:
+        c.close()
+        srv.close()
+    srv = FakeServer(on_request=lambda conn, p: conn.sendall(
+        _env_error(_env_request(p)[0], wire.E_OVERLOADED, b"server busy")))
+    c = ActClient("127.0.0.1", srv.port, timeout=1.0)
+    try:
+        c.ping()
+        t0 = time.monotonic()
+        with pytest.raises(ActTimeoutError, match=r"5 of 5 PREDICT replies not received within 1 s "
+                                                  r"\(the server stayed overloaded \(server busy\)\)"):
+            c.predict_many(*_many_inputs())
+        assert 0.95 < time.monotonic() - t0 < 5.0 and c.overloaded_retries >= 5
+    finally:
+        c.close()
+        srv.close()
+
+
+def test_predict_many_names_the_env_index_of_an_error():
+    """bad_qpos for env 3 while env 4's request is still out: ActServerError naming index 3
+    (.index 3, pickled too), and the connection, which would bring env 4's reply to the next
+    call, is closed: the next call starts on a fresh one."""
+    import pickle
+    held = {}
+
+    def on_request(conn, p):
+        rid, env = _env_request(p)
+        if env == 3:
+            held[3] = rid   # answered once env 4's request is in: env 4 is then surely outstanding
+        elif env == 4 and 3 in held:
+            conn.sendall(_env_error(held.pop(3), 8, b"PREDICT: qpos holds NaN or Inf"))
+        elif env != 4:
+            conn.sendall(_env_result(rid, env))
+
+    srv = FakeServer(on_request=on_request)
+    c = ActClient("127.0.0.1", srv.port, timeout=30.0)
+    try:
+        with pytest.raises(ActServerError, match=r"bad_qpos \(8\): predict_many env index 3 \(of 5\): "
+                                                 r"PREDICT: qpos holds NaN") as e:
+            c.predict_many(*_many_inputs())
+        assert (e.value.index, e.value.name) == (3, "bad_qpos") and e.value.request_id > 0
+        back = pickle.loads(pickle.dumps(e.value))
+        assert (back.index, back.code, back.message, str(back)) == (3, 8, e.value.message, str(e.value))
+        assert c._sock is None, "env 4's reply is still due on that connection"
+        c.ping()
+        assert c.reconnects == 1
+        # a call whose requests are all answered (env 4 is, on a fresh connection) keeps it
+        out = c.predict_many(*_many_inputs(3))
+        np.testing.assert_array_equal(out, _want(3))
+        assert c.reconnects == 1 and srv.accepted == 2
+    finally:
+        c.close()
+        srv.close()
+
+
+def test_predict_many_interrupted_mid_call_leaves_nothing_for_the_next():
+    """A caller's exception (KeyboardInterrupt, an alarm) between two sends: the requests out
+    would answer the next call, so the connection closes and the next call starts clean."""
+    srv = FakeServer(on_request=lambda conn, p: conn.sendall(_env_result(*_env_request(p))))
+    c = ActClient("127.0.0.1", srv.port, timeout=30.0)
+    try:
+        c.ping()
+        real, calls = c._send_parts, []
+
+        def interrupt_third(parts, deadline):
+            calls.append(1)
+            if len(calls) == 3:
+                raise KeyboardInterrupt
+            real(parts, deadline)
+
+        c._send_parts = interrupt_third
+        with pytest.raises(KeyboardInterrupt):
+            c.predict_many(*_many_inputs())
+        c._send_parts = real
+        assert c._sock is None
+        np.testing.assert_array_equal(c.predict_many(*_many_inputs()), _want())
+        assert c.reconnects == 1
+    finally:
+        c.close()
+        srv.close()
+
+
+def test_predict_many_checks_its_inputs_before_sending_anything():
+    seen = []
+    srv = FakeServer(on_request=lambda conn, p: (seen.append(p), conn.sendall(_env_result(*_env_request(p)))))
+    c = ActClient("127.0.0.1", srv.port, timeout=30.0)
+    try:
+        q, imgs = _many_inputs()
+        per_env = [{"front": imgs["front"][i]} for i in range(5)]
+        bad = [
+            (ValueError, r"qpos: expected shape \(N, 4\) \(one row of obs_dim values per env\), got \(4,\)",
+             np.zeros(4), imgs),
+            (ValueError, r"qpos: expected shape \(N, 4\).*got \(5, 3\)", np.zeros((5, 3)), imgs),
+            (ValueError, r"qpos: expected an \(N, obs_dim=4\) array", [[0, 1, 2, 3], [0, 1]], imgs),
+            (ValueError, r"qpos\[2, 1\] = 1e\+39 does not fit float32", np.where(np.arange(20).reshape(5, 4) == 9,
+                                                                              1e39, 0.0), imgs),
+            (ValueError, r"images: model cameras are \['front'\]; missing \['front'\], unexpected \[\]", q, {}),
+            (ValueError, r"unexpected \['top'\]", q, {**imgs, "top": imgs["front"]}),
+            (ValueError, r"images\['front'\]: expected uint8 \(5, 8, 8, 3\) \(N, H, W, 3.*got float32 \(5, 8, 8, 3\)",
+             q, {"front": imgs["front"].astype(np.float32)}),
+            (ValueError, r"images\['front'\]: expected uint8 \(5, 8, 8, 3\).*got uint8 \(4, 8, 8, 3\)",
+             q, {"front": imgs["front"][:4]}),
+            (ValueError, r"images: a list of 4 per-env dicts, but qpos has 5 rows", q, per_env[:4]),
+            (ValueError, r"images\[2\] \(env 2\): images\['front'\]: expected uint8 \(8, 8, 3\).*int64",
+             q, per_env[:2] + [{"front": per_env[2]["front"].astype(np.int64)}] + per_env[3:]),
+            (TypeError, r"images\[1\] \(env 1\): images: expected a dict", q,
+             [per_env[0], imgs["front"][1]] + per_env[2:]),
+            (TypeError, r"images: expected a dict \{camera name: uint8 \(N, H, W, 3\) array\} or a list",
+             q, imgs["front"]),
+        ]
+        for exc, msg, qq, ii in bad:
+            with pytest.raises(exc, match=msg):
+                c.predict_many(qq, ii)
+        for w in (0, -1, 1.5, True, None):
+            with pytest.raises(ValueError, match="window must be an int >= 1"):
+                c.predict_many(q, imgs, window=w)
+        assert seen == [], "a refused call sent requests"
+        assert c.predict_many(np.zeros((0, 4)), {"front": np.zeros((0, H, W, 3), np.uint8)}).shape == (0, 16, 4)
+        # good inputs in both forms, after all those: the same connection, the right chunks
+        np.testing.assert_array_equal(c.predict_many(q, per_env, window=1), _want())
+        assert len(seen) == 5 and c.reconnects == 0
+    finally:
+        c.close()
+        srv.close()
+
+
+class FakeVecClient(FakeClient):
+    """FakeClient with predict_many: in call k, the row for the env whose qpos[0] is e is
+    1000 k + 10 e + t in every joint (t the chunk row)."""
+
+    def predict_many(self, qpos, images, window=32):
+        qpos = np.asarray(qpos)
+        n = qpos.shape[0]
+        if isinstance(images, dict):
+            assert list(images) == self.info_["camera_names"] and all(len(a) == n for a in images.values())
+        else:
+            assert len(images) == n and all(list(d) == self.info_["camera_names"] for d in images)
+        self.calls.append(qpos[:, 0].astype(int).tolist())
+        k = len(self.calls)
+        h, a = self.info_["pred_horizon"], self.info_["action_dim"]
+        rows = 1000.0 * k + 10.0 * qpos[:, 0][:, None] + np.arange(h)[None, :]
+        return np.repeat(rows[:, :, None], a, axis=2).astype(np.float32)
+
+
+def test_vector_runner_asks_for_the_dry_envs_in_one_predict_many():
+    from act_client import ActVectorPolicyRunner
+    c = FakeVecClient()
+    r = ActVectorPolicyRunner(c, num_envs=3)   # obs_horizon 1, 3 actions per chunk (the model's)
+    img = np.zeros((3, 4, 4, 3), np.uint8)
+    obs = {"qpos": np.array([[0.0, 1, 1], [1, 1, 1], [2, 1, 1]]), "images": {"top": img, "front": img, "l_vis": img}}
+    a = r.select_actions(obs)
+    assert a.shape == (3, 2) and a.dtype == np.float32 and a[:, 0].tolist() == [1000, 1010, 1020]
+    assert r.last_forward.tolist() == [True] * 3 and c.calls == [[0, 1, 2]]
+    r.reset(np.array([False, True, False]))   # env 1's episode ended (a vector env's autoreset)
+    a = r.select_actions(obs)
+    assert a[:, 0].tolist() == [1001, 2010, 1021] and r.last_forward.tolist() == [False, True, False]
+    assert c.calls[-1] == [1], "only the env whose queue ran dry asks"
+    a = r.select_actions({"qpos": obs["qpos"], "images": [{"front": img[i], "l_vis": img[i]} for i in range(3)]})
+    assert a[:, 0].tolist() == [1002, 2011, 1022] and not r.last_forward.any() and len(c.calls) == 2
+    a = r.select_actions(obs)
+    assert a[:, 0].tolist() == [3000, 2012, 3020] and c.calls[-1] == [0, 2] and r.forward_count == 6
+    r.reset()
+    with pytest.raises(ValueError, match=r"obs\['images'\] lacks the model's camera\(s\) \['l_vis'\]"):
+        r.select_actions({"qpos": obs["qpos"], "images": {"front": img}})
+    with pytest.raises(ValueError, match=r"obs\['qpos'\]: expected shape \(3, obs_dim\)"):
+        r.select_actions({"qpos": obs["qpos"][:2], "images": obs["images"]})
+    with pytest.raises(ValueError, match="num_envs must be an int >= 1"):
+        ActVectorPolicyRunner(c, num_envs=0)
+    with pytest.warns(RuntimeWarning, match="ActVectorPolicyRunner: obs_horizon 2 differs"):
+        ActVectorPolicyRunner(c, num_envs=1, obs_horizon=2)
+
+
+def test_predict_many_gives_up_at_its_timeout_when_the_server_stays_away():
+    """The connection ends at the first request and the server is gone for good: the call keeps
+    reconnecting until its one timeout, then ActTimeoutError (not one timeout per request)."""
+    def on_request(conn, p):
+        conn.shutdown(socket.SHUT_WR)
+        srv.lsock.close()   # nothing listens any more: reconnects are refused
+
+    srv = FakeServer(on_request=on_request)
+    c = ActClient("127.0.0.1", srv.port, timeout=1.0)
+    try:
+        c.ping()
+        t0 = time.monotonic()
+        with pytest.raises(ActTimeoutError, match="could not complete"):
+            c.predict_many(*_many_inputs())
+        assert 0.95 < time.monotonic() - t0 < 5.0 and c.connect_failures >= 3
+    finally:
+        c.close()
+        srv.close()

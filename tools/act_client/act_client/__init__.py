@@ -5,10 +5,12 @@
     chunk = client.predict(qpos, {"l_vis": img0, "r_vis": img1, "front": img2})
     runner = ActPolicyRunner(client)          # obs_horizon / num_action_steps from the server
     action = runner.select_action({"qpos": qpos, "images": images})
+    chunks = client.predict_many(qpos_n, {"front": frames_n, ...})   # N envs: (N, pred_horizon, action_dim)
 """
 
 from .client import ActClient, ActContractError, ActError, ActServerError, ActTimeoutError
-from .runner import ActPolicyRunner
+from .runner import ActPolicyRunner, ActVectorPolicyRunner
 
-__all__ = ["ActClient", "ActPolicyRunner", "ActError", "ActServerError", "ActContractError", "ActTimeoutError"]
+__all__ = ["ActClient", "ActPolicyRunner", "ActVectorPolicyRunner", "ActError", "ActServerError", "ActContractError",
+           "ActTimeoutError"]
 __version__ = "0.1.0"

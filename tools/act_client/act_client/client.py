@@ -53,6 +53,54 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _qpos_rows(qpos, obs_dim: int) -> np.ndarray:
+    """predict_many's qpos as float32 (N, obs_dim), or ValueError naming what is wrong (a finite
+    value beyond float32 included, as predict() does; NaN and Inf are the server's to refuse)."""
+    try:
+        q64 = np.asarray(qpos, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"qpos: expected an (N, obs_dim={obs_dim}) array of numbers, one row per env: {e}") from None
+    if q64.ndim != 2 or q64.shape[1] != obs_dim:
+        raise ValueError(f"qpos: expected shape (N, {obs_dim}) (one row of obs_dim values per env), got {q64.shape}")
+    with np.errstate(over="ignore"):
+        q = q64.astype(np.float32)
+    big = np.argwhere(np.isfinite(q64) & ~np.isfinite(q))
+    if big.size:
+        i, j = big[0]
+        raise ValueError(f"qpos[{i}, {j}] = {q64[i, j]:g} does not fit float32 (the wire's type)")
+    return q
+
+
+def _images_per_env(images, n: int, cams: List[str], hw: Tuple[int, int]) -> List[Dict[str, np.ndarray]]:
+    """predict_many's images as one {camera: (H, W, 3)} dict per env, checked: either
+    {camera: uint8 (N, H, W, 3)} or a list of N dicts {camera: uint8 (H, W, 3)}."""
+    if isinstance(images, Mapping):
+        missing = [c for c in cams if c not in images]
+        extra = [c for c in images if c not in cams]
+        if missing or extra:
+            raise ValueError(f"images: model cameras are {cams}; missing {missing}, unexpected {extra}")
+        stacked = {}
+        for c in cams:
+            a = np.asarray(images[c])
+            if a.dtype != np.uint8 or a.shape != (n, hw[0], hw[1], 3):
+                raise ValueError(f"images['{c}']: expected uint8 {(n, hw[0], hw[1], 3)} (N, H, W, 3: one frame "
+                                 f"per env, N = qpos rows), got {a.dtype} {a.shape}")
+            stacked[c] = a
+        return [{c: stacked[c][i] for c in cams} for i in range(n)]
+    if isinstance(images, (str, bytes, np.ndarray)) or not isinstance(images, Sequence):
+        raise TypeError(f"images: expected a dict {{camera name: uint8 (N, H, W, 3) array}} or a list of N "
+                        f"dicts {{camera name: uint8 (H, W, 3)}}, got {type(images).__name__}")
+    if len(images) != n:
+        raise ValueError(f"images: a list of {len(images)} per-env dicts, but qpos has {n} rows")
+    out = []
+    for i, d in enumerate(images):
+        try:
+            out.append(dict(wire._checked(d, cams, hw)))
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"images[{i}] (env {i}): {e}") from None
+    return out
+
+
 class ActError(Exception):
     """Base class of every act_client error."""
 
@@ -86,7 +134,8 @@ class _Overloaded(Exception):
 
 
 class ActClient:
-    """ActClient(host, port, timeout=10.0) -> .info(), .predict(qpos, images), .ping().
+    """ActClient(host, port, timeout=10.0) -> .info(), .predict(qpos, images), .predict_many(qpos_n,
+    images_n) (N envs at once, pipelined), .ping().
 
     camera_names / obs_dim / action_dim / image_hw: the contract this client expects; a server
     with another contract is refused at the handshake. compress=True sends zstd frames (needs
@@ -99,7 +148,7 @@ class ActClient:
     two checkpoints. model_hash: the model (16 hex digits: info()["model_hash"], act-infer info)
     every connection must serve, the first one included: give every worker of one evaluation the
     hash its parent read, and no worker can start on another checkpoint than the others.
-    timeout: seconds per call (> 0, finite). client_name: printable ASCII, at most 255 bytes
+    timeout: seconds per call, in (0, 1e7]. client_name: printable ASCII, at most 255 bytes
     (logs, audit log).
     """
 
@@ -481,6 +530,166 @@ class ActClient:
             chunk = res.pop("chunk")
             self.last_result = res
             return chunk
+
+    def predict_many(self, qpos, images, window: int = 32) -> np.ndarray:
+        """One observation per env of a vectorized environment (gym.vector style: N envs stepped
+        together in this process). qpos: (N, obs_dim) floats; images: {camera: uint8 (N, H, W, 3)}
+        or a list of N dicts {camera: uint8 (H, W, 3)}. Returns float32 (N, pred_horizon,
+        action_dim), row i the chunk for env i: each the same chunk predict() would give for env
+        i's observation alone (up to the CPU engine's batch rounding, BATCH_TOL in the tests).
+
+        The N PREDICTs go pipelined on this one connection, at most `window` unanswered at a
+        time (keep it <= the server's --max-inflight, 32 by default), so the server's batcher can
+        run them in one or a few forward passes. Frames travel inline (raw, or zstd with
+        compress=True) even on a unix+shm connection: its shared memory holds one frame per
+        camera, not N in flight. One `timeout` covers the whole call. A connection that breaks
+        mid-call is remade and only the requests not yet answered are sent again; an `overloaded`
+        answer sends that request again after predict()'s pause (2 ms doubling to 50 ms); any
+        other ERROR raises ActServerError with .index = the env's index (its message names it).
+        .last_result: `batch`, `queue_ms`, `infer_ms` (lists, one per env, what the server
+        reported for the request that was answered), `round_trip_ms` (the whole call),
+        `resent` (requests sent again after a broken connection), `overloaded_retries` (this
+        call's). No posterior (actions=) here: use predict() for that."""
+        if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1:
+            raise ValueError(f"window must be an int >= 1 (requests outstanding at a time), got {window!r}")
+        window = int(window)
+        with self._lock:
+            deadline = time.monotonic() + self.timeout   # one budget for handshake and all replies
+            info = self._info_by(deadline)
+            cams, hw = info["camera_names"], (info["image_height"], info["image_width"])
+            q = _qpos_rows(qpos, info["obs_dim"])
+            n = q.shape[0]
+            per_env = _images_per_env(images, n, cams, hw)
+            if self._stale_frames:
+                for i, imgs in enumerate(per_env):
+                    try:
+                        self._refuse_stale_frames(imgs)
+                    except ActError as e:
+                        raise ActError(f"env {i}: {e}") from None
+            # encoded once: a resend sends the same bytes (raw frames are views of the caller's
+            # arrays, unchanged while this call runs; zstd frames are compressed once)
+            frames = [wire.encode_frames(imgs, cams, hw, self._compressor) for imgs in per_env]
+            out = np.empty((n, info["pred_horizon"], info["action_dim"]), np.float32)
+            res: List[Optional[Dict]] = [None] * n
+            t0 = time.perf_counter()
+            resent, overloaded = self._many(q, frames, out, res, window, deadline)
+            self.last_result = {
+                "batch": [r["batch"] for r in res], "queue_ms": [r["queue_ms"] for r in res],
+                "infer_ms": [r["infer_ms"] for r in res], "round_trip_ms": (time.perf_counter() - t0) * 1e3,
+                "resent": resent, "overloaded_retries": overloaded}
+            return out
+
+    def _many(self, q, frames, out, res, window: int, deadline: float) -> Tuple[int, int]:
+        """predict_many's exchange: fills out[i] and res[i] for every env i, or raises. Returns
+        (requests sent again after a broken connection, `overloaded` answers)."""
+        n = len(frames)
+        todo = deque(range(n))      # env indices to send now (first sends and resends), in order
+        later: List[Tuple[float, int]] = []   # (when, env): `overloaded`, sent again after a pause
+        pause = [0.002] * n         # per env, doubling to 50 ms as predict()'s
+        inflight: Dict[int, int] = {}   # request id -> env, on the current connection
+        done = resent = overloaded = 0
+        last_err: Optional[BaseException] = None
+
+        def take(mtype, p) -> None:
+            nonlocal done, last_err, overloaded
+            if mtype == wire.ERROR:
+                erid, code, msg = wire.parse_error(p)
+                if code == wire.E_SHUTTING_DOWN:
+                    raise ConnectionError(msg)   # draining: every unanswered request goes elsewhere
+                if erid == 0:
+                    self._close()   # about the stream, not a request: it cannot be trusted
+                    inflight.clear()
+                    raise ActServerError(code, msg, erid)
+                i = inflight.pop(erid, None)
+                if i is None:
+                    return   # a reply to an abandoned request (an earlier call's)
+                if code == wire.E_OVERLOADED:
+                    self.overloaded_retries += 1
+                    overloaded += 1
+                    last_err = ActServerError(code, msg, erid)
+                    heapq.heappush(later, (time.monotonic() + pause[i], i))
+                    pause[i] = min(pause[i] * 2, 0.05)
+                    return
+                # with other requests out, their replies would meet the next call: the ActError
+                # handler below closes the connection then, so that the next call starts anew
+                raise ActServerError(code, f"predict_many env index {i} (of {n}): {msg}", erid, index=i)
+            if mtype == wire.RESULT:
+                i = inflight.pop(int.from_bytes(p[:8], "little"), None)
+                if i is None:
+                    return
+                r = wire.parse_result(p)
+                out[i] = r.pop("chunk")
+                res[i] = r
+                done += 1
+            # anything else (a late PONG of an abandoned ping) is skipped, as _call does
+
+        def readable() -> bool:
+            return self._rend > self._rpos or bool(select.select([self._sock], [], [], 0)[0])
+
+        while done < n:
+            try:
+                if self._sock is None:
+                    self._call(None, wire.INFO, "PREDICT", deadline)   # connects, retrying within the deadline
+                now = time.monotonic()
+                while later and later[0][0] <= now:
+                    todo.append(heapq.heappop(later)[1])
+                while todo and len(inflight) < window:
+                    i = todo.popleft()
+                    rid = next(self._ids)
+                    inflight[rid] = i   # before the send: half a frame sent is a request outstanding
+                    # the next one goes at once: the server's batcher may wait for it (never set
+                    # when this loop then waits for replies: the server would wait out its window)
+                    more = bool(todo) and len(inflight) < window and self._info.get("more", False)
+                    self._send_parts(wire.predict_parts(rid, q[i], frames[i], more=more), deadline)
+                    while readable():   # replies read as they come: none piles up at the server
+                        self._set_deadline(deadline)
+                        take(*self._recv_frame())
+                if done == n:
+                    break
+                if not inflight:   # only requests waiting out an `overloaded` pause
+                    if not later:
+                        continue
+                    now = time.monotonic()
+                    if now >= deadline:
+                        raise socket.timeout()
+                    time.sleep(max(0.0, min(later[0][0], deadline) - now))
+                    continue
+                if later and self._rend == self._rpos:
+                    # wait for a reply, but no longer than the next resend is due
+                    wait = min(later[0][0], deadline) - time.monotonic()
+                    if wait > 0 and not select.select([self._sock], [], [], wait)[0]:
+                        continue
+                self._set_deadline(deadline)
+                take(*self._recv_frame())
+            except ActError:   # take()'s, or the (re)connection's own (ActTimeoutError is a TimeoutError)
+                if inflight:   # replies still due on this stream: the next call must not read them
+                    self._close()
+                raise
+            except socket.timeout:
+                self._close()
+                inflight.clear()
+                why = (f"the server stayed overloaded ({last_err.message})"
+                       if isinstance(last_err, ActServerError) else f"last error: {last_err}" if last_err else "")
+                raise ActTimeoutError(f"act-serve {self._where}: {n - done} of {n} PREDICT replies not received "
+                                      f"within {self.timeout:g} s" + (f" ({why})" if why else "")) from None
+            except (ConnectionError, OSError) as e:
+                self._close()
+                last_err = e
+                # a pure function: every request sent and not answered goes again, on a new connection
+                resent += len(inflight)
+                todo = deque(sorted(list(inflight.values()) + list(todo)))
+                inflight.clear()
+                if time.monotonic() >= deadline:
+                    raise ActTimeoutError(f"act-serve {self._where}: could not complete {n - done} of {n} "
+                                          f"PREDICTs within {self.timeout:g} s: {e}") from e
+                time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+            except BaseException:
+                # as _call: a caller's exception (KeyboardInterrupt, an alarm) with requests out
+                # leaves their replies (or half a frame) on the stream: the next call starts anew
+                if inflight:
+                    self._close()
+                raise
+        return resent, overloaded
 
     def _refuse_stale_frames(self, images) -> None:
         for cam, img in images.items() if isinstance(images, Mapping) else ():

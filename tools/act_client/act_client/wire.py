@@ -27,7 +27,7 @@ E_CONTRACT = 7
 E_SHUTTING_DOWN = 14
 E_OVERLOADED = 13
 
-HAS_ACTIONS, SAMPLE_LATENT = 1, 2
+HAS_ACTIONS, SAMPLE_LATENT, MORE = 1, 2, 4   # PREDICT flags
 ENC_RAW, ENC_ZSTD, ENC_SHM = 0, 1, 2
 
 
@@ -61,11 +61,14 @@ def hello(obs_dim: int = 0, action_dim: int = 0, image_hw: Tuple[int, int] = (0,
 
 def predict_parts(request_id: int, qpos: np.ndarray, frames: Sequence[Tuple[str, int, int, int, bytes]],
                   actions: Optional[np.ndarray] = None, is_pad: Optional[np.ndarray] = None,
-                  sample_latent: bool = False, seed: int = 0) -> List:
+                  sample_latent: bool = False, seed: int = 0, more: bool = False) -> List:
     """A PREDICT frame as a list of buffers (for socket.sendmsg): the frame data go in as they
     are, not copied, since a full-size request is ~590 KB of pixels and each copy costs.
-    frames: (camera, encoding, height, width, data) in model camera order; data: any buffer."""
-    flags = (HAS_ACTIONS if actions is not None else 0) | (SAMPLE_LATENT if sample_latent else 0)
+    frames: (camera, encoding, height, width, data) in model camera order; data: any buffer.
+    more: another PREDICT follows at once on this connection (a server whose INFO says `more`
+    then waits for it before running a batch, up to its --max-wait-us)."""
+    flags = (HAS_ACTIONS if actions is not None else 0) | (SAMPLE_LATENT if sample_latent else 0) | \
+        (MORE if more else 0)
     q = np.ascontiguousarray(qpos, dtype="<f4").reshape(-1)
     parts = [b"", struct.pack("<QII", request_id, flags, q.size), q.tobytes(), struct.pack("<I", len(frames))]
     for cam, enc, h, w, data in frames:
@@ -84,9 +87,9 @@ def _nbytes(b) -> int:
 
 def predict(request_id: int, qpos: np.ndarray, frames: Sequence[Tuple[str, int, int, int, bytes]],
             actions: Optional[np.ndarray] = None, is_pad: Optional[np.ndarray] = None,
-            sample_latent: bool = False, seed: int = 0) -> bytes:
+            sample_latent: bool = False, seed: int = 0, more: bool = False) -> bytes:
     """frames: (camera, encoding, height, width, data) in model camera order."""
-    return b"".join(predict_parts(request_id, qpos, frames, actions, is_pad, sample_latent, seed))
+    return b"".join(predict_parts(request_id, qpos, frames, actions, is_pad, sample_latent, seed, more))
 
 
 def ping(nonce: int) -> bytes:
@@ -131,7 +134,9 @@ def parse_info(p: bytes) -> Dict:
     info["model_hash"] = r.take(16).decode("ascii")
     info["server_version"] = r.name()
     info["device"] = r.name()
-    info["zstd"] = bool(info.pop("flags") & 1)
+    flags = info.pop("flags")
+    info["zstd"] = bool(flags & 1)
+    info["more"] = bool(flags & 2)   # PREDICT's MORE flag understood (pipelined bursts batched whole)
     return info
 
 
