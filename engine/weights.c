@@ -144,7 +144,8 @@ static int check_header(const char *path, const unsigned char *b, uint64_t actua
      * header describes: no converter writes one (tools/actw.py stores such data raw) */
     if (h->compression == ACTW_ZSTD && h->data_size > 64 * h->stored_size + ((uint64_t)1 << 20))
         return act_errf(err, errlen, "%s: data_size %llu from %llu zstd bytes is more than 64:1 (a frame of mostly "
-                        "zeros): not a weight file the converter writes", path, (unsigned long long)h->data_size,
+                        "zeros): not a weight file the converter writes (convert the checkpoint again: "
+                        "tools/convert_checkpoint.py stores such data uncompressed)", path, (unsigned long long)h->data_size,
                         (unsigned long long)h->stored_size);
     if (h->data_size % 4 != 0 || h->data_size > (uint64_t)(SIZE_MAX / 2) || h->data_size > (uint64_t)INT64_MAX / 2)
         return act_errf(err, errlen, "%s: data_size %llu is not a plausible size of float32 data", path,
