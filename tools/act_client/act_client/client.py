@@ -459,10 +459,7 @@ class ActClient:
             except (ConnectionError, OSError) as e:
                 self._close()
                 last_err = e
-                if time.monotonic() >= deadline:
-                    raise ActTimeoutError(f"act-serve {self._where}: could not complete {what} within "
-                                          f"{self.timeout:g} s: {e}") from e
-                time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+                self._pause_or_give_up(e, deadline, what)
             except BaseException:
                 # anything else mid-call (KeyboardInterrupt, a step-timeout alarm's exception,
                 # MemoryError) may leave half a request on the socket or its reply unread: the
@@ -470,6 +467,14 @@ class ActClient:
                 if pending:
                     self._close()
                 raise
+
+    def _pause_or_give_up(self, e: BaseException, deadline: float, what: str) -> None:
+        """After a broken connection: ActTimeoutError once the call's deadline has passed, else a
+        short pause before the next attempt to connect."""
+        if time.monotonic() >= deadline:
+            raise ActTimeoutError(f"act-serve {self._where}: could not complete {what} within "
+                                  f"{self.timeout:g} s: {e}") from e
+        time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
     # ---- API ----
     def info(self) -> Dict:
@@ -679,10 +684,7 @@ class ActClient:
                 resent += len(inflight)
                 todo = deque(sorted(list(inflight.values()) + list(todo)))
                 inflight.clear()
-                if time.monotonic() >= deadline:
-                    raise ActTimeoutError(f"act-serve {self._where}: could not complete {n - done} of {n} "
-                                          f"PREDICTs within {self.timeout:g} s: {e}") from e
-                time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+                self._pause_or_give_up(e, deadline, f"{n - done} of {n} PREDICTs")
             except BaseException:
                 # as _call: a caller's exception (KeyboardInterrupt, an alarm) with requests out
                 # leaves their replies (or half a frame) on the stream: the next call starts anew
