@@ -50,6 +50,20 @@ static int conn_busy(const act_conn *c)
     return c->inflight > 0 && !c->more;
 }
 
+/* The burst a connection announced will not come (a request of it refused, an error, the client
+ * half-closed): its requests out count as all it has, and the batcher stops waiting for more. */
+static void conn_no_more(act_server *s, act_conn *c)
+{
+    pthread_mutex_lock(&s->mu);
+    if (c->more) {
+        int was_busy = conn_busy(c);
+        c->more = 0;
+        s->n_busy_conns += conn_busy(c) - was_busy;
+        pthread_cond_signal(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
 static act_conn *conn_lookup(act_io *io, uint32_t slot, uint32_t gen)
 {
     if (slot < (uint32_t)io->lo || slot >= (uint32_t)io->hi) return NULL;
@@ -232,6 +246,7 @@ static int conn_error(act_io *io, act_conn *c, uint64_t id, int code, const char
     size_t n;
     act_metrics_error(&s->metrics, code);
     act_serve_log(s, "%s: error %s: %s", c->peer, act_err_code_name(code), msg);
+    conn_no_more(s, c);
     if (fatal) {
         c->closing = 1;
         c->closing_deadline = act_now() + CLOSING_LINGER_S;
@@ -504,6 +519,7 @@ void act_conn_read(act_io *io, act_conn *c)
         if (n == 0) {
             if (!in_payload && !c->hdr_got && (c->inflight > 0 || c->out_head)) {
                 c->read_done = 1;   /* half-closed after whole frames: answer them, then close */
+                conn_no_more(io->s, c);
                 conn_update_events(io, c);
                 return;
             }

@@ -77,21 +77,26 @@ static int take_batch(act_server *s, act_req **out)
 {
     int max = s->o.max_batch, n = 0;
     pthread_mutex_lock(&s->mu);
-    while (!s->pend_head && !s->infer_stop && !s->retired) pthread_cond_wait(&s->cv, &s->mu);
-    if (!s->pend_head) {
-        int retire = s->retired && !s->infer_stop;
-        pthread_mutex_unlock(&s->mu);
-        return retire ? -1 : 0;
-    }
-    double deadline = s->pend_head->t_arrive + 1e-6 * s->o.max_wait_us;
-    while (s->n_pending < max && s->n_busy_conns < s->n_ready_conns && !s->infer_stop && act_now() < deadline) {
-        struct timespec ts;
-        deadline_ts(deadline, &ts);
-        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-    }
-    if (s->infer_stop) {   /* requests still pending: the window above ends at once on a stop */
-        pthread_mutex_unlock(&s->mu);
-        return 0;
+    for (;;) {
+        while (!s->pend_head && !s->infer_stop && !s->retired) pthread_cond_wait(&s->cv, &s->mu);
+        if (!s->pend_head) {
+            int retire = s->retired && !s->infer_stop;
+            pthread_mutex_unlock(&s->mu);
+            return retire ? -1 : 0;
+        }
+        double deadline = s->pend_head->t_arrive + 1e-6 * s->o.max_wait_us;
+        while (s->pend_head && s->n_pending < max && s->n_busy_conns < s->n_ready_conns && !s->infer_stop &&
+               act_now() < deadline) {
+            struct timespec ts;
+            deadline_ts(deadline, &ts);
+            pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        }
+        if (s->infer_stop) {   /* requests still pending: the window above ends at once on a stop */
+            pthread_mutex_unlock(&s->mu);
+            return 0;
+        }
+        if (s->pend_head) break;
+        /* a closed connection took the requests that opened the window: wait for work again */
     }
     int kind = req_kind(s->pend_head);
     if (kind == 2) max = 1;

@@ -163,3 +163,42 @@ def test_the_server_waits_for_a_burst_its_client_says_is_coming(server, model):
     mtype, p = recv_frame(s)
     assert mtype == wire.ERROR and "unknown flags 0x8" in wire.parse_error(p)[2]
     s.close()
+
+
+def test_a_burst_cut_short_neither_crashes_nor_stalls_the_server(server, model):
+    """A client that announced more (MORE) and then is reset while its request waits in the
+    batching window: the closed connection takes its request back, and the batcher, woken with
+    nothing pending, waits for work again (it dereferenced the empty queue and crashed). A burst
+    whose last request is refused (--max-inflight 1: overloaded) ends the wait too: the server
+    does not sit out its window for a request it turned away."""
+    import socket
+    import struct
+    import time
+
+    _, cfg = model
+    srv = server("--max-batch", N, "--max-wait-us", 3_000_000, "--max-inflight", 1)
+    q, imgs = _batch_obs(cfg, seed=7)
+    frames = wire.encode_frames({c: imgs[c][0] for c in imgs}, cfg["camera_names"], (IMAGE, IMAGE))
+    for _ in range(2):
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+        s.sendall(wire.hello())
+        recv_frame(s)
+        s.sendall(wire.predict(1, q[0], frames, more=True))
+        time.sleep(0.3)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()   # a reset, with the request still waiting for its batch
+        time.sleep(0.3)
+    assert srv.proc.poll() is None, srv.log()
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+    s.sendall(wire.hello())
+    recv_frame(s)
+    t0 = time.monotonic()
+    s.sendall(wire.predict(2, q[0], frames, more=True) + wire.predict(3, q[0], frames))   # 3: over --max-inflight
+    replies = {}
+    for _ in range(2):
+        mtype, p = recv_frame(s)
+        replies[int.from_bytes(p[:8], "little")] = (mtype, p)
+    assert replies[3][0] == wire.ERROR and wire.parse_error(replies[3][1])[1] == 13   # overloaded
+    assert replies[2][0] == wire.RESULT and time.monotonic() - t0 < 2.0, time.monotonic() - t0
+    s.close()
+    assert srv.proc.poll() is None, srv.log()
