@@ -180,8 +180,11 @@ def write_file_atomic(path, parts):
     link kept). Written in place, as a plain open would: a path that is not a regular file
     (/dev/null, /dev/stdout, a FIFO) and an existing writable file in a folder that takes no new
     file. An OSError names the path."""
-    special = ("/dev/", "/proc/")   # /dev/stdout is a link to /proc/self/fd/1: whatever fd 1 is
-    if os.path.abspath(path).startswith(special) or (os.path.islink(path) and os.readlink(path).startswith(special)):
+    # /dev/stdout is a link to /proc/self/fd/1 and /dev/fd/N lies in /proc: whatever that
+    # descriptor is (a pipe, a tty, the file a shell redirected it to) is written, not replaced
+    parent = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    if parent == "/proc" or parent.startswith("/proc/") or \
+            (os.path.islink(path) and os.readlink(path).startswith("/proc/")):
         return _write_in_place(path, parts)
     target = os.path.realpath(path) if os.path.islink(path) else path
     try:

@@ -547,6 +547,9 @@ def convert(args):
                            f"{short_list(unused)}")
     header = actw.write_actw(args.output, metadata(cfg, sha, args.norm_eps), tensors,
                              compress=args.compress)
+    if args.compress and not header["compression"]:
+        report["warnings"].append(f"WARNING --compress {args.compress}: the data is mostly zeros (it would inflate "
+                                  f"more than 64:1, which readers refuse): written uncompressed")
     report.update(model_hash=f"{header['checksum']:016x}", file_size=header["file_size"],
                   norm_eps=args.norm_eps,
                   n_tensors=len(tensors), n_params=int(sum(a.size for a in tensors.values())),

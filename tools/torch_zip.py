@@ -33,9 +33,9 @@ import numpy as np
 
 
 MAX_EXPANDED = 1 << 26   # elements a stride-0 (expanded) tensor may unfold to
-# bytes of a pickle (a checkpoint's data.pkl is KB to a few MB; a stats file's KB): unpickling
-# costs up to ~75 bytes of memory per byte of pickle (one empty list per opcode)
-MAX_PICKLE = 64 << 20
+# bytes of a pickle (a checkpoint's data.pkl is KB to a few MB, more with inline numpy data; a
+# stats file's KB): unpickling costs up to ~75 bytes of memory per byte of pickle
+MAX_PICKLE = 1 << 30   # (a compressed record is refused, so this costs its size on disk)
 # the entries a converter reads: a refused global inside one of them is never skipped
 READ_ENTRIES = ("model_state_dict", "state_dict", "model", "agent", "config", "dataset_stats")
 
@@ -270,7 +270,8 @@ class _RestrictedUnpickler(pickle.Unpickler):
         return self.archive.storage(pid[2], pid[1], pid[4])
 
 
-_PROBE_NODES = 1 << 22   # objects the probe pass's walk visits before it gives up ("cannot tell")
+_PROBE_NODES = 1 << 22   # containers the probe pass's walk visits before it gives up ("cannot tell")
+_CONTAINERS = (dict, list, tuple, set, frozenset)
 
 
 def _opaque_paths(obj):
@@ -279,29 +280,41 @@ def _opaque_paths(obj):
     dict keys as well as values, list/tuple/set members and an object's attributes (a pickle's
     BUILD can give an OrderedDict some), so that no stand-in can hide from the check that
     decides what is left out."""
-    out, seen, stack, visited = [], set(), [(obj, ())], 0
+    def opaque(o):
+        return isinstance(o, _Opaque) or (isinstance(o, type) and issubclass(o, _Opaque))
+
+    # (object, parent node, its key there): a path is built only for a stand-in found, so a list
+    # of millions of floats costs a type check per member, not a tuple of keys each
+    out, seen, stack, visited = [], set(), [(obj, None, None)], 0
+
+    def path(node):
+        keys = []
+        while node is not None and node[1] is not None:
+            keys.append(node[2])
+            node = node[1]
+        return tuple(reversed(keys))
+
     while stack:
-        o, keys = stack.pop()
+        node = stack.pop()
+        o = node[0]
+        if opaque(o):
+            out.append((path(node), o._global))
+            continue
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
         visited += 1
         if visited > _PROBE_NODES:
             return None
-        if isinstance(o, _Opaque) or (isinstance(o, type) and issubclass(o, _Opaque)):
-            out.append((keys, o._global))
-            continue
-        if id(o) in seen or not isinstance(o, (dict, list, tuple, set, frozenset)):
-            continue
-        seen.add(id(o))
-        if isinstance(o, dict):
-            for k, v in o.items():
-                stack.append((k, keys + ("<a key>",)))
-                stack.append((v, keys + (k,)))
-        else:
-            for i, v in enumerate(o):
-                stack.append((v, keys + (i,)))
+        members = list(o.items()) if isinstance(o, dict) else list(enumerate(o))
         extra = getattr(o, "__dict__", None)
         if extra:
-            for k, v in extra.items():
-                stack.append((v, keys + (f".{k}",)))
+            members += [(f".{k}", v) for k, v in extra.items()]
+        for k, v in members:
+            if isinstance(o, dict) and (opaque(k) or isinstance(k, _CONTAINERS)):
+                stack.append((k, node, "<a key>"))
+            if opaque(v) or isinstance(v, _CONTAINERS):
+                stack.append((v, node, k))
     return out
 
 
@@ -333,8 +346,10 @@ def _unpickle(data, source, archive=None, skipped=None, reads=reads_checkpoint_e
         # (its entries are the tensors: one left out is a tensor the model misses), never an
         # entry the caller reads, and only when every stand-in sits inside a left-out entry.
         tops = sorted({keys[0] for keys, _ in where if keys}, key=str)
-        droppable = (skipped is not None and isinstance(top, dict) and all(keys for keys, _ in where)
-                     and not any(isinstance(v, LazyTensor) for v in top.values())
+        # a bare state dict: tensors are most of its entries (a checkpoint beside its state dict
+        # may hold a tensor or two, e.g. the tutorial's 'loss')
+        bare = sum(isinstance(v, LazyTensor) for v in top.values()) * 2 > len(top) if isinstance(top, dict) else True
+        droppable = (skipped is not None and not bare and all(keys for keys, _ in where)
                      and all(isinstance(k, str) and k in top and not reads(k) for k in tops))
         if droppable:
             for k in tops:

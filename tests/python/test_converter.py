@@ -901,6 +901,14 @@ def test_unread_entries_that_need_code_are_left_out_and_named(bn, bn_out, tmp_pa
     assert "input_shape" not in text and "'dtype'" not in text, text
     assert all(np.array_equal(tensors[k], bn_out[1][k]) for k in bn_out[1])
     assert not marker.exists()
+    # the PyTorch tutorial's general checkpoint keeps a tensor ('loss') beside the state dict, and
+    # a long history list: neither makes it a bare state dict or a walk too long to tell
+    ckpt = tmp_path / "tutorial.pt"
+    torch.save({"epoch": 3, "model_state_dict": sd, "loss": torch.tensor(0.25), "args": argparse.Namespace(lr=1e-4),
+                "loss_history": [0.5] * 4_500_000}, str(ckpt))
+    _, tensors, _, text = convert_ok(ckpt, tmp_path, "--config", bn.config, name="tutorial")
+    assert "entry 'args' (argparse.Namespace) is not read by the converter" in text, text
+    assert all(np.array_equal(tensors[k], bn_out[1][k]) for k in bn_out[1])
     # inside the state dict: named, and refused
     ckpt = tmp_path / "inside.pt"
     torch.save({"model_state_dict": dict(sd, extra=argparse.Namespace(a=1))}, str(ckpt))
@@ -1288,3 +1296,14 @@ def test_outputs_through_links_devices_and_long_names(bn, tmp_path):
     assert link.is_symlink() and target.read_bytes()[:4] == b"ACTW"
     assert actw.read_actw(long_name)[0]["camera_names"] == "l_vis,r_vis,front"
     assert sorted(f.name for f in tmp_path.iterdir()) == sorted(["models", "current.actw", "m" * 250])
+
+
+def test_compressing_mostly_zeros_is_declined_and_said(bn, tmp_path):
+    """zstd data inflating more than 64:1 is refused by readers (a few KB could claim
+    gigabytes): the converter writes such a model uncompressed and says so."""
+    sd = {k: (torch.zeros_like(v) if v.is_floating_point() and not k.startswith("normalization.") and "pos_grid" not in k else v)
+          for k, v in bn.sd.items()}
+    meta, tensors, header, text = convert_ok(bn.save_sd("zeros.pt", sd), tmp_path, "--config", bn.config,
+                                             "--compress", "zstd", name="zeros", verify=True)
+    assert "WARNING --compress zstd: the data is mostly zeros" in text and "written uncompressed" in text, text
+    assert actw.read_actw(tmp_path / "zeros.actw")[2]["compression"] == 0
