@@ -50,15 +50,23 @@ static int conn_busy(const act_conn *c)
     return c->inflight > 0 && !c->more;
 }
 
+/* Sets a connection's requests out and its announced burst, keeping n_busy_conns its count of
+ * busy connections. Under s->mu. */
+static void conn_set(act_server *s, act_conn *c, int inflight, int more)
+{
+    int was_busy = conn_busy(c);
+    c->inflight = inflight;
+    c->more = more;
+    s->n_busy_conns += conn_busy(c) - was_busy;
+}
+
 /* The burst a connection announced will not come (a request of it refused, an error, the client
  * half-closed): its requests out count as all it has, and the batcher stops waiting for more. */
 static void conn_no_more(act_server *s, act_conn *c)
 {
     pthread_mutex_lock(&s->mu);
     if (c->more) {
-        int was_busy = conn_busy(c);
-        c->more = 0;
-        s->n_busy_conns += conn_busy(c) - was_busy;
+        conn_set(s, c, c->inflight, 0);
         pthread_cond_signal(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
@@ -373,10 +381,7 @@ static int on_predict(act_io *io, act_conn *c, uint8_t *p, uint32_t len)
     io->inflight++;
     act_metrics_inflight(&s->metrics, 1);
     pthread_mutex_lock(&s->mu);
-    int was_busy = conn_busy(c);
-    c->inflight++;
-    c->more = (r->p.flags & ACT_PREDICT_MORE) != 0;
-    s->n_busy_conns += conn_busy(c) - was_busy;
+    conn_set(s, c, c->inflight + 1, (r->p.flags & ACT_PREDICT_MORE) != 0);
     if (s->pend_tail) s->pend_tail->next = r;
     else s->pend_head = r;
     s->pend_tail = r;
@@ -771,9 +776,7 @@ void act_deliver_done(act_io *io)
         act_conn *c = conn_lookup(io, r->slot, r->gen);
         if (c && !c->closing) {
             pthread_mutex_lock(&s->mu);
-            int was_busy = conn_busy(c);
-            c->inflight--;
-            s->n_busy_conns += conn_busy(c) - was_busy;
+            conn_set(s, c, c->inflight - 1, c->more);
             pthread_mutex_unlock(&s->mu);
             audit_line(s, c, r->p.request_id, r->code, r);
             if (r->code) {

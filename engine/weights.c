@@ -524,10 +524,8 @@ fail:
 int act_weights_load_data(act_weights *w, char *err, size_t errlen) {
     if (w->data_loaded) return 0;
     if (w->compressed) {
-        if (!w->blob) {
-            if (inflate_data(w->path, w->stored, w->stored_size, (size_t)w->data_size, &w->blob, err, errlen))
-                return -1;
-        }
+        if (inflate_data(w->path, w->stored, w->stored_size, (size_t)w->data_size, &w->blob, err, errlen))
+            return -1;
         free(w->stored);
         w->stored = NULL;
     }

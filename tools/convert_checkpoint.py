@@ -31,12 +31,14 @@ from convert_config import (DEFAULTS, FLAGS_LAYER, Settings, apply_dataset_resiz
 from convert_keys import map_state_dict  # noqa: E402
 from convert_model import (BLIND, STAT_KINDS, ConvertError, Model, build_tensors, check_tensor,  # noqa: E402,E501
                            check_token_layout, infer, resolve, short_list, validate)
-from torch_zip import LazyTensor, load_pickle, load_torch_zip, reads_checkpoint_entry  # noqa: E402
+from torch_zip import LazyTensor, load_pickle, load_torch_zip  # noqa: E402
 
 CONVERTER_VERSION = "0.1.0"
 NORM_EPS = 1e-8
 LN_EPS = 1e-5
 SD_ENTRIES = ("model_state_dict", "state_dict", "model", "agent")
+# the checkpoint entries read: an entry that needs code to load is left out only if it is none of these
+READ_ENTRIES = SD_ENTRIES + ("config", "dataset_stats")
 PREFIXES = ("module.", "_orig_mod.")
 
 
@@ -455,7 +457,7 @@ def convert(args):
         sha = hashlib.sha256(f.read()).hexdigest()
     skipped = []
     root = args.state_dict_key.split(".")[0] if args.state_dict_key else None
-    top = load_torch_zip(args.checkpoint, skipped, lambda k: k == root or reads_checkpoint_entry(k))
+    top = load_torch_zip(args.checkpoint, skipped, lambda k: k == root or k in READ_ENTRIES or "state_dict" in str(k))
     for entry, name in skipped:
         report["warnings"].append(f"WARNING {args.checkpoint}: entry {entry!r} ({name}) is not read by the "
                                   f"converter and would need code run to load: left out")

@@ -36,8 +36,6 @@ MAX_EXPANDED = 1 << 26   # elements a stride-0 (expanded) tensor may unfold to
 # bytes of a pickle (a checkpoint's data.pkl is KB to a few MB, more with inline numpy data; a
 # stats file's KB): unpickling costs up to ~75 bytes of memory per byte of pickle
 MAX_PICKLE = 1 << 30   # (a compressed record is refused, so this costs its size on disk)
-# the entries a converter reads: a refused global inside one of them is never skipped
-READ_ENTRIES = ("model_state_dict", "state_dict", "model", "agent", "config", "dataset_stats")
 
 
 class CheckpointError(ValueError):
@@ -329,11 +327,7 @@ def _probe(data, source, archive):
     return (top, where) if where else (None, [])
 
 
-def reads_checkpoint_entry(key):
-    return key in READ_ENTRIES or "state_dict" in str(key)
-
-
-def _unpickle(data, source, archive=None, skipped=None, reads=reads_checkpoint_entry):
+def _unpickle(data, source, archive=None, skipped=None, reads=None):
     try:
         return _RestrictedUnpickler(data, source, archive).load()
     except _GlobalRefused as e:
@@ -349,7 +343,7 @@ def _unpickle(data, source, archive=None, skipped=None, reads=reads_checkpoint_e
         # a bare state dict: tensors are most of its entries (a checkpoint beside its state dict
         # may hold a tensor or two, e.g. the tutorial's 'loss')
         bare = sum(isinstance(v, LazyTensor) for v in top.values()) * 2 > len(top) if isinstance(top, dict) else True
-        droppable = (skipped is not None and not bare and all(keys for keys, _ in where)
+        droppable = (skipped is not None and reads is not None and not bare and all(keys for keys, _ in where)
                      and all(isinstance(k, str) and k in top and not reads(k) for k in tops))
         if droppable:
             for k in tops:
@@ -411,11 +405,11 @@ def _read_record(path, zf, record, size=None, limit=MAX_PICKLE):
         raise CheckpointError(f"{path}: record '{record}' is damaged ({e})") from None
 
 
-def load_torch_zip(path, skipped=None, reads=reads_checkpoint_entry):
+def load_torch_zip(path, skipped=None, reads=None):
     """Load a torch.save zip archive; tensors come back as LazyTensor. skipped: a list that gets
-    (entry, global) for each top-level entry left out (see the module's docstring); without it
-    such entries are refused like any other. reads(key): is this top-level entry one the caller
-    reads (never left out)? Default: a checkpoint's state dict, config and statistics."""
+    (entry, global) for each top-level entry left out (see the module's docstring), and reads(key):
+    is this top-level entry one the caller reads (never left out)? Without both, such entries are
+    refused like any other."""
     with open(path, "rb") as f:
         head = f.read(8)
     if not zipfile.is_zipfile(path):
@@ -444,7 +438,7 @@ def load_torch_zip(path, skipped=None, reads=reads_checkpoint_entry):
     return _unpickle(_read_record(path, zf, pkls[0]), path, archive, skipped, reads)
 
 
-def load_pickle(path, skipped=None, reads=reads_checkpoint_entry):
+def load_pickle(path, skipped=None, reads=None):
     """Load a plain pickle (e.g. dataset_stats.pkl) with the same restrictions; a torch.save
     archive under a .pkl name (stats saved with torch.save) is read as one."""
     with open(path, "rb") as f:

@@ -62,12 +62,18 @@ def _qpos_rows(qpos, obs_dim: int) -> np.ndarray:
         raise ValueError(f"qpos: expected an (N, obs_dim={obs_dim}) array of numbers, one row per env: {e}") from None
     if q64.ndim != 2 or q64.shape[1] != obs_dim:
         raise ValueError(f"qpos: expected shape (N, {obs_dim}) (one row of obs_dim values per env), got {q64.shape}")
+    return _float32_qpos(q64)
+
+
+def _float32_qpos(q64: np.ndarray) -> np.ndarray:
+    """q64 as float32, or ValueError naming a finite value beyond float32's range (else the
+    server would say "NaN or Inf" of a finite value; NaN and Inf are the server's to refuse)."""
     with np.errstate(over="ignore"):
         q = q64.astype(np.float32)
     big = np.argwhere(np.isfinite(q64) & ~np.isfinite(q))
     if big.size:
-        i, j = big[0]
-        raise ValueError(f"qpos[{i}, {j}] = {q64[i, j]:g} does not fit float32 (the wire's type)")
+        at = tuple(big[0])
+        raise ValueError(f"qpos[{', '.join(map(str, at))}] = {q64[at]:g} does not fit float32 (the wire's type)")
     return q
 
 
@@ -502,11 +508,7 @@ class ActClient:
             q64 = np.asarray(qpos, dtype=np.float64).reshape(-1)
             if q64.size != info["obs_dim"]:
                 raise ValueError(f"qpos has {q64.size} values, the model expects obs_dim {info['obs_dim']}")
-            with np.errstate(over="ignore"):
-                q = q64.astype(np.float32)
-            big = np.flatnonzero(np.isfinite(q64) & ~np.isfinite(q))
-            if big.size:   # else the server would say "NaN or Inf" of a finite value
-                raise ValueError(f"qpos[{big[0]}] = {q64[big[0]]:g} does not fit float32 (the wire's type)")
+            q = _float32_qpos(q64)
             hw = (info["image_height"], info["image_width"])
             if actions is not None:
                 actions = np.asarray(actions, dtype=np.float32)
