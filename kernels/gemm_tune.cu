@@ -151,23 +151,27 @@ static int reps_for(float run_ms) {
     return reps > TUNE_MAX_REPS ? TUNE_MAX_REPS : reps;
 }
 
-/* g (reps runs of one candidate) launched three times, the last two between ev[0] and ev[1]:
- * the first keeps the GPU busy while the event and the next launches are queued behind it, so
- * the interval is the runs', not the host's launch gaps. *ms is one run's time at the GPU's
- * pace. 0; 1 when a launch was refused (the caller times without graphs); -1 with err. */
+/* g (reps runs of one candidate) launched three times, the last two each between events (ev[0],
+ * ev[1]; ev[1], ev[2]): the first keeps the GPU busy while the events and the next launches are
+ * queued behind it, so an interval is the runs', not the host's launch gaps. *ms is one run's
+ * time at the GPU's pace, the smaller of the two (a stall in one, e.g. a loaded CI host running
+ * the emulator, would otherwise size the batches too short). 0; 1 when a launch was refused
+ * (the caller times without graphs); -1 with err. */
 static int graph_run_ms(cudaGraphExec_t g, int reps, cudaStream_t st, cudaEvent_t *ev, float *ms,
                         char *err, size_t errlen) {
     for (int k = 0; k < 3; k++) {
-        if (k == 1) KCHECK(cudaEventRecord(ev[0], st));
+        if (k > 0) KCHECK(cudaEventRecord(ev[k - 1], st));
         if (cudaGraphLaunch(g, st) != cudaSuccess) {
             cudaGetLastError();
             return 1;
         }
     }
-    KCHECK(cudaEventRecord(ev[1], st));
-    KCHECK(cudaEventSynchronize(ev[1]));
-    KCHECK(cudaEventElapsedTime(ms, ev[0], ev[1]));
-    *ms /= 2.0f * (float)reps;
+    KCHECK(cudaEventRecord(ev[2], st));
+    KCHECK(cudaEventSynchronize(ev[2]));
+    float a, b;
+    KCHECK(cudaEventElapsedTime(&a, ev[0], ev[1]));
+    KCHECK(cudaEventElapsedTime(&b, ev[1], ev[2]));
+    *ms = fminf(a, b) / (float)reps;
     return 0;
 }
 

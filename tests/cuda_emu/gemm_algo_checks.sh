@@ -90,8 +90,10 @@ done
 # is mostly that, so batches sized from it alone are 1 run, launched one by one (timing the
 # host) or as a graph of 1; sized again from the first candidate's graph, every shape is timed
 # as graphs at the (emulated) GPU's pace, well under the 400 us, and of 2+ runs wherever a run
-# takes under 35 us (the target is 50 us a batch). Absolute speeds vary (ASan, load): the
-# figures only need to stay clear of the 400 us.
+# takes under 25 us (the target is 50 us a batch: the batch is sized from one measurement and the
+# logged figure is another, so a shape near the target may land either side; under ASan on a
+# loaded CI host a 31.8 us shape was sized from a 50+ us one). Absolute speeds vary (ASan,
+# load): the figures only need to stay clear of the 400 us.
 out=$(ACT_EMU_CUBLASLT=slow-launch ACT_CUDA_ALGO_LOG=1 "$infer" bench --model "$model" --device cuda \
       --precision bf16 --batch 1 --iters 2 --warmup 1 --profile-iters 0 2>&1)
 lines=$(echo "$out" | grep '^act-engine: algo: cuBLASLt .*: candidate [0-9]* of ')
@@ -99,7 +101,7 @@ n=$(echo "$lines" | grep -c 'candidate')
 bad=$(echo "$lines" | awk '{
     us = $0; sub(/.*candidate [0-9]* of [0-9]* \(/, "", us); sub(/ us a run.*/, "", us)
     reps = $0; sub(/.*timed in batches of /, "", reps); sub(/ run.*/, "", reps)
-    if ($0 !~ /as graphs$/ || us + 0 >= 200 || (us + 0 < 35 && reps + 0 < 2)) print
+    if ($0 !~ /as graphs$/ || us + 0 >= 200 || (us + 0 < 25 && reps + 0 < 2)) print
 }')
 if [ "$n" -ge 1 ] && [ -z "$bad" ]; then
     echo "ok   slow-launch: $n linear shapes timed as graphs at the GPU's pace ($(echo "$lines" |
