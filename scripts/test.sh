@@ -12,11 +12,20 @@ PY=${ACT_PYTHON:-/usr/bin/python3}
 scripts/setup.sh build
 scripts/setup.sh build-asan -DACT_SANITIZE=ON -DACT_ENABLE_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 status=0
+# pytest's temporary files go to one folder removed at the end (pytest's default keeps its last
+# three runs' under /tmp, several GB each; on a shared CI disk they piled up until a run failed
+# for want of space). ACT_KEEP_TEST_TMP=1 keeps it and says where.
+ttmp=$(mktemp -d "${TMPDIR:-/tmp}/act-tests.XXXXXX")
+if [ "${ACT_KEEP_TEST_TMP:-0}" = 1 ]; then
+    trap 'echo "test.sh: pytest temporary files kept in $ttmp" >&2' EXIT
+else
+    trap 'rm -rf "$ttmp"' EXIT
+fi
 (cd build && ctest --output-on-failure) || status=1
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure) || status=1
-ACT_BUILD_DIR="$PWD/build" "$PY" -m pytest -q tests/python || status=1
+ACT_BUILD_DIR="$PWD/build" "$PY" -m pytest -q --basetemp "$ttmp/all" tests/python || status=1
 # act-serve's own tests once more with three I/O threads (a 2-core machine's default is one)
-ACT_SERVE_IO_THREADS=3 ACT_BUILD_DIR="$PWD/build" "$PY" -m pytest -q tests/python/test_serve.py \
+ACT_SERVE_IO_THREADS=3 ACT_BUILD_DIR="$PWD/build" "$PY" -m pytest -q --basetemp "$ttmp/io3" tests/python/test_serve.py \
     tests/python/test_serve_faults.py tests/python/test_serve_shm.py || status=1
 # the README's first command, the demo (its model, an episode, predict, bench: ~1 min), so that
 # the quick start is checked on every change too
@@ -38,7 +47,7 @@ if [ $h5rc -eq 0 ] && ! ACT_EXTRA_PKGS=clang ACT_HDF5_ROOT="$h5" scripts/setup.s
     status=1
 elif [ $h5rc -eq 0 ]; then
     (cd build-h5114 && ctest --output-on-failure -R 'make_testdata|episode|eval_summary|fuzz_corpus|cpu_ops|test_model$') || status=1
-    ACT_BUILD_DIR="$PWD/build-h5114" "$PY" -m pytest -q tests/python/test_episode_chunks.py \
+    ACT_BUILD_DIR="$PWD/build-h5114" "$PY" -m pytest -q --basetemp "$ttmp/h5114" tests/python/test_episode_chunks.py \
         tests/python/test_episode_direct.py tests/python/test_episode_inflate.py tests/python/test_episode_libver.py tests/python/test_episode_lzf.py \
         tests/python/test_episode_fletcher.py \
         tests/python/test_eval.py || status=1

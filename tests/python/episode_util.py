@@ -2,13 +2,21 @@
 a small model with camera-like frames, episodes written in a chosen storage layout, and
 act-infer predict with a chosen reader configuration (ACT_EPISODE_THREADS=1 is HDF5's own path,
 the reference every faster path must match byte for byte)."""
+import json
 import os
 import subprocess
+import tempfile
+from pathlib import Path
 
 import h5py
 import numpy as np
 
 T = 11
+
+# make_episode_data's models, one per config for the whole pytest run (every episode test used to
+# convert its own 45 MB checkpoint into its own 45 MB model: ~200 tests, ~17 GB of temporary files
+# per run, which filled a CI disk). The tests only read the model.
+_models = {}
 
 
 def write_episode(path, qpos, action, images, chunk=None, gzip=False, userblock=0, unwritten=(), libver=None,
@@ -129,7 +137,10 @@ def make_episode_data(make_model, make_cfg, tmp_path, rng):
     """(model path, qpos, action, images) for a small model: frames are smooth gradients plus
     noise, so gzip has something to compress and no two frames are alike."""
     cfg = make_cfg()
-    model, _ = make_model(tmp_path, cfg, 5)
+    key = json.dumps(cfg, sort_keys=True)
+    if key not in _models:   # beside the tests' own folders, under the run's base temporary folder
+        _models[key], _ = make_model(Path(tempfile.mkdtemp(prefix="episode_model", dir=tmp_path.parent)), cfg, 5)
+    model = _models[key]
     size = cfg["vision_backbone"]["image_shape"][0]
     yy, xx = np.mgrid[0:size, 0:size]
     images = {}
