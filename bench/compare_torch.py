@@ -44,10 +44,12 @@ Exit status 0: act-infer ran in every precision and its chunk matches torch eage
 from __future__ import annotations
 
 import argparse
+import atexit
 import datetime
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -516,7 +518,7 @@ def main(argv=None) -> int:
     ap.add_argument("--autotune-batches", default="1", help="batch sizes torch.compile max-autotune runs at "
                                                             "(its goal is batch 1; each size autotunes anew); "
                                                             "'' = all of --batch")
-    ap.add_argument("--workdir", help="where checkpoint, model and inputs go (default: a temporary folder)")
+    ap.add_argument("--workdir", help="where checkpoint, model and inputs go (default: a temporary folder, removed at the end)")
     ap.add_argument("--json", help="write the whole comparison here")
     ap.add_argument("--worker", choices=PEERS, help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
@@ -571,7 +573,10 @@ def main(argv=None) -> int:
     if peer_cuda and not torch.cuda.is_available():
         sys.exit("compare_torch: --device cuda, but torch sees no CUDA device (a rehearsal on the CUDA emulator: "
                  "--peer-device cpu)")
-    work = a.workdir or tempfile.mkdtemp(prefix="act_compare_")
+    work = a.workdir
+    if not work:   # ~90 MB (checkpoint, model, inputs): removed however the run ends, sys.exit included
+        work = tempfile.mkdtemp(prefix="act_compare_")
+        atexit.register(shutil.rmtree, work, ignore_errors=True)
     os.makedirs(work, exist_ok=True)
     ckpt, cfg_path, stats_path, model = prepare_model(a, work)
     import act_reference as ref

@@ -12,6 +12,7 @@ neither includes loading the model.
 Without --ckpt: the demo model is made in a temp dir (full act_resnet size, randomized weights).
 """
 import argparse
+import atexit
 import glob
 import json
 import os
@@ -104,6 +105,8 @@ def main(argv=None):
     if args.device == "cpu":
         torch.set_num_threads(os.cpu_count() or 1)
     tmp = tempfile.mkdtemp(prefix="act-eval-compare-")
+    # the made model, episodes and summary: nothing here is needed afterwards, however the run ends
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
     if not args.ckpt:
         cfg = act_reference.resolve_config(act_reference.FULL_CFG)
         agent = act_reference.randomize_(act_reference.build_agent(cfg), 0)
@@ -132,7 +135,6 @@ def main(argv=None):
                    check=True, stdout=subprocess.DEVNULL)
     ours = json.load(open(summary))["overall"]
     ref, steps, el = torch_eval(agent, paths, args.batch, args.device)
-    shutil.rmtree(tmp)  # the made model, episodes and summary: nothing here is needed afterwards
 
     ours_tps = ours["throughput"]["timesteps_per_s"]
     ref_tps = steps / el

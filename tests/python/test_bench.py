@@ -434,17 +434,18 @@ def test_compare_refuses_bad_arguments(repo_root, args, words):
 
 def test_compare_torch_stopped_leaves_no_run_behind(act_infer, repo_root, tmp_path):
     """An outer time limit SIGTERMs compare_torch: the run in flight (act-infer or a peer, each in
-    a process group of its own, which the signal does not reach) must end with it."""
+    a process group of its own, which the signal does not reach) must end with it, and the
+    temporary folder it made for its model and inputs (no --workdir; ~90 MB) must go too."""
     import signal
     import time
-    env = dict(os.environ, ACT_BUILD_DIR=str(act_infer.parent))
+    env = dict(os.environ, ACT_BUILD_DIR=str(act_infer.parent), TMPDIR=str(tmp_path))
     p = subprocess.Popen([sys.executable, str(repo_root / "bench" / "compare_torch.py"), "--device", "cpu",
-                          "--config", "small", "--peers", "eager", "--iters", "100000", "--warmup", "1",
-                          "--workdir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         text=True, env=env)
+                          "--config", "small", "--peers", "eager", "--iters", "100000", "--warmup", "1"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
 
     def children():
-        out = subprocess.run(["pgrep", "-f", "--", f"--inputs {tmp_path}/inputs"], stdout=subprocess.PIPE, text=True).stdout
+        out = subprocess.run(["pgrep", "-f", "--", f"--inputs {tmp_path}/act_compare_"], stdout=subprocess.PIPE,
+                             text=True).stdout
         return [int(x) for x in out.split()]
 
     deadline = time.monotonic() + 120
@@ -460,6 +461,20 @@ def test_compare_torch_stopped_leaves_no_run_behind(act_infer, repo_root, tmp_pa
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, "the act-infer run outlived compare_torch"
+    assert not list(tmp_path.glob("act_compare_*")), "its temporary folder was left behind"
+
+
+def test_compare_torch_removes_its_temporary_folder(act_infer, repo_root, tmp_path):
+    """Without --workdir the checkpoint, model and inputs go to a temporary folder that a finished
+    run removes (every run used to leave ~90 MB in /tmp)."""
+    env = dict(os.environ, ACT_BUILD_DIR=str(act_infer.parent), TMPDIR=str(tmp_path))
+    p = subprocess.run([sys.executable, str(repo_root / "bench" / "compare_torch.py"), "--device", "cpu",
+                        "--config", "small", "--peers", "eager", "--precision", "fp32", "--batch", "1",
+                        "--iters", "2", "--warmup", "1", "--json", str(tmp_path / "out.json")],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert json.loads((tmp_path / "out.json").read_text())["rows"], "no result written"
+    assert not list(tmp_path.glob("act_compare_*")), "its temporary folder was left behind"
 
 
 def test_compare_budget_counts_the_models_preparation(act_infer, small_model, repo_root, tmp_path, monkeypatch):
