@@ -173,6 +173,9 @@ const char *act_section_name(act_section sec);
 act_stage act_section_stage(act_section sec);
 int act_session_section_ms(act_session *s, double ms[ACT_SECTION_COUNT]);
 const char *act_session_device_name(const act_session *s);
+/* 1 when the session's steps run as CUDA graphs (the options asked for them and the backend
+ * makes them: not on the CPU, not under ACT_CUDA_GRAPHS=0); profiling still runs eagerly */
+int act_session_uses_graphs(const act_session *s);
 size_t act_session_device_bytes(const act_session *s);  /* device memory held by the session */
 /* What that memory holds: the weights in the backend's form (CUDA fp32/tf32: the fp32 blob;
  * bf16/fp16: the blob in that type plus the few tensors read in fp32), the activations of the

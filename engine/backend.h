@@ -62,6 +62,9 @@ struct act_backend {
      * maxpool and spatial_softmax tensor): 0 NCHW, 1 NHWC. Only code that reads or writes such a
      * tensor from the host (the op harness) needs it; the forward pass never looks inside them. */
     int feature_nhwc;
+    /* 1: begin_capture records steps as graphs that graph_replay relaunches (CUDA, unless
+     * ACT_CUDA_GRAPHS=0); 0: every step runs eagerly, whatever the session asked for */
+    int graphs;
 
     void (*destroy)(act_backend *be);
 

@@ -1599,6 +1599,7 @@ int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, ch
         return -1;
     }
     c->graphs_off = !graphs;
+    be->graphs = graphs;
     if (cu_setup(be, device)) {
         snprintf(err, errlen, "cuda backend: %s", be->err);
         cu_destroy(be);

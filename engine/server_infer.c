@@ -384,8 +384,10 @@ int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
     double t0 = act_now();
     if (dev == ACT_DEVICE_CUDA)
         act_serve_say("warm-up: batch sizes %s (--batch-sizes), %d step(s) each: planned (algorithms measured "
-                      "unless the algorithm cache has them), then captured as CUDA graphs%s",
-                      s->sizes_str, reps * passes, placed ? ", then again with frames read in place" : "");
+                      "unless the algorithm cache has them)%s%s",
+                      s->sizes_str, reps * passes,
+                      act_session_uses_graphs(s->sess) ? ", then captured as CUDA graphs" : ", no graphs (ACT_CUDA_GRAPHS=0)",
+                      placed ? ", then again with frames read in place" : "");
     for (int pass = 0; pass < passes && !rc; pass++)
         for (int r = 0; r < reps * n_sizes && !rc && !atomic_load(&s->stop_flag); r++) {
             int n = sizes[r % n_sizes];

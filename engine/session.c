@@ -1,6 +1,6 @@
 /* session.c - a model bound to a backend: create, run, profile, free.
  * defines: act_session_default_opts, act_session_create, act_session_free, act_run,
- *          act_session_profile, act_session_stage_ms, act_session_device_name,
+ *          act_session_profile, act_session_stage_ms, act_session_device_name, act_session_uses_graphs,
  *          act_session_device_bytes, act_session_memory, act_session_input_buffers,
  *          act_session_register_host, act_session_unregister_host, act_stage_name,
  *          act_section_name, act_section_stage, act_session_section_ms
@@ -373,6 +373,7 @@ int act_session_section_ms(act_session *s, double ms[ACT_SECTION_COUNT]) {
 }
 
 const char *act_session_device_name(const act_session *s) { return s ? s->be->device_name : ""; }
+int act_session_uses_graphs(const act_session *s) { return s && s->opts.use_graphs && s->be->graphs; }
 size_t act_session_device_bytes(const act_session *s) { return s ? s->be->device_bytes(s->be) : 0; }
 
 void act_session_memory(const act_session *s, act_memory *m) {

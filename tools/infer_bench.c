@@ -788,12 +788,11 @@ int act_cmd_bench(int argc, char **argv) {
     opts.device = a.device;
     opts.precision = a.precision;
     opts.max_batch = max_batch;
-    /* the backend's switch turns graphs off as --no-graph does: the report says what ran */
-    const char *graphs_env = getenv("ACT_CUDA_GRAPHS");   /* read as the backend reads it (strtol) */
-    char *graphs_end = NULL;
-    if (graphs_env && *graphs_env && strtol(graphs_env, &graphs_end, 10) == 0 && !*graphs_end) a.use_graphs = 0;
     opts.use_graphs = a.use_graphs;
     if (act_session_create(m, &opts, &s, err, sizeof err)) goto fail;
+    /* the backend's switch (ACT_CUDA_GRAPHS=0) turns graphs off as --no-graph does: the report
+     * says what ran */
+    a.use_graphs = act_session_uses_graphs(s);
 
     if (a.inputs) {
         if (pool_load(&pool, cfg, a.inputs, err, sizeof err)) goto fail;

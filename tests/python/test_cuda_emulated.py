@@ -203,6 +203,7 @@ def test_act_serve_on_cuda_matches_act_infer_predict_on_cpu(act_serve, act_infer
             np.testing.assert_allclose(got_post[t], want_post[t], **TOL, err_msg=f"posterior chunk, timestep {t}")
         assert max(batches) > 1, f"no request shared a forward pass: batches {batches}"
         assert "warm-up: batch sizes 1,4 (--batch-sizes)" in srv.log(), srv.log()
+        assert "then captured as CUDA graphs" in srv.log(), srv.log()
         # each prior pass of 2 padded by 2 rows (batches: one entry per request); posteriors add more
         assert srv.metric("act_serve_padded_rows_total") >= sum(b == 2 for b in batches) > 0, batches
         for kind in ("weights", "activations", "workspace"):
@@ -214,6 +215,21 @@ def test_act_serve_on_cuda_matches_act_infer_predict_on_cpu(act_serve, act_infer
     finally:
         rc = srv.stop()
     assert rc == 0, srv.log()
+
+
+def test_act_serve_says_when_its_steps_run_without_graphs(act_serve, model, emu_env, tmp_path):
+    """ACT_CUDA_GRAPHS=0: the warm-up line says no graphs are captured (it said "captured as CUDA
+    graphs" whatever the switch), and the emulator instantiates none."""
+    actw, _, _ = model
+    srv = Server(act_serve, actw, tmp_path, "--max-batch", 2, env=dict(emu_env, ACT_CUDA_GRAPHS="0",
+                                                                       ACT_EMU_TRACE="1"), device="cuda")
+    try:
+        srv.wait_ready(timeout=300)
+        log = srv.log()
+        assert "no graphs (ACT_CUDA_GRAPHS=0)" in log and "captured as CUDA graphs" not in log, log
+        assert "graph instantiated" not in log, log
+    finally:
+        srv.stop()
 
 
 def test_act_serve_reports_a_device_fault_and_turns_unhealthy(act_serve, model, emu_env, tmp_path):
