@@ -2,6 +2,7 @@
 #include "util.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,4 +134,14 @@ void act_env_ignored(const char *name, const char *value, const char *expect) {
     pthread_mutex_unlock(&mu);
     if (!seen)
         fprintf(stderr, "act-engine: ignoring %s='%s' (expected %s); the default runs\n", name, value, expect);
+}
+
+void act_catch_signals(const int *sigs, int n, void (*handler)(int), int flags) {
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = handler;
+    sa.sa_flags = flags;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < n; i++)
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(sigs[i], &sa, NULL);
 }

@@ -1,6 +1,6 @@
 /* util.h - small helpers every engine file may use.
  * defines: act_errf, act_array_alloc, act_aligned_alloc, act_aligned_free, act_mul_ok,
- *          act_page_size, act_page_alloc, act_env_ignored, act_now
+ *          act_page_size, act_page_alloc, act_env_ignored, act_now, act_catch_signals
  * The library never exits: helpers report failure by return value, and act_errf formats the
  * message the caller hands back to the user (and returns -1 so `return act_errf(...)` reads
  * as "fail with this message"). */
@@ -56,5 +56,10 @@ double act_now(void);
  * stderr, once per variable per process, naming what it expects and that the default runs, so
  * that a figure is never labelled with a setting that had no effect. Any thread. */
 void act_env_ignored(const char *name, const char *value, const char *expect);
+
+/* The tools' signal handling: handler (with sigaction flags, nothing masked) for each of the n
+ * signals in sigs, except one ignored at start (nohup's SIGHUP, a background job's SIGINT),
+ * which stays ignored as whoever started the process asked. */
+void act_catch_signals(const int *sigs, int n, void (*handler)(int), int flags);
 
 #endif

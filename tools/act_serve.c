@@ -296,13 +296,8 @@ int main(int argc, char **argv)
         return 1;
     }
     if (c.so.unix_path) snprintf(g_unix_path, sizeof g_unix_path, "%s", c.so.unix_path);
-    sa.sa_handler = on_signal;
     static const int drain_sigs[] = {SIGTERM, SIGINT, SIGHUP};
-    for (size_t i = 0; i < sizeof drain_sigs / sizeof *drain_sigs; i++) {
-        struct sigaction old;   /* ignored at start (nohup, a background job): stays ignored */
-        if (sigaction(drain_sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
-            sigaction(drain_sigs[i], &sa, NULL);
-    }
+    act_catch_signals(drain_sigs, (int)(sizeof drain_sigs / sizeof *drain_sigs), on_signal, 0);
 
     act_model *m = NULL;
     act_session *sess = NULL;

@@ -18,6 +18,7 @@
 
 #include "infer_common.h"
 #include "outfile.h"
+#include "util.h"
 
 static volatile sig_atomic_t g_stop, g_polled;
 
@@ -40,17 +41,13 @@ static void on_signal(int sig) {
 
 void infer_signals(int polled) {
     g_polled = polled;
-    struct sigaction sa, old;
+    struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = SIG_IGN;
     sigaction(SIGXFSZ, &sa, NULL);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESTART;   /* a read or wait the signal lands in goes on */
-    sigemptyset(&sa.sa_mask);
-    /* a signal ignored at start stays ignored: nohup's SIGHUP, a background job's SIGINT */
     static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGPIPE};
-    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
-        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(sigs[i], &sa, NULL);
+    /* SA_RESTART: a read or wait the signal lands in goes on */
+    act_catch_signals(sigs, (int)(sizeof sigs / sizeof *sigs), on_signal, SA_RESTART);
 }
 
 int infer_stop_requested(void) { return g_stop; }
