@@ -179,7 +179,9 @@ def write_file_atomic(path, parts):
     file as it was (and no half file). A symbolic link is followed (its target is replaced, the
     link kept). Written in place, as a plain open would: a path that is not a regular file
     (/dev/null, /dev/stdout, a FIFO) and an existing writable file in a folder that takes no new
-    file. An OSError names the path."""
+    file. A replaced file keeps its permissions, and its owner and group where the user may set
+    them (root); a hard link to it keeps the old contents, as with any atomic replace. An OSError
+    names the path."""
     # /dev/stdout is a link to /proc/self/fd/1 and /dev/fd/N lies in /proc: whatever that
     # descriptor is (a pipe, a tty, the file a shell redirected it to) is written, not replaced
     parent = os.path.realpath(os.path.dirname(os.path.abspath(path)))
@@ -208,6 +210,10 @@ def write_file_atomic(path, parts):
             os.fsync(f.fileno())
         if st is not None:
             mode = stat.S_IMODE(st.st_mode)   # the file it replaces keeps its permissions
+            try:   # and its owner and group where this user may give them (root; a group of ours)
+                os.chown(tmp, st.st_uid, st.st_gid)
+            except OSError:
+                pass
         else:
             umask = os.umask(0)
             os.umask(umask)

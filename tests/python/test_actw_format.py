@@ -146,3 +146,23 @@ def test_reader_refuses_damage(tmp_path, rng):
         slice(nan_at, nan_at + 4), np.array([np.nan], "<f4").tobytes()))
     assert "is not key=value" in case("meta", lambda b: b.__setitem__(h["meta_offset"] + 6,
                                                                       ord(":")))
+
+
+def test_an_atomic_replace_keeps_the_files_permissions_and_owner(tmp_path):
+    """write_file_atomic replaces a file by renaming a new one over it: the new file takes the
+    old one's permissions, and (run as root, which may set them) its owner and group, instead of
+    becoming the converting user's with the umask's mode."""
+    import os
+    import stat
+    path = tmp_path / "m.actw"
+    path.write_bytes(b"old")
+    os.chmod(path, 0o640)
+    owner = (os.getuid(), os.getgid())
+    if os.geteuid() == 0:
+        owner = (4321, 4322)
+        os.chown(path, *owner)
+    actw.write_file_atomic(str(path), [b"new ", b"model"])
+    st = os.stat(path)
+    assert path.read_bytes() == b"new model"
+    assert stat.S_IMODE(st.st_mode) == 0o640 and (st.st_uid, st.st_gid) == owner, (oct(st.st_mode), st.st_uid, st.st_gid)
+    assert [f.name for f in tmp_path.iterdir()] == ["m.actw"], "a temporary file was left behind"
