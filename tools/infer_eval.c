@@ -161,6 +161,8 @@ static int run_plots(const char *plots, const char *preds, const char *summary, 
 
 /* ---- eval ---- */
 
+#define MAX_SHARDS 1000000
+
 typedef struct eval_args {
     const char *model, *json, *save, *plots, *shard;
     infer_run_opts ro;
@@ -204,11 +206,19 @@ static int parse_eval_args(int argc, char **argv, eval_args *a) {
         return infer_usage("eval", USAGE, "--batch must be an integer in 1..65536, got '%s'", batch);
     int urc = infer_check_run_opts("eval", USAGE, &a->ro);
     if (urc != 0) return urc;
-    if (a->shard) {
-        char extra;
-        if (sscanf(a->shard, "%d/%d%c", &a->shard_i, &a->shard_n, &extra) != 2 || a->shard_n < 1 ||
-            a->shard_i < 0 || a->shard_i >= a->shard_n)
-            return infer_usage("eval", USAGE, "--shard must be i/n with 0 <= i < n, got '%s'", a->shard);
+    if (a->shard) {   /* each part parsed whole and range-checked: 0/4294967297 used to wrap to 0/1 */
+        const char *slash = strchr(a->shard, '/');
+        char part[24];
+        size_t li = slash ? (size_t)(slash - a->shard) : 0;
+        int ok = slash && li < sizeof part;
+        if (ok) {
+            memcpy(part, a->shard, li);
+            part[li] = 0;
+            ok = infer_parse_int(slash + 1, 1, MAX_SHARDS, &a->shard_n) == 0 &&
+                 infer_parse_int(part, 0, a->shard_n - 1, &a->shard_i) == 0;
+        }
+        if (!ok)
+            return infer_usage("eval", USAGE, "--shard must be i/n with 0 <= i < n <= %d, got '%s'", MAX_SHARDS, a->shard);
     }
     return 0;
 }

@@ -99,6 +99,8 @@ def test_no_command_and_unknown_command_are_usage_errors(act_infer):
     (["eval", "--model", "m.actw", "--episodes", "a", "--episodes", "b"], "--episodes given twice"),
     (["eval", "--model", "m.actw", "--episodes", "d", "--shard", "2/2"], "--shard must be i/n"),
     (["eval", "--model", "m.actw", "--episodes", "d", "--shard", "1of2"], "--shard must be i/n"),
+    (["eval", "--model", "m.actw", "--episodes", "d", "--shard", "0/4294967297"], "--shard must be i/n"),
+    (["eval", "--model", "m.actw", "--episodes", "d", "--shard", "4294967297/3"], "--shard must be i/n"),
     (["eval-merge", "a.json"], "--json ALL.json is required"),
     (["eval-merge", "--json", "all.json"], "give the shard summaries"),
 ])
