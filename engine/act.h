@@ -118,6 +118,13 @@ typedef struct act_outputs {                  /* every pointer optional (NULL = 
 
 int act_run(act_session *s, const act_inputs *in, act_outputs *out, char *err, size_t errlen);
 
+/* act_run hands its outputs back as computed: inputs far outside the dataset statistics (a qpos
+ * of 1e30 is finite) or an overflow at fp16 can make them NaN or infinite, and a robot must not
+ * act on such a chunk. 0 when every output out holds for rows [first, first + n) is finite; else
+ * -1 with err naming the first bad value (which output, row, step, joint) and the likely causes. */
+int act_outputs_check(const act_session *s, const act_outputs *out, int first, int n, char *err,
+                      size_t errlen);
+
 /* The session's own input buffers, sized for max_batch: page-locked host memory on CUDA, from
  * which the step uploads by DMA. act_run first copies every input into them - 590 KB per batch
  * element with three 256x256 cameras, 151 MB at batch 256 (frames on copy_threads threads). A caller that writes its frames and

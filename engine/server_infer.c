@@ -267,6 +267,12 @@ static void run_batch(act_server *s, batch_bufs *b, act_req **rs, int n)
             snprintf(r->msg, sizeof r->msg, "inference failed: %s", err);
             continue;
         }
+        /* this request's inputs gave a NaN or infinite chunk: an error for it alone (the others
+         * in the batch are fine), never actions a robot would execute */
+        if (act_outputs_check(s->sess, &out, i, 1, r->msg, sizeof r->msg)) {
+            r->code = ACT_E_INTERNAL;
+            continue;
+        }
         memcpy(r->chunk, b->out + (size_t)i * na, na * sizeof(float));
         r->kl = kind ? b->kl[i] : NAN;
     }

@@ -1,6 +1,7 @@
 /* session.c - a model bound to a backend: create, run, profile, free.
  * defines: act_session_default_opts, act_session_create, act_session_free, act_run,
  *          act_session_profile, act_session_stage_ms, act_session_device_name, act_session_uses_graphs,
+ *          act_outputs_check,
  *          act_session_device_bytes, act_session_memory, act_session_input_buffers,
  *          act_session_register_host, act_session_unregister_host, act_stage_name,
  *          act_section_name, act_section_stage, act_session_section_ms
@@ -11,6 +12,7 @@
  * registered memory, which the step reads where they lie), runs the step and copies
  * the requested outputs back out. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "forward.h"
@@ -154,12 +156,8 @@ void act_session_free(act_session *s) {
 }
 
 static int all_finite(const float *x, size_t n, size_t *bad) {
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) {
-            *bad = i;
-            return 0;
-        }
-    return 1;
+    *bad = act_find_nonfinite(x, n);
+    return *bad == n;
 }
 
 /* Copies an input into its staging buffer; nothing when the caller wrote it there already
@@ -369,6 +367,36 @@ int act_session_stage_ms(act_session *s, double ms[ACT_STAGE_COUNT]) {
 int act_session_section_ms(act_session *s, double ms[ACT_SECTION_COUNT]) {
     if (!s || !s->have_stages) return -1;
     memcpy(ms, s->section_ms, sizeof s->section_ms);
+    return 0;
+}
+
+int act_outputs_check(const act_session *s, const act_outputs *o, int first, int n, char *err,
+                      size_t errlen) {
+    const act_config *c = &s->m->cfg;
+    size_t chunk = (size_t)c->pred_horizon * c->action_dim, L = (size_t)c->latent_dim;
+    const struct { const float *p; size_t per; const char *what; } outs[] = {
+        {o->actions, chunk, "action chunk"}, {o->actions_norm, chunk, "action chunk (normalized)"},
+        {o->post_actions, chunk, "posterior action chunk"},
+        {o->post_actions_norm, chunk, "posterior action chunk (normalized)"},
+        {o->mu, L, "latent mean"}, {o->logvar, L, "latent log-variance"}, {o->kl, 1, "KL"}};
+    for (size_t k = 0; k < sizeof outs / sizeof outs[0]; k++) {
+        if (!outs[k].p || n <= 0) continue;
+        size_t len = (size_t)n * outs[k].per, bad = act_find_nonfinite(outs[k].p + (size_t)first * outs[k].per, len);
+        if (bad == len) continue;
+        size_t row = (size_t)first + bad / outs[k].per, at = bad % outs[k].per;
+        float v = outs[k].p[(size_t)first * outs[k].per + bad];
+        char where[96] = "", rowtxt[32] = "";
+        if (n > 1) snprintf(rowtxt, sizeof rowtxt, " for row %zu", row);
+        if (outs[k].per == chunk)
+            snprintf(where, sizeof where, " (step %zu, joint %zu is %s)", at / c->action_dim, at % c->action_dim,
+                     isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+        else if (outs[k].per > 1)
+            snprintf(where, sizeof where, " (element %zu is %s)", at, isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+        return act_errf(err, errlen, "the model's %s%s is not finite%s: its inputs lie far outside the dataset "
+                        "statistics (a qpos in other units?)%s", outs[k].what, rowtxt, where,
+                        s->opts.precision == ACT_FP16 ? ", or the fp16 computation overflowed (bf16 or fp32 avoid that)"
+                                                      : "");
+    }
     return 0;
 }
 

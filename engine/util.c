@@ -1,6 +1,7 @@
 /* util.c - error formatting and checked allocation (see util.h). */
 #include "util.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -144,4 +145,10 @@ void act_catch_signals(const int *sigs, int n, void (*handler)(int), int flags) 
     sigemptyset(&sa.sa_mask);
     for (int i = 0; i < n; i++)
         if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(sigs[i], &sa, NULL);
+}
+
+size_t act_find_nonfinite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return n;
 }

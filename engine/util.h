@@ -1,6 +1,7 @@
 /* util.h - small helpers every engine file may use.
  * defines: act_errf, act_array_alloc, act_aligned_alloc, act_aligned_free, act_mul_ok,
- *          act_page_size, act_page_alloc, act_env_ignored, act_now, act_catch_signals
+ *          act_page_size, act_page_alloc, act_env_ignored, act_now, act_catch_signals,
+ *          act_find_nonfinite
  * The library never exits: helpers report failure by return value, and act_errf formats the
  * message the caller hands back to the user (and returns -1 so `return act_errf(...)` reads
  * as "fail with this message"). */
@@ -61,5 +62,8 @@ void act_env_ignored(const char *name, const char *value, const char *expect);
  * signals in sigs, except one ignored at start (nohup's SIGHUP, a background job's SIGINT),
  * which stays ignored as whoever started the process asked. */
 void act_catch_signals(const int *sigs, int n, void (*handler)(int), int flags);
+
+/* The index of the first NaN or infinity in x[0..n), or n when every element is finite. */
+size_t act_find_nonfinite(const float *x, size_t n);
 
 #endif

@@ -427,6 +427,29 @@ static void test_model(const char *path) {
     CHECK(rel(full.pa, den, MB * CH) <= 1e-6, "post_actions vs denormalize(post_actions_norm)");
     CHECK(rel(full.pa, full.a, MB * CH) > 1e-3, "posterior chunk equals the prior chunk: z is not used");
 
+    /* act_outputs_check: the joint run's outputs are finite; a qpos of 3e38 (finite, so act_run
+     * takes it) normalizes to infinity and its row's outputs are not: named by output and row,
+     * and only that row's range fails */
+    {
+        char e2[ACT_ERR_LEN] = "";
+        CHECK(act_outputs_check(s, &fo, 0, MB, e2, sizeof e2) == 0, "finite outputs refused: %s", e2);
+        outs h = make_outs(c, MB);
+        act_outputs ho = all_of(&h);
+        float keep = b.qpos[1 * c->obs_dim];
+        b.qpos[1 * c->obs_dim] = 3e38f;
+        run_ok(s, &in, &ho, "a qpos of 3e38");
+        b.qpos[1 * c->obs_dim] = keep;
+        int rc = act_outputs_check(s, &ho, 0, MB, e2, sizeof e2);
+        CHECK(rc == -1 && strstr(e2, "action chunk for row 1 is not finite") && strstr(e2, "dataset statistics"),
+              "a NaN chunk in row 1: rc %d, '%s'", rc, e2);
+        CHECK(act_outputs_check(s, &ho, 0, 1, NULL, 0) == 0 && act_outputs_check(s, &ho, 2, 1, NULL, 0) == 0,
+              "rows 0 and 2 (finite) refused");
+        rc = act_outputs_check(s, &ho, 1, 1, e2, sizeof e2);
+        CHECK(rc == -1 && strstr(e2, "the model's action chunk is not finite (step 0, joint 0 is "),
+              "row 1 alone: rc %d, '%s'", rc, e2);
+        free_outs(&h);
+    }
+
     /* key padding: garbage in padded steps changes nothing, unmasking them changes mu */
     outs g = make_outs(c, MB);
     act_outputs go = all_of(&g);

@@ -513,7 +513,9 @@ int act_cmd_eval(int argc, char **argv) {
         int steady = 0;
         if (!bad) {
             int rows = 0;
-            bad = infer_run_batch(&ctx, b, 1, &bufs, &rows, e->error, sizeof e->error) != 0;
+            char why[ACT_ERR_LEN];
+            bad = infer_run_batch(&ctx, b, 1, &bufs, &rows, why, sizeof why) != 0;
+            if (bad) act_errf(e->error, sizeof e->error, "%s: %s", sel[b->episode], why);
             if (!bad && rows > 0 && rows <= ctx.batch) {
                 steady = ctx.ran[rows] > 2;   /* this size's third step or later */
                 padded_rows += rows - b->n;

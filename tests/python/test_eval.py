@@ -520,6 +520,32 @@ def test_keep_going_reports_failures_and_evaluates_the_rest(setup, act_infer, br
                                              + single["episode_10.hdf5"]["sums"]["count"])
 
 
+def test_an_episode_whose_chunks_are_not_finite_fails_by_name(setup, act_infer, tmp_path):
+    """A qpos of 3e38 is finite (act_run takes it) but normalizes to infinity: the model's chunk
+    is NaN. That episode used to be 'ok', its NaN nulling every overall metric, with exit 0 (and
+    its shard refused by the merge). It fails instead, naming the episode, the timestep and the
+    likely cause; under --keep-going the rest are scored as in the clean run."""
+    d = tmp_path / "eps"
+    d.mkdir()
+    shutil.copy(setup["eps"] / "episode_1.hdf5", d / "episode_0.hdf5")
+    shutil.copy(setup["eps"] / "episode_10.hdf5", d / "episode_1.hdf5")
+    with h5py.File(d / "episode_1.hdf5", "r+") as f:
+        f["observations/qpos"][4, 0] = 3e38
+    out = tmp_path / "s.json"
+    p = run(act_infer, "eval", "--model", setup["actw"], "--episodes", d, "--device", "cpu", "--batch", BATCH,
+            "--json", out, check_rc=1)
+    assert "episode_1.hdf5: timestep 4: the model's" in p.stderr and "is not finite" in p.stderr, p.stderr
+    assert "dataset statistics" in p.stderr and not out.exists(), p.stderr
+    p = run(act_infer, "eval", "--model", setup["actw"], "--episodes", d, "--device", "cpu", "--batch", BATCH,
+            "--json", out, "--keep-going", check_rc=1)
+    s = json.loads(out.read_text())
+    assert [(e["name"], e["status"]) for e in s["episodes"]] == [("episode_0.hdf5", "ok"), ("episode_1.hdf5", "failed")]
+    assert "timestep 4" in s["episodes"][1]["error"] and "not finite" in s["episodes"][1]["error"]
+    single = {e["name"]: e for e in setup["single"]["episodes"]}
+    assert s["episodes"][0]["sums"] == single["episode_1.hdf5"]["sums"]
+    assert all(s["overall"][k] is not None and np.isfinite(s["overall"][k]) for k in ("action_l1", "val_loss")), s
+
+
 def test_a_failed_episode_leaves_no_predictions_file(setup, act_infer, broken_set, tmp_path):
     """An earlier run's episode_3.npy is not this run's answer for the now-broken episode_3:
     removed. The good episodes' files are complete and no temporary file is left."""

@@ -28,7 +28,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools" / "act_client"))
 
-from act_client import ActClient, ActContractError, ActPolicyRunner, ActTimeoutError  # noqa: E402
+from act_client import ActClient, ActContractError, ActPolicyRunner, ActServerError, ActTimeoutError  # noqa: E402
 from act_client import wire  # noqa: E402
 from serve_util import BATCH_TOL, Server, default_signals, recv_frame, replay_episode  # noqa: E402
 
@@ -272,6 +272,42 @@ def test_one_client_shared_by_threads_answers_each_its_own(server, tiny, rng):
         t.join()
     c.close()
     assert not errors, errors
+
+
+def test_a_request_whose_chunk_is_not_finite_gets_an_error_and_its_batch_mates_their_chunks(server, tiny, rng):
+    """A qpos of 3e38 is finite (it passes the request checks) but normalizes to infinity, and
+    the model's chunk is NaN: act-serve used to send that chunk, for a robot to execute. That
+    request gets ERROR internal naming the cause; the request batched with it gets the chunk it
+    gets alone, the connection stays up, and the server stays healthy."""
+    _, cfg = tiny
+    cams = cfg["camera_names"]
+    q, imgs = _obs(rng, cams)
+    srv = server("--max-batch", 4, "--max-wait-us", 1_000_000)
+    alone = ActClient("127.0.0.1", srv.port, timeout=60).predict(q, imgs)
+    huge = q.copy()
+    huge[0] = 3e38
+    clients = [ActClient("127.0.0.1", srv.port, timeout=60) for _ in range(2)]
+    for c in clients:
+        c.info()
+    got = [None, None]
+
+    def ask(i, qp):
+        try:
+            got[i] = clients[i].predict(qp, imgs)
+        except ActServerError as e:
+            got[i] = e
+
+    ts = [threading.Thread(target=ask, args=(0, huge)), threading.Thread(target=ask, args=(1, q))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert isinstance(got[0], ActServerError) and got[0].name == "internal", got[0]
+    assert "is not finite" in got[0].message and "dataset statistics" in got[0].message, got[0].message
+    np.testing.assert_allclose(got[1], alone, **BATCH_TOL)
+    assert srv.metric("act_serve_batches_total") == 2, "the two requests did not share a forward pass"
+    np.testing.assert_allclose(clients[0].predict(q, imgs), alone, **BATCH_TOL)   # same connection, next request
+    assert srv.http("/healthz") == (200, "ok\n") and srv.metric("act_serve_failing") == 0
 
 
 def _raw_bad_qpos(client, imgs):
