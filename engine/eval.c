@@ -183,6 +183,13 @@ int act_eval_write_json(const act_eval_summary *s, const char *path, char *err, 
     act_json_write_string(f, s->device_name);
     fputs(",\n  \"precision\": ", f);
     act_json_write_string(f, s->precision);
+    /* the sums' last bits depend on the rows each step computed: a merge matches a single run
+     * bit for bit only from the same batch size and padding */
+    if (s->batch > 0) fprintf(f, ",\n  \"batch\": %d", s->batch);
+    else fputs(",\n  \"batch\": null", f);
+    fputs(",\n  \"pad_batches\": ", f);
+    if (s->pad_batches[0]) act_json_write_string(f, s->pad_batches);
+    else fputs("null", f);
     fputs(",\n", f);
     fprintf(f, "  \"kl_weight\": %.9g,\n  \"action_dim\": %d,\n  \"pred_horizon\": %d,\n  \"obs_horizon\": %d,\n"
             "  \"num_cams\": %d,\n", s->kl_weight, s->action_dim, s->pred_horizon, s->obs_horizon, s->num_cams);
@@ -312,6 +319,8 @@ static int read_tree(const act_json *r, const char *path, act_eval_summary *s, c
     if (get_str(r, "device", s->device, sizeof s->device)) BAD("\"device\" missing");
     if (get_str(r, "precision", s->precision, sizeof s->precision)) BAD("\"precision\" missing");
     get_str(r, "device_name", s->device_name, sizeof s->device_name);
+    s->batch = get_int(r, "batch", 1, 1 << 16, &v) ? 0 : (int)v;   /* absent or null: unknown */
+    if (get_str(r, "pad_batches", s->pad_batches, sizeof s->pad_batches)) s->pad_batches[0] = '\0';
     s->kl_weight = (float)act_json_num(r, "kl_weight");
     if (!isfinite(s->kl_weight)) BAD("\"kl_weight\" missing");
     if (get_int(r, "action_dim", 1, 1 << 16, &v)) BAD("\"action_dim\" missing");
@@ -500,6 +509,14 @@ int act_eval_merge(const act_eval_summary *in, int n, act_eval_summary *out, cha
         if (strcmp(b->precision, out->precision)) snprintf(out->precision, sizeof out->precision, "mixed");
         if (i == 0) snprintf(out->device_name, sizeof out->device_name, "%s", b->device_name);
         else if (strcmp(b->device_name, out->device_name)) snprintf(out->device_name, sizeof out->device_name, "mixed");
+        if (i == 0) {
+            out->batch = b->batch;
+            snprintf(out->pad_batches, sizeof out->pad_batches, "%s", b->pad_batches);
+        } else {
+            if (b->batch != out->batch) out->batch = 0;
+            if (strcmp(b->pad_batches, out->pad_batches))
+                snprintf(out->pad_batches, sizeof out->pad_batches, "%s", b->pad_batches[0] && out->pad_batches[0] ? "mixed" : "");
+        }
         if (__builtin_add_overflow(out->timesteps, b->timesteps, &out->timesteps)) {
             snprintf(err, errlen, "summary %d: the timesteps of the summaries add up past 2^63", i);
             act_eval_free(out);

@@ -45,6 +45,9 @@ typedef struct act_eval_summary {
     char model_hash[17];
     char device[16], precision[16];
     char device_name[128];     /* e.g. the GPU's name, from act_session_device_name */
+    int batch;                 /* --batch (0: unknown, a summary written before it was kept, or
+                                  summaries of different batch sizes merged) */
+    char pad_batches[8];       /* --pad-batches as it ran: off, on or few ("" unknown, "mixed") */
     float kl_weight;
     int action_dim, pred_horizon, num_cams;
     int obs_horizon;           /* the chunk's alignment (see above; 1 in a summary that lacks it) */

@@ -465,6 +465,9 @@ int act_cmd_eval(int argc, char **argv) {
         goto done;
     }
     snprintf(sum.device_name, sizeof sum.device_name, "%s", act_session_device_name(ctx.session));
+    sum.batch = ctx.batch;
+    snprintf(sum.pad_batches, sizeof sum.pad_batches, "%s",
+             ctx.pad == INFER_PAD_ON ? "on" : ctx.pad == INFER_PAD_FEW ? "few" : "off");
     for (int i = 0; i < nsel; i++) {
         snprintf(sum.episodes[i].name, sizeof sum.episodes[i].name, "%s", act_episode_basename(sel[i]));
         sum.episodes[i].index = sel_index[i];
@@ -620,6 +623,24 @@ done:
     return rc;
 }
 
+/* The merge adds the shards' sums exactly, but a sum's last bits depend on the rows each step
+ * computed (a GEMM's blocking): shards run at different batch sizes, or padded by --pad-batches
+ * few (which pads by the sizes that process ran before), match a single run only to rounding. */
+static void note_inexact_merge(const act_eval_summary *s, int n) {
+    int batches_differ = 0, few = 0;
+    for (int i = 0; i < n; i++) {
+        if (s[i].batch && s[0].batch && s[i].batch != s[0].batch) batches_differ = 1;
+        if (!strcmp(s[i].pad_batches, "few")) few = 1;
+    }
+    if (batches_differ)
+        fprintf(stderr, "act-infer eval-merge: note: the shards ran at different --batch sizes (summary 0 at %d): the "
+                "merged metrics match a single run's to rounding, not bit for bit (\"batch\": null)\n", s[0].batch);
+    else if (few && s[0].shard_count > 1)
+        fprintf(stderr, "act-infer eval-merge: note: the shards ran with --pad-batches few (CUDA's default), which pads "
+                "by the batch sizes each process ran before: the merged metrics match a single run's to rounding; "
+                "--pad-batches on or off makes them bit for bit\n");
+}
+
 int act_cmd_eval_merge(int argc, char **argv) {
     const char *out = NULL, *val;
     char **inputs = calloc((size_t)(argc > 0 ? argc : 1), sizeof(char *));
@@ -658,6 +679,7 @@ int act_cmd_eval_merge(int argc, char **argv) {
         goto done;
     }
     print_overall(&merged);
+    note_inexact_merge(s, n);
     rc = INFER_EXIT_OK;
 done:
     for (int i = 0; i < loaded; i++) act_eval_free(&s[i]);

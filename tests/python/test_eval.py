@@ -296,6 +296,32 @@ def test_shards_merged_equal_a_single_run(setup, act_infer, tmp_path):
         assert m["overall"]["throughput"][k] == pytest.approx(
             sum(json.loads(p.read_text())["overall"]["throughput"][k] for p in parts))
     assert m["overall"]["timesteps"] == single["overall"]["timesteps"]
+    assert (m["batch"], m["pad_batches"]) == (single["batch"], single["pad_batches"]) == (BATCH, "off")
+
+
+def test_a_merge_of_shards_run_differently_says_it_is_not_bit_exact(setup, act_infer, tmp_path):
+    """A sum's last bits depend on the rows each step computed: shards at different --batch, or
+    padded by --pad-batches few (by the sizes their own process ran before), match a single run
+    only to rounding. The summaries record batch and pad_batches; the merge writes null / "mixed"
+    where they differ and says why the figures may differ from a single run's."""
+    parts = []
+    for i, extra in enumerate((["--batch", 3], ["--batch", BATCH, "--pad-batches", "few"])):
+        out = tmp_path / f"s{i}.json"
+        run(act_infer, "eval", "--model", setup["actw"], "--episodes", setup["eps"], "--device", "cpu",
+            "--shard", f"{i}/2", "--json", out, *extra, check_rc=0)
+        parts.append(out)
+    assert [(json.loads(p.read_text())["batch"], json.loads(p.read_text())["pad_batches"]) for p in parts] == \
+        [(3, "off"), (BATCH, "few")]
+    merged = tmp_path / "all.json"
+    p = run(act_infer, "eval-merge", *parts, "--json", merged, check_rc=0)
+    m = json.loads(merged.read_text())
+    assert m["batch"] is None and m["pad_batches"] == "mixed", (m["batch"], m["pad_batches"])
+    assert "different --batch sizes" in p.stderr and "not bit for bit" in p.stderr, p.stderr
+    for i in range(2):   # the same batch size, padded by few: said too
+        run(act_infer, "eval", "--model", setup["actw"], "--episodes", setup["eps"], "--device", "cpu",
+            "--shard", f"{i}/2", "--json", parts[i], "--batch", BATCH, "--pad-batches", "few", check_rc=0)
+    p = run(act_infer, "eval-merge", *parts, "--json", merged, check_rc=0)
+    assert json.loads(merged.read_text())["pad_batches"] == "few" and "--pad-batches few" in p.stderr, p.stderr
 
 
 def test_summary_records_episode_numbers_and_the_list(setup):
