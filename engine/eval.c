@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "episode.h"
 #include "json.h"
@@ -78,6 +79,13 @@ void act_eval_set_list(act_eval_summary *s, char *const *paths, int n) {
     for (int i = 0; i < n; i++) {
         const char *b = act_episode_basename(paths[i]);
         h = act_fnv1a64(b, strlen(b) + 1, h);   /* with its NUL: "ab","c" differs from "a","bc" */
+        /* and its size: array tasks pointed at two folders of like-named episodes (heldout/ and
+         * train/, both episode_0..N) are two lists (0 where it cannot be read: it fails anyway) */
+        struct stat st;
+        uint8_t le[8];
+        uint64_t size = stat(paths[i], &st) == 0 ? (uint64_t)st.st_size : 0;
+        for (int k = 0; k < 8; k++) le[k] = (uint8_t)(size >> (8 * k));
+        h = act_fnv1a64(le, sizeof le, h);
     }
     s->list_count = n;
     snprintf(s->list_hash, sizeof s->list_hash, "%016llx", (unsigned long long)h);
@@ -455,7 +463,7 @@ int act_eval_merge(const act_eval_summary *in, int n, act_eval_summary *out, cha
             snprintf(err, errlen, "summary %d was run over another episode list than summary %d (%d episodes, "
                      "list hash %s; there %d, %s): a shard's episodes are picked by their position in the "
                      "list, so shards of different lists do not add up. Run every shard with the same "
-                     "--episodes and the same files present", i, (int)(list - in), b->list_count,
+                     "--episodes and the same files (names and sizes) present", i, (int)(list - in), b->list_count,
                      b->list_hash, list->list_count, list->list_hash);
             return -1;
         }

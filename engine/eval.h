@@ -55,7 +55,7 @@ typedef struct act_eval_summary {
     int n_shards;              /* how many shard indices this summary covers */
     int *shards;               /* [n_shards]: the shard indices (one for a run, all after a merge) */
     int list_count;            /* the full (unsharded) episode list: its length and a hash of its */
-    char list_hash[17];        /* file names in order ("" in a summary written before it was kept) */
+    char list_hash[17];        /* file names and sizes in order ("" in a summary written before it was kept) */
     int n_episodes;
     act_eval_episode *episodes;
     int64_t timesteps;         /* of the episodes that succeeded */
@@ -82,7 +82,7 @@ void act_eval_add_batch(act_eval_episode *e, const act_config *cfg, int n, const
                         const float *targets, const uint8_t *is_pad, const float *post_norm,
                         const float *targets_norm, const float *kl);
 /* Records the full episode list (every shard's, before --shard picks): its length and an FNV-1a
- * hash of its file names in order, so that eval-merge can refuse shards run over different lists
+ * hash of its file names and sizes in order, so that eval-merge can refuse shards run over different lists
  * (a directory that changed between array tasks): their positions would not line up. */
 void act_eval_set_list(act_eval_summary *s, char *const *paths, int n);
 int act_eval_write_json(const act_eval_summary *s, const char *path, char *err, size_t errlen);

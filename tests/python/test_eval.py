@@ -355,6 +355,17 @@ def test_merge_refuses_shards_of_different_episode_lists(setup, act_infer, tmp_p
         "--json", s1, check_rc=0)
     p = run(act_infer, "eval-merge", s0, s1, "--json", tmp_path / "m.json", check_rc=1)
     assert "another episode list" in p.stderr
+    # the same names in another folder (other recordings: other sizes): another list
+    other = tmp_path / "other"
+    other.mkdir()
+    for n, src in ((1, 3), (3, 10), (10, 1)):   # each name holds another episode than in d
+        shutil.copy(setup["eps"] / f"episode_{src}.hdf5", other / f"episode_{n}.hdf5")
+    run(act_infer, "eval", "--model", setup["actw"], "--episodes", other, "--device", "cpu", "--shard", "1/2",
+        "--json", s1, check_rc=0)
+    run(act_infer, "eval", "--model", setup["actw"], "--episodes", d, "--device", "cpu", "--shard", "0/2",
+        "--json", s0, check_rc=0)   # d now: episode_1, 3, 10 (as other)
+    p = run(act_infer, "eval-merge", s0, s1, "--json", tmp_path / "m.json", check_rc=1)
+    assert "another episode list" in p.stderr and "names and sizes" in p.stderr, p.stderr
     # a hash that is not 16 hex digits is a damaged summary, not its first 16 characters
     bad = json.loads(s0.read_text())
     bad["episode_list"]["hash"] += "0"
