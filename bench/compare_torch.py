@@ -393,11 +393,19 @@ def goals(device, ours, peers, batches) -> list:
             return min(got, key=lambda g: p50(g, 1)) if got else None
         return find(name, prec)
 
+    def eager_label(prec):
+        """what the eager goal was judged against: the faster of both layouts only when both ran"""
+        ran = [n for n in ("eager", "channels_last") if find(n, prec) and p50(find(n, prec), 1) is not None]
+        if len(ran) == 2:
+            return "eager (the faster of NCHW and channels_last)"
+        return "eager (channels_last; NCHW did not run)" if ran == ["channels_last"] else \
+            "eager (NCHW; channels_last did not run)"
+
     out = []
     if device == "cpu" and 1 in batches:
         o, e = p50(ours.get("fp32"), 1), p50(peer("eager", "fp32"), 1)
         if o and e:
-            out.append({"goal": "CPU batch 1 p50 <= 1.5x torch eager (the faster of NCHW and channels_last)",
+            out.append({"goal": f"CPU batch 1 p50 <= 1.5x torch {eager_label('fp32')}",
                         "ours_ms": o, "peer_ms": e,
                         "ratio": o / e, "met": o <= 1.5 * e})
     if device == "cuda" and 1 in batches:
@@ -409,7 +417,7 @@ def goals(device, ours, peers, batches) -> list:
             for name, factor in (("eager", 10.0), ("compile-max-autotune", 2.0)):
                 e = p50(peer(name, prec), 1)
                 if e:
-                    label = "eager (the faster of NCHW and channels_last)" if name == "eager" else name
+                    label = eager_label(prec) if name == "eager" else name
                     out.append({"goal": f"H200 batch 1 {prec} >= {factor:g}x torch {label}", "ours_ms": o,
                                 "peer_ms": e, "speedup": e / o, "met": e / o >= factor})
     if device == "cuda" and 256 in batches:
@@ -532,6 +540,10 @@ def main(argv=None) -> int:
         parts = text.split(",") if text else []
         if (not parts and not allow_empty) or not all(p.isdigit() and 1 <= int(p) <= 65536 for p in parts):
             ap.error(f"{flag} must be comma-separated batch sizes in 1..65536, got '{text}'")
+        # a size twice would be two runs compared with one (the first) of ours
+        twice = sorted({int(p) for p in parts if [int(q) for q in parts].count(int(p)) > 1})
+        if twice:
+            ap.error(f"{flag} lists {','.join(map(str, twice))} more than once (--rounds repeats the runs)")
         return [int(p) for p in parts]
 
     a.batches = sizes("--batch", a.batch or ("1,256" if cuda else "1"))
@@ -539,6 +551,9 @@ def main(argv=None) -> int:
     a.precisions = (a.precision or ("fp32,bf16" if cuda else "fp32")).split(",")
     a.iters = a.iters if a.iters is not None else (100 if cuda else 10)
     a.warmup = a.warmup if a.warmup is not None else (10 if cuda else 2)
+    twice = sorted({p for p in a.precisions if a.precisions.count(p) > 1})
+    if twice:   # pooled as rounds of one and every row printed twice
+        ap.error(f"--precision lists {','.join(twice)} more than once (--rounds repeats the runs)")
     bad = [p for p in a.precisions if p not in TOLERANCE] + [p for p in a.peers.split(",") if p not in PEERS]
     if bad:
         ap.error(f"unknown --precision/--peers entries: {','.join(bad)} (precisions {','.join(TOLERANCE)}; "

@@ -20,12 +20,13 @@
  *   driver's count (cudaMemGetInfo since the backend's setup), which sees the libraries' own
  *   buffers and the graphs too; the device goal is judged on it.
  * - Output: a table on stdout, and with --json a JSON document for scripts; --check-output adds
- *   the chunk of the first input (window 0 of the first batch size) so a caller can verify that
+ *   the chunks of window 0 of the first batch size (one per input) so a caller can verify that
  *   the fast answer is the right one. Both name the backend switches set in the environment
  *   (ACT_CUDA_*, ACT_CPU_*, ...: they change what a step runs), so a figure is never read
  *   without them.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -120,7 +121,8 @@ static const char *const USAGE =
         "  --inputs DIR   frames from DIR/qpos.f32 ([N][obs_dim] float32) and DIR/<camera>.u8\n"
         "                 ([N][H][W][3] uint8) instead of generated ones; N >= largest batch\n"
         "  --seed         generator seed for the frames and qpos (default 1)\n"
-        "  --check-output put the chunk of the first input into the JSON\n";
+        "  --check-output put the chunks of the first batch size's first step (window 0, one per input)\n"
+        "                 into the JSON (first_output)\n";
 
 static void usage(FILE *f) { fputs(USAGE, f); }
 
@@ -176,13 +178,15 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             char *end;
             errno = 0;
             a->seed = strtoull(v, &end, 10);
-            if (errno || end == v || *end || *v == '-') return bench_usage("--seed '%s': expected a non-negative integer", v);
+            /* digits only: strtoull skips blanks and wraps a sign (' -3' became 2^64 - 3) */
+            if (errno || end == v || *end || !isdigit((unsigned char)*v))
+                return bench_usage("--seed '%s': expected a non-negative integer", v);
         } else if (!r) {
             return bench_usage("unknown option '%s'", o);
         }
         if (r < 0) return bench_usage("%s needs a value", o);
         if (count && infer_parse_int(v, lo, 10000000, count))
-            return bench_usage("%s '%s': expected an integer >= %d", o, v, lo);
+            return bench_usage("%s '%s': expected an integer in %d..10000000", o, v, lo);
     }
     if (a->staged && a->in_place)
         return bench_usage("--staged-inputs and --in-place-inputs are two ways to give the frames: pick one");

@@ -263,6 +263,8 @@ def test_bench_staged_inputs_give_the_same_chunk(act_infer, small_model, tmp_pat
     (["--precision", "fp64"], "--precision 'fp64'"),
     (["--device", "tpu"], "--device 'tpu'"),
     (["--iters", "0"], "--iters '0'"),
+    (["--iters", "10000001"], "--iters '10000001': expected an integer in 1..10000000"),
+    (["--seed", " -3"], "--seed ' -3': expected a non-negative integer"),
     (["--iters"], "--iters needs a value"),
     (["--frobnicate", "1"], "unknown option '--frobnicate'"),
     (["--staged-inputs", "--in-place-inputs"], "pick one"),
@@ -417,6 +419,8 @@ def test_compare_eager_goals_take_the_faster_eager_layout(repo_root):
 @pytest.mark.parametrize("args, words", [
     (["--batch", "1,,8"], "--batch must be comma-separated"),
     (["--batch", "x"], "--batch must be comma-separated"),
+    (["--batch", "1,8,1"], "--batch lists 1 more than once"),
+    (["--precision", "fp32,fp32"], "--precision lists fp32 more than once"),
     (["--autotune-batches", "1,x"], "--autotune-batches must be"),
     (["--threads", "0"], "--threads must be at least 1"),
     (["--warmup", "-1"], "--warmup must be at least 0"),
@@ -473,8 +477,12 @@ def test_compare_torch_removes_its_temporary_folder(act_infer, repo_root, tmp_pa
                         "--iters", "2", "--warmup", "1", "--json", str(tmp_path / "out.json")],
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, timeout=600)
     assert p.returncode == 0, p.stderr
-    assert json.loads((tmp_path / "out.json").read_text())["rows"], "no result written"
+    r = json.loads((tmp_path / "out.json").read_text())
+    assert r["rows"], "no result written"
     assert not list(tmp_path.glob("act_compare_*")), "its temporary folder was left behind"
+    # the goal line names what it was judged against: NCHW eager alone (channels_last not asked for)
+    goal = next(g["goal"] for g in r["goals"] if g["goal"].startswith("CPU batch 1"))
+    assert goal.endswith("torch eager (NCHW; channels_last did not run)"), goal
 
 
 def test_compare_budget_counts_the_models_preparation(act_infer, small_model, repo_root, tmp_path, monkeypatch):
