@@ -374,11 +374,11 @@ int act_outputs_check(const act_session *s, const act_outputs *o, int first, int
                       size_t errlen) {
     const act_config *c = &s->m->cfg;
     size_t chunk = (size_t)c->pred_horizon * c->action_dim, L = (size_t)c->latent_dim;
-    const struct { const float *p; size_t per; const char *what; } outs[] = {
-        {o->actions, chunk, "action chunk"}, {o->actions_norm, chunk, "action chunk (normalized)"},
-        {o->post_actions, chunk, "posterior action chunk"},
-        {o->post_actions_norm, chunk, "posterior action chunk (normalized)"},
-        {o->mu, L, "latent mean"}, {o->logvar, L, "latent log-variance"}, {o->kl, 1, "KL"}};
+    const struct { const float *p; size_t per; int is_chunk; const char *what; } outs[] = {
+        {o->actions, chunk, 1, "action chunk"}, {o->actions_norm, chunk, 1, "action chunk (normalized)"},
+        {o->post_actions, chunk, 1, "posterior action chunk"},
+        {o->post_actions_norm, chunk, 1, "posterior action chunk (normalized)"},
+        {o->mu, L, 0, "latent mean"}, {o->logvar, L, 0, "latent log-variance"}, {o->kl, 1, 0, "KL"}};
     for (size_t k = 0; k < sizeof outs / sizeof outs[0]; k++) {
         if (!outs[k].p || n <= 0) continue;
         size_t len = (size_t)n * outs[k].per, bad = act_find_nonfinite(outs[k].p + (size_t)first * outs[k].per, len);
@@ -387,7 +387,7 @@ int act_outputs_check(const act_session *s, const act_outputs *o, int first, int
         float v = outs[k].p[(size_t)first * outs[k].per + bad];
         char where[96] = "", rowtxt[32] = "";
         if (n > 1) snprintf(rowtxt, sizeof rowtxt, " for row %zu", row);
-        if (outs[k].per == chunk)
+        if (outs[k].is_chunk)
             snprintf(where, sizeof where, " (step %zu, joint %zu is %s)", at / c->action_dim, at % c->action_dim,
                      isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
         else if (outs[k].per > 1)
