@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #define HTTP_DEADLINE_S 2.0
+#define HTTP_QUIET_S 0.25   /* accepted this long ago with nothing read: a slot given up first */
 
 static void http_close(act_server *s, act_http_conn *h)
 {
@@ -73,14 +74,18 @@ static void http_respond(act_server *s, act_http_conn *h)
     }
 }
 
-/* A free slot, else the one to give up: silent longest, else oldest. */
+/* A free slot, else the one to give up: silent longest, else oldest. Silent means nothing read
+ * for HTTP_QUIET_S since its accept: a probe accepted a moment ago whose request is still on its
+ * way (or was accepted in the same round as the newcomer, unread) is not silent, so two probes
+ * arriving together no longer cost the first its answer. */
 static int http_slot(act_server *s)
 {
     int best = -1, silent = 0;
+    double quiet_since = act_now() + HTTP_DEADLINE_S - HTTP_QUIET_S;   /* deadline = accept + HTTP_DEADLINE_S */
     for (int i = 0; i < ACT_HTTP_SLOTS; i++) {
         act_http_conn *h = &s->http[i];
         if (h->fd < 0) return i;
-        int quiet = h->got == 0 && !h->answered;
+        int quiet = h->got == 0 && !h->answered && h->deadline <= quiet_since;
         if (best < 0 || quiet > silent || (quiet == silent && h->deadline < s->http[best].deadline)) {
             best = i;
             silent = quiet;
@@ -112,7 +117,11 @@ void act_http_accept(act_server *s)
         h->answered = 0;
         h->deadline = act_now() + HTTP_DEADLINE_S;
         struct epoll_event ev = { .events = EPOLLIN, .data.u64 = ACT_TAG(TAG_HTTP, slot) };
-        if (epoll_ctl(s->io[0].epfd, EPOLL_CTL_ADD, fd, &ev)) http_close(s, h);
+        if (epoll_ctl(s->io[0].epfd, EPOLL_CTL_ADD, fd, &ev)) {
+            http_close(s, h);
+            continue;
+        }
+        act_http_read(s, slot);   /* a request that came with the connection is answered now */
     }
 }
 

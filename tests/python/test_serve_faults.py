@@ -503,6 +503,37 @@ def test_silent_connections_cannot_starve_healthz(srv):
             s.close()
 
 
+def test_two_probes_arriving_together_are_both_answered_when_the_slots_are_full(srv):
+    """32 connections that sent a byte and hold (a slow scraper, a slowloris) fill the metrics
+    port's slots; a load balancer's check and a Prometheus scrape then arrive together. The
+    first used to be given up for the second, unread and unanswered (accepted in the same round,
+    it counted as the connection silent longest): a lost health check marks a replica down."""
+    for _ in range(10):
+        held = []
+        try:
+            for _ in range(32):
+                h = socket.create_connection(("127.0.0.1", srv.mport), timeout=10)
+                h.sendall(b"G")
+                held.append(h)
+            time.sleep(0.05)
+            probes = [socket.create_connection(("127.0.0.1", srv.mport), timeout=10) for _ in range(2)]
+            for p in probes:
+                p.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+            for i, p in enumerate(probes):
+                got = b""
+                while True:
+                    chunk = p.recv(4096)
+                    if not chunk:
+                        break
+                    got += chunk
+                p.close()
+                assert got.startswith(b"HTTP/1.0 200"), (i, got)
+        finally:
+            for h in held:
+                h.close()
+        time.sleep(0.05)
+
+
 def test_oversized_http_request_gets_its_400(srv):
     s = socket.create_connection(("127.0.0.1", srv.mport), timeout=10)
     s.sendall(b"GET /metrics HTTP/1.0\r\nX-Pad: " + b"a" * 8000)   # no end of headers, > 4 KiB
