@@ -136,6 +136,20 @@ void act_metrics_abandoned(act_metrics *m, int n)
     pthread_mutex_unlock(&m->mu);
 }
 
+void act_metrics_undelivered(act_metrics *m)
+{
+    pthread_mutex_lock(&m->mu);
+    m->undelivered++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void act_metrics_audit_lost(act_metrics *m)
+{
+    pthread_mutex_lock(&m->mu);
+    m->audit_lost++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void act_metrics_inflight(act_metrics *m, int delta)
 {
     pthread_mutex_lock(&m->mu);
@@ -222,6 +236,14 @@ char *act_metrics_render(act_metrics *m, int ready, int draining, size_t *len)
                   "closed while they waited for a batch\n"
                   "# TYPE act_serve_abandoned_requests_total counter\nact_serve_abandoned_requests_total %llu\n",
               (unsigned long long)m->abandoned);
+    sb_printf(&b, "# HELP act_serve_undelivered_results_total requests run whose connection closed before "
+                  "the reply: their results dropped\n"
+                  "# TYPE act_serve_undelivered_results_total counter\nact_serve_undelivered_results_total %llu\n",
+              (unsigned long long)m->undelivered);
+    sb_printf(&b, "# HELP act_serve_audit_lines_lost_total --audit-log lines that could not be written (a "
+                  "full disk); the log holds whole lines only\n"
+                  "# TYPE act_serve_audit_lines_lost_total counter\nact_serve_audit_lines_lost_total %llu\n",
+              (unsigned long long)m->audit_lost);
     sb_printf(&b, "# HELP act_serve_errors_total ERROR replies and refused frames, by code\n"
                   "# TYPE act_serve_errors_total counter\n");
     for (int c = 1; c < ACT_METRICS_MAX_CODES; c++)

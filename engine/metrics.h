@@ -27,6 +27,8 @@ typedef struct act_metrics {
     uint64_t requests, results, batches;
     uint64_t padded_rows;                    /* rows run past the requests, padding a batch up to a size */
     uint64_t abandoned;                      /* queued requests dropped with their closed connection */
+    uint64_t undelivered;                    /* results computed after their connection closed */
+    uint64_t audit_lost;                     /* --audit-log lines that could not be written */
     uint64_t errors[ACT_METRICS_MAX_CODES];  /* by act_err_code */
     uint64_t conns_total, conns_dropped;     /* accepted; closed by the server for misbehaviour */
     uint64_t conns_refused[ACT_REFUSED_N];   /* accepted only to be refused at once, by reason */
@@ -53,6 +55,8 @@ void act_metrics_conn(act_metrics *m, int delta, int dropped);   /* +1 open, -1 
 void act_metrics_refused(act_metrics *m, int reason);            /* ACT_REFUSED_* */
 void act_metrics_inflight(act_metrics *m, int delta);
 void act_metrics_abandoned(act_metrics *m, int n);   /* queued requests of a closed connection */
+void act_metrics_undelivered(act_metrics *m);        /* a result whose connection closed while it ran */
+void act_metrics_audit_lost(act_metrics *m);         /* an audit line not written */
 /* the session's device memory by kind, and the driver's count (act_memory's driver_*: rendered
  * only when drv_total > 0) */
 void act_metrics_memory(act_metrics *m, size_t weights, size_t activations, size_t workspace,

@@ -368,7 +368,7 @@ int act_server_create(const act_server_opts *opts, act_server **out, char *err, 
     s->o.batch_sizes = spec;
     snprintf(s->host, sizeof s->host, "%s", opts->host ? opts->host : "127.0.0.1");
     s->o.host = s->host;
-    s->lfd = s->mfd = s->spare_fd = s->ufd = -1;
+    s->lfd = s->mfd = s->spare_fd = s->ufd = s->audit.fd = -1;
     for (int i = 0; i < ACT_HTTP_SLOTS; i++) s->http[i].fd = -1;
     act_metrics_init(&s->metrics);
     pthread_mutex_init(&s->mu, NULL);
@@ -384,14 +384,11 @@ int act_server_create(const act_server_opts *opts, act_server **out, char *err, 
     }
     for (int i = 0; i < opts->max_clients; i++) s->conns[i].fd = -1;
     if (opts->audit_log) {
-        snprintf(s->audit_path, sizeof s->audit_path, "%s", opts->audit_log);
-        s->o.audit_log = s->audit_path;
-        s->audit = fopen(opts->audit_log, "a");
-        if (!s->audit) {
-            int e = errno;
+        if (act_audit_open(s, opts->audit_log, err, errlen)) {
             act_server_free(s);
-            return fail(err, errlen, "act-serve: cannot open audit log '%s': %s", opts->audit_log, strerror(e));
+            return -1;
         }
+        s->o.audit_log = s->audit.path;
     }
     s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (io_init(s, opts->io_threads ? opts->io_threads : auto_io_threads(), err, errlen)) {
@@ -534,7 +531,7 @@ void act_server_free(act_server *s)
     }
     free(s->io);
     if (s->spare_fd >= 0) close(s->spare_fd);
-    if (s->audit) fclose(s->audit);
+    act_audit_close(s);
     free(s->info_frame);
     free(s->pad_to);
     free((char *)s->o.batch_sizes);

@@ -118,6 +118,7 @@ void act_conn_close(act_io *io, act_conn *c, int dropped, const char *why)
     while (dead) {
         act_req *r = dead;
         dead = r->next;
+        act_audit_line(s, c->peer, c->client, r->p.request_id, "abandoned", NULL);
         io->inflight--;
         atomic_fetch_sub(&s->inflight, 1);
         act_metrics_inflight(&s->metrics, -1);
@@ -226,25 +227,7 @@ static int conn_send(act_io *io, act_conn *c, uint8_t *p, size_t n)
 
 static void audit_line(act_server *s, act_conn *c, uint64_t id, int code, const act_req *r)
 {
-    if (!s->audit) return;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    flockfile(s->audit);   /* one whole line at a time: every I/O thread writes here */
-    /* the client name is the client's own text (HELLO allows any printable byte): escaped, so a
-     * name cannot break a line or add fields to it */
-    fprintf(s->audit, "{\"ts\":%lld.%06ld,\"peer\":", (long long)ts.tv_sec, ts.tv_nsec / 1000);
-    act_json_write_string(s->audit, c->peer);
-    fputs(",\"client\":", s->audit);
-    act_json_write_string(s->audit, c->client);
-    fprintf(s->audit, ",\"id\":%llu,\"status\":\"%s\"", (unsigned long long)id,
-            code ? act_err_code_name(code) : "ok");
-    if (r && !code)
-        fprintf(s->audit, ",\"batch\":%d,\"rows\":%d,\"queue_ms\":%.3f,\"infer_ms\":%.3f,\"total_ms\":%.3f",
-                r->batch, r->rows, 1e3 * (r->t_start - r->t_arrive), 1e3 * (r->t_end - r->t_start),
-                1e3 * (act_now() - r->t_arrive));
-    fputs("}\n", s->audit);
-    fflush(s->audit);
-    funlockfile(s->audit);
+    act_audit_line(s, c->peer, c->client, id, code ? act_err_code_name(code) : "ok", code ? NULL : r);
 }
 
 /* Answers ERROR. fatal: the stream is unusable; say why, then close once the reply is out. */
@@ -355,6 +338,7 @@ static int on_predict(act_io *io, act_conn *c, uint8_t *p, uint32_t len)
     act_req *r = req_get(io);
     if (!r) {
         atomic_fetch_sub(&s->inflight, 1);
+        audit_line(s, c, id, ACT_E_INTERNAL, NULL);
         return conn_error(io, c, id, ACT_E_INTERNAL, "out of memory for a request", 0);
     }
     int code = act_proto_parse_predict_shm(cfg, p, len, &r->p, r->data, c->shm ? c->shm->mem.p : NULL,
@@ -774,7 +758,14 @@ void act_deliver_done(act_io *io)
         atomic_fetch_sub(&s->inflight, 1);
         act_metrics_inflight(&s->metrics, -1);
         act_conn *c = conn_lookup(io, r->slot, r->gen);
-        if (c && !c->closing) {
+        if (!c || c->closing) {
+            /* it ran, but whoever asked is gone: counted and logged, never answered. The slot
+             * still names the closed connection unless a new one took it since */
+            const act_conn *gone = &s->conns[r->slot];
+            int same = c || (gone->fd < 0 && gone->gen == r->gen + 1);
+            act_audit_line(s, same ? gone->peer : "", same ? gone->client : "", r->p.request_id, "abandoned", r);
+            act_metrics_undelivered(&s->metrics);
+        } else {
             pthread_mutex_lock(&s->mu);
             conn_set(s, c, c->inflight - 1, c->more);
             pthread_mutex_unlock(&s->mu);

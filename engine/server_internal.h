@@ -1,5 +1,5 @@
 /* server_internal.h - the state the act-serve threads share (server.c, server_conn.c,
- * server_infer.c, http.c).
+ * server_infer.c, server_audit.c, http.c).
  * Ownership: each I/O thread (an act_io) owns its share of the connection slots, their sockets,
  * its epoll set and its request pool; the first also owns the listeners and the HTTP side port.
  * The session and batch buffers belong to the inference thread. The pending list, each I/O
@@ -64,6 +64,15 @@ typedef struct act_req {
     act_shm *shm;                  /* a reference to the connection's shared memory, or NULL */
     float chunk[];                 /* [pred_horizon][action_dim] */
 } act_req;
+
+typedef struct act_audit {         /* --audit-log */
+    int fd;                        /* -1: no log */
+    pthread_mutex_t mu;            /* one line at a time, from every I/O thread */
+    int mu_ok;
+    double checked;                /* when the path was last compared with the file open */
+    unsigned long long failing;    /* lines lost since the last one written */
+    char path[512];
+} act_audit;
 
 typedef struct act_out {           /* one queued reply frame */
     struct act_out *next;
@@ -135,7 +144,7 @@ enum { LISTEN_TCP = 0, LISTEN_UNIX = 1 };   /* TAG_LISTEN slots */
 
 struct act_server {
     act_server_opts o;
-    char host[64], audit_path[512];
+    char host[64];
     int lfd, mfd, spare_fd;
     atomic_llong refused_said_ms;  /* when refusals were last said on stderr (act_conn_refuse) */
     atomic_int refused_unsaid;     /* refusals since */
@@ -162,7 +171,7 @@ struct act_server {
     double warmup_s;                    /* act_server_attach's warm-up */
     int *pad_to;                   /* [0..max_batch]: the size a batch of n runs at (server_sizes.c) */
     char sizes_str[512];           /* them, for the log and the ready line */
-    FILE *audit;
+    act_audit audit;               /* --audit-log (server_audit.c) */
 
     act_conn *conns;               /* max_clients slots, split among the I/O threads */
     act_http_conn http[ACT_HTTP_SLOTS];   /* the first I/O thread's */
@@ -225,5 +234,12 @@ void act_http_accept(act_server *s);
 void act_http_read(act_server *s, int slot);
 void act_http_expire(act_server *s, double now);
 void act_http_close_all(act_server *s);
+
+/* server_audit.c: --audit-log. status: "ok" or an error code's name, or "abandoned" (its
+ * connection closed before the reply); r (a request that ran) adds its batch and times */
+int act_audit_open(act_server *s, const char *path, char *err, size_t errlen);
+void act_audit_close(act_server *s);
+void act_audit_line(act_server *s, const char *peer, const char *client, uint64_t id, const char *status,
+                    const act_req *r);
 
 #endif

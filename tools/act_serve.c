@@ -291,6 +291,7 @@ int main(int argc, char **argv)
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = SIG_IGN;
     sigaction(SIGPIPE, &sa, NULL);
+    sigaction(SIGXFSZ, &sa, NULL);   /* an audit log past a file size limit: its write fails, the server lives */
     if (act_server_create(&c.so, &g_server, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
         return 1;

@@ -247,6 +247,47 @@ def test_audit_log_escapes_client_names(server, tiny, tmp_path, rng):
     assert all("forged" not in a and a["status"] == "ok" for a in lines), lines
 
 
+def test_audit_log_keeps_whole_lines_when_writes_fail_and_follows_a_rotation(act_serve, tiny, tmp_path, rng):
+    """A full disk (here a file size limit just past the log's start) used to leave half a line
+    that the next write ran on from (two records on one line, not JSON) and said nothing; a log
+    that logrotate moved away was written on, under its new name, for ever. Now: whole lines only,
+    the lost ones counted and said, writing again once it can; a moved log is made again."""
+    import resource
+    model, cfg = tiny
+    audit = tmp_path / "audit.jsonl"
+    filler = "".join(json.dumps({"earlier": i}) + "\n" for i in range(3000))
+    audit.write_text(filler)
+    limit = len(filler) + 150   # the first line written crosses it part way
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))   # soft: raised later
+
+    srv = Server(act_serve, model, tmp_path, "--audit-log", audit, preexec_fn=small_files).wait_ready()
+    try:
+        c = ActClient("127.0.0.1", srv.port, timeout=60)
+        q, imgs = _obs(rng, cfg["camera_names"])
+        for _ in range(3):
+            c.predict(q, imgs)   # answered: the log's trouble is not the client's
+        assert audit.read_text() == filler, "a partial line stayed in the log"
+        assert srv.metric("act_serve_audit_lines_lost_total") == 3
+        assert "audit log: cannot write to" in srv.log() and "File too large" in srv.log(), srv.log()
+        resource.prlimit(srv.proc.pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        c.predict(q, imgs)
+        lines = audit.read_text()[len(filler):].splitlines()
+        assert len(lines) == 1 and json.loads(lines[0])["status"] == "ok", lines
+        assert "writing again after 3 lost line(s)" in srv.log(), srv.log()
+        # logrotate without copytruncate: the log is moved away, then the next line (a second
+        # later at most) goes to a new file at the path
+        audit.rename(tmp_path / "audit.jsonl.1")
+        time.sleep(1.1)
+        c.predict(q, imgs)
+        assert len(audit.read_text().splitlines()) == 1 and "reopened" in srv.log(), srv.log()
+        assert len((tmp_path / "audit.jsonl.1").read_text()[len(filler):].splitlines()) == 1
+        c.close()
+    finally:
+        assert srv.stop() == 0, srv.log()
+
+
 def test_one_client_shared_by_threads_answers_each_its_own(server, tiny, rng):
     """Calls on one ActClient from several threads take turns: each gets the chunk of its own
     observation (unlocked, threads read each other's replies and timed out)."""

@@ -8,6 +8,7 @@ that stayed connected throughout must still get correct chunks, and the server m
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import signal
 import socket
@@ -451,12 +452,16 @@ def test_idle_tcp_peers_are_probed_by_keepalive(act_serve, srv):
         assert proc.wait(timeout=120) == 0, log.read_text()
 
 
-def test_queued_requests_of_a_closed_connection_are_dropped_unrun(act_serve, srv):
+def test_queued_requests_of_a_closed_connection_are_dropped_unrun(act_serve, srv, tmp_path):
     """A worker that pipelines requests and dies must not leave its queue to be computed ahead
-    of live clients: every request is either run (one batch each at --max-batch 1) or dropped."""
+    of live clients: every request is either run (one batch each at --max-batch 1) or dropped.
+    Every request is accounted for, in /metrics and in the audit log: answered (ok), dropped
+    unrun, or run after its connection closed (undelivered) - the last two used to have no audit
+    line, and the last was counted nowhere."""
     n = 200
+    audit = tmp_path / "audit.jsonl"
     proc, port, mport, log = _start(act_serve, srv.model, srv.dir, "--max-batch", 1, "--max-queue", n,
-                                    "--max-inflight", n)
+                                    "--max-inflight", n, "--audit-log", audit)
     try:
         s = socket.create_connection(("127.0.0.1", port), timeout=60)
         s.sendall(wire.hello())
@@ -478,6 +483,14 @@ def test_queued_requests_of_a_closed_connection_are_dropped_unrun(act_serve, srv
         got = _metric(mport, "act_serve_requests_total") - requests0   # the reset loses the unread rest
         assert dropped > 0 and ran + dropped == got >= n // 2, (ran, dropped, got)
         assert "queued requests of the closed connection dropped" in log.read_text()
+        results = _metric(mport, "act_serve_results_total")
+        undelivered = _metric(mport, "act_serve_undelivered_results_total")
+        assert results + undelivered == ran, (results, undelivered, ran)
+        lines = [json.loads(line) for line in audit.read_text().splitlines()]
+        status = [a["status"] for a in lines]
+        assert len(lines) == got and set(status) <= {"ok", "abandoned"}, (len(lines), got, set(status))
+        assert status.count("ok") == results and status.count("abandoned") == dropped + undelivered, status
+        assert all(a["peer"].startswith("127.0.0.1:") for a in lines), lines[-1]
         c = ActClient("127.0.0.1", port, timeout=30)
         np.testing.assert_allclose(c.predict(srv.q, srv.imgs), srv.want, **BATCH_TOL)
         c.close()
