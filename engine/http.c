@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -37,8 +38,8 @@ static void http_reply(act_http_conn *h, int status, const char *ctype, const ch
     const char *reason = status == 200 ? "OK" : status == 404 ? "Not Found" : status == 405 ? "Method Not Allowed"
                        : status == 503 ? "Service Unavailable" : "Bad Request";
     int n = snprintf(head, sizeof head,
-                     "HTTP/1.0 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
-                     status, reason, ctype, blen);
+                     "HTTP/1.0 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n",
+                     status, reason, ctype, blen, status == 405 ? "Allow: GET\r\n" : "");
     if (send(h->fd, head, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) == n && blen)
         send(h->fd, body, blen, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
@@ -50,20 +51,25 @@ static void http_respond(act_server *s, act_http_conn *h)
         http_reply(h, 400, "text/plain", "bad request\n", 12);
         return;
     }
-    char *q = strchr(path, '?');
+    char *q = strchr(path, '?'), *p = path;
     if (q) *q = 0;
+    /* the absolute form a proxy may send (RFC 7230 5.3.2): GET http://host:port/metrics */
+    if (!strncasecmp(p, "http://", 7) || !strncasecmp(p, "https://", 8)) {
+        p = strchr(p + (p[4] == ':' ? 7 : 8), '/');
+        if (!p) p = "/";
+    }
     if (strcmp(method, "GET") != 0) {
         http_reply(h, 405, "text/plain", "only GET\n", 9);
         return;
     }
-    if (strcmp(path, "/healthz") == 0) {
+    if (strcmp(p, "/healthz") == 0) {
         int draining = atomic_load(&s->draining), ready = atomic_load(&s->ready) && !draining;
         char why[256], body[300];
         int failing = act_metrics_failing(&s->metrics, why, sizeof why);
         if (failing) snprintf(body, sizeof body, "failing: %s\n", why);
         else snprintf(body, sizeof body, "%s", ready ? "ok\n" : draining ? "draining\n" : "loading\n");
         http_reply(h, ready && !failing ? 200 : 503, "text/plain", body, strlen(body));
-    } else if (strcmp(path, "/metrics") == 0) {
+    } else if (strcmp(p, "/metrics") == 0) {
         size_t len = 0;
         char *body = act_metrics_render(&s->metrics, atomic_load(&s->ready), atomic_load(&s->draining), &len);
         if (body) http_reply(h, 200, "text/plain; version=0.0.4", body, len);

@@ -547,6 +547,28 @@ def test_two_probes_arriving_together_are_both_answered_when_the_slots_are_full(
         time.sleep(0.05)
 
 
+def _http_raw(mport, request):
+    s = socket.create_connection(("127.0.0.1", mport), timeout=10)
+    s.sendall(request)
+    got = b""
+    while True:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        got += chunk
+    s.close()
+    return got
+
+
+def test_http_absolute_form_and_other_methods(srv):
+    """A proxy's absolute-form request line (RFC 7230 5.3.2) is served like the path alone; a
+    method other than GET gets 405 with the Allow header RFC 7231 asks for."""
+    got = _http_raw(srv.mport, f"GET http://127.0.0.1:{srv.mport}/healthz HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    assert got.startswith(b"HTTP/1.0 200") and got.endswith(b"ok\n"), got
+    got = _http_raw(srv.mport, b"HEAD /healthz HTTP/1.0\r\n\r\n")
+    assert got.startswith(b"HTTP/1.0 405") and b"\r\nAllow: GET\r\n" in got, got
+
+
 def test_oversized_http_request_gets_its_400(srv):
     s = socket.create_connection(("127.0.0.1", srv.mport), timeout=10)
     s.sendall(b"GET /metrics HTTP/1.0\r\nX-Pad: " + b"a" * 8000)   # no end of headers, > 4 KiB
