@@ -61,7 +61,9 @@ static int meta_float(const act_weights *w, const char *key, float def, double l
     char *end;
     errno = 0;
     double x = strtod(v, &end);
-    if (end == v || *end || errno || !isfinite(x))
+    /* a decimal number as the converter writes it: strtod also skips spaces and reads hex */
+    int decimal = (*v == '-' || *v == '.' || (*v >= '0' && *v <= '9')) && !strpbrk(v, "xX");
+    if (!decimal || end == v || *end || errno || !isfinite(x))
         return act_errf(err, errlen, "%s: metadata '%s=%s' is not a finite number", w->path, key, v);
     if (x < lo || x > hi)
         return act_errf(err, errlen, "%s: metadata '%s=%s' is out of range [%g, %g]", w->path, key, v, lo, hi);
@@ -379,6 +381,31 @@ static int bind_head(binder *b, act_model *m) {
     return (m->action_hi = bind(b, SHAPE(c->action_dim), "norm.action.%s", hi)) ? 0 : -1;
 }
 
+/* A file whose tensors do not fit its metadata, written by a tool that left keys out: the keys
+ * that shape the tensors and were left to their defaults are named, since the fault is more
+ * likely a missing key (vision.norm, norm.type, ...) than the tensor the binder stopped at. */
+static void name_defaulted_keys(const act_model *m, char *err, size_t errlen) {
+    const act_config *c = &m->cfg;
+    char keys[512] = "", one[96];
+    const struct { const char *key; const char *value; } opt[] = {
+        {"vision.norm", c->vision_norm == ACT_VISION_GROUPNORM ? "groupnorm" : "batchnorm"},
+        {"vision.separate_trunks", c->separate_trunks ? "1" : "0"},
+        {"vision.num_keypoints", NULL}, {"vision.output_dim", NULL},
+        {"vision.feature_height", NULL}, {"vision.feature_width", NULL},
+        {"norm.type", c->norm_type == ACT_NORM_MIN_MAX ? "min_max" : "mean_std"}};
+    const int ints[] = {0, 0, c->num_keypoints, c->vision_dim, c->feat_h, c->feat_w, 0};
+    for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++) {
+        if (act_meta_get(m->w, opt[i].key)) continue;
+        if (opt[i].value) snprintf(one, sizeof one, "%s%s=%s", keys[0] ? ", " : "", opt[i].key, opt[i].value);
+        else snprintf(one, sizeof one, "%s%s=%d", keys[0] ? ", " : "", opt[i].key, ints[i]);
+        strncat(keys, one, sizeof keys - strlen(keys) - 1);
+    }
+    size_t n = strlen(err);
+    if (keys[0] && n + 1 < errlen)
+        snprintf(err + n, errlen - n, "; the metadata leaves %s to their defaults (weights/FORMAT.md): a file whose "
+                 "tensors are made otherwise must say so", keys);
+}
+
 static int bind_all(act_model *m, char *err, size_t errlen) {
     binder b = {m->w, NULL, err, errlen};
     b.used = (unsigned char *)act_array_alloc((size_t)m->w->n_tensors, 1);
@@ -392,6 +419,7 @@ static int bind_all(act_model *m, char *err, size_t errlen) {
             rc = act_errf(err, errlen, "%s: unknown tensor '%s' (not used by an act_resnet model with this config)",
                           m->w->path, m->w->tensors[i].name);
     free(b.used);
+    if (rc) name_defaulted_keys(m, err, errlen);
     if (!rc)
         for (int i = 0; i < m->w->n_tensors; i++) m->cfg.n_params += m->w->tensors[i].numel;
     return rc;

@@ -161,6 +161,24 @@ static int cmp_kv(const void *a, const void *b) {
     return strcmp(((const act_meta_kv *)a)->key, ((const act_meta_kv *)b)->key);
 }
 
+/* n bytes of well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF) */
+static int utf8_ok(const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n;) {
+        unsigned c = p[i];
+        size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+        if (!len || i + len > n) return 0;
+        unsigned cp = len == 1 ? c : c & (0x7Fu >> len);
+        for (size_t k = 1; k < len; k++) {
+            if ((p[i + k] & 0xC0) != 0x80) return 0;
+            cp = cp << 6 | (p[i + k] & 0x3Fu);
+        }
+        static const unsigned min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+        i += len;
+    }
+    return 1;
+}
+
 static int parse_meta(const char *path, const unsigned char *text, size_t n, act_weights *w,
                       char *err, size_t errlen) {
     size_t lines = 0;
@@ -193,6 +211,8 @@ static int parse_meta(const char *path, const unsigned char *text, size_t n, act
             if ((unsigned char)*c < 0x20 && *c != '\t')
                 return act_errf(err, errlen, "%s: metadata line %zu: value has a control character 0x%02x",
                                 path, line + 1, (unsigned)(unsigned char)*c);
+        if (!utf8_ok((const unsigned char *)eq + 1, (size_t)(nl - eq - 1)))
+            return act_errf(err, errlen, "%s: metadata line %zu: value is not UTF-8", path, line + 1);
         *eq = 0;
         *nl = 0;
         kv[line].key = s;
@@ -232,8 +252,9 @@ static int parse_record(const char *path, int i, const unsigned char *r, uint64_
     size_t nlen = (size_t)(nul - r);
     if (nlen == 0) return act_errf(err, errlen, "%s: directory record %d: empty name", path, i);
     for (size_t c = 0; c < nlen; c++)
-        if (r[c] < 0x20 || r[c] > 0x7e)
-            return act_errf(err, errlen, "%s: directory record %d: name has a non-printable byte 0x%02x", path, i, r[c]);
+        if (r[c] < 0x21 || r[c] > 0x7e)   /* as actw.py's reader: no canonical name has a space */
+            return act_errf(err, errlen, "%s: directory record %d: name has a space or non-printable byte 0x%02x",
+                            path, i, r[c]);
     if (!all_zero(nul, ACTW_NAME_MAX - nlen))
         return act_errf(err, errlen, "%s: directory record %d: name is not NUL-padded", path, i);
     memcpy(t->name, r, nlen + 1);

@@ -100,13 +100,23 @@ def _fnv_block(b, h):
     return (h * pow(FNV_PRIME, n, 1 << 64) + int(np.dot(d, _POWERS[_BLOCK - n:]))) & _M64
 
 
+def _meta_entry_error(key, value):
+    """Why key=value is not a metadata line the C loader (engine/weights.c) takes, or None:
+    a key is printable ASCII without spaces or '=', a value has no control character but tab."""
+    if not key or "=" in key or not all("\x21" <= ch <= "\x7e" for ch in key):
+        return "a key is non-empty printable ASCII without spaces or '='"
+    if any(ch < " " and ch != "\t" for ch in value):
+        return "a value has no control character but tab (no newline, CR or NUL)"
+    return None
+
+
 def _format_meta(meta):
     lines = []
     for key, value in meta.items():
         key, value = str(key), str(value)
-        if not key or "=" in key or "\n" in key or "\n" in value:
-            raise ActwError(f"metadata entry {key!r}={value!r}: keys must be non-empty without "
-                            f"'=' or newline, values without newline")
+        why = _meta_entry_error(key, value)
+        if why:
+            raise ActwError(f"metadata entry {key!r}={value!r}: {why}")
         lines.append(f"{key}={value}\n")
     text = "".join(lines).encode("utf-8")
     if len(text) > MAX_META_BYTES:
@@ -279,6 +289,9 @@ def _parse_meta(path, text):
         key, sep, value = line.partition("=")
         if not sep or not key:
             raise ActwError(f"{path}: metadata line {i} {line!r} is not key=value")
+        why = _meta_entry_error(key, value)
+        if why:
+            raise ActwError(f"{path}: metadata line {i} {line!r}: {why}")
         if key in meta:
             raise ActwError(f"{path}: metadata key '{key}' appears twice")
         meta[key] = value

@@ -166,3 +166,62 @@ def test_an_atomic_replace_keeps_the_files_permissions_and_owner(tmp_path):
     assert path.read_bytes() == b"new model"
     assert stat.S_IMODE(st.st_mode) == 0o640 and (st.st_uid, st.st_gid) == owner, (oct(st.st_mode), st.st_uid, st.st_gid)
     assert [f.name for f in tmp_path.iterdir()] == ["m.actw"], "a temporary file was left behind"
+
+
+@pytest.mark.parametrize("model, drop, key", [
+    ("small_sep_gn.actw", "vision.norm", "vision.norm=batchnorm"),          # GroupNorm tensors
+    ("small_sep_gn.actw", "vision.separate_trunks", "vision.separate_trunks=0"),
+    ("small.actw", "vision.num_keypoints", "vision.num_keypoints=32"),
+])
+def test_a_file_whose_tensors_need_a_key_it_left_out_names_that_key(build_dir, act_infer, tmp_path, model, drop, key):
+    """A third-party writer that leaves an optional metadata key out gets its default (FORMAT.md
+    lists them); where the tensors do not fit that default, the loader used to name only the
+    tensor it stopped at ('unknown tensor vision.0.conv1.gn.w'), not the key that explains it."""
+    import subprocess
+    src = build_dir / "testdata" / model
+    if not src.exists():
+        pytest.skip(f"{src} not made (ctest's make_testdata)")
+    meta, tensors, _ = actw.read_actw(src)
+    meta = {k: v for k, v in meta.items() if k != drop}
+    out = tmp_path / "m.actw"
+    actw.write_actw(out, meta, tensors)
+    p = subprocess.run([str(act_infer), "info", "--model", str(out)], capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "leaves" in p.stderr and key in p.stderr, p.stderr
+
+
+def test_the_loader_and_actw_py_take_the_same_metadata_and_names(build_dir, act_infer, tmp_path):
+    """What FORMAT.md states, both readers enforce alike (a clean-room writer found them apart):
+    metadata values are UTF-8 (the C loader took 0xff), numbers are decimal (it read ' 1e-05'
+    and hex floats), tensor names have no space (it took 'a b'); actw.py's writer refuses keys
+    and values the C loader refuses (it wrote 'k v=' and CR without complaint)."""
+    import subprocess
+    src = build_dir / "testdata" / "small.actw"
+    if not src.exists():
+        pytest.skip(f"{src} not made (ctest's make_testdata)")
+    meta, tensors, _ = actw.read_actw(src)
+
+    def refused(name, meta_over=None, edit=None, words=""):
+        out = tmp_path / f"{name}.actw"
+        actw.write_actw(out, {**meta, **(meta_over or {})}, tensors)
+        if edit:
+            _rewrite(out, edit)
+        p = subprocess.run([str(act_infer), "info", "--model", str(out)], capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode != 0 and words in p.stderr, (name, p.stderr)
+        if edit:
+            with pytest.raises(actw.ActwError):
+                actw.read_actw(out)
+
+    def patch(old, new):
+        def edit(buf):
+            i = bytes(buf).index(old)
+            buf[i:i + len(new)] = new
+        return edit
+
+    refused("utf8", {"note": "XY"}, patch(b"note=XY", b"note=\xff\xfe"), "not UTF-8")
+    refused("space_float", {"head.kl_weight": " 10"}, None, "is not a finite number")
+    refused("hex_float", {"head.kl_weight": "0x1p3"}, None, "is not a finite number")
+    refused("name_space", None, patch(b"head.cls_embed\0", b"head.cls embed\0"), "space or non-printable")
+    for key, value in (("k v", "1"), ("k", "a\rb"), ("k", "a\0b")):
+        with pytest.raises(actw.ActwError):
+            actw.write_actw(tmp_path / "w.actw", {**meta, key: value}, tensors)
