@@ -284,10 +284,12 @@ int act_backend_cpu_create(act_precision prec, act_backend **out, char *err, siz
     be->ctx = ctx;
     be->precision = prec;
     int nt = act_pool_threads(ctx->pool);
+    /* with ACT_CPU_SPLIT_GEMM=0 the GEMMs run on OpenBLAS's own threads, not the pool's: said */
+    char gemm[48] = "";
+    int bt = act_cpu_gemm_split_on() || !act_cpu_blas_is_openblas() ? 0 : act_cpu_blas_threads_now();
+    if (bt > 0) snprintf(gemm, sizeof gemm, " on %d thread%s for its GEMMs", bt, bt == 1 ? "" : "s");
     snprintf(be->device_name, sizeof be->device_name, "cpu (fp32, %d thread%s, %s%s, own loops %s)",
-             nt, nt == 1 ? "" : "s", act_cpu_blas_init(),
-             act_cpu_gemm_split_on() || !act_cpu_blas_is_openblas() ? "" : " threading its GEMMs",
-             act_cpu_clone_name());
+             nt, nt == 1 ? "" : "s", act_cpu_blas_init(), gemm, act_cpu_clone_name());
     warn_address_limit(nt);
     const char *tm = getenv("ACT_CPU_TIMING_MODEL");
     if (tm && *tm) {

@@ -41,11 +41,14 @@ static int g_blas_asked;     /* its count came from OPENBLAS_/GOTO_/OMP_NUM_THRE
 /* OpenBLAS's threads off when the backend splits the products; another BLAS (no
  * openblas_set_num_threads) keeps its own threading */
 /* a thread count asked of OpenBLAS by name (it reads these three at start) */
+/* read as OpenBLAS reads them (atoi; 0, negative or not a number counts as unset): a value it
+ * ignores (OPENBLAS_NUM_THREADS=0, OMP_NUM_THREADS=abc) asked for nothing, so the cgroup quota
+ * still holds its default count down */
 static int blas_threads_asked(void) {
     static const char *const vars[] = {"OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
         const char *e = getenv(vars[i]);
-        if (e && *e) return 1;
+        if (e && atoi(e) > 0) return 1;
     }
     return 0;
 }
@@ -111,6 +114,11 @@ int act_cpu_gemm_split_on(void) {
 
 int act_cpu_blas_is_openblas(void) { return openblas_get_num_threads != NULL; }
 
+int act_cpu_blas_threads_now(void) {
+    act_cpu_blas_init();
+    return openblas_get_num_threads ? openblas_get_num_threads() : 0;
+}
+
 #else
 
 const char *act_cpu_blas_init(void) { return "built-in GEMM"; }
@@ -121,6 +129,7 @@ int act_cpu_gemm_split_on(void) {
     return g_split;
 }
 int act_cpu_blas_is_openblas(void) { return 0; }
+int act_cpu_blas_threads_now(void) { return 0; }
 
 enum { BLK_M = 64, BLK_N = 256, BLK_K = 256 };
 

@@ -74,6 +74,8 @@ void act_cpu_sgemm_split(act_pool *pool, int trans_b, int M, int N, int K, const
 int act_cpu_gemm_split_on(void);
 /* 1: the BLAS linked is OpenBLAS (its thread count is the backend's to set) */
 int act_cpu_blas_is_openblas(void);
+/* OpenBLAS's thread count now (after act_cpu_blas_init set it); 0: not OpenBLAS */
+int act_cpu_blas_threads_now(void);
 
 /* C[M][N] = A[M][K] * B[K][N] with A packed at load in panels of 8 rows (cpu_pgemm.c; M a
  * multiple of 8): A[i][k] at act_cpu_pgemm_pack_index(i, k, K). One thread. Only where
@@ -103,13 +105,8 @@ long act_cpu_spin_us(void);
 int act_cpu_conv_workspace(const act_model *m, size_t *col_elems, size_t *out_elems,
                            size_t *rows_elems, char *err, size_t errlen);
 
-/* a CPU path switch for A/B runs: on unless the environment variable `name` is "0" (a value
- * other than 0 or 1 is named on stderr, and the path stays on) */
-static inline int act_cpu_switch_on(const char *name) {
-    const char *e = getenv(name);
-    if (e && *e && strcmp(e, "0") && strcmp(e, "1")) act_env_ignored(name, e, "0 or 1");
-    return !(e && e[0] == '0' && e[1] == '\0');
-}
+/* a CPU path switch for A/B runs (act_env_switch_on, util.h) */
+static inline int act_cpu_switch_on(const char *name) { return act_env_switch_on(name); }
 
 /* ---- Winograd F(2x2,3x3) and F(4x4,3x3) for 3x3 stride-1 pad-1 convs (cpu_winograd.c) ---- */
 int act_cpu_wino_shape(const act_conv *c);         /* k 3, stride 1, pad 1 */

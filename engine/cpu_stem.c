@@ -149,7 +149,8 @@ int act_cpu_stem_conv(act_cpu_ctx *ctx, const act_conv *c, const float *x, int N
     int k = c->k, s = c->stride, p = c->pad;
     /* ACT_CPU_STEM_BLOCK=16|4 picks the block for tests, which run both on any machine */
     const char *blk = getenv("ACT_CPU_STEM_BLOCK");
-    if (blk && *blk && atoi(blk) != CB && atoi(blk) != CB_NARROW) {
+    _Static_assert(CB == 16 && CB_NARROW == 4, "the words ACT_CPU_STEM_BLOCK takes");
+    if (blk && *blk && strcmp(blk, "16") && strcmp(blk, "4")) {   /* exactly: '4x' ran as 4 unsaid */
         act_env_ignored("ACT_CPU_STEM_BLOCK", blk, "16 or 4");
         blk = NULL;
     }

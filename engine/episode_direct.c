@@ -10,6 +10,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "episode_direct.h"
 #include "episode_inflate.h"
+#include "util.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -18,10 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int act_ep_pread_on(void) {
-    const char *e = getenv("ACT_EPISODE_PREAD");
-    return !(e && !strcmp(e, "0"));
-}
+int act_ep_pread_on(void) { return act_env_switch_on("ACT_EPISODE_PREAD"); }   /* 'off' is named, not taken */
 
 size_t act_ep_pread(int fd, uint8_t *p, size_t n, uint64_t off) {
     size_t done = 0;

@@ -6,6 +6,7 @@
 
 #ifdef ACT_WITH_HDF5
 #include "episode_direct.h"   /* act_ep_pread */
+#include "util.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -202,10 +203,7 @@ static int tree_loops(const fctx *f, uint64_t a, int want, int nd, size_t *budge
 #endif /* ACT_EP_INDEX_WALK */
 
 /* ACT_EPISODE_INDEX=0, or ACT_EPISODE_PREAD=0 (every byte through HDF5): no table */
-static int off_env(void) {
-    const char *e = getenv("ACT_EPISODE_INDEX");
-    return (e && !strcmp(e, "0")) || !act_ep_pread_on();
-}
+static int off_env(void) { return !act_env_switch_on("ACT_EPISODE_INDEX") || !act_ep_pread_on(); }
 
 /* ACT_EPISODE_INDEX_SKEW=N (tests): N added to every address in the table once HDF5 has agreed
  * with it, so that every place it names is wrong by N bytes: what the open's frame checks

@@ -152,3 +152,9 @@ size_t act_find_nonfinite(const float *x, size_t n) {
         if (!isfinite(x[i])) return i;
     return n;
 }
+
+int act_env_switch_on(const char *name) {
+    const char *e = getenv(name);
+    if (e && *e && strcmp(e, "0") && strcmp(e, "1")) act_env_ignored(name, e, "0 or 1");
+    return !(e && e[0] == '0' && e[1] == '\0');
+}

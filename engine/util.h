@@ -1,7 +1,7 @@
 /* util.h - small helpers every engine file may use.
  * defines: act_errf, act_array_alloc, act_aligned_alloc, act_aligned_free, act_mul_ok,
  *          act_page_size, act_page_alloc, act_env_ignored, act_now, act_catch_signals,
- *          act_find_nonfinite
+ *          act_find_nonfinite, act_env_switch_on
  * The library never exits: helpers report failure by return value, and act_errf formats the
  * message the caller hands back to the user (and returns -1 so `return act_errf(...)` reads
  * as "fail with this message"). */
@@ -57,6 +57,10 @@ double act_now(void);
  * stderr, once per variable per process, naming what it expects and that the default runs, so
  * that a figure is never labelled with a setting that had no effect. Any thread. */
 void act_env_ignored(const char *name, const char *value, const char *expect);
+
+/* A path switch for A/B runs: on unless the environment variable `name` is "0"; any other value
+ * than 0 or 1 is named on stderr (act_env_ignored) and the path stays on. */
+int act_env_switch_on(const char *name);
 
 /* The tools' signal handling: handler (with sigaction flags, nothing masked) for each of the n
  * signals in sigs, except one ignored at start (nohup's SIGHUP, a background job's SIGINT),

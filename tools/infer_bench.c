@@ -565,7 +565,7 @@ extern char **environ;
  * BLAS: what an A/B run flips. OpenBLAS takes its thread count (the CPU backend's default
  * ACT_CPU_THREADS) from GOTO_NUM_THREADS or OMP_NUM_THREADS too, not only OPENBLAS_NUM_THREADS. */
 static int is_switch(const char *kv) {
-    static const char *const prefix[] = {"ACT_CUDA_", "ACT_CPU_", "ACT_POOL_", "ACT_EMU_",
+    static const char *const prefix[] = {"ACT_CUDA_", "ACT_CPU_", "ACT_POOL_", "ACT_EMU_", "ACT_COPY_",
                                          "OPENBLAS_", "GOTO_NUM_THREADS=", "OMP_NUM_THREADS="};
     if (!strchr(kv, '=')) return 0;
     for (size_t i = 0; i < sizeof prefix / sizeof *prefix; i++)

@@ -149,18 +149,20 @@ def test_bench_generated_inputs_and_defaults(act_infer, small_model, tmp_path):
 def test_bench_names_the_switches_it_ran_with(act_infer, small_model, tmp_path):
     """The engine switches set in the environment (ACT_CUDA_*, ACT_CPU_*, ...) change what a step
     runs: the table's env line and the JSON's "switches" name them, and say so when none is set."""
-    prefixes = ("ACT_CUDA_", "ACT_CPU_", "ACT_POOL_", "ACT_EMU_", "OPENBLAS_", "OMP_NUM_THREADS",
+    prefixes = ("ACT_CUDA_", "ACT_CPU_", "ACT_POOL_", "ACT_EMU_", "ACT_COPY_", "OPENBLAS_", "OMP_NUM_THREADS",
                 "GOTO_NUM_THREADS")
     clean = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
     for extra, want in (({}, {}), ({"ACT_CPU_PACKED_GEMM": "1", "ACT_NOT_A_SWITCH": "x"},
-                                   {"ACT_CPU_PACKED_GEMM": "1"})):
+                                   {"ACT_CPU_PACKED_GEMM": "1"}),
+                        # act_run's frame copy threads run inside the timed step: named too
+                        ({"ACT_COPY_THREADS": "1"}, {"ACT_COPY_THREADS": "1"})):
         out = tmp_path / "sw.json"
         p = _run([act_infer, "bench", "--model", small_model.model, "--device", "cpu", "--iters", 1,
                   "--warmup", 0, "--profile-iters", 0, "--json", out], env=dict(clean, **extra))
         assert p.returncode == 0, p.stderr
         assert json.loads(out.read_text())["switches"] == want
         line = next(ln for ln in p.stdout.splitlines() if ln.startswith("env "))
-        assert line.split()[1:] == (["ACT_CPU_PACKED_GEMM=1"] if want else
+        assert line.split()[1:] == ([f"{k}={v}" for k, v in want.items()] if want else
                                     ["no", "engine", "switches", "set", "(the", "defaults)"]), line
 
 
@@ -168,7 +170,7 @@ def test_bench_says_which_switch_values_it_ignored(act_infer, small_model, tmp_p
     """A switch set to a value the engine does not take runs the default: stderr says so, once
     per variable, so the env line is never read as a setting that had an effect."""
     bad = {"ACT_CPU_WINO_TILE": "3", "ACT_CPU_THREADS": "abc", "ACT_CPU_STEM": "off", "ACT_POOL_SPIN_US": "-5",
-           "ACT_CPU_WINO_GROUP": "99"}
+           "ACT_CPU_WINO_GROUP": "99", "ACT_CPU_STEM_BLOCK": "4x"}
     p = _run([act_infer, "bench", "--model", small_model.model, "--device", "cpu", "--batch", "1,2", "--iters", 2,
               "--warmup", 1, "--profile-iters", 1], env=dict(os.environ, **bad))
     assert p.returncode == 0, p.stderr
@@ -510,3 +512,15 @@ def test_compare_budget_counts_the_models_preparation(act_infer, small_model, re
     r = json.loads(out.read_text())
     assert [p["status"] for p in r["peers"]] == ["skipped (--budget-s 12 spent)"] * 2, r["peers"]
     assert rc == 1   # act-infer found no time left either: not a pass
+
+
+def test_the_device_line_says_openblas_threads_the_gemms_under_split_gemm_0(act_infer, small_model):
+    """ACT_CPU_SPLIT_GEMM=0 hands the GEMMs to OpenBLAS's own threads: the device line says how
+    many (it said 'threading its GEMMs' with one thread, and its pool's count read as the GEMMs')."""
+    p = _run([act_infer, "bench", "--model", small_model.model, "--device", "cpu", "--iters", 1, "--warmup", 0,
+              "--profile-iters", 0], env=dict(os.environ, ACT_CPU_SPLIT_GEMM="0", OPENBLAS_NUM_THREADS="1"))
+    assert p.returncode == 0, p.stderr
+    line = next(ln for ln in p.stdout.splitlines() if ln.startswith("device"))
+    if "OpenBLAS" not in line:
+        pytest.skip(f"not linked against OpenBLAS: {line}")
+    assert "OpenBLAS" in line and "on 1 thread for its GEMMs" in line, line

@@ -641,3 +641,12 @@ def test_plots_are_written_per_episode(setup, act_infer, repo_root, tmp_path):
         png = plots / f"{stem}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert (plots / "predictions" / f"{stem}.npy").exists()
+
+
+def test_reader_switches_name_a_value_they_do_not_take(setup, act_infer, tmp_path):
+    """ACT_EPISODE_PREAD / ACT_EPISODE_INDEX take 0 or 1 like the engine's other switches: 'off'
+    used to run the default unsaid, so an A/B comparison compared the default with itself."""
+    for var in ("ACT_EPISODE_PREAD", "ACT_EPISODE_INDEX"):
+        p = run(act_infer, "eval", "--model", setup["actw"], "--episodes", setup["eps"] / "episode_1.hdf5",
+                "--device", "cpu", env_extra={var: "off"}, check_rc=0)
+        assert f"ignoring {var}='off' (expected 0 or 1)" in p.stderr, p.stderr
