@@ -204,6 +204,12 @@ static void render_hist(sbuf *b, const char *name, const char *help, const act_h
               (unsigned long long)h->total, name, h->sum, name, (unsigned long long)h->total);
 }
 
+/* one counter: its HELP and TYPE lines and its value */
+static void counter(sbuf *b, const char *name, const char *help, uint64_t v)
+{
+    sb_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, (unsigned long long)v);
+}
+
 char *act_metrics_render(act_metrics *m, int ready, int draining, size_t *len)
 {
     sbuf b = { malloc(4096), 0, 4096, 0 };
@@ -219,31 +225,21 @@ char *act_metrics_render(act_metrics *m, int ready, int draining, size_t *len)
                   "# TYPE act_serve_draining gauge\nact_serve_draining %d\n", draining);
     sb_printf(&b, "# HELP act_serve_failing 1 after a forward pass failed, until one succeeds\n"
                   "# TYPE act_serve_failing gauge\nact_serve_failing %d\n", m->failing);
-    sb_printf(&b, "# HELP act_serve_requests_total PREDICT frames received\n"
-                  "# TYPE act_serve_requests_total counter\nact_serve_requests_total %llu\n",
-              (unsigned long long)m->requests);
-    sb_printf(&b, "# HELP act_serve_results_total RESULT replies sent\n"
-                  "# TYPE act_serve_results_total counter\nact_serve_results_total %llu\n",
-              (unsigned long long)m->results);
-    sb_printf(&b, "# HELP act_serve_batches_total forward passes run\n"
-                  "# TYPE act_serve_batches_total counter\nact_serve_batches_total %llu\n",
-              (unsigned long long)m->batches);
-    sb_printf(&b, "# HELP act_serve_padded_rows_total rows computed past the requests, a batch padded up to "
-                  "the next size the server runs (--batch-sizes)\n"
-                  "# TYPE act_serve_padded_rows_total counter\nact_serve_padded_rows_total %llu\n",
-              (unsigned long long)m->padded_rows);
-    sb_printf(&b, "# HELP act_serve_abandoned_requests_total requests dropped unrun: their connection "
-                  "closed while they waited for a batch\n"
-                  "# TYPE act_serve_abandoned_requests_total counter\nact_serve_abandoned_requests_total %llu\n",
-              (unsigned long long)m->abandoned);
-    sb_printf(&b, "# HELP act_serve_undelivered_results_total requests run whose connection closed before "
-                  "the reply: their results dropped\n"
-                  "# TYPE act_serve_undelivered_results_total counter\nact_serve_undelivered_results_total %llu\n",
-              (unsigned long long)m->undelivered);
-    sb_printf(&b, "# HELP act_serve_audit_lines_lost_total --audit-log lines that could not be written (a "
-                  "full disk); the log holds whole lines only\n"
-                  "# TYPE act_serve_audit_lines_lost_total counter\nact_serve_audit_lines_lost_total %llu\n",
-              (unsigned long long)m->audit_lost);
+    counter(&b, "act_serve_requests_total", "PREDICT frames received", m->requests);
+    counter(&b, "act_serve_results_total", "RESULT replies sent", m->results);
+    counter(&b, "act_serve_batches_total", "forward passes run", m->batches);
+    counter(&b, "act_serve_padded_rows_total", "rows computed past the requests, a batch padded up to "
+                "the next size the server runs (--batch-sizes)",
+            m->padded_rows);
+    counter(&b, "act_serve_abandoned_requests_total", "requests dropped unrun: their connection "
+                "closed while they waited for a batch",
+            m->abandoned);
+    counter(&b, "act_serve_undelivered_results_total", "requests run whose connection closed before "
+                "the reply: their results dropped",
+            m->undelivered);
+    counter(&b, "act_serve_audit_lines_lost_total", "--audit-log lines that could not be written (a "
+                "full disk); the log holds whole lines only",
+            m->audit_lost);
     sb_printf(&b, "# HELP act_serve_errors_total ERROR replies and refused frames, by code\n"
                   "# TYPE act_serve_errors_total counter\n");
     for (int c = 1; c < ACT_METRICS_MAX_CODES; c++)
@@ -255,12 +251,9 @@ char *act_metrics_render(act_metrics *m, int ready, int draining, size_t *len)
               (long long)m->conns_open);
     sb_printf(&b, "# HELP act_serve_io_threads threads receiving and answering clients (--io-threads)\n"
                   "# TYPE act_serve_io_threads gauge\nact_serve_io_threads %d\n", m->io_threads);
-    sb_printf(&b, "# HELP act_serve_connections_total client connections accepted\n"
-                  "# TYPE act_serve_connections_total counter\nact_serve_connections_total %llu\n",
-              (unsigned long long)m->conns_total);
-    sb_printf(&b, "# HELP act_serve_connections_dropped_total connections closed for bad frames or unread replies\n"
-                  "# TYPE act_serve_connections_dropped_total counter\nact_serve_connections_dropped_total %llu\n",
-              (unsigned long long)m->conns_dropped);
+    counter(&b, "act_serve_connections_total", "client connections accepted", m->conns_total);
+    counter(&b, "act_serve_connections_dropped_total", "connections closed for bad frames or unread replies",
+            m->conns_dropped);
     static const char *const refused_why[ACT_REFUSED_N] = { "max_clients", "draining", "no_fds" };
     sb_printf(&b, "# HELP act_serve_connections_refused_total connections refused at accept (max clients, draining, "
                   "out of file descriptors)\n# TYPE act_serve_connections_refused_total counter\n");

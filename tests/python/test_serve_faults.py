@@ -516,6 +516,18 @@ def test_silent_connections_cannot_starve_healthz(srv):
             s.close()
 
 
+def _read_to_eof(sock):
+    """Everything the server sends until it closes; the socket is closed after."""
+    got = b""
+    while True:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        got += chunk
+    sock.close()
+    return got
+
+
 def test_two_probes_arriving_together_are_both_answered_when_the_slots_are_full(srv):
     """32 connections that sent a byte and hold (a slow scraper, a slowloris) fill the metrics
     port's slots; a load balancer's check and a Prometheus scrape then arrive together. The
@@ -533,13 +545,7 @@ def test_two_probes_arriving_together_are_both_answered_when_the_slots_are_full(
             for p in probes:
                 p.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
             for i, p in enumerate(probes):
-                got = b""
-                while True:
-                    chunk = p.recv(4096)
-                    if not chunk:
-                        break
-                    got += chunk
-                p.close()
+                got = _read_to_eof(p)
                 assert got.startswith(b"HTTP/1.0 200"), (i, got)
         finally:
             for h in held:
@@ -550,14 +556,7 @@ def test_two_probes_arriving_together_are_both_answered_when_the_slots_are_full(
 def _http_raw(mport, request):
     s = socket.create_connection(("127.0.0.1", mport), timeout=10)
     s.sendall(request)
-    got = b""
-    while True:
-        chunk = s.recv(4096)
-        if not chunk:
-            break
-        got += chunk
-    s.close()
-    return got
+    return _read_to_eof(s)
 
 
 def test_http_absolute_form_and_other_methods(srv):
@@ -572,14 +571,8 @@ def test_http_absolute_form_and_other_methods(srv):
 def test_oversized_http_request_gets_its_400(srv):
     s = socket.create_connection(("127.0.0.1", srv.mport), timeout=10)
     s.sendall(b"GET /metrics HTTP/1.0\r\nX-Pad: " + b"a" * 8000)   # no end of headers, > 4 KiB
-    got = b""
-    while True:
-        chunk = s.recv(4096)   # a reset here (unread bytes at close) would lose the answer
-        if not chunk:
-            break
-        got += chunk
+    got = _read_to_eof(s)   # a reset here (unread bytes at close) would lose the answer
     assert got.startswith(b"HTTP/1.0 400"), got
-    s.close()
     assert _healthz(srv.mport)[0] == 200
 
 
