@@ -268,51 +268,80 @@ static int layout_v4(const uint8_t *msg, long n, const act_ep_index *ix, size_t 
     return 1;
 }
 
+/* What the walk needs of the file: its address and length sizes, its user block (HDF5's base
+ * for addresses), the B-tree's K, and the dataset's object header address. 0, or -1. */
+typedef struct { size_t sa, ss; hsize_t ub; unsigned ik; uint64_t addr; } file_geom;
+static int geom_of(hid_t file, hid_t ds, file_geom *g) {
+    hid_t fcpl = H5Fget_create_plist(file);
+    H5O_info_t oi;
+    memset(g, 0, sizeof *g);
+    int bad = fcpl < 0 || H5Pget_sizes(fcpl, &g->sa, &g->ss) < 0 || (g->sa != 4 && g->sa != 8) ||
+              (g->ss != 4 && g->ss != 8) || H5Pget_userblock(fcpl, &g->ub) < 0 ||
+              H5Pget_istore_k(fcpl, &g->ik) < 0 || g->ik < 1 || H5Oget_info2(ds, &oi, H5O_INFO_BASIC) < 0;
+    if (fcpl >= 0) H5Pclose(fcpl);
+    g->addr = bad ? 0 : (uint64_t)oi.addr;
+    return bad ? -1 : 0;
+}
+
+/* The layout message's B-tree root, from base b (0: the user block's end, 1: the file's start):
+ * with *f set, 1 and *root when it is a version 3 chunked layout of the chunk shape cd (rank
+ * dims, then the element's size), 0 when it is one whose tree is empty (no chunk written), -1
+ * when it is not (*v4 set when it is a version 4 chunked layout, given ix). */
+static int layout_root(const file_geom *g, int b, int fd, uint64_t file_size, int rank, const hsize_t *cd,
+                       size_t elem, const act_ep_index *ix, fctx *f, uint64_t *root, int *v4) {
+    uint64_t base = b ? 0 : (uint64_t)g->ub;
+    if (base > file_size) return -1;
+    *f = (fctx){fd, file_size, base, (int)g->sa, (int)g->ss};
+    uint8_t msg[256];
+    long n = find_layout(f, g->addr, msg, sizeof msg);
+    int nd = rank + 1;
+    if (v4 && ix && n >= 5 && msg[0] == 4 && msg[1] == 2 && !*v4) *v4 = layout_v4(msg, n, ix, elem);
+    if (n < 3 + (long)g->sa + 4L * nd || msg[0] != 3 || msg[1] != 2 || msg[2] != nd) return -1;
+    for (int d = 0; d < nd; d++)
+        if (le(msg + 3 + g->sa + 4 * (size_t)d, 4) != (d < rank ? (uint64_t)cd[d] : (uint64_t)elem)) return -1;
+    *root = le(msg + 3, (int)g->sa);
+    return !undef(*root, (int)g->sa);
+}
+
+/* 1 when ds's version 1 B-tree has a node pointing back up the tree (tree_loops), from either
+ * base. Run before anything asks HDF5 to walk that index, whatever the table then does (turned
+ * off, too many cells, a walk that fails): HDF5 1.10 would recurse until its stack overflows. */
+static int chunk_tree_loops(hid_t file, hid_t ds, hid_t dcpl, hid_t type, int fd, uint64_t file_size, int rank) {
+    hsize_t cd[32];
+    file_geom g;
+    if (fd < 0 || rank < 1 || rank > 31 || H5Pget_layout(dcpl) != H5D_CHUNKED || H5Pget_chunk(dcpl, 32, cd) != rank ||
+        geom_of(file, ds, &g) != 0)
+        return 0;
+    for (int b = 0; b < (g.ub ? 2 : 1); b++) {
+        fctx f;
+        uint64_t root;
+        size_t budget = MAX_LOOP_NODES;
+        if (layout_root(&g, b, fd, file_size, rank, cd, H5Tget_size(type), NULL, &f, &root, NULL) == 1 &&
+            tree_loops(&f, root, -1, rank + 1, &budget) == 1)
+            return 1;
+    }
+    return 0;
+}
+
 /* 1.10: the layout message found from the object header's address, the B-tree walked, from the
  * user block's end (HDF5's base) or, failing that, the file's start; 1 when HDF5 agrees. A layout
- * message of version 4 (whose indexes the walk does not read) sets *v4, a child node at its
- * parent's level or above in the tree the layout message names *loops. */
+ * message of version 4 (whose indexes the walk does not read) sets *v4. */
 static int fill_walk(hid_t file, hid_t ds, hid_t space, hid_t type, const hsize_t *dims, int fd,
-                     uint64_t file_size, act_ep_index *ix, int *v4, int *loops) {
-    hid_t fcpl = H5Fget_create_plist(file);
-    hsize_t ub = 0;
-    size_t sa = 0, ss = 0;
-    unsigned ik = 0;
-    H5O_info_t oi;
+                     uint64_t file_size, act_ep_index *ix, int *v4) {
+    file_geom g;
     int ok = 0, rank = ix->rank;
-    if (fcpl < 0 || H5Pget_sizes(fcpl, &sa, &ss) < 0 || (sa != 4 && sa != 8) || (ss != 4 && ss != 8) ||
-        H5Pget_userblock(fcpl, &ub) < 0 || H5Pget_istore_k(fcpl, &ik) < 0 || ik < 1 ||
-        H5Oget_info2(ds, &oi, H5O_INFO_BASIC) < 0) {
-        if (fcpl >= 0) H5Pclose(fcpl);
-        return 0;
-    }
-    H5Pclose(fcpl);
-    uint64_t bases[2] = {(uint64_t)ub, 0};
-    for (int b = 0; b < (ub ? 2 : 1) && !ok; b++) {
-        if (bases[b] > file_size) continue;
-        fctx f = {fd, file_size, bases[b], (int)sa, (int)ss};
-        uint8_t msg[256];
-        long n = find_layout(&f, (uint64_t)oi.addr, msg, sizeof msg);
-        int nd = rank + 1;
-        if (n >= 5 && msg[0] == 4 && msg[1] == 2 && !*v4) *v4 = layout_v4(msg, n, ix, H5Tget_size(type));
-        if (n < 3 + (long)sa + 4L * nd || msg[0] != 3 || msg[1] != 2 || msg[2] != nd) continue;
-        int same = 1;
-        for (int d = 0; d < nd; d++) {
-            uint64_t v = le(msg + 3 + sa + 4 * (size_t)d, 4);
-            same &= d < rank ? v == ix->cd[d] : v == H5Tget_size(type);
-        }
-        if (!same) continue;
-        uint64_t root = le(msg + 3, (int)sa);
-        walk_ctx w = {&f, nd, {0}, ix, 0, 0, ix->n + 64, 2 * (size_t)ik, 0, 0};
+    if (geom_of(file, ds, &g) != 0) return 0;
+    for (int b = 0; b < (g.ub ? 2 : 1) && !ok; b++) {
+        fctx f;
+        uint64_t root = 0;
+        int has = layout_root(&g, b, fd, file_size, rank, ix->cd, H5Tget_size(type), ix, &f, &root, v4);
+        if (has < 0) continue;   /* not a layout the walk reads, from this base */
+        walk_ctx w = {&f, rank + 1, {0}, ix, 0, 0, ix->n + 64, 2 * (size_t)g.ik, 0, 0};
         memcpy(w.dims, dims, sizeof(hsize_t) * (size_t)rank);
         clear_cells(ix);
-        if (!undef(root, (int)sa) && walk(&w, root, -1) != 0) {
-            size_t budget = MAX_LOOP_NODES;
-            *loops |= tree_loops(&f, root, -1, nd, &budget) == 1;
-            continue;
-        }
+        if (has == 1 && walk(&w, root, -1) != 0) continue;
         if (!hdf5_agrees(ds, space, ix, w.records, w.bytes)) continue;
-        ix->base = bases[b];
+        ix->base = g.ub && b == 0 ? (uint64_t)g.ub : 0;
         ok = 1;
     }
     return ok;
@@ -406,11 +435,16 @@ static int fill_iter(hid_t file, hid_t ds, hid_t space, const hsize_t *dims, int
 
 int act_ep_index_build(hid_t file, hid_t ds, int fd, uint64_t file_size, act_ep_index *ix) {
     memset(ix, 0, sizeof *ix);
-    if (fd < 0 || off_env()) return 0;
     int ok = 0, v4 = 0, loops = 0;
     hid_t dcpl = H5Dget_create_plist(ds), space = H5Dget_space(ds), type = H5Dget_type(ds);
     hsize_t dims[8];
     int rank = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;
+#if ACT_EP_INDEX_WALK
+    /* first, and whatever follows: the table may be off (ACT_EPISODE_INDEX=0), or too large to
+     * keep, yet HDF5 still walks this tree (H5Dget_storage_size), so a loop must be seen here */
+    if (dcpl >= 0 && type >= 0) loops = chunk_tree_loops(file, ds, dcpl, type, fd, file_size, rank);
+#endif
+    if (loops || fd < 0 || off_env()) goto out;
     if (dcpl < 0 || space < 0 || type < 0 || rank < 1 || rank > 7 || H5Pget_layout(dcpl) != H5D_CHUNKED ||
         H5Pget_chunk(dcpl, 8, ix->cd) != rank || H5Sget_simple_extent_dims(space, dims, NULL) != rank)
         goto out;
@@ -425,7 +459,7 @@ int act_ep_index_build(hid_t file, hid_t ds, int fd, uint64_t file_size, act_ep_
     ix->n = (size_t)cells;
     if (!(ix->rec = malloc(ix->n * sizeof *ix->rec))) goto out;
 #if ACT_EP_INDEX_WALK
-    ok = fill_walk(file, ds, space, type, dims, fd, file_size, ix, &v4, &loops);
+    ok = fill_walk(file, ds, space, type, dims, fd, file_size, ix, &v4);
 #else
     ok = fill_iter(file, ds, space, dims, fd, file_size, ix);
 #endif

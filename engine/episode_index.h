@@ -59,7 +59,8 @@ typedef struct act_ep_index {
                           * lookups walk those at ~0.1-0.2 us a chunk, so episode_check.c and
                           * episode.c ask it no chunk's place by coordinates (unfiltered chunks
                           * have no stored size there: each is one chunk's bytes by format) */
-    int loops;           /* no table: the walk (1.10) met a child node at its parent's level or
+    int loops;           /* no table: the loop check (1.10; run on every chunked dataset first,
+                          * the table on or off) met a child node at its parent's level or
                           * above. HDF5 1.10 recurses by each node's own level, so a node that
                           * points back up the tree sends every call that walks the index
                           * (H5Dget_storage_size, H5Dread) into endless recursion: a stack
