@@ -4,7 +4,7 @@
  * Every I/O thread writes here. A line is formatted whole and written with one write(2) under
  * a lock, so lines never interleave, and a write that fails part way (a full disk, a file size
  * limit) is cut back off: the file holds whole lines only, the line is lost, counted
- * (act_serve_audit_lines_lost_total) and said on stderr once per run of failures. A log that
+ * (act_serve_audit_lines_lost_total) and said on stderr (verbose or not) once per run of failures. A log that
  * was moved or removed (logrotate without copytruncate) is reopened at its path, checked at most
  * once a second, so rotation needs no restart. */
 #define _GNU_SOURCE
@@ -43,7 +43,7 @@ void act_audit_close(act_server *s)
 }
 
 /* the path names another file than the one open, or none: a rotation moved it away */
-static void reopen_if_moved(act_server *s, act_audit *a)
+static void reopen_if_moved(act_audit *a)
 {
     double now = act_now();
     if (now - a->checked < AUDIT_RECHECK_S) return;
@@ -53,14 +53,17 @@ static void reopen_if_moved(act_server *s, act_audit *a)
         at_path.st_ino == open_one.st_ino)
         return;
     int fd = open(a->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        act_serve_log(s, "audit log: '%s' was moved or removed and cannot be made again (%s): writing on to "
-                      "the file still open", a->path, strerror(errno));
+    if (fd < 0) {   /* said once, not every second */
+        if (!a->reopen_failed)
+            act_serve_say("audit log: '%s' was moved or removed and cannot be made again (%s): writing on to "
+                          "the file still open", a->path, strerror(errno));
+        a->reopen_failed = 1;
         return;
     }
+    a->reopen_failed = 0;
     close(a->fd);
     a->fd = fd;
-    act_serve_log(s, "audit log: '%s' was moved or removed: reopened", a->path);
+    act_serve_say("audit log: '%s' was moved or removed: reopened", a->path);
 }
 
 void act_audit_line(act_server *s, const char *peer, const char *client, uint64_t id, const char *status,
@@ -90,7 +93,7 @@ void act_audit_line(act_server *s, const char *peer, const char *client, uint64_
     if (len <= 0 || (size_t)len >= sizeof line || line[len - 1] != '\n') return;   /* cannot happen: bounded */
 
     pthread_mutex_lock(&a->mu);
-    reopen_if_moved(s, a);
+    reopen_if_moved(a);
     off_t before = lseek(a->fd, 0, SEEK_END);
     ssize_t w = write(a->fd, line, (size_t)len);
     int e = errno;
@@ -100,13 +103,13 @@ void act_audit_line(act_server *s, const char *peer, const char *client, uint64_
         w += w2 > 0 ? w2 : 0;
     }
     if (w == (ssize_t)len) {
-        if (a->failing) act_serve_log(s, "audit log: writing again after %llu lost line(s)", (unsigned long long)a->failing);
+        if (a->failing) act_serve_say("audit log: writing again after %llu lost line(s)", (unsigned long long)a->failing);
         a->failing = 0;
     } else {
         if (w > 0 && before >= 0 && ftruncate(a->fd, before) != 0)   /* no half line stays */
-            act_serve_log(s, "audit log: cannot cut off a partial line: %s", strerror(errno));
+            act_serve_say("audit log: cannot cut off a partial line: %s", strerror(errno));
         if (!a->failing)
-            act_serve_log(s, "audit log: cannot write to '%s' (%s): lines are lost until it can "
+            act_serve_say("audit log: cannot write to '%s' (%s): lines are lost until it can "
                           "(act_serve_audit_lines_lost_total)", a->path, e ? strerror(e) : "a short write");
         a->failing++;
         act_metrics_audit_lost(&s->metrics);

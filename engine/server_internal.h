@@ -71,6 +71,7 @@ typedef struct act_audit {         /* --audit-log */
     int mu_ok;
     double checked;                /* when the path was last compared with the file open */
     unsigned long long failing;    /* lines lost since the last one written */
+    int reopen_failed;             /* the path could not be made again (said once) */
     char path[512];
 } act_audit;
 
