@@ -225,21 +225,20 @@ char *act_metrics_render(act_metrics *m, int ready, int draining, size_t *len)
                   "# TYPE act_serve_draining gauge\nact_serve_draining %d\n", draining);
     sb_printf(&b, "# HELP act_serve_failing 1 after a forward pass failed, until one succeeds\n"
                   "# TYPE act_serve_failing gauge\nact_serve_failing %d\n", m->failing);
-    counter(&b, "act_serve_requests_total", "PREDICT frames received", m->requests);
-    counter(&b, "act_serve_results_total", "RESULT replies sent", m->results);
-    counter(&b, "act_serve_batches_total", "forward passes run", m->batches);
-    counter(&b, "act_serve_padded_rows_total", "rows computed past the requests, a batch padded up to "
-                "the next size the server runs (--batch-sizes)",
-            m->padded_rows);
-    counter(&b, "act_serve_abandoned_requests_total", "requests dropped unrun: their connection "
-                "closed while they waited for a batch",
-            m->abandoned);
-    counter(&b, "act_serve_undelivered_results_total", "requests run whose connection closed before "
-                "the reply: their results dropped",
-            m->undelivered);
-    counter(&b, "act_serve_audit_lines_lost_total", "--audit-log lines that could not be written (a "
-                "full disk); the log holds whole lines only",
-            m->audit_lost);
+    const struct { const char *name, *help; uint64_t v; } counters[] = {
+        {"act_serve_requests_total", "PREDICT frames received", m->requests},
+        {"act_serve_results_total", "RESULT replies sent", m->results},
+        {"act_serve_batches_total", "forward passes run", m->batches},
+        {"act_serve_padded_rows_total", "rows computed past the requests, a batch padded up to the next size the "
+         "server runs (--batch-sizes)", m->padded_rows},
+        {"act_serve_abandoned_requests_total", "requests dropped unrun: their connection closed while they waited "
+         "for a batch", m->abandoned},
+        {"act_serve_undelivered_results_total", "requests run whose connection closed before the reply: their "
+         "results dropped", m->undelivered},
+        {"act_serve_audit_lines_lost_total", "--audit-log lines that could not be written (a full disk); the log "
+         "holds whole lines only", m->audit_lost}};
+    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
+        counter(&b, counters[i].name, counters[i].help, counters[i].v);
     sb_printf(&b, "# HELP act_serve_errors_total ERROR replies and refused frames, by code\n"
                   "# TYPE act_serve_errors_total counter\n");
     for (int c = 1; c < ACT_METRICS_MAX_CODES; c++)
