@@ -536,14 +536,16 @@ def main(argv=None) -> int:
     a.peer_device = a.device if a.peer_device == "same" else a.peer_device
     peer_cuda = a.peer_device == "cuda"
 
+    def once(flag, items):
+        twice = sorted({x for x in items if items.count(x) > 1})
+        if twice:
+            ap.error(f"{flag} lists {','.join(map(str, twice))} more than once (--rounds repeats the runs)")
+
     def sizes(flag, text, allow_empty=False):
         parts = text.split(",") if text else []
         if (not parts and not allow_empty) or not all(p.isdigit() and 1 <= int(p) <= 65536 for p in parts):
             ap.error(f"{flag} must be comma-separated batch sizes in 1..65536, got '{text}'")
-        # a size twice would be two runs compared with one (the first) of ours
-        twice = sorted({int(p) for p in parts if [int(q) for q in parts].count(int(p)) > 1})
-        if twice:
-            ap.error(f"{flag} lists {','.join(map(str, twice))} more than once (--rounds repeats the runs)")
+        once(flag, [int(p) for p in parts])   # a size twice: two runs compared with one (the first) of ours
         return [int(p) for p in parts]
 
     a.batches = sizes("--batch", a.batch or ("1,256" if cuda else "1"))
@@ -551,9 +553,7 @@ def main(argv=None) -> int:
     a.precisions = (a.precision or ("fp32,bf16" if cuda else "fp32")).split(",")
     a.iters = a.iters if a.iters is not None else (100 if cuda else 10)
     a.warmup = a.warmup if a.warmup is not None else (10 if cuda else 2)
-    twice = sorted({p for p in a.precisions if a.precisions.count(p) > 1})
-    if twice:   # pooled as rounds of one and every row printed twice
-        ap.error(f"--precision lists {','.join(twice)} more than once (--rounds repeats the runs)")
+    once("--precision", a.precisions)   # a precision twice: pooled as rounds of one, every row printed twice
     bad = [p for p in a.precisions if p not in TOLERANCE] + [p for p in a.peers.split(",") if p not in PEERS]
     if bad:
         ap.error(f"unknown --precision/--peers entries: {','.join(bad)} (precisions {','.join(TOLERANCE)}; "

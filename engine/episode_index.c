@@ -306,17 +306,15 @@ static int layout_root(const file_geom *g, int b, int fd, uint64_t file_size, in
 /* 1 when ds's version 1 B-tree has a node pointing back up the tree (tree_loops), from either
  * base. Run before anything asks HDF5 to walk that index, whatever the table then does (turned
  * off, too many cells, a walk that fails): HDF5 1.10 would recurse until its stack overflows. */
-static int chunk_tree_loops(hid_t file, hid_t ds, hid_t dcpl, hid_t type, int fd, uint64_t file_size, int rank) {
+static int chunk_tree_loops(const file_geom *g, hid_t dcpl, hid_t type, int fd, uint64_t file_size, int rank) {
     hsize_t cd[32];
-    file_geom g;
-    if (fd < 0 || rank < 1 || rank > 31 || H5Pget_layout(dcpl) != H5D_CHUNKED || H5Pget_chunk(dcpl, 32, cd) != rank ||
-        geom_of(file, ds, &g) != 0)
+    if (fd < 0 || rank < 1 || rank > 31 || H5Pget_layout(dcpl) != H5D_CHUNKED || H5Pget_chunk(dcpl, 32, cd) != rank)
         return 0;
-    for (int b = 0; b < (g.ub ? 2 : 1); b++) {
+    for (int b = 0; b < (g->ub ? 2 : 1); b++) {
         fctx f;
         uint64_t root;
         size_t budget = MAX_LOOP_NODES;
-        if (layout_root(&g, b, fd, file_size, rank, cd, H5Tget_size(type), NULL, &f, &root, NULL) == 1 &&
+        if (layout_root(g, b, fd, file_size, rank, cd, H5Tget_size(type), NULL, &f, &root, NULL) == 1 &&
             tree_loops(&f, root, -1, rank + 1, &budget) == 1)
             return 1;
     }
@@ -326,22 +324,20 @@ static int chunk_tree_loops(hid_t file, hid_t ds, hid_t dcpl, hid_t type, int fd
 /* 1.10: the layout message found from the object header's address, the B-tree walked, from the
  * user block's end (HDF5's base) or, failing that, the file's start; 1 when HDF5 agrees. A layout
  * message of version 4 (whose indexes the walk does not read) sets *v4. */
-static int fill_walk(hid_t file, hid_t ds, hid_t space, hid_t type, const hsize_t *dims, int fd,
+static int fill_walk(const file_geom *g, hid_t ds, hid_t space, hid_t type, const hsize_t *dims, int fd,
                      uint64_t file_size, act_ep_index *ix, int *v4) {
-    file_geom g;
     int ok = 0, rank = ix->rank;
-    if (geom_of(file, ds, &g) != 0) return 0;
-    for (int b = 0; b < (g.ub ? 2 : 1) && !ok; b++) {
+    for (int b = 0; b < (g->ub ? 2 : 1) && !ok; b++) {
         fctx f;
         uint64_t root = 0;
-        int has = layout_root(&g, b, fd, file_size, rank, ix->cd, H5Tget_size(type), ix, &f, &root, v4);
+        int has = layout_root(g, b, fd, file_size, rank, ix->cd, H5Tget_size(type), ix, &f, &root, v4);
         if (has < 0) continue;   /* not a layout the walk reads, from this base */
-        walk_ctx w = {&f, rank + 1, {0}, ix, 0, 0, ix->n + 64, 2 * (size_t)g.ik, 0, 0};
+        walk_ctx w = {&f, rank + 1, {0}, ix, 0, 0, ix->n + 64, 2 * (size_t)g->ik, 0, 0};
         memcpy(w.dims, dims, sizeof(hsize_t) * (size_t)rank);
         clear_cells(ix);
         if (has == 1 && walk(&w, root, -1) != 0) continue;
         if (!hdf5_agrees(ds, space, ix, w.records, w.bytes)) continue;
-        ix->base = g.ub && b == 0 ? (uint64_t)g.ub : 0;
+        ix->base = f.base;
         ok = 1;
     }
     return ok;
@@ -442,7 +438,9 @@ int act_ep_index_build(hid_t file, hid_t ds, int fd, uint64_t file_size, act_ep_
 #if ACT_EP_INDEX_WALK
     /* first, and whatever follows: the table may be off (ACT_EPISODE_INDEX=0), or too large to
      * keep, yet HDF5 still walks this tree (H5Dget_storage_size), so a loop must be seen here */
-    if (dcpl >= 0 && type >= 0) loops = chunk_tree_loops(file, ds, dcpl, type, fd, file_size, rank);
+    file_geom g;
+    int have_geom = geom_of(file, ds, &g) == 0;
+    if (have_geom && dcpl >= 0 && type >= 0) loops = chunk_tree_loops(&g, dcpl, type, fd, file_size, rank);
 #endif
     if (loops || fd < 0 || off_env()) goto out;
     if (dcpl < 0 || space < 0 || type < 0 || rank < 1 || rank > 7 || H5Pget_layout(dcpl) != H5D_CHUNKED ||
@@ -459,7 +457,7 @@ int act_ep_index_build(hid_t file, hid_t ds, int fd, uint64_t file_size, act_ep_
     ix->n = (size_t)cells;
     if (!(ix->rec = malloc(ix->n * sizeof *ix->rec))) goto out;
 #if ACT_EP_INDEX_WALK
-    ok = fill_walk(file, ds, space, type, dims, fd, file_size, ix, &v4);
+    ok = have_geom && fill_walk(&g, ds, space, type, dims, fd, file_size, ix, &v4);
 #else
     ok = fill_iter(file, ds, space, dims, fd, file_size, ix);
 #endif

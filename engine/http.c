@@ -51,7 +51,8 @@ static void http_respond(act_server *s, act_http_conn *h)
         http_reply(h, 400, "text/plain", "bad request\n", 12);
         return;
     }
-    char *q = strchr(path, '?'), *p = path;
+    char *q = strchr(path, '?');
+    const char *p = path;
     if (q) *q = 0;
     /* the absolute form a proxy may send (RFC 7230 5.3.2): GET http://host:port/metrics */
     if (!strncasecmp(p, "http://", 7) || !strncasecmp(p, "https://", 8)) {

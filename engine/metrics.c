@@ -129,26 +129,17 @@ int act_metrics_failing(act_metrics *m, char *why, size_t whylen)
     return f;
 }
 
-void act_metrics_abandoned(act_metrics *m, int n)
+/* counter += n, under the lock (any thread) */
+static void count(act_metrics *m, uint64_t *counter, uint64_t n)
 {
     pthread_mutex_lock(&m->mu);
-    m->abandoned += (uint64_t)n;
+    *counter += n;
     pthread_mutex_unlock(&m->mu);
 }
 
-void act_metrics_undelivered(act_metrics *m)
-{
-    pthread_mutex_lock(&m->mu);
-    m->undelivered++;
-    pthread_mutex_unlock(&m->mu);
-}
-
-void act_metrics_audit_lost(act_metrics *m)
-{
-    pthread_mutex_lock(&m->mu);
-    m->audit_lost++;
-    pthread_mutex_unlock(&m->mu);
-}
+void act_metrics_abandoned(act_metrics *m, int n) { count(m, &m->abandoned, (uint64_t)n); }
+void act_metrics_undelivered(act_metrics *m) { count(m, &m->undelivered, 1); }
+void act_metrics_audit_lost(act_metrics *m) { count(m, &m->audit_lost, 1); }
 
 void act_metrics_inflight(act_metrics *m, int delta)
 {

@@ -387,17 +387,16 @@ static int bind_head(binder *b, act_model *m) {
 static void name_defaulted_keys(const act_model *m, char *err, size_t errlen) {
     const act_config *c = &m->cfg;
     char keys[512] = "", one[96];
-    const struct { const char *key; const char *value; } opt[] = {
-        {"vision.norm", c->vision_norm == ACT_VISION_GROUPNORM ? "groupnorm" : "batchnorm"},
-        {"vision.separate_trunks", c->separate_trunks ? "1" : "0"},
-        {"vision.num_keypoints", NULL}, {"vision.output_dim", NULL},
-        {"vision.feature_height", NULL}, {"vision.feature_width", NULL},
-        {"norm.type", c->norm_type == ACT_NORM_MIN_MAX ? "min_max" : "mean_std"}};
-    const int ints[] = {0, 0, c->num_keypoints, c->vision_dim, c->feat_h, c->feat_w, 0};
+    const struct { const char *key; const char *word; int num; } opt[] = {   /* word, else num */
+        {"vision.norm", c->vision_norm == ACT_VISION_GROUPNORM ? "groupnorm" : "batchnorm", 0},
+        {"vision.separate_trunks", NULL, c->separate_trunks},
+        {"vision.num_keypoints", NULL, c->num_keypoints}, {"vision.output_dim", NULL, c->vision_dim},
+        {"vision.feature_height", NULL, c->feat_h}, {"vision.feature_width", NULL, c->feat_w},
+        {"norm.type", c->norm_type == ACT_NORM_MIN_MAX ? "min_max" : "mean_std", 0}};
     for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++) {
         if (act_meta_get(m->w, opt[i].key)) continue;
-        if (opt[i].value) snprintf(one, sizeof one, "%s%s=%s", keys[0] ? ", " : "", opt[i].key, opt[i].value);
-        else snprintf(one, sizeof one, "%s%s=%d", keys[0] ? ", " : "", opt[i].key, ints[i]);
+        if (opt[i].word) snprintf(one, sizeof one, "%s%s=%s", keys[0] ? ", " : "", opt[i].key, opt[i].word);
+        else snprintf(one, sizeof one, "%s%s=%d", keys[0] ? ", " : "", opt[i].key, opt[i].num);
         strncat(keys, one, sizeof keys - strlen(keys) - 1);
     }
     size_t n = strlen(err);

@@ -27,8 +27,7 @@ int act_audit_open(act_server *s, const char *path, char *err, size_t errlen)
     snprintf(a->path, sizeof a->path, "%s", path);
     a->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (a->fd < 0) return act_errf(err, errlen, "act-serve: cannot open audit log '%s': %s", path, strerror(errno));
-    pthread_mutex_init(&a->mu, NULL);
-    a->mu_ok = 1;
+    pthread_mutex_init(&a->mu, NULL);   /* made when the log opens: fd >= 0 says both */
     a->checked = act_now();
     return 0;
 }
@@ -36,10 +35,10 @@ int act_audit_open(act_server *s, const char *path, char *err, size_t errlen)
 void act_audit_close(act_server *s)
 {
     act_audit *a = &s->audit;
-    if (a->fd >= 0) close(a->fd);
+    if (a->fd < 0) return;
+    close(a->fd);
     a->fd = -1;
-    if (a->mu_ok) pthread_mutex_destroy(&a->mu);
-    a->mu_ok = 0;
+    pthread_mutex_destroy(&a->mu);
 }
 
 /* the path names another file than the one open, or none: a rotation moved it away */

@@ -66,9 +66,8 @@ typedef struct act_req {
 } act_req;
 
 typedef struct act_audit {         /* --audit-log */
-    int fd;                        /* -1: no log */
+    int fd;                        /* -1: no log (and mu not made) */
     pthread_mutex_t mu;            /* one line at a time, from every I/O thread */
-    int mu_ok;
     double checked;                /* when the path was last compared with the file open */
     unsigned long long failing;    /* lines lost since the last one written */
     int reopen_failed;             /* the path could not be made again (said once) */

@@ -199,14 +199,15 @@ int infer_run_batch(infer_ctx *ctx, const act_ep_batch *b, int posterior, infer_
     if (!rc && in.batch > 0 && in.batch <= ctx->batch && ctx->ran[in.batch] < 255)
         ctx->n_ran += !ctx->ran[in.batch]++;
     if (rc) return rc;
-    /* a chunk of NaN is no prediction: scored, it turned every overall metric into null with exit 0 */
+    /* a chunk of NaN is no prediction: scored, it turned every overall metric into null with exit 0.
+     * Row by row, so the error names the timestep */
     char why[ACT_ERR_LEN];
-    if (act_outputs_check(ctx->session, &o, 0, b->n, why, sizeof why) == 0) return 0;
-    int bad_row = 0;   /* which timestep: the first row whose outputs are not finite */
-    while (bad_row < b->n - 1 && act_outputs_check(ctx->session, &o, bad_row, 1, NULL, 0) == 0) bad_row++;
-    act_outputs_check(ctx->session, &o, bad_row, 1, why, sizeof why);
-    snprintf(err, errlen, "timestep %d: %s", b->t0 + bad_row, why);
-    return -1;
+    for (int r = 0; r < b->n; r++)
+        if (act_outputs_check(ctx->session, &o, r, 1, why, sizeof why)) {
+            snprintf(err, errlen, "timestep %d: %s", b->t0 + r, why);
+            return -1;
+        }
+    return 0;
 }
 
 int infer_output_writable(const char *cmd, const char *flag, const char *path) {
