@@ -62,6 +62,10 @@ struct act_backend {
      * maxpool and spatial_softmax tensor): 0 NCHW, 1 NHWC. Only code that reads or writes such a
      * tensor from the host (the op harness) needs it; the forward pass never looks inside them. */
     int feature_nhwc;
+    /* channels of the preprocess output and of the stem conv's input: 3, or on an NHWC backend 4
+     * or 8 with the ones past 3 zero (CUDA's ACT_CUDA_STEM_CHANNELS); the forward pass sizes the
+     * image buffer by it, and the stem's conv2d takes that many input channels */
+    int image_channels;
     /* 1: begin_capture records steps as graphs that graph_replay relaunches (CUDA, unless
      * ACT_CUDA_GRAPHS=0); 0: every step runs eagerly, whatever the session asked for */
     int graphs;

@@ -281,6 +281,7 @@ int act_backend_cpu_create(act_precision prec, act_backend **out, char *err, siz
     ctx->pool = act_pool_create(act_cpu_threads());   /* NULL runs every loop inline */
     act_pool_set_spin_us(ctx->pool, act_cpu_spin_us());
     be->name = "cpu";
+    be->image_channels = 3;
     be->ctx = ctx;
     be->precision = prec;
     int nt = act_pool_threads(ctx->pool);

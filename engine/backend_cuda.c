@@ -146,6 +146,13 @@ typedef struct {
     int gelu_tanh;                  /* GELU linears may use cuBLASLt's tanh-form epilogue
                                      * (decided with ACT_CUDA_GELU's check at create) */
     int nhwc;                       /* feature maps NHWC, conv filters KRSC (else NCHW / KCRS) */
+    /* ACT_CUDA_STEM_CHANNELS (NHWC only): the image and the stem conv's input carry stem_c
+     * channels, the ones past 3 zero, and each trunk's stem filter is a KRSC copy of stem_c
+     * channels in stem_w (filter i of stem_idx[i]); 3: none of that */
+    int stem_c;
+    void *stem_w;
+    int stem_idx[ACT_MAX_CAMS], n_stem;
+    size_t stem_elems;              /* per filter */
     widen_job **jobs;               /* widen jobs captured into graphs, freed at destroy */
     int n_jobs, cap_jobs;
     cudaEvent_t ev[MAX_MARKS];
@@ -334,7 +341,8 @@ static int filters_to_krsc(act_backend *be, const act_model *m) {
         if (v->k == 1) continue;
         float *src = c->wf32 + v->w->offset;
         void *dst = c->wdt == ACT_DT_F32 ? (void *)tmp : (char *)c->wlow + v->w->offset * 2;
-        rc = act_k_conv_weight_nhwc(src, dst, c->wdt, v->cout, v->cin, v->k, c->st, err, errlen);
+        rc = act_k_conv_weight_nhwc(src, dst, c->wdt, v->cout, v->cin, v->cin, v->k, c->st, err,
+                                    errlen);
         if (!rc && c->wdt == ACT_DT_F32) {
             cudaError_t e = cudaMemcpyAsync(src, tmp, (size_t)v->w->numel * 4,
                                             cudaMemcpyDeviceToDevice, c->st);
@@ -375,6 +383,41 @@ static void mark_low_only(const act_model *m, unsigned char *low) {
         low[d->cross_attn.qkv.w->index] = low[d->cross_attn.out.w->index] = 1;
         low[d->ff1.w->index] = low[d->ff2.w->index] = 1;
     }
+}
+
+/* ACT_CUDA_STEM_CHANNELS: every trunk's stem filter [cout][3][k][k] as KRSC with stem_c
+ * channels, the ones past 3 zero, in stem_w (the activation dtype), one after another */
+static int stem_filters(act_backend *be, const act_model *m) {
+    cuda_ctx *c = CTX(be);
+    BE_ERR;
+    const act_conv *st = &m->trunks[0].conv1;
+    c->stem_elems = (size_t)st->cout * st->k * st->k * c->stem_c;
+    size_t esz = c->wdt == ACT_DT_F32 ? 4 : 2, bytes = (size_t)m->n_trunks * c->stem_elems * esz;
+    KCHECK(cudaMalloc(&c->stem_w, bytes));
+    c->bytes += bytes;
+    for (int t = 0; t < m->n_trunks; t++) {
+        const act_conv *v = &m->trunks[t].conv1;
+        if (v->cin != 3 || (size_t)v->cout * v->k * v->k * c->stem_c != c->stem_elems) {
+            snprintf(be->err, sizeof be->err, "ACT_CUDA_STEM_CHANNELS: trunk %d's stem '%s' is "
+                     "%d -> %d channels %dx%d, unlike trunk 0's 3 -> %d %dx%d", t, v->w->name,
+                     v->cin, v->cout, v->k, v->k, st->cout, st->k, st->k);
+            return -1;
+        }
+        c->stem_idx[t] = v->w->index;
+        if (act_k_conv_weight_nhwc(c->wf32 + v->w->offset, (char *)c->stem_w + t * c->stem_elems * esz,
+                                   c->wdt, v->cout, 3, c->stem_c, v->k, c->st, err, errlen))
+            return -1;
+    }
+    c->n_stem = m->n_trunks;
+    return 0;
+}
+
+/* the padded stem filter of cv, or NULL when cv is no stem (or the stem is not padded) */
+static const void *stem_filter(const cuda_ctx *c, const act_conv *cv) {
+    for (int i = 0; i < c->n_stem; i++)
+        if (c->stem_idx[i] == cv->w->index)
+            return (const char *)c->stem_w + i * c->stem_elems * (c->wdt == ACT_DT_F32 ? 4 : 2);
+    return NULL;
 }
 
 /* bf16/fp16: keep in fp32 only the tensors read in fp32 (see mark_low_only), packed into a new
@@ -438,6 +481,7 @@ static int cu_load_weights(act_backend *be, const act_model *m) {
         if (act_k_convert(c->wlow, c->wdt, c->wf32, ACT_DT_F32, w->blob_elems, c->st, err, errlen))
             return -1;
     }
+    if (c->stem_c > 3 && stem_filters(be, m)) return -1;   /* from the untouched KCRS blob */
     if (c->nhwc && filters_to_krsc(be, m)) return -1;
     if (c->wdt != ACT_DT_F32 && compact_f32(be, m)) return -1;
     KCHECK(cudaStreamSynchronize(c->st));
@@ -771,7 +815,7 @@ static int cu_preprocess(act_backend *be, act_buf frames, int B, int hi, int wi,
         left = (int)nearbyint((rw - wo) / 2.0);
     }
     TRY(act_k_preprocess((const unsigned char *)frames.p, B, hi, wi, rh, rw, top, left, ho, wo,
-                         cfg->imagenet_norm, CTX(be)->nhwc, out.p, out.dt, ks, nside,
+                         cfg->imagenet_norm, CTX(be)->nhwc, CTX(be)->stem_c, out.p, out.dt, ks, nside,
                          CTX(be)->st, KE));
     return 0;
 }
@@ -916,6 +960,15 @@ static int cu_conv2d(act_backend *be, const act_conv *cv, act_buf x, int N, int 
         return fail(be);
     }
     const void *w = wlow(be, cv->w->offset);
+    /* a padded stem (ACT_CUDA_STEM_CHANNELS): its input has stem_c channels, so has its filter */
+    act_conv padded;
+    const void *ws = stem_filter(c, cv);
+    if (ws) {
+        padded = *cv;
+        padded.cin = c->stem_c;
+        cv = &padded;
+        w = ws;
+    }
     /* a residual that is y itself is accumulated by cuDNN (beta = 1) */
     int res_in_y = residual.p && residual.p == y.p;
     conv_entry *e;
@@ -1362,6 +1415,7 @@ static void cu_destroy(act_backend *be) {
         free(c->jobs);
         if (c->scratch) cudaFree(c->scratch);
         if (c->wf32) cudaFree(c->wf32);
+        if (c->stem_w) cudaFree(c->stem_w);
         free(c->f32_off);
         if (c->wlow) cudaFree(c->wlow);
         if (c->conv_ws) cudaFree(c->conv_ws);
@@ -1572,6 +1626,18 @@ int act_cuda_plugin_create(int device, act_precision prec, act_backend **out, ch
     c->gemm_measure = !(galgo && !strcmp(galgo, "heuristic"));
     c->nhwc = lay && *lay ? !strcmp(lay, "nhwc") : c->adt != ACT_DT_F32;
     be->feature_nhwc = c->nhwc;
+    /* the stem's input padded from 3 channels to 4 or 8 (zeros), NHWC only: a shape cuDNN's
+     * tensor-core kernels may take as it is, where 3 channels may make it pad or transform the
+     * image inside every call (the device check's stem-ab weighs it); NCHW keeps 3 */
+    const char *stem = getenv("ACT_CUDA_STEM_CHANNELS");
+    if (stem && *stem && strcmp(stem, "3") && strcmp(stem, "4") && strcmp(stem, "8")) {
+        snprintf(err, errlen, "cuda backend: ACT_CUDA_STEM_CHANNELS=%s: expected 3, 4 or 8", stem);
+        free(c);
+        free(be);
+        return -1;
+    }
+    c->stem_c = stem && *stem && c->nhwc ? atoi(stem) : 3;
+    be->image_channels = c->stem_c;
     /* per-camera upload/trunk pipelining from this batch on: below it the transfer is too short
      * to hide behind a trunk and the extra per-camera launches cost more than it saves; and
      * attention + output projection + residual + LayerNorm as one kernel up to this many rows

@@ -168,7 +168,7 @@ int act_fwd_create(act_backend *be, const act_model *m, int max_batch, act_fwd *
 
     /* vision */
     ALLOC(f->frames, NI * fsz, ACT_DT_U8);
-    ALLOC(f->img, NI * 3 * f->g.in_h * f->g.in_w, ACT_DT_ACT);
+    ALLOC(f->img, NI * be->image_channels * f->g.in_h * f->g.in_w, ACT_DT_ACT);
     ALLOC(f->c1, NI * f->g.c1_elems, ACT_DT_ACT);
     for (int i = 0; i < 4; i++) ALLOC(f->lay[i], NI * f->g.layer_elems, ACT_DT_ACT);
     if (gn)
@@ -432,7 +432,7 @@ static int step_ops(act_fwd *f, int B, int mode, char *err, size_t errlen) {
     int ncam = c->num_cams, NB = ncam * B, E = c->hidden_dim, H = c->pred_horizon;
     int A = c->action_dim, L = c->latent_dim, Lm = 2 + ncam;
     size_t fsz = (size_t)c->image_h * c->image_w * 3;
-    size_t imsz = (size_t)3 * f->g.in_h * f->g.in_w;
+    size_t imsz = (size_t)be->image_channels * f->g.in_h * f->g.in_w;
     int Bd = decoded_rows(B, mode), zoff = prior ? B : 0;
 
     /* at large batches camera c+1's frames cross PCIe while the trunk runs on camera c */

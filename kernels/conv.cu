@@ -257,22 +257,26 @@ int act_k_conv_direct(const void *x, const void *w, int dt, int nhwc, int N, int
     return 0;
 }
 
-static __global__ void weight_nhwc_kernel(const float *w, void *dst, int ddt, int K, int C,
+static __global__ void weight_nhwc_kernel(const float *w, void *dst, int ddt, int K, int C, int Cs,
                                           int kk) {
-    size_t n = (size_t)K * C * kk;                     /* kk = k * k taps */
+    size_t n = (size_t)K * Cs * kk;                    /* kk = k * k taps; Cs >= C stored */
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        int c = (int)(i % C), tap = (int)((i / C) % kk);
-        size_t ko = i / ((size_t)C * kk);
-        kst(dst, ddt, i, w[(ko * C + c) * kk + tap]);
+        int c = (int)(i % Cs), tap = (int)((i / Cs) % kk);
+        size_t ko = i / ((size_t)Cs * kk);
+        kst(dst, ddt, i, c < C ? w[(ko * C + c) * kk + tap] : 0.0f);
     }
 }
 
-int act_k_conv_weight_nhwc(const float *w, void *dst, int ddt, int K, int C, int k,
+int act_k_conv_weight_nhwc(const float *w, void *dst, int ddt, int K, int C, int Cs, int k,
                            cudaStream_t st, char *err, size_t errlen) {
-    size_t n = (size_t)K * C * k * k;
+    if (Cs < C) {
+        snprintf(err, errlen, "conv filter to KRSC: %d stored channels for %d", Cs, C);
+        return -1;
+    }
+    size_t n = (size_t)K * Cs * k * k;
     if (n == 0) return 0;
-    weight_nhwc_kernel<<<act_grid(n), 256, 0, st>>>(w, dst, ddt, K, C, k * k);
+    weight_nhwc_kernel<<<act_grid(n), 256, 0, st>>>(w, dst, ddt, K, C, Cs, k * k);
     KLAUNCH(weight_nhwc_kernel);
     return 0;
 }

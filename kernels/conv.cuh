@@ -63,9 +63,10 @@ size_t act_k_conv_ws(const act_conv_plan *p);
 int act_k_conv_direct(const void *x, const void *w, int dt, int nhwc, int N, int cin, int H, int W,
                       int cout, int k, int stride, int pad, const float *bias, const void *res,
                       int rdt, int epi, void *y, cudaStream_t st, char *err, size_t errlen);
-/* KCRS filter w [K][C][k][k] (F32) -> KRSC [K][k][k][C] in dtype ddt (dst must not alias w):
- * the NHWC filter layout, made once at weight load */
-int act_k_conv_weight_nhwc(const float *w, void *dst, int ddt, int K, int C, int k,
+/* KCRS filter w [K][C][k][k] (F32) -> KRSC [K][k][k][Cs] in dtype ddt (dst must not alias w):
+ * the NHWC filter layout, made once at weight load. Cs >= C channels are stored, the ones past
+ * C zero (the stem's input padded to 4 or 8 channels, ACT_CUDA_STEM_CHANNELS) */
+int act_k_conv_weight_nhwc(const float *w, void *dst, int ddt, int K, int C, int Cs, int k,
                            cudaStream_t st, char *err, size_t errlen);
 void act_k_conv_plan_free(act_conv_plan *p);
 

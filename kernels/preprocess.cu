@@ -1,4 +1,4 @@
-/* preprocess.cu - one thread per output pixel (its three channels).
+/* preprocess.cu - one thread per output pixel (its three channels, and any padding).
  * The arithmetic follows PyTorch's CPU upsample_bilinear2d (align_corners=False) on the float
  * image: scale = in/out in float, src = scale*(dst+0.5)-0.5 clamped at 0, taps x0 and
  * x0+1 (clamped to the edge), weights l1 = src - x0, l0 = 1 - l1, combined as
@@ -6,7 +6,9 @@
  * Resize, crop and normalization happen in one pass: the crop only offsets the output window,
  * so the resized image is never materialized. Reads are 3-byte HWC gathers; at 256x256x3 per
  * camera the kernel is far from any bandwidth limit, so no shared-memory staging. The output is
- * NCHW, or NHWC when nhwc is set (the feature-map layout the backend chose).
+ * NCHW, or NHWC when nhwc is set (the feature-map layout the backend chose), where each pixel
+ * may carry 1 or 5 zero channels after its three (ACT_CUDA_STEM_CHANNELS: the stem conv's input
+ * padded to 4 or 8 channels, a shape cuDNN's tensor-core kernels take as it is).
  * gather brings frames that lie in the clients' page-locked host memory (one block column per
  * frame) into one dense device buffer first; preprocess then reads that as it reads an upload.
  * The threads past the image's elements normalize the side jobs (the step's qpos and actions),
@@ -32,7 +34,7 @@ static __device__ __forceinline__ void norm_side_elem(const act_k_norm_side &q, 
 
 static __global__ void preprocess_kernel(const unsigned char *frames, int B, int hi, int wi,
                                          int rh, int rw, int top, int left, int ho, int wo,
-                                         int imagenet, int nhwc, void *out, int odt,
+                                         int imagenet, int nhwc, int cs, void *out, int odt,
                                          norm_sides side, size_t total) {
     /* n output pixels, then total - n side elements */
     size_t hw = (size_t)ho * wo, n = (size_t)B * hw;
@@ -63,15 +65,21 @@ static __global__ void preprocess_kernel(const unsigned char *frames, int B, int
                 float sd = c == 0 ? 0.229f : (c == 1 ? 0.224f : 0.225f);
                 v = (v - mean) / sd;
             }
-            kst(out, odt, nhwc ? i * 3 + c : (b * 3 + c) * hw + q, v);
+            kst(out, odt, nhwc ? i * cs + c : (b * 3 + c) * hw + q, v);
         }
+        for (int c = 3; c < cs; c++) kst(out, odt, i * cs + c, 0.0f);   /* the stem's padding */
     }
 }
 
 int act_k_preprocess(const unsigned char *frames, int B, int hi, int wi, int rh, int rw, int top,
-                     int left, int ho, int wo, int imagenet, int nhwc, void *out, int odt,
+                     int left, int ho, int wo, int imagenet, int nhwc, int cs, void *out, int odt,
                      const act_k_norm_side *side, int nside, cudaStream_t st, char *err,
                      size_t errlen) {
+    if (nhwc ? cs != 3 && cs != 4 && cs != 8 : cs != 3) {
+        snprintf(err, errlen, "preprocess: %d image channels in %s (3%s)", cs,
+                 nhwc ? "NHWC" : "NCHW", nhwc ? ", 4 or 8" : " only");
+        return -1;
+    }
     if (nside < 0 || nside > ACT_K_NORM_SIDES) {
         snprintf(err, errlen, "preprocess: %d side normalizations (at most %d)", nside,
                  ACT_K_NORM_SIDES);
@@ -87,7 +95,7 @@ int act_k_preprocess(const unsigned char *frames, int B, int hi, int wi, int rh,
         }
     if (n == 0) return 0;
     preprocess_kernel<<<act_grid(n), 256, 0, st>>>(
-        frames, B, hi, wi, rh, rw, top, left, ho, wo, imagenet, nhwc, out, odt, ns, n);
+        frames, B, hi, wi, rh, rw, top, left, ho, wo, imagenet, nhwc, cs, out, odt, ns, n);
     KLAUNCH(preprocess_kernel);
     return 0;
 }

@@ -21,11 +21,12 @@ typedef struct {
 /* frames u8 [B][hi][wi][3] -> /255 -> bilinear resize to rh x rw (half-pixel centers, no
  * antialias) -> window [top, top+ho) x [left, left+wo) of the resized image (the center crop;
  * top = left = 0 and ho, wo = rh, rw without crop) -> optional ImageNet mean/std ->
- * out [B][3][ho][wo] (NCHW; nhwc: [B][ho][wo][3]), dtype odt; and the nside (at most
+ * out [B][3][ho][wo] (NCHW; nhwc: [B][ho][wo][cs], cs 3, 4 or 8, the channels past 3 zero:
+ * the stem's input padded, ACT_CUDA_STEM_CHANNELS), dtype odt; and the nside (at most
  * ACT_K_NORM_SIDES) normalizations of side, by the same grid (the step's qpos and actions: a
  * launch fewer each). */
 int act_k_preprocess(const unsigned char *frames, int B, int hi, int wi, int rh, int rw, int top,
-                     int left, int ho, int wo, int imagenet, int nhwc, void *out, int odt,
+                     int left, int ho, int wo, int imagenet, int nhwc, int cs, void *out, int odt,
                      const act_k_norm_side *side, int nside, cudaStream_t st, char *err,
                      size_t errlen);
 

@@ -186,20 +186,33 @@ typedef struct {
     act_dtype dt;
 } input;
 
-typedef struct { int c; size_t hw; } fmap;   /* a feature map [n / (c * hw)][c][hw]; c 0: not one */
+/* a feature map [n / (c * hw)][c][hw]; c 0: not one. image: the preprocess output or the stem
+ * conv's input, stored with be->image_channels channels on an NHWC backend */
+typedef struct { int c; size_t hw; int image; } fmap;
 
-/* [N][C][HW] <-> [N][HW][C] on the host; to_nhwc 0 undoes it */
-static float *relayout(const float *src, size_t n, int C, size_t HW, int to_nhwc) {
-    float *d = malloc((n ? n : 1) * sizeof *d);
+/* channels a backend stores for the feature map */
+static int stored_c(const act_backend *be, fmap fm) {
+    return fm.image && be->feature_nhwc ? be->image_channels : fm.c;
+}
+
+/* [N][C][HW] (n elements) <-> [N][HW][Cs] (n / C * Cs) on the host, channels C..Cs-1 set to
+ * `fill`; to_nhwc 0 undoes it, counting the nonzero padding channels into *bad_pad */
+static float *relayout(const float *src, size_t n, int C, int Cs, size_t HW, int to_nhwc,
+                       float fill, size_t *bad_pad) {
+    size_t per = (size_t)C * HW, pers = (size_t)Cs * HW, imgs = n / per;
+    float *d = calloc((to_nhwc ? imgs * pers : n) + 1, sizeof *d);
     if (!d) { fprintf(stderr, "out of memory\n"); exit(1); }
-    size_t per = (size_t)C * HW;
-    for (size_t img = 0; img < n / per; img++)
-        for (int c = 0; c < C; c++)
-            for (size_t p = 0; p < HW; p++) {
-                size_t a = img * per + (size_t)c * HW + p, b = img * per + p * C + c;
+    for (size_t img = 0; img < imgs; img++)
+        for (size_t p = 0; p < HW; p++) {
+            for (int c = 0; c < C; c++) {
+                size_t a = img * per + (size_t)c * HW + p, b = img * pers + p * Cs + c;
                 if (to_nhwc) d[b] = src[a];
                 else d[a] = src[b];
             }
+            for (int c = C; c < Cs; c++)
+                if (to_nhwc) d[img * pers + p * Cs + c] = fill;
+                else if (src[img * pers + p * Cs + c] != 0.0f) (*bad_pad)++;
+        }
     return d;
 }
 
@@ -217,14 +230,19 @@ static void run_case_fm(const pair *p, const char *name, int gemm, op_fn fn, con
             if (in[i].h8 || !in[i].n) {
                 bufs[i] = in[i].h8 ? put_u8(be, in[i].h8, in[i].n) : act_nobuf();
             } else if (in_fm && in_fm[i].c && be->feature_nhwc) {
-                float *t = relayout(in[i].h, in[i].n, in_fm[i].c, in_fm[i].hw, 1);
-                bufs[i] = put(be, t, in[i].n, in[i].dt);
+                /* the stem's padding channels hold 3.0 here, not preprocess's zeros: its
+                 * filter must ignore them (zero weights there) */
+                int cs = stored_c(be, in_fm[i]);
+                float *t = relayout(in[i].h, in[i].n, in_fm[i].c, cs, in_fm[i].hw, 1, 3.0f, NULL);
+                bufs[i] = put(be, t, in[i].n / in_fm[i].c * cs, in[i].dt);
                 free(t);
             } else {
                 bufs[i] = put(be, in[i].h, in[i].n, in[i].dt);
             }
         }
-        act_buf out = poisoned(be, nout, odt);
+        int ocs = out_fm.c ? stored_c(be, out_fm) : 1;
+        size_t nstored = out_fm.c ? nout / out_fm.c * ocs : nout;
+        act_buf out = poisoned(be, nstored, odt);
         if (fn(be, bufs, out, arg) || be->sync(be)) {
             fprintf(stderr, "FAIL %s %s B=%d on %s: %s\n", name, PREC_NAME[p->prec], p->B,
                     be->name, be->err);
@@ -232,11 +250,18 @@ static void run_case_fm(const pair *p, const char *name, int gemm, op_fn fn, con
             if (s == 1) free(res[0]);
             return;
         }
-        res[s] = get(be, out, nout);
+        res[s] = get(be, out, nstored);
         if (out_fm.c && be->feature_nhwc) {
-            float *t = relayout(res[s], nout, out_fm.c, out_fm.hw, 0);
+            size_t bad_pad = 0;
+            float *t = relayout(res[s], nout, out_fm.c, ocs, out_fm.hw, 0, 0.0f, &bad_pad);
             free(res[s]);
             res[s] = t;
+            if (bad_pad) {   /* the stem's filter would see them */
+                fprintf(stderr, "FAIL %s %s B=%d on %s: %zu padding channel values are not zero "
+                        "(%d channels stored for %d)\n", name, PREC_NAME[p->prec], p->B, be->name,
+                        bad_pad, ocs, out_fm.c);
+                g_fail++;
+            }
         }
     }
     record(name, p, res[1], res[0], nout, gemm);
@@ -246,7 +271,7 @@ static void run_case_fm(const pair *p, const char *name, int gemm, op_fn fn, con
 
 static void run_case(const pair *p, const char *name, int gemm, op_fn fn, const void *arg,
                      const input *in, int nin, size_t nout, act_dtype odt) {
-    fmap none = {0, 0};
+    fmap none = {0, 0, 0};
     run_case_fm(p, name, gemm, fn, arg, in, NULL, nin, nout, odt, none);
 }
 
@@ -263,7 +288,7 @@ static int f_pre(act_backend *be, act_buf *in, act_buf out, const void *a) {
     if (x->part < 0) return be->preprocess(be, in[0], x->B, x->hi, x->wi, c, out, NULL, 0);
     size_t nq = (size_t)x->B * c->obs_dim, na = (size_t)x->B * c->pred_horizon * c->action_dim;
     act_buf img = out, qn = out, an = out;
-    if (x->part != 0) img = be->alloc(be, x->nimg, ACT_DT_ACT);
+    if (x->part != 0) img = be->alloc(be, x->nimg / 3 * be->image_channels, ACT_DT_ACT);
     if (x->part != 1) qn = be->alloc(be, nq, ACT_DT_ACT);
     if (x->part != 2) an = be->alloc(be, na, ACT_DT_ACT);
     if (!img.p || !qn.p || !an.p) return -1;
@@ -285,7 +310,7 @@ static void t_preprocess_hw(const pair *p, const char *name, const act_model *m,
     int ho = c->crop_h ? c->crop_h : c->input_h, wo = c->crop_w ? c->crop_w : c->input_w;
     input in[3] = {{NULL, f, n, ACT_DT_U8}, {q, NULL, nq, ACT_DT_F32}, {ac, NULL, na, ACT_DT_F32}};
     size_t nimg = (size_t)p->B * 3 * ho * wo;
-    fmap fout = {3, (size_t)ho * wo}, none = {0, 0};
+    fmap fout = {3, (size_t)ho * wo, 1}, none = {0, 0, 0};
     if (!sides) {
         pre_arg a = {m, p->B, hi, wi, -1, nimg};
         run_case_fm(p, name, 0, f_pre, &a, in, NULL, 1, nimg, ACT_DT_ACT, fout);
@@ -355,7 +380,7 @@ static void t_gather_hw(const pair *p, const char *name, const act_config *c, in
     }
     int ho = c->crop_h ? c->crop_h : c->input_h, wo = c->crop_w ? c->crop_w : c->input_w;
     gather_arg a = {c, items, hi, wi, blk, off};
-    fmap fout = {3, (size_t)ho * wo};
+    fmap fout = {3, (size_t)ho * wo, 1};
     run_case_fm(p, name, 0, f_frames_gather, &a, NULL, NULL, 0, (size_t)items * 3 * ho * wo,
                 ACT_DT_ACT, fout);
     for (int i = 0; i < items; i++) free(blk[i]);
@@ -385,7 +410,8 @@ static void t_conv(const pair *p, const char *name, const act_conv *cv, int N, i
     float *x = rand_arr(nx, -1, 1, q), *r = rand_arr(ny, -1, 1, q);
     conv_arg a = {cv, N, H, W, epi, res};
     input in[2] = {{x, NULL, nx, ACT_DT_ACT}, {r, NULL, res ? ny : 0, ACT_DT_ACT}};
-    fmap fin[2] = {{cv->cin, (size_t)H * W}, {cv->cout, (size_t)Ho * Wo}};
+    /* 3 input channels: the stem, whose input is the preprocessed image */
+    fmap fin[2] = {{cv->cin, (size_t)H * W, cv->cin == 3}, {cv->cout, (size_t)Ho * Wo, 0}};
     run_case_fm(p, name, 1, f_conv, &a, in, fin, 2, ny, ACT_DT_ACT, fin[1]);
     free(x);
     free(r);
@@ -411,7 +437,7 @@ static void t_groupnorm(const pair *p, const act_conv *cv, int HW) {
                 x[((size_t)b * cv->cout + ch) * HW + q] = ((ch + q) & 1) ? 0.0078125f : 0.0f;
     gn_arg a = {cv, p->B, HW};
     input in[2] = {{x, NULL, n, ACT_DT_ACT}, {r, NULL, n, ACT_DT_ACT}};
-    fmap fin[2] = {{cv->cout, (size_t)HW}, {cv->cout, (size_t)HW}};
+    fmap fin[2] = {{cv->cout, (size_t)HW, 0}, {cv->cout, (size_t)HW, 0}};
     run_case_fm(p, "groupnorm+res+relu", 0, f_gn, &a, in, fin, 2, n, ACT_DT_ACT, fin[0]);
     free(x);
     free(r);
@@ -428,7 +454,7 @@ static void t_maxpool(const pair *p, int C, int H, int W) {
     mp_arg a = {p->B, C, H, W};
     input in[1] = {{x, NULL, n, ACT_DT_ACT}};
     size_t ohw = (size_t)((H - 1) / 2 + 1) * ((W - 1) / 2 + 1);
-    fmap fin[1] = {{C, (size_t)H * W}}, fout = {C, ohw};
+    fmap fin[1] = {{C, (size_t)H * W, 0}}, fout = {C, ohw, 0};
     run_case_fm(p, "maxpool", 0, f_mp, &a, in, fin, 1, (size_t)p->B * C * ohw, ACT_DT_ACT, fout);
     free(x);
 }
@@ -447,7 +473,7 @@ static void t_spatial_softmax(const pair *p, const char *name, const act_trunk *
     float *x = rand_arr(n, -4 + shift, 4 + shift, qdt(p));
     ss_arg a = {N, K, HW, tr->pos_grid};
     input in[1] = {{x, NULL, n, ACT_DT_ACT}};
-    fmap fin[1] = {{K, (size_t)HW}}, fout = {0, 0};
+    fmap fin[1] = {{K, (size_t)HW, 0}}, fout = {0, 0, 0};
     run_case_fm(p, name, 0, f_ss, &a, in, fin, 1, (size_t)N * 2 * K, ACT_DT_ACT, fout);
     free(x);
 }

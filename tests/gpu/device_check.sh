@@ -33,7 +33,9 @@
 #   ops-nhwc32, ops-nchw16  the vision ops once more in the other layout of each precision
 #              (ACT_CUDA_LAYOUT)
 #   e2e        tests/test_cuda_e2e: whole steps vs the CPU session, every precision, graphs on/off
-#   e2e-lanes  the same, small models, batches 2-3 through the per-camera upload lane
+#   ops-stem8  conv and preprocess with the stem's input padded to 8 channels (stem-ab's variant)
+#   e2e-lanes  the same, small models, batches 2-3 through the per-camera upload lane (and the
+#              stem's input padded to 8 channels)
 #   e2e-fuse16 the same, full size, with bf16/fp16 convs through cuDNN's fused bias+ReLU
 #              (if ops or e2e fail: the op table again with the fused epilogues off)
 #   eval       act-infer eval over two short gzip HDF5 episodes, fp32: CUDA vs CPU summaries within
@@ -63,6 +65,9 @@
 #   algo-log   (a note after the A/B rows) how many measured conv and GEMM shapes of those rows
 #              took another algorithm than the heuristics' first (ACT_CUDA_ALGO_LOG lines, with
 #              both times, in ab.log)
+#   stem-ab    act-infer bench, full model, bf16 at batch 1 and 256: the stem conv's input padded
+#              from 3 channels to 4 or 8 (zeros; ACT_CUDA_STEM_CHANNELS, its filter padded at
+#              load) vs 3 (the default); ops-stem8 and e2e-lanes check its parity
 #   layout-ab  act-infer bench, full model, bf16 at batch 1 and 64, feature maps NCHW vs NHWC
 #   pipeline-ab act-infer bench, full model, bf16 at batch 64 and 256: frames uploaded per camera
 #              on a second stream while the trunk runs on the camera before, vs all at once
@@ -106,7 +111,7 @@
 # only those rows: a quick second run after a fix, inside the session's device time. The bench
 # row may use all but 90 s of what is left (torch.compile's autotuning), so ncu and the A/B rows
 # may find no time in a first full run: then a second run with
-# ACT_CHECK_ONLY=ncu,algo-ab,gemm-ab,gather-ab,fusion-ab,e2e-fuse16,io-ab,group-ab,eval-speed,eval-ab,sizes-ab,pad-ab
+# ACT_CHECK_ONLY=ncu,algo-ab,gemm-ab,gather-ab,fusion-ab,stem-ab,e2e-fuse16,io-ab,group-ab,eval-speed,eval-ab,sizes-ab,pad-ab
 # (the rows that decide a default first) and, time permitting, the other A/B rows and chunk100.
 # A rehearsal without a GPU (every row's logic, on the CUDA emulator; no figure means anything):
 #   ACT_CUDA_EMULATOR=$PWD/build-dev/libact_cuda_emu.so ACT_PYTHON=/usr/bin/python3 ACT_E2E_MAX_BATCH=3 \
@@ -332,10 +337,14 @@ fi
 VISION=conv,pool,softmax,groupnorm,preprocess
 ACT_CUDA_LAYOUT=nhwc ACT_OPS_PREC=fp32,tf32 ACT_OPS_ONLY=$VISION run_test ops-nhwc32 "$BUILD/tests/test_backend_ops" 60
 ACT_CUDA_LAYOUT=nchw ACT_OPS_PREC=bf16,fp16 ACT_OPS_ONLY=$VISION run_test ops-nchw16 "$BUILD/tests/test_backend_ops" 60
+# the stem's input padded to 8 channels (stem-ab's variant): preprocess writes zeros there, the
+# stem's filter ignores whatever is there
+ACT_CUDA_STEM_CHANNELS=8 ACT_OPS_PREC=bf16,fp16 ACT_OPS_ONLY=conv,preprocess,gather run_test ops-stem8 "$BUILD/tests/test_backend_ops" 60
 run_test e2e "$BUILD/tests/test_cuda_e2e" 150
 # batches 2 and 3 of the small models through the per-camera upload lane (default: from 32 on,
 # which the e2e row's batch 64 covers at full size)
-ACT_CUDA_PIPELINE_MIN_BATCH=2 ACT_E2E_MODELS=small,small_sep_gn ACT_E2E_MAX_BATCH=3 \
+# (and the stem's input padded to 8 channels, whose per-camera images then lie 8 channels apart)
+ACT_CUDA_PIPELINE_MIN_BATCH=2 ACT_E2E_MODELS=small,small_sep_gn ACT_E2E_MAX_BATCH=3 ACT_CUDA_STEM_CHANNELS=8 \
     run_test e2e-lanes "$BUILD/tests/test_cuda_e2e" 60
 # bf16/fp16 convs through cuDNN's fused conv+bias+ReLU (which rounds the bias to the data type;
 # off by default): does full-size parity hold on the real cuDNN? With fusion-ab's figure this
@@ -617,6 +626,22 @@ AB_FIRST=1 ab_pair gemm-ab32 fp32 "1" heuristic ACT_CUDA_GEMM_ALGO=heuristic mea
 # 16-bit convs on transform algorithms (FFT, non-fused Winograd) too, which cuDNN may rank first
 # for 3x3 shapes, vs the GEMM family only (the default, what the e2e parity rows measure)
 ab_pair xform-ab bf16 "1 256" gemm-family ACT_CUDA_CONV_TRANSFORMS16=0 transforms "ACT_CUDA_CONV_TRANSFORMS16=1 ACT_CUDA_ALGO_LOG=1"
+# the stem conv's input (the preprocessed image, NHWC) padded from 3 channels to 4 or 8 with
+# zeros and its filters padded at load: cuDNN's tensor-core kernels want C a multiple of 4 or 8,
+# and with 3 it may pad or transform the image inside every call (or take a slower kernel); the
+# default stays 3 until this row and an e2e run with the switch say otherwise
+if ! want stem-ab; then :
+elif ((built)) && ((have_full)) && enough 45; then
+    fig=""
+    for b in 1 256; do
+        x=$(ab_p50 bf16 "$b" ACT_CUDA_STEM_CHANNELS=3) y=$(ab_p50 bf16 "$b" ACT_CUDA_STEM_CHANNELS=4)
+        z=$(ab_p50 bf16 "$b" ACT_CUDA_STEM_CHANNELS=8 ACT_CUDA_ALGO_LOG=1)
+        fig="$fig b=$b 3ch ${x:-?} / 4ch ${y:-?} / 8ch ${z:-?} ms;"
+    done
+    row stem-ab "$(figs_ok "$fig")" "bf16 p50:$fig"
+else
+    row stem-ab SKIP "no build, full model or time"
+fi
 # feature-map layout: NHWC is the bf16/fp16 default on the strength of cuDNN's guidance (tensor-core
 # kernels read NHWC; NCHW adds transposes) - this row is the measurement
 ab_pair layout-ab bf16 "1 64" NCHW ACT_CUDA_LAYOUT=nchw NHWC ACT_CUDA_LAYOUT=nhwc
