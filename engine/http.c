@@ -1,6 +1,6 @@
 /* http.c - the metrics side port: just enough HTTP/1.0 for /healthz and /metrics, served by the
  * first I/O thread.
- * Each connection sends one GET, gets one response and is closed. Requests are capped at
+ * Each connection sends one GET (or HEAD), gets one response and is closed. Requests are capped at
  * ACT_HTTP_BUF bytes and a 2 s deadline. A full table makes room by closing the connection that
  * has waited longest without sending a byte (else the oldest): connections that say nothing
  * cannot keep a load balancer's probe from its answer. Out of descriptors, a connection is taken
@@ -30,6 +30,7 @@ static void http_close(act_server *s, act_http_conn *h)
     h->fd = -1;
     h->got = 0;
     h->answered = 0;
+    h->head = 0;
 }
 
 static void http_reply(act_http_conn *h, int status, const char *ctype, const char *body, size_t blen)
@@ -39,8 +40,8 @@ static void http_reply(act_http_conn *h, int status, const char *ctype, const ch
                        : status == 503 ? "Service Unavailable" : "Bad Request";
     int n = snprintf(head, sizeof head,
                      "HTTP/1.0 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n",
-                     status, reason, ctype, blen, status == 405 ? "Allow: GET\r\n" : "");
-    if (send(h->fd, head, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) == n && blen)
+                     status, reason, ctype, blen, status == 405 ? "Allow: GET, HEAD\r\n" : "");
+    if (send(h->fd, head, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) == n && blen && !h->head)
         send(h->fd, body, blen, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
@@ -59,8 +60,10 @@ static void http_respond(act_server *s, act_http_conn *h)
         p = strchr(p + (p[4] == ':' ? 7 : 8), '/');
         if (!p) p = "/";
     }
-    if (strcmp(method, "GET") != 0) {
-        http_reply(h, 405, "text/plain", "only GET\n", 9);
+    /* HEAD (some load balancers' health check): GET's status and headers, no body */
+    h->head = strcmp(method, "HEAD") == 0;
+    if (strcmp(method, "GET") != 0 && !h->head) {
+        http_reply(h, 405, "text/plain", "only GET and HEAD\n", 18);
         return;
     }
     if (strcmp(p, "/healthz") == 0) {
@@ -122,6 +125,7 @@ void act_http_accept(act_server *s)
         h->fd = fd;
         h->got = 0;
         h->answered = 0;
+        h->head = 0;
         h->deadline = act_now() + HTTP_DEADLINE_S;
         struct epoll_event ev = { .events = EPOLLIN, .data.u64 = ACT_TAG(TAG_HTTP, slot) };
         if (epoll_ctl(s->io[0].epfd, EPOLL_CTL_ADD, fd, &ev)) {

@@ -374,6 +374,12 @@ static int read_camera(const act_config *cfg, cursor *c, int i, uint8_t *dst, ui
     if (content != ZSTD_CONTENTSIZE_UNKNOWN && content != raw)
         return fail(msg, msglen, ACT_E_BAD_FRAME, "PREDICT: camera '%s' zstd frame inflates to %llu bytes, expected %zu",
                     name, content, raw);
+    /* one frame per camera: anything after it (a second frame, skippable ones) is refused by
+     * name, not by the decompressor's "destination buffer is too small" */
+    size_t one = ZSTD_findFrameCompressedSize(src, nbytes);
+    if (!ZSTD_isError(one) && one < nbytes)
+        return fail(msg, msglen, ACT_E_BAD_ZSTD, "PREDICT: camera '%s' carries %zu bytes after its zstd frame of %zu "
+                    "(one zstd frame per camera)", name, nbytes - one, one);
     size_t got = ZSTD_decompress(dst, raw, src, nbytes);
     if (ZSTD_isError(got))
         return fail(msg, msglen, ACT_E_BAD_ZSTD, "PREDICT: camera '%s' zstd frame is corrupt: %s",

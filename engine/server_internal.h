@@ -135,7 +135,8 @@ typedef struct act_io {
 #define ACT_HTTP_BUF 4096
 /* answered: the response is out and the write side shut; the rest of the request is read and
  * dropped until the peer closes (closing with unread bytes would reset the response away) */
-typedef struct act_http_conn { int fd, answered; size_t got; double deadline; char buf[ACT_HTTP_BUF]; } act_http_conn;
+/* head: the request was HEAD (the response's headers without its body) */
+typedef struct act_http_conn { int fd, answered, head; size_t got; double deadline; char buf[ACT_HTTP_BUF]; } act_http_conn;
 
 /* epoll tags: kind in the high 32 bits, slot in the low */
 enum { TAG_LISTEN = 1, TAG_METRICS = 2, TAG_WAKE = 3, TAG_CONN = 4, TAG_HTTP = 5 };

@@ -191,6 +191,13 @@ def test_names_are_checked_when_the_client_is_made():
     with pytest.raises(ValueError, match="camera name"):
         ActClient("127.0.0.1", 1, camera_names=["front", "l vis\n"])
     ActClient("127.0.0.1", 1, client_name="w" * 255).close()   # nothing connects before a call
+    # a camera name as long as a model's may be (31 bytes), and at most 8 of them: longer or more
+    # would get the server's `malformed`, not the `contract` error a mismatch is
+    with pytest.raises(ValueError, match="is 32 bytes, longer than 31"):
+        ActClient("127.0.0.1", 1, camera_names=["front", "c" * 32])
+    with pytest.raises(ValueError, match="9 cameras, a model has at most 8"):
+        ActClient("127.0.0.1", 1, camera_names=[f"cam{i}" for i in range(9)])
+    ActClient("127.0.0.1", 1, camera_names=["c" * 31] + [f"cam{i}" for i in range(7)]).close()
 
 
 def test_constructor_arguments_are_checked_when_the_client_is_made():

@@ -230,6 +230,27 @@ def test_corrupt_and_wrong_size_zstd(srv):
     bomb = zstandard.ZstdCompressor().compress(b"\0" * (IMAGE * IMAGE * 3 * 50))
     big = [(f[0][0], wire.ENC_ZSTD, IMAGE, IMAGE, bomb)] + f[1:]
     _predict_error(srv, wire.predict(44, srv.q, big), "bad_frame", "inflates to 240000 bytes", 44)
+    # one frame per camera: a second one after it (or a skippable frame) is named as such; a frame
+    # whose header leaves out the content size is fine
+    flat = zstandard.ZstdCompressor().compress(bytes(len(f[0][4])))   # small: two fit the limit
+    two = [(f[0][0], wire.ENC_ZSTD, IMAGE, IMAGE, flat + flat)] + f[1:]
+    _predict_error(srv, wire.predict(47, srv.q, two), "bad_zstd",
+                   f"carries {len(flat)} bytes after its zstd frame of {len(flat)}", 47)
+    skippable = flat + struct.pack("<II", 0x184D2A50, 4) + b"pad!"
+    after = [(f[0][0], wire.ENC_ZSTD, IMAGE, IMAGE, skippable)] + f[1:]
+    _predict_error(srv, wire.predict(48, srv.q, after), "bad_zstd", "carries 12 bytes after its zstd frame", 48)
+    streamed = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+    nosize = streamed.compress(f[0][4]) + streamed.flush()
+    assert zstandard.frame_content_size(nosize) == -1   # no content size in its header
+    ok = [(f[0][0], wire.ENC_ZSTD, IMAGE, IMAGE, nosize)] + f[1:]
+    c = _conn(srv)
+    c.sendall(wire.predict(49, srv.q, ok))
+    t, p = recv_frame(c)
+    assert t == wire.RESULT, (t, p)
+    r = wire.parse_result(p)
+    assert r["request_id"] == 49
+    np.testing.assert_allclose(r["chunk"], srv.want, **BATCH_TOL)
+    c.close()
 
 
 def test_truncated_payload_and_trailing_bytes(srv):
@@ -560,12 +581,23 @@ def _http_raw(mport, request):
 
 
 def test_http_absolute_form_and_other_methods(srv):
-    """A proxy's absolute-form request line (RFC 7230 5.3.2) is served like the path alone; a
-    method other than GET gets 405 with the Allow header RFC 7231 asks for."""
+    """A proxy's absolute-form request line (RFC 7230 5.3.2) is served like the path alone; HEAD
+    (a load balancer's health check may use it) gets GET's status and headers without the body;
+    another method gets 405 with the Allow header RFC 7231 asks for."""
     got = _http_raw(srv.mport, f"GET http://127.0.0.1:{srv.mport}/healthz HTTP/1.1\r\nHost: x\r\n\r\n".encode())
     assert got.startswith(b"HTTP/1.0 200") and got.endswith(b"ok\n"), got
     got = _http_raw(srv.mport, b"HEAD /healthz HTTP/1.0\r\n\r\n")
-    assert got.startswith(b"HTTP/1.0 405") and b"\r\nAllow: GET\r\n" in got, got
+    assert got.startswith(b"HTTP/1.0 200") and got.endswith(b"\r\n\r\n"), got
+    assert b"\r\nContent-Length: 3\r\n" in got, got   # the length GET's "ok\n" would have
+    got = _http_raw(srv.mport, b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert got.startswith(b"HTTP/1.0 200") and got.endswith(b"\r\n\r\n"), got
+    got = _http_raw(srv.mport, b"HEAD /nothing HTTP/1.0\r\n\r\n")
+    assert got.startswith(b"HTTP/1.0 404") and got.endswith(b"\r\n\r\n"), got
+    got = _http_raw(srv.mport, b"POST /healthz HTTP/1.0\r\nContent-Length: 0\r\n\r\n")
+    assert got.startswith(b"HTTP/1.0 405") and b"\r\nAllow: GET, HEAD\r\n" in got, got
+    # the next GET on that slot gets its body again
+    got = _http_raw(srv.mport, b"GET /healthz HTTP/1.0\r\n\r\n")
+    assert got.startswith(b"HTTP/1.0 200") and got.endswith(b"ok\n"), got
 
 
 def test_oversized_http_request_gets_its_400(srv):

@@ -144,7 +144,8 @@ class ActClient:
     images_n) (N envs at once, pipelined), .ping().
 
     camera_names / obs_dim / action_dim / image_hw: the contract this client expects; a server
-    with another contract is refused at the handshake. compress=True sends zstd frames (needs
+    with another contract is refused at the handshake (camera names: at most 8, each printable
+    ASCII of at most 31 bytes, as a model's). compress=True sends zstd frames (needs
     the optional `zstandard` package and a server built with zstd).
     unix_path: connect to act-serve's Unix socket instead of host:port (same machine only);
     there, shm=True (the default) passes frames in shared memory. .transport says which is in
@@ -167,8 +168,10 @@ class ActClient:
         if isinstance(camera_names, (str, bytes)):
             raise TypeError(f"camera_names: expected a list of camera names, got the string {camera_names!r} "
                             f"(split it: {str(camera_names).split(',')!r})")
+        if len(camera_names or []) > wire.MAX_CAMS:
+            raise ValueError(f"camera_names: {len(camera_names)} cameras, a model has at most {wire.MAX_CAMS}")
         for c in camera_names or []:
-            wire.check_name(c, "camera name")
+            wire.check_name(c, "camera name", wire.CAMERA_NAME_MAX)
         timeout = float(timeout)
         if not 0 < timeout <= 1e7:   # socket timeouts and deadlines need a finite, positive time
             raise ValueError(f"timeout must be seconds in (0, 1e7], got {timeout:g}")

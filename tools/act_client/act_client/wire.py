@@ -28,6 +28,7 @@ E_SHUTTING_DOWN = 14
 E_OVERLOADED = 13
 
 HAS_ACTIONS, SAMPLE_LATENT, MORE = 1, 2, 4   # PREDICT flags
+MAX_CAMS, CAMERA_NAME_MAX = 8, 31           # what HELLO may declare (a model's own limits)
 ENC_RAW, ENC_ZSTD, ENC_SHM = 0, 1, 2
 
 
@@ -35,15 +36,16 @@ def frame(msg_type: int, payload: bytes, version: int = VERSION, magic: bytes = 
     return HDR.pack(magic, version, msg_type, len(payload)) + payload
 
 
-def check_name(s: str, what: str = "name") -> bytes:
-    """A protocol name: printable ASCII, at most 255 bytes (PROTOCOL.md). ValueError otherwise."""
+def check_name(s: str, what: str = "name", most: int = 255) -> bytes:
+    """A protocol name: printable ASCII, at most `most` bytes (255; a camera name in HELLO 31:
+    PROTOCOL.md). ValueError otherwise."""
     if not isinstance(s, str):
         raise ValueError(f"{what} must be a str, got {type(s).__name__}")
     b = s.encode("ascii", "replace")
     if not s.isascii() or not all(0x20 <= c <= 0x7E for c in b):
         raise ValueError(f"{what} {s!r} is not printable ASCII")
-    if len(b) > 255:
-        raise ValueError(f"{what} {s[:40]!r}... is {len(b)} bytes, longer than 255")
+    if len(b) > most:
+        raise ValueError(f"{what} {s[:40]!r}{'...' if len(s) > 40 else ''} is {len(b)} bytes, longer than {most}")
     return b
 
 
