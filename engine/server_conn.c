@@ -361,6 +361,8 @@ static int on_predict(act_io *io, act_conn *c, uint8_t *p, uint32_t len)
     act_shm_ref(r->shm);
     r->slot = (uint32_t)(c - s->conns);
     r->gen = c->gen;
+    memcpy(r->peer, c->peer, sizeof r->peer);
+    memcpy(r->client, c->client, sizeof r->client);
     r->t_arrive = act_now();
     io->inflight++;
     act_metrics_inflight(&s->metrics, 1);
@@ -759,11 +761,8 @@ void act_deliver_done(act_io *io)
         act_metrics_inflight(&s->metrics, -1);
         act_conn *c = conn_lookup(io, r->slot, r->gen);
         if (!c || c->closing) {
-            /* it ran, but whoever asked is gone: counted and logged, never answered. The slot
-             * still names the closed connection unless a new one took it since */
-            const act_conn *gone = &s->conns[r->slot];
-            int same = c || (gone->fd < 0 && gone->gen == r->gen + 1);
-            act_audit_line(s, same ? gone->peer : "", same ? gone->client : "", r->p.request_id, "abandoned", r);
+            /* it ran, but whoever asked is gone: counted and logged, never answered */
+            act_audit_line(s, r->peer, r->client, r->p.request_id, "abandoned", r);
             act_metrics_undelivered(&s->metrics);
         } else {
             pthread_mutex_lock(&s->mu);

@@ -62,6 +62,7 @@ typedef struct act_req {
                                     * with the block when recycled (owned, may be NULL) */
     size_t wire_cap;
     act_shm *shm;                  /* a reference to the connection's shared memory, or NULL */
+    char peer[64], client[256];    /* who asked, for the audit log after the connection is gone */
     float chunk[];                 /* [pred_horizon][action_dim] */
 } act_req;
 

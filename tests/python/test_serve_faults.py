@@ -478,15 +478,17 @@ def test_queued_requests_of_a_closed_connection_are_dropped_unrun(act_serve, srv
     of live clients: every request is either run (one batch each at --max-batch 1) or dropped.
     Every request is accounted for, in /metrics and in the audit log: answered (ok), dropped
     unrun, or run after its connection closed (undelivered) - the last two used to have no audit
-    line, and the last was counted nowhere."""
+    line, and the last was counted nowhere. A connection that takes the closed one's slot while
+    its requests still run does not take their audit lines' peer and client name."""
     n = 200
     audit = tmp_path / "audit.jsonl"
     proc, port, mport, log = _start(act_serve, srv.model, srv.dir, "--max-batch", 1, "--max-queue", n,
                                     "--max-inflight", n, "--audit-log", audit)
     try:
         s = socket.create_connection(("127.0.0.1", port), timeout=60)
-        s.sendall(wire.hello())
+        s.sendall(wire.hello(client_name="dying-worker"))
         assert recv_frame(s)[0] == wire.INFO
+        peer = "%s:%d" % s.getsockname()
         batches0 = _metric(mport, "act_serve_batches_total")
         requests0 = _metric(mport, "act_serve_requests_total")
         s.sendall(b"".join(wire.predict(i, srv.q, _frames(srv)) for i in range(n)))
@@ -495,6 +497,9 @@ def test_queued_requests_of_a_closed_connection_are_dropped_unrun(act_serve, srv
             assert time.monotonic() < deadline, _metrics(mport)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.close()   # a reset: the worker is gone
+        successor = socket.create_connection(("127.0.0.1", port), timeout=60)   # takes its slot
+        successor.sendall(wire.hello(client_name="successor"))
+        assert recv_frame(successor)[0] == wire.INFO
         deadline = time.monotonic() + 120
         while _metric(mport, "act_serve_inflight") > 0:
             assert time.monotonic() < deadline, _metrics(mport)
@@ -511,7 +516,9 @@ def test_queued_requests_of_a_closed_connection_are_dropped_unrun(act_serve, srv
         status = [a["status"] for a in lines]
         assert len(lines) == got and set(status) <= {"ok", "abandoned"}, (len(lines), got, set(status))
         assert status.count("ok") == results and status.count("abandoned") == dropped + undelivered, status
-        assert all(a["peer"].startswith("127.0.0.1:") for a in lines), lines[-1]
+        assert all(a["peer"] == peer and a["client"] == "dying-worker" for a in lines), \
+            [a for a in lines if a["peer"] != peer or a["client"] != "dying-worker"][:3]
+        successor.close()
         c = ActClient("127.0.0.1", port, timeout=30)
         np.testing.assert_allclose(c.predict(srv.q, srv.imgs), srv.want, **BATCH_TOL)
         c.close()
