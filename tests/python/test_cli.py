@@ -174,6 +174,20 @@ def test_predict_prior_and_posterior_match_the_reference(act_infer, hdf5, model,
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device that refuses writes)")
+def test_predict_refuses_a_chunk_that_is_not_finite_and_writes_nothing(act_infer, hdf5, model, tmp_path):
+    """A qpos of 3e38 normalizes to infinity and the chunk is NaN: predict fails naming the
+    timestep, and writes no .npy a robot-side script could load as an answer."""
+    cfg = model["cfg"]
+    out = tmp_path / "pred.npy"
+    ep = make_ep(tmp_path / "episode_1.hdf5", cfg, T=4, seed=13, gzip=False, chunked=False)
+    with h5py.File(ep, "r+") as f:
+        f["observations/qpos"][3, 0] = 3e38
+    p = run(act_infer, "predict", "--model", model["actw"], "--episode", ep, "--out", out, "--device", "cpu",
+            "--batch", 2, check_rc=1)
+    assert "timestep 3" in p.stderr and "not finite" in p.stderr, p.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["episode_1.hdf5"]
+
+
 def test_predict_replaces_its_files_as_a_set_or_not_at_all(act_infer, hdf5, model, tmp_path):
     """The prior chunks and the four posterior files belong together: when one of them cannot be
     written (here kl.npy leads to /dev/full), none of the previous run's files is replaced."""

@@ -581,6 +581,13 @@ def test_an_episode_whose_chunks_are_not_finite_fails_by_name(setup, act_infer, 
     single = {e["name"]: e for e in setup["single"]["episodes"]}
     assert s["episodes"][0]["sums"] == single["episode_1.hdf5"]["sums"]
     assert all(s["overall"][k] is not None and np.isfinite(s["overall"][k]) for k in ("action_l1", "val_loss")), s
+    # the last row of a batch is checked too (timestep BATCH - 1: the first batch's last row)
+    with h5py.File(d / "episode_1.hdf5", "r+") as f:
+        f["observations/qpos"][4, 0] = f["observations/qpos"][5, 0]
+        f["observations/qpos"][BATCH - 1, 0] = 3e38
+    p = run(act_infer, "eval", "--model", setup["actw"], "--episodes", d, "--device", "cpu", "--batch", BATCH,
+            "--json", out, check_rc=1)
+    assert f"episode_1.hdf5: timestep {BATCH - 1}: the model's" in p.stderr, p.stderr
 
 
 def test_a_failed_episode_leaves_no_predictions_file(setup, act_infer, broken_set, tmp_path):

@@ -283,6 +283,19 @@ def test_audit_log_keeps_whole_lines_when_writes_fail_and_follows_a_rotation(act
         c.predict(q, imgs)
         assert len(audit.read_text().splitlines()) == 1 and "reopened" in srv.log(), srv.log()
         assert len((tmp_path / "audit.jsonl.1").read_text()[len(filler):].splitlines()) == 1
+        assert srv.log().count("writing again after") == 1, srv.log()   # said once, not per line
+        # logrotate's default `create`: a new, empty file is at the path at once (same folder, so
+        # the same device: only the inode tells it apart); three such rotations leave one
+        # descriptor open for the log, not four
+        fds = len(os.listdir(f"/proc/{srv.proc.pid}/fd"))
+        for k in range(2, 5):
+            audit.rename(tmp_path / f"audit.jsonl.{k}")
+            audit.touch()
+            time.sleep(1.1)
+            c.predict(q, imgs)
+            assert len(audit.read_text().splitlines()) == 1, k
+            assert len((tmp_path / f"audit.jsonl.{k}").read_text().splitlines()) == 1, k
+        assert len(os.listdir(f"/proc/{srv.proc.pid}/fd")) == fds
         c.close()
     finally:
         assert srv.stop() == 0, srv.log()

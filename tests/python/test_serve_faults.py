@@ -593,6 +593,12 @@ def test_http_absolute_form_and_other_methods(srv):
     another method gets 405 with the Allow header RFC 7231 asks for."""
     got = _http_raw(srv.mport, f"GET http://127.0.0.1:{srv.mport}/healthz HTTP/1.1\r\nHost: x\r\n\r\n".encode())
     assert got.startswith(b"HTTP/1.0 200") and got.endswith(b"ok\n"), got
+    got = _http_raw(srv.mport, f"GET HTTPS://127.0.0.1:{srv.mport}/healthz?full=1 HTTP/1.1\r\n\r\n".encode())
+    assert got.startswith(b"HTTP/1.0 200") and got.endswith(b"ok\n"), got
+    got = _http_raw(srv.mport, b"GET /metrics?name[]=act_serve_ready HTTP/1.0\r\n\r\n")   # the query is not the path
+    assert got.startswith(b"HTTP/1.0 200") and b"\nact_serve_ready 1\n" in got, got
+    got = _http_raw(srv.mport, f"GET http://127.0.0.1:{srv.mport} HTTP/1.0\r\n\r\n".encode())   # no path: "/"
+    assert got.startswith(b"HTTP/1.0 404") and got.endswith(b"try /healthz or /metrics\n"), got
     got = _http_raw(srv.mport, b"HEAD /healthz HTTP/1.0\r\n\r\n")
     assert got.startswith(b"HTTP/1.0 200") and got.endswith(b"\r\n\r\n"), got
     assert b"\r\nContent-Length: 3\r\n" in got, got   # the length GET's "ok\n" would have
