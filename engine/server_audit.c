@@ -27,17 +27,19 @@ int act_audit_open(act_server *s, const char *path, char *err, size_t errlen)
     snprintf(a->path, sizeof a->path, "%s", path);
     a->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (a->fd < 0) return act_errf(err, errlen, "act-serve: cannot open audit log '%s': %s", path, strerror(errno));
-    pthread_mutex_init(&a->mu, NULL);   /* made when the log opens: fd >= 0 says both */
+    pthread_mutex_init(&a->mu, NULL);   /* made when the log opens: `on` says both */
     a->checked = act_now();
+    a->on = 1;
     return 0;
 }
 
 void act_audit_close(act_server *s)
 {
     act_audit *a = &s->audit;
-    if (a->fd < 0) return;
+    if (!a->on) return;
     close(a->fd);
     a->fd = -1;
+    a->on = 0;
     pthread_mutex_destroy(&a->mu);
 }
 
@@ -69,7 +71,7 @@ void act_audit_line(act_server *s, const char *peer, const char *client, uint64_
                     const act_req *r)
 {
     act_audit *a = &s->audit;
-    if (a->fd < 0) return;
+    if (!a->on) return;   /* not fd: a rotation replaces that under the lock, from another thread */
     char line[2048];   /* a client name is at most 255 bytes, each escaped into at most 6 */
     FILE *m = fmemopen(line, sizeof line, "w");
     if (!m) return;

@@ -425,6 +425,28 @@ int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
         act_session_unregister_host(s->sess, placed);
         free(placed);
     }
+    /* the CPU's step time grows with the batch: one more, timed step at batch 1 says what a full
+     * batch may cost here, against which clients' timeouts must be set (a request may wait out the
+     * batch running when it arrives, then its own) */
+    if (!rc && dev == ACT_DEVICE_CPU && s->o.max_batch > 1 && !atomic_load(&s->stop_flag)) {
+        act_inputs in;
+        act_outputs out;
+        memset(&in, 0, sizeof in);
+        memset(&out, 0, sizeof out);
+        in.batch = 1;
+        in.qpos = b.in.qpos;
+        for (int k = 0; k < c->num_cams; k++) in.images[k] = b.in.images[k];
+        out.actions = b.out;
+        double t1 = act_now();
+        if (act_run(s->sess, &in, &out, e, sizeof e) == 0) {
+            double one = act_now() - t1, worst = 2.0 * s->o.max_batch * one;
+            act_serve_say("CPU: a step at batch 1 takes %.3f s here, so a full batch (--max-batch %d) up to "
+                          "%.1f s, and a request that waits for the batch before its own up to %.1f s%s",
+                          one, s->o.max_batch, worst / 2, worst,
+                          worst > 10.0 ? ": above ActClient's default timeout (10 s): lower --max-batch or "
+                                         "raise the clients' timeouts" : "");
+        }
+    }
     bufs_free(&b);
     free(sizes);
     return rc;

@@ -67,7 +67,9 @@ typedef struct act_req {
 } act_req;
 
 typedef struct act_audit {         /* --audit-log */
-    int fd;                        /* -1: no log (and mu not made) */
+    int on;                        /* 1 from open to close (mu made): set before the I/O threads
+                                    * start, so read without the lock */
+    int fd;                        /* the file, under mu (a rotation replaces it) */
     pthread_mutex_t mu;            /* one line at a time, from every I/O thread */
     double checked;                /* when the path was last compared with the file open */
     unsigned long long failing;    /* lines lost since the last one written */

@@ -31,7 +31,7 @@ typedef struct cli {
 } cli;
 
 static act_server *g_server;
-static volatile sig_atomic_t g_signals;
+static int g_signals;             /* signals received (an atomic: two may arrive on two threads at once) */
 static int g_teardown, g_in_handler;   /* atomics: the handler may no longer touch g_server */
 static char g_unix_path[108];   /* sun_path's size: removed by a second signal's exit */
 static char g_port_file[1024];  /* --port-file once written (g_port_set), with what it holds: */
@@ -61,7 +61,7 @@ static void remove_port_file(void)
 static void on_signal(int sig)
 {
     __atomic_add_fetch(&g_in_handler, 1, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&g_teardown, __ATOMIC_SEQ_CST) || g_signals++) {
+    if (__atomic_load_n(&g_teardown, __ATOMIC_SEQ_CST) || __atomic_fetch_add(&g_signals, 1, __ATOMIC_SEQ_CST)) {
         static const char msg[] = "act-serve: a second signal: exiting now, without draining\n";
         if (g_unix_path[0]) unlink(g_unix_path);
         remove_port_file();
@@ -299,6 +299,19 @@ int main(int argc, char **argv)
     if (c.so.unix_path) snprintf(g_unix_path, sizeof g_unix_path, "%s", c.so.unix_path);
     static const int drain_sigs[] = {SIGTERM, SIGINT, SIGHUP};
     act_catch_signals(drain_sigs, (int)(sizeof drain_sigs / sizeof *drain_sigs), on_signal, 0);
+    /* SIGINT and SIGHUP ignored at start stay ignored (nohup, a background job of a script); an
+     * ignored SIGTERM is caught all the same: it is how supervisors (systemd, Kubernetes, a
+     * rolling restart) ask a server to drain, and a wrapper's `trap '' TERM` would otherwise
+     * leave them nothing but SIGKILL */
+    struct sigaction term;
+    if (sigaction(SIGTERM, NULL, &term) == 0 && term.sa_handler == SIG_IGN) {
+        memset(&term, 0, sizeof term);
+        term.sa_handler = on_signal;
+        sigemptyset(&term.sa_mask);
+        sigaction(SIGTERM, &term, NULL);
+        fprintf(stderr, "act-serve: SIGTERM was ignored when act-serve started (a `trap '' TERM` in a wrapper?); "
+                        "it drains the server all the same\n");
+    }
 
     act_model *m = NULL;
     act_session *sess = NULL;
@@ -313,6 +326,9 @@ int main(int argc, char **argv)
         goto out;
     }
     const act_config *cfg = act_model_config(m);
+    if (c.algo_cache && sopts.device == ACT_DEVICE_CPU)
+        fprintf(stderr, "act-serve: --algo-cache %s: unused on the CPU, which measures no algorithms (the file is "
+                        "neither read nor written)\n", c.algo_cache);
     char mport[48] = "";
     if (c.so.metrics_port >= 0) snprintf(mport, sizeof mport, ", metrics on port %d", act_server_metrics_port(g_server));
     fprintf(stderr, "act-serve: ready on %s:%d%s%s (%s, model %s, max-batch %d, batch sizes %s, max-wait-us %d, "

@@ -224,6 +224,11 @@ def test_metrics_audit_log_and_healthz(server, tiny, tmp_path, rng):
     assert "act_serve_warmup_seconds " in text and warm > 0, text
     said = re.search(r"warm-up ([0-9.]+) s\)", srv.log())
     assert said and abs(float(said.group(1)) - warm) <= 0.051, srv.log()
+    # on the CPU, what a full batch may take here (clients' timeouts must cover it)
+    said = re.search(r"CPU: a step at batch 1 takes ([0-9.]+) s here, so a full batch \(--max-batch 32\) "
+                     r"up to ([0-9.]+) s, and a request that waits for the batch before its own up to ([0-9.]+) s",
+                     srv.log())
+    assert said and abs(float(said.group(2)) - 32 * float(said.group(1))) <= 0.051, srv.log()
     # --io-threads (its variable, or 0: one per 4 cores, at most 4)
     io = int(os.environ.get("ACT_SERVE_IO_THREADS") or 0) or max(1, min(4, os.cpu_count() // 4))
     assert srv.metric("act_serve_io_threads") == io, text
@@ -299,6 +304,20 @@ def test_audit_log_keeps_whole_lines_when_writes_fail_and_follows_a_rotation(act
         c.close()
     finally:
         assert srv.stop() == 0, srv.log()
+
+
+def test_sigterm_ignored_at_start_still_drains(act_serve, tiny, tmp_path):
+    """A wrapper's `trap '' TERM` (or a parent that ignores it) used to leave act-serve deaf to
+    the signal every supervisor drains servers with: it is caught all the same, and said."""
+    model, _ = tiny
+
+    def ignore_term():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    srv = Server(act_serve, model, tmp_path, preexec_fn=ignore_term).wait_ready()
+    assert "SIGTERM was ignored when act-serve started" in srv.log(), srv.log()
+    assert srv.stop(signal.SIGTERM, timeout=60) == 0, srv.log()
+    assert "drained" in srv.log(), srv.log()
 
 
 def test_one_client_shared_by_threads_answers_each_its_own(server, tiny, rng):
