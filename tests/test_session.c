@@ -447,6 +447,27 @@ static void test_model(const char *path) {
         rc = act_outputs_check(s, &ho, 1, 1, e2, sizeof e2);
         CHECK(rc == -1 && strstr(e2, "the model's action chunk is not finite (step 0, joint 0 is "),
               "row 1 alone: rc %d, '%s'", rc, e2);
+        /* the CVAE outputs are checked as well: finite chunks, a latent mean, log-variance or KL
+         * that is not (set by hand in the finite run's outputs) */
+        act_outputs fm = fo;
+        float *lat = malloc((size_t)MB * c->latent_dim * sizeof *lat), kl[MB];
+        memcpy(lat, fo.mu, (size_t)MB * c->latent_dim * sizeof *lat);
+        memcpy(kl, fo.kl, sizeof kl);
+        lat[(size_t)2 * c->latent_dim + 3] = NAN;
+        fm.mu = lat;
+        rc = act_outputs_check(s, &fm, 0, MB, e2, sizeof e2);
+        CHECK(rc == -1 && strstr(e2, "latent mean for row 2 is not finite (element 3 is nan)"), "mu: rc %d, '%s'", rc, e2);
+        fm.mu = fo.mu;
+        fm.logvar = lat;
+        rc = act_outputs_check(s, &fm, 2, 1, e2, sizeof e2);
+        CHECK(rc == -1 && strstr(e2, "latent log-variance is not finite (element 3 is nan)"), "logvar: rc %d, '%s'", rc, e2);
+        fm.logvar = fo.logvar;
+        kl[MB - 1] = INFINITY;
+        fm.kl = kl;
+        rc = act_outputs_check(s, &fm, 0, MB, e2, sizeof e2);
+        CHECK(rc == -1 && strstr(e2, "KL for row ") && strstr(e2, "is not finite"), "kl: rc %d, '%s'", rc, e2);
+        CHECK(act_outputs_check(s, &fm, 0, MB - 1, NULL, 0) == 0, "rows before the bad KL refused");
+        free(lat);
         free_outs(&h);
     }
 

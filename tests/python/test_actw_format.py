@@ -219,6 +219,16 @@ def test_the_loader_and_actw_py_take_the_same_metadata_and_names(build_dir, act_
         return edit
 
     refused("utf8", {"note": "XY"}, patch(b"note=XY", b"note=\xff\xfe"), "not UTF-8")
+    # what FORMAT.md excludes beyond bytes that never occur: an overlong form, a surrogate, a
+    # code point past U+10FFFF, a sequence cut short
+    for name, bad in (("overlong", b"\xc0\xafAB"), ("surrogate", b"\xed\xa0\x80A"),
+                      ("past_10ffff", b"\xf4\x90\x80\x80"), ("cut_short", b"\xe2\x82AB")):
+        refused(name, {"note": "WXYZ"}, patch(b"note=WXYZ", b"note=" + bad), "not UTF-8")
+    ok = tmp_path / "utf8_ok.actw"   # 4-byte and 2-byte sequences are text like any other
+    actw.write_actw(ok, {**meta, "note": "robot \U0001f916 caf\u00e9"}, tensors)
+    p = subprocess.run([str(act_infer), "info", "--model", str(ok)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert actw.read_actw(ok)[0]["note"] == "robot \U0001f916 caf\u00e9"
     refused("space_float", {"head.kl_weight": " 10"}, None, "is not a finite number")
     refused("hex_float", {"head.kl_weight": "0x1p3"}, None, "is not a finite number")
     refused("name_space", None, patch(b"head.cls_embed\0", b"head.cls embed\0"), "space or non-printable")

@@ -324,6 +324,31 @@ def test_a_merge_of_shards_run_differently_says_it_is_not_bit_exact(setup, act_i
     assert json.loads(merged.read_text())["pad_batches"] == "few" and "--pad-batches few" in p.stderr, p.stderr
 
 
+def test_a_merge_with_an_older_summary_calls_its_batch_unknown_not_different(setup, act_infer, tmp_path):
+    """A summary from before batch/pad_batches were recorded has neither: the merge's are then
+    unknown (null), not "mixed", and no note claims the shards differ. A lone unsharded run
+    with --pad-batches few is no sharded merge either: no note."""
+    parts = []
+    for i in range(2):
+        out = tmp_path / f"s{i}.json"
+        run(act_infer, "eval", "--model", setup["actw"], "--episodes", setup["eps"], "--device", "cpu",
+            "--shard", f"{i}/2", "--json", out, "--batch", BATCH, "--pad-batches", "off", check_rc=0)
+        parts.append(out)
+    old = json.loads(parts[1].read_text())
+    del old["batch"], old["pad_batches"]
+    parts[1].write_text(json.dumps(old))
+    merged = tmp_path / "all.json"
+    p = run(act_infer, "eval-merge", *parts, "--json", merged, check_rc=0)
+    m = json.loads(merged.read_text())
+    assert m["batch"] is None and m["pad_batches"] is None, (m["batch"], m["pad_batches"])
+    assert "note:" not in p.stderr, p.stderr
+    alone = tmp_path / "alone.json"
+    run(act_infer, "eval", "--model", setup["actw"], "--episodes", setup["eps"], "--device", "cpu",
+        "--json", alone, "--batch", BATCH, "--pad-batches", "few", check_rc=0)
+    p = run(act_infer, "eval-merge", alone, "--json", merged, check_rc=0)
+    assert json.loads(merged.read_text())["pad_batches"] == "few" and "note:" not in p.stderr, p.stderr
+
+
 def test_summary_records_episode_numbers_and_the_list(setup):
     s = setup["single"]
     assert [(e["name"], e["index"], e["number"]) for e in s["episodes"]] == [
