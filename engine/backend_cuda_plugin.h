@@ -13,13 +13,23 @@
 #ifndef ACT_BACKEND_CUDA_PLUGIN_H
 #define ACT_BACKEND_CUDA_PLUGIN_H
 
+#include <stddef.h>
+
 #include "backend.h"
 
 #define ACT_CUDA_PLUGIN_FILE "libact_cuda.so"
 /* The layout both sides must share: a plugin from another build (an older act_backend or
- * act_model) is refused instead of being called with structures it does not know. */
+ * act_model) is refused instead of being called with structures it does not know. Sizes alone
+ * miss a field that fills padding (image_channels took the 4 bytes after graphs: same size, the
+ * fields after it moved), so the fields' places count too, and ACT_CUDA_PLUGIN_LAYOUT is raised
+ * by hand whenever a field of act_backend, act_model, act_config or act_conv changes. */
+#define ACT_CUDA_PLUGIN_LAYOUT 2u
 #define ACT_CUDA_PLUGIN_ABI ((unsigned)(sizeof(act_backend) * 1000003u + sizeof(act_model) * 1009u + \
-                                        sizeof(act_config) * 31u + sizeof(act_conv) + 1u))
+                                        sizeof(act_config) * 31u + sizeof(act_conv) + 1u + \
+                                        offsetof(act_backend, image_channels) * 7919u + \
+                                        offsetof(act_backend, graphs) * 104729u + \
+                                        offsetof(act_backend, destroy) * 1299709u + \
+                                        ACT_CUDA_PLUGIN_LAYOUT * 15485863u))
 #define ACT_CUDA_PLUGIN_EXPORT __attribute__((visibility("default")))
 
 typedef int (*act_cuda_plugin_create_fn)(int device, act_precision prec, act_backend **out,

@@ -439,12 +439,15 @@ int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
         out.actions = b.out;
         double t1 = act_now();
         if (act_run(s->sess, &in, &out, e, sizeof e) == 0) {
-            double one = act_now() - t1, worst = 2.0 * s->o.max_batch * one;
-            act_serve_say("CPU: a step at batch 1 takes %.3f s here, so a full batch (--max-batch %d) up to "
-                          "%.1f s, and a request that waits for the batch before its own up to %.1f s%s",
-                          one, s->o.max_batch, worst / 2, worst,
-                          worst > 10.0 ? ": above ActClient's default timeout (10 s): lower --max-batch or "
-                                         "raise the clients' timeouts" : "");
+            /* an estimate (batch 1's time per row; a batch's rows cost a little less each) */
+            double one = act_now() - t1, full = s->o.max_batch * one;
+            int ahead = (s->o.max_queue + s->o.max_batch - 1) / s->o.max_batch;   /* batches queued */
+            act_serve_say("CPU: a step at batch 1 takes %.4f s here, so a full batch (--max-batch %d) about "
+                          "%.2f s; a request waits for the batches queued before its own (the one running, or "
+                          "up to %d with --max-queue %d full) and its own: keep clients' timeouts above that%s",
+                          one, s->o.max_batch, full, ahead, s->o.max_queue,
+                          2 * full > 10.0 ? " (two batches already pass ActClient's default 10 s: lower "
+                                            "--max-batch or raise the timeouts)" : "");
         }
     }
     bufs_free(&b);

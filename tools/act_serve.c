@@ -327,8 +327,8 @@ int main(int argc, char **argv)
     }
     const act_config *cfg = act_model_config(m);
     if (c.algo_cache && sopts.device == ACT_DEVICE_CPU)
-        fprintf(stderr, "act-serve: --algo-cache %s: unused on the CPU, which measures no algorithms (the file is "
-                        "neither read nor written)\n", c.algo_cache);
+        fprintf(stderr, "act-serve: --algo-cache (ACT_CUDA_ALGO_CACHE) %s: unused on the CPU, which measures no "
+                        "algorithms (the file is neither read nor written)\n", c.algo_cache);
     char mport[48] = "";
     if (c.so.metrics_port >= 0) snprintf(mport, sizeof mport, ", metrics on port %d", act_server_metrics_port(g_server));
     fprintf(stderr, "act-serve: ready on %s:%d%s%s (%s, model %s, max-batch %d, batch sizes %s, max-wait-us %d, "

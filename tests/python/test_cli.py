@@ -173,7 +173,6 @@ def test_predict_prior_and_posterior_match_the_reference(act_infer, hdf5, model,
         assert rel(np.load(post / f"{name}.npy"), r[key]) <= TOL, name
 
 
-@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device that refuses writes)")
 def test_predict_refuses_a_chunk_that_is_not_finite_and_writes_nothing(act_infer, hdf5, model, tmp_path):
     """A qpos of 3e38 normalizes to infinity and the chunk is NaN: predict fails naming the
     timestep, and writes no .npy a robot-side script could load as an answer."""
@@ -188,6 +187,7 @@ def test_predict_refuses_a_chunk_that_is_not_finite_and_writes_nothing(act_infer
     assert sorted(x.name for x in tmp_path.iterdir()) == ["episode_1.hdf5"]
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device that refuses writes)")
 def test_predict_replaces_its_files_as_a_set_or_not_at_all(act_infer, hdf5, model, tmp_path):
     """The prior chunks and the four posterior files belong together: when one of them cannot be
     written (here kl.npy leads to /dev/full), none of the previous run's files is replaced."""
