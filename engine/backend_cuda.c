@@ -148,11 +148,11 @@ typedef struct {
     int nhwc;                       /* feature maps NHWC, conv filters KRSC (else NCHW / KCRS) */
     /* ACT_CUDA_STEM_CHANNELS (NHWC only): the image and the stem conv's input carry stem_c
      * channels, the ones past 3 zero, and each trunk's stem filter is a KRSC copy of stem_c
-     * channels in stem_w (filter i of stem_idx[i]); 3: none of that */
+     * channels in stem_w (filter i of stem_idx[i], stem_bytes each); 3: none of that */
     int stem_c;
     void *stem_w;
     int stem_idx[ACT_MAX_CAMS], n_stem;
-    size_t stem_elems;              /* per filter */
+    size_t stem_bytes;
     widen_job **jobs;               /* widen jobs captured into graphs, freed at destroy */
     int n_jobs, cap_jobs;
     cudaEvent_t ev[MAX_MARKS];
@@ -391,20 +391,20 @@ static int stem_filters(act_backend *be, const act_model *m) {
     cuda_ctx *c = CTX(be);
     BE_ERR;
     const act_conv *st = &m->trunks[0].conv1;
-    c->stem_elems = (size_t)st->cout * st->k * st->k * c->stem_c;
-    size_t esz = c->wdt == ACT_DT_F32 ? 4 : 2, bytes = (size_t)m->n_trunks * c->stem_elems * esz;
-    KCHECK(cudaMalloc(&c->stem_w, bytes));
-    c->bytes += bytes;
+    size_t elems = (size_t)st->cout * st->k * st->k * c->stem_c;
+    c->stem_bytes = elems * act_dtype_size((act_dtype)c->wdt);
+    KCHECK(cudaMalloc(&c->stem_w, (size_t)m->n_trunks * c->stem_bytes));
+    c->bytes += (size_t)m->n_trunks * c->stem_bytes;
     for (int t = 0; t < m->n_trunks; t++) {
         const act_conv *v = &m->trunks[t].conv1;
-        if (v->cin != 3 || (size_t)v->cout * v->k * v->k * c->stem_c != c->stem_elems) {
+        if (v->cin != 3 || (size_t)v->cout * v->k * v->k * c->stem_c != elems) {
             snprintf(be->err, sizeof be->err, "ACT_CUDA_STEM_CHANNELS: trunk %d's stem '%s' is "
                      "%d -> %d channels %dx%d, unlike trunk 0's 3 -> %d %dx%d", t, v->w->name,
                      v->cin, v->cout, v->k, v->k, st->cout, st->k, st->k);
             return -1;
         }
         c->stem_idx[t] = v->w->index;
-        if (act_k_conv_weight_nhwc(c->wf32 + v->w->offset, (char *)c->stem_w + t * c->stem_elems * esz,
+        if (act_k_conv_weight_nhwc(c->wf32 + v->w->offset, (char *)c->stem_w + t * c->stem_bytes,
                                    c->wdt, v->cout, 3, c->stem_c, v->k, c->st, err, errlen))
             return -1;
     }
@@ -416,7 +416,7 @@ static int stem_filters(act_backend *be, const act_model *m) {
 static const void *stem_filter(const cuda_ctx *c, const act_conv *cv) {
     for (int i = 0; i < c->n_stem; i++)
         if (c->stem_idx[i] == cv->w->index)
-            return (const char *)c->stem_w + i * c->stem_elems * (c->wdt == ACT_DT_F32 ? 4 : 2);
+            return (const char *)c->stem_w + i * c->stem_bytes;
     return NULL;
 }
 

@@ -344,7 +344,8 @@ void act_infer_stop(act_server *s)
  * key's first step eagerly and captures its second, so each size runs twice there - first every
  * size eagerly, then every size captured, because an eager step that grows the conv workspace
  * drops the graphs captured before it. The sizes are the ones batches are padded up to
- * (--batch-sizes). On the CPU nothing is captured per size, so one step at batch 1 suffices.
+ * (--batch-sizes). On the CPU nothing is captured per size, so batch 1 suffices (twice, the
+ * second timed, when batches are larger).
  * Steps that read frames in place (from clients' shared memory or receive buffers) are keys of
  * their own on CUDA: a second pass warms them. */
 int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
@@ -372,7 +373,10 @@ int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
             b.in.images[k][i] = (uint8_t)(x >> 56);
         }
     int rc = 0;
-    int reps = dev == ACT_DEVICE_CUDA ? 2 : 1;
+    /* CUDA: each size eager, then captured. CPU (batch 1 only): a second step is timed, since a
+     * full batch's cost here is what clients' timeouts must cover (the first pays one-time costs) */
+    int reps = dev == ACT_DEVICE_CUDA || s->o.max_batch > 1 ? 2 : 1;
+    double step_s = 0;
     /* on CUDA, frames read in place are steps of their own (graphs included): warm those too,
      * from a registered copy of the frames (the session's own pinned buffers cannot be) */
     size_t all = (size_t)s->o.max_batch * frame;
@@ -415,40 +419,30 @@ int act_infer_warmup(act_server *s, act_device dev, char *err, size_t errlen)
                 in.image_items[k] = b.items + (size_t)k * n;
             }
             out.actions = b.out;
+            double t1 = act_now();
             if (act_run(s->sess, &in, &out, e, sizeof e)) {
                 snprintf(err, errlen, "act-serve: warm-up at batch %d%s failed: %s", n,
                          pass ? " (frames in place)" : "", e);
                 rc = -1;
             }
+            step_s = act_now() - t1;
         }
     if (placed) {
         act_session_unregister_host(s->sess, placed);
         free(placed);
     }
-    /* the CPU's step time grows with the batch: one more, timed step at batch 1 says what a full
-     * batch may cost here, against which clients' timeouts must be set (a request may wait out the
-     * batch running when it arrives, then its own) */
-    if (!rc && dev == ACT_DEVICE_CPU && s->o.max_batch > 1 && !atomic_load(&s->stop_flag)) {
-        act_inputs in;
-        act_outputs out;
-        memset(&in, 0, sizeof in);
-        memset(&out, 0, sizeof out);
-        in.batch = 1;
-        in.qpos = b.in.qpos;
-        for (int k = 0; k < c->num_cams; k++) in.images[k] = b.in.images[k];
-        out.actions = b.out;
-        double t1 = act_now();
-        if (act_run(s->sess, &in, &out, e, sizeof e) == 0) {
-            /* an estimate (batch 1's time per row; a batch's rows cost a little less each) */
-            double one = act_now() - t1, full = s->o.max_batch * one;
-            int ahead = (s->o.max_queue + s->o.max_batch - 1) / s->o.max_batch;   /* batches queued */
-            act_serve_say("CPU: a step at batch 1 takes %.4f s here, so a full batch (--max-batch %d) about "
-                          "%.2f s; a request waits for the batches queued before its own (the one running, or "
-                          "up to %d with --max-queue %d full) and its own: keep clients' timeouts above that%s",
-                          one, s->o.max_batch, full, ahead, s->o.max_queue,
-                          2 * full > 10.0 ? " (two batches already pass ActClient's default 10 s: lower "
-                                            "--max-batch or raise the timeouts)" : "");
-        }
+    /* the CPU's step time grows with the batch: the last batch-1 step says what a full batch may
+     * cost here (an estimate: batch 1's time per row; a batch's rows cost a little less each), and
+     * a request waits out the batches queued before its own */
+    if (!rc && dev == ACT_DEVICE_CPU && reps == 2 && !atomic_load(&s->stop_flag)) {
+        double full = s->o.max_batch * step_s;
+        int ahead = (s->o.max_queue + s->o.max_batch - 1) / s->o.max_batch;   /* batches queued */
+        act_serve_say("CPU: a step at batch 1 takes %.4f s here, so a full batch (--max-batch %d) about "
+                      "%.2f s; a request waits for the batches queued before its own (the one running, or "
+                      "up to %d with --max-queue %d full) and its own: keep clients' timeouts above that%s",
+                      step_s, s->o.max_batch, full, ahead, s->o.max_queue,
+                      2 * full > 10.0 ? " (two batches already pass ActClient's default 10 s: lower "
+                                        "--max-batch or raise the timeouts)" : "");
     }
     bufs_free(&b);
     free(sizes);

@@ -297,21 +297,16 @@ int main(int argc, char **argv)
         return 1;
     }
     if (c.so.unix_path) snprintf(g_unix_path, sizeof g_unix_path, "%s", c.so.unix_path);
-    static const int drain_sigs[] = {SIGTERM, SIGINT, SIGHUP};
-    act_catch_signals(drain_sigs, (int)(sizeof drain_sigs / sizeof *drain_sigs), on_signal, 0);
     /* SIGINT and SIGHUP ignored at start stay ignored (nohup, a background job of a script); an
      * ignored SIGTERM is caught all the same: it is how supervisors (systemd, Kubernetes, a
      * rolling restart) ask a server to drain, and a wrapper's `trap '' TERM` would otherwise
      * leave them nothing but SIGKILL */
-    struct sigaction term;
-    if (sigaction(SIGTERM, NULL, &term) == 0 && term.sa_handler == SIG_IGN) {
-        memset(&term, 0, sizeof term);
-        term.sa_handler = on_signal;
-        sigemptyset(&term.sa_mask);
-        sigaction(SIGTERM, &term, NULL);
+    int term_ignored = signal(SIGTERM, SIG_DFL) == SIG_IGN;
+    static const int drain_sigs[] = {SIGTERM, SIGINT, SIGHUP};
+    act_catch_signals(drain_sigs, (int)(sizeof drain_sigs / sizeof *drain_sigs), on_signal, 0);
+    if (term_ignored)
         fprintf(stderr, "act-serve: SIGTERM was ignored when act-serve started (a `trap '' TERM` in a wrapper?); "
                         "it drains the server all the same\n");
-    }
 
     act_model *m = NULL;
     act_session *sess = NULL;
