@@ -24,8 +24,10 @@
  * the bias in D's type, as cublasLt.h documents it (outside IMMA and fp8), refusing an fp32 bias
  * beside a 16-bit D; =refuse-first refuses every run of algorithm #0, =refuse-others of the
  * others; =slow-first makes each run of #0 take 2 ms more (a host sleep, which events time), so
- * a caller that times the candidates has a clear winner; =slightly-slow-first 10 us more (a
- * spin), short enough that a caller times its candidates in batches of several runs; =slow-launch
+ * a caller that times the candidates has a clear winner; =slightly-slow-first 10 us more plus
+ * the run's own time again (a spin: twice as slow, and still short enough that a caller times
+ * small shapes in batches of several runs; a bare 10 us was within the noise of a loaded CI
+ * host running ASan, where even a 6-row GEMM takes 50+ us on the emulator); =slow-launch
  * makes every call that is not captured take 400 us more (a host's launch cost, which a caller
  * timing one plain call mistakes for the GEMM's; a graph's nodes do not pay it) (all read at
  * each call, to test a caller's fallbacks and choices). */
@@ -422,12 +424,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
         if (slow == 1) {
             struct timespec ts = {0, 2000000};
             nanosleep(&ts, nullptr);
-        } else if (slow == 2) {   /* a spin: a sleep this short would take the timer's slack */
-            struct timespec t0, t;
-            clock_gettime(CLOCK_MONOTONIC, &t0);
-            do clock_gettime(CLOCK_MONOTONIC, &t);
-            while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 10000);
         }
+        struct timespec run0;
+        clock_gettime(CLOCK_MONOTONIC, &run0);
         uint64_t m = p.m, n = p.n, k = p.k;
         std::vector<float> acc(m * n, 0.0f);
         if (k > 0) {
@@ -448,6 +447,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                 if (gelu) v = 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
                 emu_store(D, ld.type, j * ld.ld + i, v);
             }
+        if (slow == 2) {   /* a spin: a sleep this short would take the timer's slack */
+            struct timespec t;
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            const long own = (t.tv_sec - run0.tv_sec) * 1000000000L + (t.tv_nsec - run0.tv_nsec);
+            const long until = 2 * own + 10000;
+            do clock_gettime(CLOCK_MONOTONIC, &t);
+            while ((t.tv_sec - run0.tv_sec) * 1000000000L + (t.tv_nsec - run0.tv_nsec) < until);
+        }
     };
     return emu_enqueue_as(stream, "cublasLtMatmul", "cublasLtMatmul #" + std::to_string(g.index),
                           op, std::move(used)) == cudaSuccess

@@ -8,8 +8,8 @@
 #     falls back to cublasGemmEx + a bias kernel (fp32 keeps its bias-less / erf-GELU linears
 #     there anyway); with the heuristic alone they all fall back;
 #  3. refuse-others: every linear runs #0 (a candidate that refuses is never chosen).
-#  5. slightly-slow-first (#0 10 us more a run: short enough that each timed batch holds several
-#     runs): the batches are captured graphs of their own (a few-us GEMM launched one by one
+#  5. slightly-slow-first (#0 twice its own time + 10 us a run: short enough that a small shape's
+#     timed batch holds several runs): the batches are captured graphs of their own (a few-us GEMM launched one by one
 #     would time the host's launch rate), #1 is still chosen everywhere; with ACT_CUDA_GRAPHS=0
 #     no graph at all is made, the batches are plain launches and #1 is chosen all the same.
 #  6. slow-launch (400 us more for each plain call, a host's launch cost): the batches are sized
@@ -68,8 +68,11 @@ else
     echo "$logged" | head -5
     fail=1
 fi
-for graphs in 1 0; do
-    out=$(ACT_CUDA_GRAPHS=$graphs ACT_EMU_CUBLASLT=slightly-slow-first ACT_CUDA_ALGO_LOG=1 ACT_EMU_TRACE=1 \
+# A choice between runs 2x + 10 us apart is timed on this host's clock: a loaded CI host can stall
+# both rounds of one shape (the emulator's work is the host's), so a failed try is run once more
+# and the check fails only when both do (a wrong choice is made every time).
+slightly() {   # graphs -> "ok ..." or "FAIL ..."
+    out=$(ACT_CUDA_GRAPHS=$1 ACT_EMU_CUBLASLT=slightly-slow-first ACT_CUDA_ALGO_LOG=1 ACT_EMU_TRACE=1 \
           "$infer" bench --model "$model" --device cuda --precision bf16 --batch 1 --iters 2 --warmup 1 \
           --profile-iters 0 2>&1)
     n1=$(echo "$out" | grep -c 'cuBLASLt .*: candidate 1 of 2')
@@ -77,14 +80,25 @@ for graphs in 1 0; do
     tg=$(echo "$out" | grep -c 'graph instantiated: [0-9]* nodes in 1 lane: cublasLtMatmul=[0-9]*$')
     # each timed batch's graph is launched once per round (two rounds), beside the step's own
     gl=$(echo "$out" | sed -n 's/^cuda-emu: operations run:.* graphLaunch=\([0-9]*\).*/\1/p')
-    if [ "$graphs" = 1 ]; then want_tg=$([ "$tg" -ge 1 ] && [ "${gl:-0}" -ge $((2 * tg)) ] && echo y)
+    if [ "$1" = 1 ]; then want_tg=$([ "$tg" -ge 1 ] && [ "${gl:-0}" -ge $((2 * tg)) ] && echo y)
     else want_tg=$([ "$tg" = 0 ] && [ -z "$gl" ] && echo y); fi
     if [ "$n1" -ge 1 ] && [ "$n0" = 0 ] && [ "$want_tg" = y ]; then
-        echo "ok   slightly-slow-first, ACT_CUDA_GRAPHS=$graphs: $n1 linear shapes on candidate 1, $tg timed batches as graphs, ${gl:-no} graph launches"
+        echo "ok   slightly-slow-first, ACT_CUDA_GRAPHS=$1: $n1 linear shapes on candidate 1, $tg timed batches as graphs, ${gl:-no} graph launches"
     else
-        echo "FAIL slightly-slow-first, ACT_CUDA_GRAPHS=$graphs: $n1 linears on candidate 1, $n0 on 0, $tg timed batches as graphs, ${gl:-no} graph launches"
-        fail=1
+        echo "FAIL slightly-slow-first, ACT_CUDA_GRAPHS=$1: $n1 linears on candidate 1, $n0 on 0, $tg timed batches as graphs, ${gl:-no} graph launches"
+        echo "$out" | grep 'cuBLASLt .*: candidate 0 of' | head -2
     fi
+}
+for graphs in 1 0; do
+    r=$(slightly $graphs)
+    case $r in
+    ok*) echo "$r" ;;
+    *) r2=$(slightly $graphs)
+       case $r2 in
+       ok*) echo "$r2 (on a second try; the first: ${r#FAIL })" ;;
+       *) echo "$r"; echo "$r2 (second try)"; fail=1 ;;
+       esac ;;
+    esac
 done
 # a host whose every plain cublasLtMatmul costs 400 us more (slow-launch): one plain run's time
 # is mostly that, so batches sized from it alone are 1 run, launched one by one (timing the
