@@ -378,7 +378,9 @@ int act_server_create(const act_server_opts *opts, act_server **out, char *err, 
     pthread_cond_init(&s->cv, &ca);
     pthread_condattr_destroy(&ca);
     s->conns = calloc((size_t)opts->max_clients, sizeof *s->conns);
-    if (!s->conns) {
+    s->fair_seen = calloc((size_t)opts->max_clients, sizeof *s->fair_seen);
+    s->fair_level = calloc((size_t)opts->max_batch + 1, sizeof *s->fair_level);
+    if (!s->conns || !s->fair_seen || !s->fair_level) {
         act_server_free(s);
         return fail(err, errlen, "act-serve: out of memory for %d connection slots", opts->max_clients);
     }
@@ -536,6 +538,8 @@ void act_server_free(act_server *s)
     free(s->pad_to);
     free((char *)s->o.batch_sizes);
     free(s->conns);
+    free(s->fair_seen);
+    free(s->fair_level);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     act_metrics_destroy(&s->metrics);

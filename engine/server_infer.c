@@ -69,6 +69,31 @@ static void deadline_ts(double t, struct timespec *ts)
     }
 }
 
+/* Which requests of kind a batch of max takes when more wait (under mu): the first of every
+ * connection's, then the second of every connection's, and so on, each round in arrival order -
+ * so a client with a long window out (predict_many, an evaluation) shares each pass with the
+ * robots that ask one step at a time instead of running ahead of them all, and every client's
+ * own requests still run in the order it sent them. Numbers each pending request of kind with
+ * its place among its connection's (r->ord, from 0) and returns the place where the batch
+ * fills: every request before it is taken, and of those at it the first in arrival order; max
+ * (everything) when no more than max wait. */
+static int fair_level(act_server *s, int kind, int max)
+{
+    int total = 0;
+    for (int l = 0; l < max; l++) s->fair_level[l] = 0;
+    for (act_req *r = s->pend_head; r; r = r->next) {
+        if (req_kind(r) != kind) continue;
+        r->ord = s->fair_seen[r->slot]++;
+        if (r->ord < max) s->fair_level[r->ord]++;
+        total++;
+    }
+    for (act_req *r = s->pend_head; r; r = r->next) s->fair_seen[r->slot] = 0;
+    if (total <= max) return max;
+    int level = 0;
+    for (int sum = 0; level < max && sum + s->fair_level[level] <= max; level++) sum += s->fair_level[level];
+    return level;
+}
+
 /* Waits for work and takes one batch off the pending list (under mu). Returns its size, 0 = stop,
  * -1 = no request, but registered memory to retire. Once told to stop it hands out nothing more:
  * the stop comes after the I/O loops have ended, drained or past --drain-timeout-ms, so whatever
@@ -100,10 +125,13 @@ static int take_batch(act_server *s, act_req **out)
     }
     int kind = req_kind(s->pend_head);
     if (kind == 2) max = 1;
+    int level = fair_level(s, kind, max), quota = max;
+    if (level < max)   /* the requests at the places before it all go; of those at it, the first */
+        for (int l = 0; l < level; l++) quota -= s->fair_level[l];
     act_req **link = &s->pend_head, *prev = NULL;
     while (*link && n < max) {
         act_req *r = *link;
-        if (req_kind(r) == kind) {
+        if (req_kind(r) == kind && (r->ord < level || (r->ord == level && quota-- > 0))) {
             *link = r->next;
             if (s->pend_tail == r) s->pend_tail = prev;
             r->next = NULL;

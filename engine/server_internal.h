@@ -51,6 +51,8 @@ typedef struct act_req {
     uint32_t slot, gen;            /* the connection that asked */
     act_predict p;
     double t_arrive, t_start, t_end;   /* monotonic seconds: last byte read, forward start/end */
+    int ord;                       /* its place among its connection's pending requests of its
+                                    * kind (take_batch's scratch, under mu) */
     int batch;                     /* requests in its forward pass */
     int rows;                      /* the pass's rows: batch padded up to a size the server runs */
     int code;                      /* 0 = chunk valid, else an act_err_code */
@@ -186,6 +188,9 @@ struct act_server {
     pthread_cond_t cv;
     act_req *pend_head, *pend_tail;
     int n_pending;
+    int *fair_seen;                /* [max_clients], all 0 between batches: a connection's pending
+                                    * requests counted while a batch is chosen (take_batch) */
+    int *fair_level;               /* [max_batch]: requests at each place (take_batch) */
     act_regmem *retired;           /* registered blocks let go of: to unregister, then release */
     size_t reg_bytes;              /* bytes of frame memory registered (inference thread) */
     int reg_full_logged;           /* the limit on it was reached and said so (inference thread) */

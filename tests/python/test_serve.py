@@ -426,6 +426,55 @@ def test_sigterm_drains_in_flight_requests(server, tiny, rng):
 
 
 
+def test_batches_share_places_between_connections(server, tiny, rng, tmp_path):
+    """A client with a long window out (an evaluation's predict_many) must not run ahead of a
+    robot asking one step at a time: when more wait than a batch holds, each batch takes every
+    connection's first pending request, then every one's second, ... (arrival order within a
+    round), and each connection's own requests still run in the order it sent them.
+    Steps of 0.2 s make it deterministic: all of A's 16 and C's 6 are queued while the first
+    batch runs, and B's single request a moment after."""
+    _, cfg = tiny
+    slow = dict(os.environ, ACT_CPU_TIMING_MODEL="200000")
+    audit = tmp_path / "audit.jsonl"
+    srv = server("--max-batch", 4, "--max-wait-us", 2_000_000, "--audit-log", audit, env=slow)
+    q, imgs = _obs(rng, cfg["camera_names"])
+    frames = wire.encode_frames(imgs, cfg["camera_names"], (IMAGE, IMAGE))
+    socks = {}
+    for name in "ACB":
+        socks[name] = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+        socks[name].sendall(wire.hello(client_name=name))
+        recv_frame(socks[name])
+
+    def queue(name, ids, total):
+        socks[name].sendall(b"".join(wire.predict(i, q, frames) for i in ids))
+        deadline = time.monotonic() + 30
+        while srv.metric("act_serve_requests_total") < total:
+            assert time.monotonic() < deadline, srv.log()
+            time.sleep(0.002)
+
+    queue("A", range(100, 116), 16)
+    queue("C", range(200, 206), 22)
+    queue("B", [300], 23)
+    assert srv.metric("act_serve_results_total") <= 4, "the first batch ended before all were queued"
+    for name, n in (("A", 16), ("C", 6), ("B", 1)):
+        for _ in range(n):
+            mtype, p = recv_frame(socks[name])
+            assert mtype == wire.RESULT, wire.parse_error(p) if mtype == wire.ERROR else mtype
+    lines = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert len(lines) == 23 and all(a["status"] == "ok" for a in lines), lines
+    order = [(a["client"], a["id"]) for a in lines]
+    for name in "ACB":   # each connection's own requests in the order sent
+        ids = [i for c, i in order if c == name]
+        assert ids == sorted(ids), (name, order)
+    # batch 1: A's first 4 (alone when it was taken); then each batch one place per connection:
+    # batch 2 A, C, B + A's next (round two, A first); C's and A's alternate until C runs out
+    by_batch = [order[i:i + 4] for i in range(0, 23, 4)]
+    assert [c for c, _ in by_batch[0]] == ["A"] * 4, by_batch
+    assert sorted(c for c, _ in by_batch[1]) == ["A", "A", "B", "C"], by_batch
+    assert sorted(c for c, _ in by_batch[2]) == ["A", "A", "C", "C"], by_batch
+    assert [c for c, _ in order].index("B") < 8, order
+
+
 def test_drain_timeout_bounds_the_shutdown_and_a_second_signal_exits_at_once(server, tiny, rng, tmp_path):
     """--drain-timeout-ms is the longest drain: requests still queued at its end are dropped
     (their connection closes, the client retries elsewhere), not computed one by one with no one
