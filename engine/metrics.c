@@ -138,6 +138,7 @@ static void count(act_metrics *m, uint64_t *counter, uint64_t n)
 }
 
 void act_metrics_abandoned(act_metrics *m, int n) { count(m, &m->abandoned, (uint64_t)n); }
+void act_metrics_conn_aged(act_metrics *m) { count(m, &m->conns_aged, 1); }
 void act_metrics_undelivered(act_metrics *m) { count(m, &m->undelivered, 1); }
 void act_metrics_audit_lost(act_metrics *m) { count(m, &m->audit_lost, 1); }
 
@@ -244,6 +245,8 @@ char *act_metrics_render(act_metrics *m, int ready, int draining, size_t *len)
     counter(&b, "act_serve_connections_total", "client connections accepted", m->conns_total);
     counter(&b, "act_serve_connections_dropped_total", "connections closed for bad frames or unread replies",
             m->conns_dropped);
+    counter(&b, "act_serve_connections_aged_total", "idle connections closed at --max-connection-age (their "
+            "clients reconnect, through a balancer to any replica)", m->conns_aged);
     static const char *const refused_why[ACT_REFUSED_N] = { "max_clients", "draining", "no_fds" };
     sb_printf(&b, "# HELP act_serve_connections_refused_total connections refused at accept (max clients, draining, "
                   "out of file descriptors)\n# TYPE act_serve_connections_refused_total counter\n");

@@ -31,6 +31,7 @@ typedef struct act_metrics {
     uint64_t audit_lost;                     /* --audit-log lines that could not be written */
     uint64_t errors[ACT_METRICS_MAX_CODES];  /* by act_err_code */
     uint64_t conns_total, conns_dropped;     /* accepted; closed by the server for misbehaviour */
+    uint64_t conns_aged;                     /* closed idle at --max-connection-age */
     uint64_t conns_refused[ACT_REFUSED_N];   /* accepted only to be refused at once, by reason */
     uint64_t mem_weights, mem_activations, mem_workspace;   /* device bytes the session holds */
     uint64_t drv_held, drv_before, drv_total;  /* the driver's count (act_memory); drv_total 0: none */
@@ -56,6 +57,7 @@ void act_metrics_refused(act_metrics *m, int reason);            /* ACT_REFUSED_
 void act_metrics_inflight(act_metrics *m, int delta);
 void act_metrics_abandoned(act_metrics *m, int n);   /* queued requests of a closed connection */
 void act_metrics_undelivered(act_metrics *m);        /* a result whose connection closed while it ran */
+void act_metrics_conn_aged(act_metrics *m);          /* a connection let go at --max-connection-age */
 void act_metrics_audit_lost(act_metrics *m);         /* an audit line not written */
 /* the session's device memory by kind, and the driver's count (act_memory's driver_*: rendered
  * only when drv_total > 0) */

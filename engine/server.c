@@ -93,6 +93,7 @@ act_server_opts act_server_default_opts(void)
     o.drain_timeout_ms = 10000;
     o.frame_timeout_ms = 30000;
     o.keepalive_s = 30;
+    o.max_conn_age_s = 0;
     return o;
 }
 
@@ -343,10 +344,10 @@ int act_server_create(const act_server_opts *opts, act_server **out, char *err, 
     *out = NULL;
     if (opts->max_batch < 1 || opts->max_batch > 65536 || opts->max_clients < 1 || opts->max_queue < 1 || opts->max_wait_us < 0 ||
         opts->max_inflight_per_conn < 1 || opts->max_out_bytes < 4096 || opts->frame_timeout_ms < 0 ||
-        opts->keepalive_s < 0 || opts->keepalive_s > 86400 ||
+        opts->keepalive_s < 0 || opts->keepalive_s > 86400 || opts->max_conn_age_s < 0 ||
         opts->io_threads < 0 || opts->io_threads > ACT_IO_MAX)
         return fail(err, errlen, "act-serve: max-batch (at most 65536, a session's limit), max-clients, max-queue and per-connection limits must be >= 1, "
-                                 "max-wait-us and frame-timeout-ms >= 0, keepalive-s 0..86400, max-out-bytes >= 4096, io-threads 0 (auto) "
+                                 "max-wait-us, frame-timeout-ms and max-connection-age >= 0, keepalive-s 0..86400, max-out-bytes >= 4096, io-threads 0 (auto) "
                                  "to %d", ACT_IO_MAX);
     /* the sizes' syntax now, before the model loads; which "auto" means waits for the device */
     int *sizes = malloc(((size_t)opts->max_batch + 1) * sizeof *sizes);

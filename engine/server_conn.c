@@ -145,7 +145,7 @@ void act_conn_close(act_io *io, act_conn *c, int dropped, const char *why)
     c->in_cap = c->in_got = c->hdr_got = 0;
     c->have_hdr = c->handshaken = c->inflight = c->read_done = c->more = 0;
     c->events = 0;
-    c->frame_deadline = 0;
+    c->frame_deadline = c->age_deadline = 0;
     c->out_bytes = 0;
     if (c->closing) io->n_closing--;
     c->closing = 0;
@@ -159,6 +159,32 @@ static void conn_update_events(act_io *io, act_conn *c)
     if (ev == c->events) return;
     c->events = ev;
     act_ep_set(io, EPOLL_CTL_MOD, c->fd, ev, ACT_TAG(TAG_CONN, c - io->s->conns));
+}
+
+/* --max-connection-age: a connection past its age that owes nothing (no request queued or
+ * running, no reply unsent, no frame begun) is let go as a refused one is: the server half-closes
+ * (the client's next call finds the end of the stream and reconnects, through the balancer, before
+ * it sends), discards whatever crossed the FIN on its way in (that client sees the stream end
+ * without a reply and sends it again: a predict is a pure function) and closes at the client's
+ * end or after CLOSING_LINGER_S. A connection that always has requests out is never cut. */
+static void conn_age_out(act_io *io, act_conn *c, double now)
+{
+    act_server *s = io->s;
+    if (!c->age_deadline || now < c->age_deadline || c->closing || !c->handshaken || c->inflight ||
+        c->out_head || c->have_hdr || c->hdr_got || c->read_done)
+        return;
+    act_serve_log(s, "%s: closing connection: older than --max-connection-age %d s", c->peer, s->o.max_conn_age_s);
+    act_metrics_conn_aged(&s->metrics);
+    pthread_mutex_lock(&s->mu);   /* the batcher waits for its requests no longer */
+    s->n_ready_conns--;
+    c->handshaken = 0;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    c->frame_deadline = 0;
+    c->closing = 1;
+    c->closing_deadline = now + CLOSING_LINGER_S;
+    io->n_closing++;
+    shutdown(c->fd, SHUT_WR);
 }
 
 /* Sends what the socket takes now. Returns -1 when the connection was closed. */
@@ -190,6 +216,7 @@ int act_conn_flush(act_io *io, act_conn *c)
         act_conn_close(io, c, 0, NULL);   /* the half-closed peer has every reply it was owed */
         return -1;
     }
+    if (!c->out_head && c->age_deadline) conn_age_out(io, c, act_now());
     conn_update_events(io, c);
     return 0;
 }
@@ -570,7 +597,13 @@ static void conn_open(act_io *io, int fd, int is_unix, const char *peer)
     c->shm = NULL;
     snprintf(c->peer, sizeof c->peer, "%s", peer);
     c->client[0] = 0;
-    c->frame_deadline = s->o.frame_timeout_ms ? act_now() + 1e-3 * s->o.frame_timeout_ms : 0;
+    double now = act_now();
+    c->frame_deadline = s->o.frame_timeout_ms ? now + 1e-3 * s->o.frame_timeout_ms : 0;
+    /* each connection's age spread over 0.9-1.1 of the limit (by slot and generation), so that the
+     * clients of a restart, which all connected at once, do not all reconnect at once again */
+    c->age_deadline = s->o.max_conn_age_s
+        ? now + s->o.max_conn_age_s * (0.9 + 0.2 * (double)((c->gen * 2654435761u + (uint32_t)slot) % 1024u) / 1023.0)
+        : 0;
     act_metrics_conn(&s->metrics, 1, 0);
     act_serve_log(s, "%s: connected (I/O thread %d of %d)", c->peer, io->idx + 1, s->n_io);
     c->events = EPOLLIN;
@@ -789,7 +822,8 @@ void act_deliver_done(act_io *io)
 void act_conn_expire(act_io *io, double now)
 {
     /* a scan of the slots ten times a second at most: deadlines are seconds long */
-    if (now - io->last_scan < 0.1 || (!io->n_closing && !io->s->o.frame_timeout_ms)) return;
+    if (now - io->last_scan < 0.1 || (!io->n_closing && !io->s->o.frame_timeout_ms && !io->s->o.max_conn_age_s))
+        return;
     io->last_scan = now;
     for (int i = io->lo; i < io->hi; i++) {
         act_conn *c = &io->s->conns[i];
@@ -799,6 +833,8 @@ void act_conn_expire(act_io *io, double now)
         } else if (!c->closing && c->frame_deadline && now > c->frame_deadline) {
             act_conn_close(io, c, 1, c->handshaken ? "frame not completed within --frame-timeout-ms"
                                                    : "no HELLO within --frame-timeout-ms");
+        } else {
+            conn_age_out(io, c, now);   /* an idle client's, which no reply flushes */
         }
     }
 }

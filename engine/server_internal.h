@@ -95,6 +95,8 @@ typedef struct act_conn {
     uint32_t events;               /* what epoll watches for it now */
     double closing_deadline;
     double frame_deadline;         /* a frame begun (or HELLO owed) must be complete by then; 0 = idle */
+    double age_deadline;           /* --max-connection-age: closed once past it and owing nothing
+                                    * (0 = never) */
     char peer[64], client[256];
     uint8_t hdr[ACT_PROTO_HDR];
     size_t hdr_got;

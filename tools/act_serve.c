@@ -156,6 +156,7 @@ static int parse(int argc, char **argv, cli *c)
         { "max-out-bytes", "ACT_SERVE_MAX_OUT_BYTES", F_SIZE, &c->so.max_out_bytes, "unread reply bytes before a client is dropped [4194304]", 4096, (long long)1 << 40 },
         { "drain-timeout-ms", "ACT_SERVE_DRAIN_TIMEOUT_MS", F_INT, &c->so.drain_timeout_ms, "longest drain after SIGTERM [10000]", 0, 86400000 },
         { "frame-timeout-ms", "ACT_SERVE_FRAME_TIMEOUT_MS", F_INT, &c->so.frame_timeout_ms, "longest a frame (or HELLO) may take, 0 = none [30000]", 0, 86400000 },
+        { "max-connection-age", "ACT_SERVE_MAX_CONNECTION_AGE", F_INT, &c->so.max_conn_age_s, "close a connection older than this many seconds (spread over 0.9-1.1 of it) the next time it owes nothing, so its client reconnects and a TCP balancer places it again (after a rolling restart); 0 = never [0]", 0, 31536000 },
         { "keepalive-s", "ACT_SERVE_KEEPALIVE_S", F_INT, &c->so.keepalive_s, "TCP: drop a peer that vanished without closing (power or network lost while idle) after this many silent seconds plus 3 unanswered probes; 0 = the kernel's defaults (hours) [30]", 0, 86400 },
         { "metrics-port", "ACT_SERVE_METRICS_PORT", F_INT, &c->so.metrics_port, "HTTP /healthz and /metrics, -1 = off [-1]", -1, 65535 },
         { "audit-log", "ACT_SERVE_AUDIT_LOG", F_STR, &c->so.audit_log, "append one JSON line per request", 0, 0 },

@@ -475,6 +475,54 @@ def test_batches_share_places_between_connections(server, tiny, rng, tmp_path):
     assert [c for c, _ in order].index("B") < 8, order
 
 
+def test_max_connection_age_closes_idle_connections_only(server, tiny, rng):
+    """--max-connection-age: a connection past its age (0.9-1.1 of it) is closed the next time
+    it owes nothing - never with a request out, however long it stays busy - and the client
+    sees the end before its next call, which goes once, on a new connection."""
+    _, cfg = tiny
+    slow = dict(os.environ, ACT_CPU_TIMING_MODEL="250000")   # 0.25 s steps
+    srv = server("--max-connection-age", 1, "--max-batch", 2, env=slow)
+    assert "--max-connection-age" in subprocess.run([str(srv.proc.args[0]), "--help"], capture_output=True,
+                                                     text=True).stdout
+    q, imgs = _obs(rng, cfg["camera_names"])
+    c = ActClient("127.0.0.1", srv.port, timeout=60)
+    # busy past the age: 8 requests in 4 batches of 2 (1 s), all out at once on one connection
+    n = 8
+    qs = np.stack([q + i for i in range(n)])
+    t0 = time.monotonic()
+    c.predict_many(qs, {k: np.stack([v] * n) for k, v in imgs.items()})
+    assert time.monotonic() - t0 > 0.9
+    assert (c.reconnects, c.last_result["resent"]) == (0, 0), c.last_result
+    # then idle: it goes within 1.1 s of connecting (at the last reply, or the 0.1 s scan)
+    deadline = time.monotonic() + 10
+    while srv.metric("act_serve_connections_aged_total") < 1:
+        assert time.monotonic() < deadline, srv.log()
+        time.sleep(0.05)
+    assert "older than --max-connection-age 1 s" in srv.log()
+    c._drop_if_closed()   # what every call does first: the ended stream is let go unused
+    assert c._sock is None
+    while srv.metric("act_serve_connections") > 0:   # the server's side closes at the client's
+        assert time.monotonic() < deadline, srv.log()
+        time.sleep(0.01)
+    np.testing.assert_allclose(c.predict(q, imgs), c.predict(q, imgs))
+    assert c.reconnects == 1 and c.connect_failures == 0
+    assert srv.metric("act_serve_requests_total") == srv.metric("act_serve_results_total") == n + 2
+    assert srv.metric("act_serve_connections_dropped_total") == 0
+
+    # a robot's loop of single steps: aged between two of its calls, and not one call fails
+    fast = server("--max-connection-age", 1)
+    c = ActClient("127.0.0.1", fast.port, timeout=60)
+    t0 = time.monotonic()
+    calls = 0
+    while time.monotonic() - t0 < 2.6:
+        c.predict(q, imgs)
+        calls += 1
+        time.sleep(0.02)
+    assert 2 <= c.reconnects <= 3 and c.connect_failures == 0, (c.reconnects, fast.log())
+    assert fast.metric("act_serve_connections_aged_total") == c.reconnects
+    assert fast.metric("act_serve_results_total") == calls
+
+
 def test_drain_timeout_bounds_the_shutdown_and_a_second_signal_exits_at_once(server, tiny, rng, tmp_path):
     """--drain-timeout-ms is the longest drain: requests still queued at its end are dropped
     (their connection closes, the client retries elsewhere), not computed one by one with no one

@@ -69,10 +69,14 @@ def _results_total(mport) -> float:
     return 0.0
 
 
-def test_two_replicas_behind_haproxy(act_serve, ref, tmp_path):
+def _haproxy() -> str:
     haproxy = shutil.which("haproxy")
     if haproxy is None:
         pytest.skip("haproxy is not installed (apt-get install -y haproxy); CI installs it")
+    return haproxy
+
+
+def _tiny_model(ref, tmp_path) -> Path:
     sys.path.insert(0, str(REPO / "tests" / "python"))
     import conftest
 
@@ -85,21 +89,33 @@ def test_two_replicas_behind_haproxy(act_serve, ref, tmp_path):
     subprocess.run([sys.executable, str(REPO / "tools" / "convert_checkpoint.py"), str(tmp_path / "ck.pt"), "-o",
                     str(model), "--config", str(tmp_path / "ck.yaml"), "--stats", str(tmp_path / "st.pkl")],
                    check=True, capture_output=True)
+    return model
 
+
+def _start_haproxy(haproxy, tmp_path, ports):
+    """HAProxy in TCP mode on a free port before the replicas (port, metrics port); health
+    checks on /healthz. Returns (process, its port) once its first checks had time to run."""
+    lb_port = _free_port()
+    servers = "\n".join(f"    server r{i} 127.0.0.1:{p} check port {m}" for i, (p, m) in enumerate(ports))
+    (tmp_path / "haproxy.cfg").write_text(HAPROXY_CFG.format(port=lb_port, servers=servers))
+    with open(tmp_path / "haproxy.log", "w") as lb_log:
+        lb = subprocess.Popen([haproxy, "-db", "-f", str(tmp_path / "haproxy.cfg")], stdout=lb_log,
+                              stderr=subprocess.STDOUT)
+    time.sleep(1.0)   # first health checks (inter 200ms, rise 2)
+    assert lb.poll() is None, (tmp_path / "haproxy.log").read_text()
+    return lb, lb_port
+
+
+def test_two_replicas_behind_haproxy(act_serve, ref, tmp_path):
+    haproxy = _haproxy()
+    model = _tiny_model(ref, tmp_path)
     procs = []
     try:
         replicas = [Server(act_serve, model, tmp_path) for _ in range(2)]
         procs += [r.proc for r in replicas]
         ports = [(r.port, r.mport) for r in [s.wait_ready() for s in replicas]]
-        lb_port = _free_port()
-        servers = "\n".join(f"    server r{i} 127.0.0.1:{p} check port {m}" for i, (p, m) in enumerate(ports))
-        (tmp_path / "haproxy.cfg").write_text(HAPROXY_CFG.format(port=lb_port, servers=servers))
-        lb_log = open(tmp_path / "haproxy.log", "w")
-        lb = subprocess.Popen([haproxy, "-db", "-f", str(tmp_path / "haproxy.cfg")], stdout=lb_log,
-                              stderr=subprocess.STDOUT)
+        lb, lb_port = _start_haproxy(haproxy, tmp_path, ports)
         procs.append(lb)
-        time.sleep(1.0)   # first health checks (inter 200ms, rise 2)
-        assert lb.poll() is None, (tmp_path / "haproxy.log").read_text()
 
         rng = np.random.default_rng(5)
         q = rng.standard_normal(5).astype(np.float32)
@@ -136,6 +152,67 @@ def test_two_replicas_behind_haproxy(act_serve, ref, tmp_path):
             t.join(timeout=180)
         assert not errors, errors
         assert len(got) >= n + 8, "clients made no progress after one replica drained"
+        for g in got:
+            np.testing.assert_allclose(g, want, **BATCH_TOL)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_max_connection_age_spreads_clients_after_a_rolling_restart(act_serve, ref, tmp_path):
+    """The rolling-restart case: while replica 1 was down every client connected to replica 0,
+    and connections last, so without --max-connection-age replica 1 would get nothing when it
+    is back. With it (1 s), replica 0 lets each client's connection go between two of its calls,
+    the client reconnects through HAProxy, and round robin puts some on replica 1 - while every
+    call succeeds."""
+    haproxy = _haproxy()
+    model = _tiny_model(ref, tmp_path)
+    ports = [(0, 0), (_free_port(), _free_port())]
+    procs = []
+    try:
+        r0 = Server(act_serve, model, tmp_path, "--max-connection-age", 1).wait_ready()
+        procs.append(r0.proc)
+        ports[0] = (r0.port, r0.mport)
+        lb, lb_port = _start_haproxy(haproxy, tmp_path, ports)   # replica 1 down (not started)
+        procs.append(lb)
+        rng = np.random.default_rng(7)
+        q = rng.standard_normal(5).astype(np.float32)
+        imgs = {c: rng.integers(0, 256, (IMAGE, IMAGE, 3), dtype=np.uint8) for c in CAMS}
+        clients = [ActClient("127.0.0.1", lb_port, timeout=60) for _ in range(4)]
+        want = clients[0].predict(q, imgs)
+        for c in clients[1:]:
+            np.testing.assert_allclose(c.predict(q, imgs), want, **BATCH_TOL)
+        r1 = Server(act_serve, model, tmp_path, "--max-connection-age", 1, port=ports[1][0],
+                    metrics_port=ports[1][1])
+        procs.append(r1.proc)
+        r1.wait_ready()
+
+        got, errors, stop = [], [], threading.Event()
+
+        def loop(c):
+            try:
+                while not stop.is_set():
+                    got.append(c.predict(q, imgs))
+                    time.sleep(0.01)
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=loop, args=(c,)) for c in clients]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 20
+        while (_results_total(ports[1][1]) < 8 or _results_total(ports[0][1]) < 8 + 4) and not errors \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+        assert not errors, errors
+        assert _results_total(ports[1][1]) >= 8, f"replica 1 got no clients back:\n{r0.log()}"
+        assert r0.metric("act_serve_connections_aged_total") >= 1
+        assert sum(c.reconnects for c in clients) >= 1 and not any(c.connect_failures for c in clients)
         for g in got:
             np.testing.assert_allclose(g, want, **BATCH_TOL)
     finally:

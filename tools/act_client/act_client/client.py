@@ -253,6 +253,22 @@ class ActClient:
             finally:
                 self._sock = None
 
+    def _drop_if_closed(self) -> None:
+        """Between calls: a connection the server has ended (act-serve --max-connection-age
+        closes an idle one so that a balancer can place the client again; a replica stopped)
+        is let go before the next request is sent on it, so that request goes once, on a new
+        connection, rather than into a closed stream to be sent again after the failure."""
+        if self._sock is None or self._rend > self._rpos or not select.select([self._sock], [], [], 0)[0]:
+            return
+        try:
+            ended = self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            ended = False
+        except OSError:   # reset
+            ended = True
+        if ended:
+            self._close()
+
     def close(self) -> None:
         with self._lock:
             self._close()
@@ -420,6 +436,8 @@ class ActClient:
         while True:
             pending = False   # a frame (partly) sent whose reply is not read: the stream is mid-call
             try:
+                if make_frame is not None:
+                    self._drop_if_closed()
                 if self._sock is None:
                     try:
                         self._connect(deadline)
@@ -638,6 +656,8 @@ class ActClient:
 
         while done < n:
             try:
+                if not inflight:
+                    self._drop_if_closed()
                 if self._sock is None:
                     self._call(None, wire.INFO, "PREDICT", deadline)   # connects, retrying within the deadline
                 now = time.monotonic()
