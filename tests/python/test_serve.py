@@ -306,6 +306,34 @@ def test_audit_log_keeps_whole_lines_when_writes_fail_and_follows_a_rotation(act
         assert srv.stop() == 0, srv.log()
 
 
+def test_audit_log_whose_folder_went_away_writes_on_and_says_so_once(server, tiny, tmp_path, rng):
+    """A log whose path cannot be made again (its folder moved away by a rotation script) goes
+    on into the file still open - no line lost - says so once, not every second, and is made
+    at its path again once the folder is back."""
+    _, cfg = tiny
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    audit = logs / "audit.jsonl"
+    srv = server("--audit-log", audit)
+    c = ActClient("127.0.0.1", srv.port, timeout=60)
+    q, imgs = _obs(rng, cfg["camera_names"])
+    c.predict(q, imgs)
+    logs.rename(tmp_path / "logs.old")
+    for _ in range(2):   # two checks of the path (a second apart), each finding it unmakeable
+        time.sleep(1.1)
+        c.predict(q, imgs)
+    said = "was moved or removed and cannot be made again"
+    assert srv.log().count(said) == 1 and "No such file or directory" in srv.log(), srv.log()
+    moved = (tmp_path / "logs.old" / "audit.jsonl").read_text().splitlines()
+    assert len(moved) == 3 and all(json.loads(line)["status"] == "ok" for line in moved), moved
+    assert srv.metric("act_serve_audit_lines_lost_total") == 0
+    logs.mkdir()
+    time.sleep(1.1)
+    c.predict(q, imgs)
+    assert len(audit.read_text().splitlines()) == 1 and "reopened" in srv.log(), srv.log()
+    assert srv.log().count(said) == 1
+
+
 def test_sigterm_ignored_at_start_still_drains(act_serve, tiny, tmp_path):
     """A wrapper's `trap '' TERM` (or a parent that ignores it) used to leave act-serve deaf to
     the signal every supervisor drains servers with: it is caught all the same, and said."""
