@@ -459,10 +459,10 @@ def test_batches_share_places_between_connections(server, tiny, rng, tmp_path):
     robot asking one step at a time: when more wait than a batch holds, each batch takes every
     connection's first pending request, then every one's second, ... (arrival order within a
     round), and each connection's own requests still run in the order it sent them.
-    Steps of 0.2 s make it deterministic: all of A's 16 and C's 6 are queued while the first
+    Steps of 0.3 s make it deterministic: all of A's 16 and C's 6 are queued while the first
     batch runs, and B's single request a moment after."""
     _, cfg = tiny
-    slow = dict(os.environ, ACT_CPU_TIMING_MODEL="200000")
+    slow = dict(os.environ, ACT_CPU_TIMING_MODEL="300000")
     audit = tmp_path / "audit.jsonl"
     srv = server("--max-batch", 4, "--max-wait-us", 2_000_000, "--audit-log", audit, env=slow)
     q, imgs = _obs(rng, cfg["camera_names"])
@@ -547,7 +547,8 @@ def test_max_connection_age_closes_idle_connections_only(server, tiny, rng):
         calls += 1
         time.sleep(0.02)
     assert 2 <= c.reconnects <= 3 and c.connect_failures == 0, (c.reconnects, fast.log())
-    assert fast.metric("act_serve_connections_aged_total") == c.reconnects
+    # each reconnect followed an aging; the last connection may have aged since the loop ended
+    assert fast.metric("act_serve_connections_aged_total") in (c.reconnects, c.reconnects + 1)
     assert fast.metric("act_serve_results_total") == calls
 
 
