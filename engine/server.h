@@ -47,6 +47,8 @@ typedef struct act_server_opts {
     int keepalive_s;           /* TCP: probe a silent peer after this many seconds and drop it
                                 * after 3 unanswered probes (a third of it apart); the same
                                 * bound on unacknowledged replies (0 = the kernel's defaults) */
+    int proxy_protocol;        /* TCP connections start with a PROXY protocol header (v1 or v2)
+                                * from a balancer, naming the client for the logs */
     int max_conn_age_s;        /* a connection older than this (give or take a tenth, spread
                                 * per connection) is closed the next time it owes nothing, so a
                                 * TCP balancer places its client again (0 = never) */

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -162,7 +163,8 @@ static void conn_update_events(act_io *io, act_conn *c)
 }
 
 /* --max-connection-age: a connection past its age that owes nothing (no request queued or
- * running, no reply unsent, no frame begun) is let go as a refused one is: the server half-closes
+ * running, no reply unsent, no frame begun, no byte waiting unread in the socket, no burst
+ * announced with ACT_PREDICT_MORE) is let go as a refused one is: the server half-closes
  * (the client's next call finds the end of the stream and reconnects, through the balancer, before
  * it sends), discards whatever crossed the FIN on its way in (that client sees the stream end
  * without a reply and sends it again: a predict is a pure function) and closes at the client's
@@ -171,10 +173,13 @@ static void conn_age_out(act_io *io, act_conn *c, double now)
 {
     act_server *s = io->s;
     if (!c->age_deadline || now < c->age_deadline || c->closing || !c->handshaken || c->inflight ||
-        c->out_head || c->have_hdr || c->hdr_got || c->read_done)
+        c->out_head || c->have_hdr || c->hdr_got || c->read_done || c->more)
         return;
+    /* its next frame already here (a reply went out on the wake-up that also brought it, or
+     * between two pipelined frames of one read) would cross the FIN: it is read and answered */
+    int unread = 0;
+    if (ioctl(c->fd, FIONREAD, &unread) != 0 || unread > 0) return;
     act_serve_log(s, "%s: closing connection: older than --max-connection-age %d s", c->peer, s->o.max_conn_age_s);
-    act_metrics_conn_aged(&s->metrics);
     pthread_mutex_lock(&s->mu);   /* the batcher waits for its requests no longer */
     s->n_ready_conns--;
     c->handshaken = 0;
@@ -185,6 +190,7 @@ static void conn_age_out(act_io *io, act_conn *c, double now)
     c->closing_deadline = now + CLOSING_LINGER_S;
     io->n_closing++;
     shutdown(c->fd, SHUT_WR);
+    act_metrics_conn_aged(&s->metrics);   /* after the FIN: whoever reads it may look for the end */
 }
 
 /* Sends what the socket takes now. Returns -1 when the connection was closed. */
@@ -513,6 +519,49 @@ static ssize_t conn_recv(act_conn *c, void *buf, size_t n)
     return got;
 }
 
+/* --proxy-protocol: the PROXY header before anything else, read without taking a byte past its
+ * end (the HELLO may follow in the same segment): what is there is peeked, and only the bytes
+ * that belong to the header are taken. 1 = read (c->peer is now the client it names), 0 = not
+ * yet whole, -1 = the connection was closed or is closing. */
+static int conn_read_proxy(act_io *io, act_conn *c)
+{
+    act_server *s = io->s;
+    char msg[320];
+    ssize_t n;
+    do n = recv(c->fd, c->proxy_buf + c->proxy_got, sizeof c->proxy_buf - c->proxy_got, MSG_PEEK | MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (n <= 0) {
+        act_conn_close(io, c, 0, n == 0 ? "closed before its PROXY header was complete" : strerror(errno));
+        return -1;
+    }
+    size_t have = c->proxy_got + (size_t)n;
+    long whole = act_proxy_scan(c->proxy_buf, have, msg, sizeof msg);
+    size_t take = whole > 0 ? (size_t)whole - c->proxy_got : (size_t)n;
+    char peer[64] = "";
+    if (whole < 0 || (whole > 0 && act_proxy_peer(c->proxy_buf, (size_t)whole, peer, sizeof peer, msg, sizeof msg))) {
+        c->proxy_wait = 0;   /* the ERROR goes out as frames do; what follows is discarded */
+        conn_error(io, c, 0, ACT_E_MALFORMED, msg, 1);
+        return -1;
+    }
+    uint8_t sink[ACT_PROXY_MAX];   /* the peeked bytes, taken now (the same bytes: nobody else reads) */
+    ssize_t got;
+    do got = recv(c->fd, sink, take, MSG_DONTWAIT);
+    while (got < 0 && errno == EINTR);
+    if (got != (ssize_t)take) {
+        act_conn_close(io, c, 0, got < 0 ? strerror(errno) : "a short read of peeked bytes");
+        return -1;
+    }
+    c->proxy_got += take;
+    if (whole == 0) return 0;
+    c->proxy_wait = 0;
+    if (peer[0]) {
+        act_serve_log(s, "%s: PROXY header: the client is %s", c->peer, peer);
+        snprintf(c->peer, sizeof c->peer, "%s", peer);
+    }
+    return 1;
+}
+
 void act_conn_read(act_io *io, act_conn *c)
 {
     act_server *s = io->s;
@@ -524,6 +573,7 @@ void act_conn_read(act_io *io, act_conn *c)
             act_conn_close(io, c, 0, NULL);
         return;
     }
+    if (c->proxy_wait && conn_read_proxy(io, c) <= 0) return;
     for (int frames = 0; frames < READ_FRAMES_PER_WAKE;) {
         int in_payload = c->have_hdr;
         ssize_t n = in_payload ? conn_recv(c, c->in + c->in_got, c->fh.len - c->in_got)
@@ -599,9 +649,11 @@ static void conn_open(act_io *io, int fd, int is_unix, const char *peer)
     c->client[0] = 0;
     double now = act_now();
     c->frame_deadline = s->o.frame_timeout_ms ? now + 1e-3 * s->o.frame_timeout_ms : 0;
+    c->proxy_wait = s->o.proxy_protocol && !is_unix;
+    c->proxy_got = 0;
     /* each connection's age spread over 0.9-1.1 of the limit (by slot and generation), so that the
      * clients of a restart, which all connected at once, do not all reconnect at once again */
-    c->age_deadline = s->o.max_conn_age_s
+    c->age_deadline = s->o.max_conn_age_s && !is_unix   /* no balancer places a Unix socket's */
         ? now + s->o.max_conn_age_s * (0.9 + 0.2 * (double)((c->gen * 2654435761u + (uint32_t)slot) % 1024u) / 1023.0)
         : 0;
     act_metrics_conn(&s->metrics, 1, 0);

@@ -85,6 +85,9 @@ typedef struct act_out {           /* one queued reply frame */
     size_t n, off;
 } act_out;
 
+#define ACT_PROXY_V2_HDR 16        /* a PROXY protocol v2 header's fixed part */
+#define ACT_PROXY_MAX 256          /* the longest PROXY header read (v1's is at most 107 bytes) */
+
 typedef struct act_conn {
     int fd;                        /* -1 = free slot */
     int is_unix;                   /* accepted on the Unix socket: may attach shared memory */
@@ -97,6 +100,9 @@ typedef struct act_conn {
     double frame_deadline;         /* a frame begun (or HELLO owed) must be complete by then; 0 = idle */
     double age_deadline;           /* --max-connection-age: closed once past it and owing nothing
                                     * (0 = never) */
+    int proxy_wait;                /* --proxy-protocol: its PROXY header not yet read */
+    size_t proxy_got;              /* bytes of it in proxy_buf */
+    uint8_t proxy_buf[ACT_PROXY_MAX];
     char peer[64], client[256];
     uint8_t hdr[ACT_PROTO_HDR];
     size_t hdr_got;
@@ -222,6 +228,14 @@ void act_conn_close(act_io *io, act_conn *c, int dropped, const char *why);
 void act_conn_expire(act_io *io, double now);        /* closes refused clients past their linger */
 void act_deliver_done(act_io *io);                   /* routes finished requests to their clients */
 void act_req_put(act_io *io, act_req *r);            /* back to the pool (or freed when it is full) */
+
+/* server_proxy.c: the PROXY protocol header a balancer sends first (--proxy-protocol).
+ * act_proxy_scan: of the first n bytes of a connection, L > 0 when a whole header is the first
+ * L; 0 when all n belong to a header not yet complete; -1 when they cannot (msg).
+ * act_proxy_peer: the client a whole header (len bytes) names, as "addr:port", or "" when it
+ * names none (LOCAL, UNKNOWN, not IP); 0, or -1 with msg. */
+long act_proxy_scan(const uint8_t *b, size_t n, char *msg, size_t msglen);
+int act_proxy_peer(const uint8_t *b, size_t len, char *peer, size_t peerlen, char *msg, size_t msglen);
 
 /* server_shm.c (the I/O thread of the connection) */
 int act_shm_map(int fd, uint64_t size, act_shm **out, char *msg, size_t msglen);   /* 0 or an act_err_code */

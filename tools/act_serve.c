@@ -156,6 +156,7 @@ static int parse(int argc, char **argv, cli *c)
         { "max-out-bytes", "ACT_SERVE_MAX_OUT_BYTES", F_SIZE, &c->so.max_out_bytes, "unread reply bytes before a client is dropped [4194304]", 4096, (long long)1 << 40 },
         { "drain-timeout-ms", "ACT_SERVE_DRAIN_TIMEOUT_MS", F_INT, &c->so.drain_timeout_ms, "longest drain after SIGTERM [10000]", 0, 86400000 },
         { "frame-timeout-ms", "ACT_SERVE_FRAME_TIMEOUT_MS", F_INT, &c->so.frame_timeout_ms, "longest a frame (or HELLO) may take, 0 = none [30000]", 0, 86400000 },
+        { "proxy-protocol", "ACT_SERVE_PROXY_PROTOCOL", F_BOOL, &c->so.proxy_protocol, "behind a TCP balancer that sends the PROXY protocol (HAProxy: send-proxy or send-proxy-v2): every TCP connection must start with its header, and logs and the audit log name the client it carries, not the balancer; a connection without one is refused (the Unix socket never has one) (1/0) [0]", 0, 0 },
         { "max-connection-age", "ACT_SERVE_MAX_CONNECTION_AGE", F_INT, &c->so.max_conn_age_s, "close a connection older than this many seconds (spread over 0.9-1.1 of it) the next time it owes nothing, so its client reconnects and a TCP balancer places it again (after a rolling restart); 0 = never [0]", 0, 31536000 },
         { "keepalive-s", "ACT_SERVE_KEEPALIVE_S", F_INT, &c->so.keepalive_s, "TCP: drop a peer that vanished without closing (power or network lost while idle) after this many silent seconds plus 3 unanswered probes; 0 = the kernel's defaults (hours) [30]", 0, 86400 },
         { "metrics-port", "ACT_SERVE_METRICS_PORT", F_INT, &c->so.metrics_port, "HTTP /healthz and /metrics, -1 = off [-1]", -1, 65535 },
@@ -327,8 +328,9 @@ int main(int argc, char **argv)
                         "algorithms (the file is neither read nor written)\n", c.algo_cache);
     char mport[48] = "";
     if (c.so.metrics_port >= 0) snprintf(mport, sizeof mport, ", metrics on port %d", act_server_metrics_port(g_server));
-    fprintf(stderr, "act-serve: ready on %s:%d%s%s (%s, model %s, max-batch %d, batch sizes %s, max-wait-us %d, "
-            "io-threads %d, warm-up %.1f s)%s\n", c.so.host, act_server_port(g_server), c.so.unix_path ? " and unix:" : "",
+    fprintf(stderr, "act-serve: ready on %s:%d%s%s%s (%s, model %s, max-batch %d, batch sizes %s, max-wait-us %d, "
+            "io-threads %d, warm-up %.1f s)%s\n", c.so.host, act_server_port(g_server),
+            c.so.proxy_protocol ? " (TCP: PROXY protocol headers only)" : "", c.so.unix_path ? " and unix:" : "",
             c.so.unix_path ? c.so.unix_path : "", act_session_device_name(sess), cfg->model_hash,
             c.so.max_batch, act_server_batch_sizes(g_server), c.so.max_wait_us, act_server_io_threads(g_server),
             act_server_warmup_seconds(g_server), mport);

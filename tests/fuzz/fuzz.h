@@ -1,5 +1,6 @@
 /* fuzz.h - the fuzz harnesses of tests/fuzz, as plain functions.
- * defines: act_fuzz_protocol, act_fuzz_weights, act_fuzz_json, act_fuzz_episode, act_fuzz_lzf, FUZZ_ASSERT,
+ * defines: act_fuzz_protocol, act_fuzz_weights, act_fuzz_json, act_fuzz_episode, act_fuzz_lzf,
+ *          act_fuzz_proxy, FUZZ_ASSERT,
  *          act_fuzz_tmp_file
  *
  * Each act_fuzz_<target>(data, size) feeds one input to the parser it names and returns 0; it
@@ -21,6 +22,7 @@ int act_fuzz_weights(const uint8_t *data, size_t size);
 int act_fuzz_json(const uint8_t *data, size_t size);
 int act_fuzz_episode(const uint8_t *data, size_t size);
 int act_fuzz_lzf(const uint8_t *data, size_t size);
+int act_fuzz_proxy(const uint8_t *data, size_t size);
 
 /* A broken invariant aborts, so libFuzzer saves the input and the replay test fails. */
 #define FUZZ_ASSERT(cond, ...)                                                  \

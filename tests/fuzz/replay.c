@@ -19,6 +19,7 @@ static const target k_targets[] = {
     {"json", act_fuzz_json},
     {"episode", act_fuzz_episode},
     {"lzf", act_fuzz_lzf},
+    {"proxy", act_fuzz_proxy},
 };
 #define N_TARGETS (int)(sizeof k_targets / sizeof k_targets[0])
 
@@ -87,7 +88,7 @@ int main(int argc, char **argv)
     if (argc >= 3) {
         const target *t = find_target(argv[1]);
         if (!t) {
-            fprintf(stderr, "unknown target '%s' (protocol, weights, json, episode, lzf)\n", argv[1]);
+            fprintf(stderr, "unknown target '%s' (protocol, weights, json, episode, lzf, proxy)\n", argv[1]);
             return 2;
         }
         for (int i = 2; i < argc; i++)

@@ -8,6 +8,7 @@ redispatch send it to the other replica.
 from __future__ import annotations
 
 import http.client
+import json
 import shutil
 import signal
 import socket
@@ -92,11 +93,11 @@ def _tiny_model(ref, tmp_path) -> Path:
     return model
 
 
-def _start_haproxy(haproxy, tmp_path, ports):
+def _start_haproxy(haproxy, tmp_path, ports, server_opts=""):
     """HAProxy in TCP mode on a free port before the replicas (port, metrics port); health
     checks on /healthz. Returns (process, its port) once its first checks had time to run."""
     lb_port = _free_port()
-    servers = "\n".join(f"    server r{i} 127.0.0.1:{p} check port {m}" for i, (p, m) in enumerate(ports))
+    servers = "\n".join(f"    server r{i} 127.0.0.1:{p} check port {m} {server_opts}" for i, (p, m) in enumerate(ports))
     (tmp_path / "haproxy.cfg").write_text(HAPROXY_CFG.format(port=lb_port, servers=servers))
     with open(tmp_path / "haproxy.log", "w") as lb_log:
         lb = subprocess.Popen([haproxy, "-db", "-f", str(tmp_path / "haproxy.cfg")], stdout=lb_log,
@@ -215,6 +216,35 @@ def test_max_connection_age_spreads_clients_after_a_rolling_restart(act_serve, r
         assert sum(c.reconnects for c in clients) >= 1 and not any(c.connect_failures for c in clients)
         for g in got:
             np.testing.assert_allclose(g, want, **BATCH_TOL)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+@pytest.mark.parametrize("send", ["send-proxy", "send-proxy-v2"])
+def test_proxy_protocol_names_the_client_behind_haproxy(act_serve, ref, tmp_path, send):
+    """Without it, every audit line behind a balancer names the balancer; with act-serve
+    --proxy-protocol and HAProxy's send-proxy(-v2), each names the client's own address."""
+    haproxy = _haproxy()
+    model = _tiny_model(ref, tmp_path)
+    procs = []
+    try:
+        r = Server(act_serve, model, tmp_path, "--proxy-protocol", "--audit-log", tmp_path / "audit.jsonl").wait_ready()
+        procs.append(r.proc)
+        lb, lb_port = _start_haproxy(haproxy, tmp_path, [(r.port, r.mport)], send)
+        procs.append(lb)
+        rng = np.random.default_rng(9)
+        q = rng.standard_normal(5).astype(np.float32)
+        imgs = {c: rng.integers(0, 256, (IMAGE, IMAGE, 3), dtype=np.uint8) for c in CAMS}
+        clients = [ActClient("127.0.0.1", lb_port, timeout=60, client_name=f"w{i}") for i in range(3)]
+        for c in clients:
+            c.predict(q, imgs)
+        want = {f"w{i}": "%s:%d" % c._sock.getsockname()[:2] for i, c in enumerate(clients)}
+        lines = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+        assert {a["client"]: a["peer"] for a in lines} == want, (lines, r.log())
+        assert r.metric("act_serve_connections_dropped_total") == 0
     finally:
         for p in procs:
             if p.poll() is None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import os
 import select
 import socket
@@ -37,6 +38,17 @@ from .shm import frame_memory
 # a peer gone mid-send is EPIPE, an exception to reconnect on, never a SIGPIPE that kills a
 # process (an embedding host or CLI wrapper) which left the signal at its default
 _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
+
+
+def _readable(sock: socket.socket, timeout: float) -> bool:
+    """Whether sock has something to read (bytes or its end) within timeout seconds. poll()
+    where there is one: select() refuses descriptors from 1024 on, which a worker process with
+    many files, sockets or shared buffers open reaches."""
+    if hasattr(select, "poll"):
+        p = select.poll()
+        p.register(sock, select.POLLIN)
+        return bool(p.poll(math.ceil(max(0.0, timeout) * 1000)))
+    return bool(select.select([sock], [], [], max(0.0, timeout))[0])
 
 # clients alive in this process: a fork()ed child (multiprocessing's default start method on
 # Linux, as rollout workers are often made) lets go of their parent's connections, see
@@ -258,11 +270,11 @@ class ActClient:
         closes an idle one so that a balancer can place the client again; a replica stopped)
         is let go before the next request is sent on it, so that request goes once, on a new
         connection, rather than into a closed stream to be sent again after the failure."""
-        if self._sock is None or self._rend > self._rpos or not select.select([self._sock], [], [], 0)[0]:
+        if self._sock is None or self._rend > self._rpos or not _readable(self._sock, 0):
             return
-        try:
-            ended = self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-        except BlockingIOError:
+        try:   # readable: this returns at once
+            ended = self._sock.recv(1, socket.MSG_PEEK) == b""
+        except (BlockingIOError, socket.timeout):
             ended = False
         except OSError:   # reset
             ended = True
@@ -652,7 +664,7 @@ class ActClient:
             # anything else (a late PONG of an abandoned ping) is skipped, as _call does
 
         def readable() -> bool:
-            return self._rend > self._rpos or bool(select.select([self._sock], [], [], 0)[0])
+            return self._rend > self._rpos or _readable(self._sock, 0)
 
         while done < n:
             try:
@@ -687,7 +699,7 @@ class ActClient:
                 if later and self._rend == self._rpos:
                     # wait for a reply, but no longer than the next resend is due
                     wait = min(later[0][0], deadline) - time.monotonic()
-                    if wait > 0 and not select.select([self._sock], [], [], wait)[0]:
+                    if wait > 0 and not _readable(self._sock, wait):
                         continue
                 self._set_deadline(deadline)
                 take(*self._recv_frame())
