@@ -532,7 +532,8 @@ static int conn_read_proxy(act_io *io, act_conn *c)
     while (n < 0 && errno == EINTR);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
     if (n <= 0) {
-        act_conn_close(io, c, 0, n == 0 ? "closed before its PROXY header was complete" : strerror(errno));
+        /* nothing sent at all: a balancer's plain TCP health check, not worth a line */
+        act_conn_close(io, c, 0, n < 0 ? strerror(errno) : c->proxy_got ? "closed before its PROXY header was complete" : NULL);
         return -1;
     }
     size_t have = c->proxy_got + (size_t)n;
@@ -884,7 +885,8 @@ void act_conn_expire(act_io *io, double now)
             act_conn_close(io, c, 0, NULL);
         } else if (!c->closing && c->frame_deadline && now > c->frame_deadline) {
             act_conn_close(io, c, 1, c->handshaken ? "frame not completed within --frame-timeout-ms"
-                                                   : "no HELLO within --frame-timeout-ms");
+                                     : c->proxy_wait ? "no whole PROXY header within --frame-timeout-ms"
+                                                     : "no HELLO within --frame-timeout-ms");
         } else {
             conn_age_out(io, c, now);   /* an idle client's, which no reply flushes */
         }

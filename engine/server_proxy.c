@@ -32,7 +32,10 @@ long act_proxy_scan(const uint8_t *b, size_t n, char *msg, size_t msglen)
         size_t k = n < 6 ? n : 6;
         if (memcmp(b, v1, k)) return bad(msg, msglen, "the connection does not start with a PROXY header");
         for (size_t i = 1; i < n && i < V1_MAX; i++)
-            if (b[i - 1] == '\r' && b[i] == '\n') return (long)i + 1;
+            if (b[i] == '\n') {   /* a bare LF would have the search run on into the HELLO */
+                if (b[i - 1] != '\r') return bad(msg, msglen, "a version 1 line ending in a bare LF, not CRLF");
+                return (long)i + 1;
+            }
         if (n >= V1_MAX) return bad(msg, msglen, "a version 1 line without its CRLF in 107 bytes");
         return 0;
     }
@@ -91,19 +94,22 @@ int act_proxy_peer(const uint8_t *b, size_t len, char *peer, size_t peerlen, cha
 {
     peer[0] = 0;
     if (b[0] == 'P') return v1_peer(b, len, peer, peerlen, msg, msglen);
-    int ver = b[12] >> 4, cmd = b[12] & 15, fam = b[13];
+    int ver = b[12] >> 4, cmd = b[12] & 15, af = b[13] >> 4, transport = b[13] & 15;
     size_t alen = len - ACT_PROXY_V2_HDR;
     const uint8_t *a = b + ACT_PROXY_V2_HDR;
     if (ver != 2) return bad(msg, msglen, "a version 2 signature with another version number");
     if (cmd == 0) return 0;   /* LOCAL: the balancer's own connection (a health check) */
     if (cmd != 1) return bad(msg, msglen, "a version 2 header whose command is neither LOCAL nor PROXY");
-    if ((fam >> 4) == 1) {   /* INET: TCP (1) or UDP (2) */
+    if (af > 3 || transport > 2) return bad(msg, msglen, "a version 2 header of an unknown address family or transport");
+    if (af == 0) return 0;   /* UNSPEC: the connection's own endpoints stand */
+    if (transport != 1) return bad(msg, msglen, "a version 2 header for a datagram (or no) transport on a TCP connection");
+    if (af == 1) {   /* INET */
         if (alen < 12) return bad(msg, msglen, "a version 2 IPv4 header shorter than its addresses");
-        return put_peer(peer, peerlen, AF_INET, a, ((unsigned)a[8] << 8) | a[9]);
+        return put_peer(peer, peerlen, AF_INET, a, ((unsigned)a[8] << 8) | a[9]) ? bad(msg, msglen, "an unprintable address") : 0;
     }
-    if ((fam >> 4) == 2) {
+    if (af == 2) {   /* INET6 */
         if (alen < 36) return bad(msg, msglen, "a version 2 IPv6 header shorter than its addresses");
-        return put_peer(peer, peerlen, AF_INET6, a, ((unsigned)a[32] << 8) | a[33]);
+        return put_peer(peer, peerlen, AF_INET6, a, ((unsigned)a[32] << 8) | a[33]) ? bad(msg, msglen, "an unprintable address") : 0;
     }
-    return 0;   /* UNSPEC or UNIX: nothing to print as an address */
+    return 0;   /* UNIX: nothing to print as an address */
 }

@@ -116,6 +116,9 @@ def test_headers_name_the_client_in_the_audit_log(srv, tiny, tmp_path, rng):
     (v2(1, 0x11, b"\0" * 8), "shorter than its addresses"),
     (V2_SIG + bytes([0x31, 0x11, 0, 12]) + b"\0" * 12, "another version number"),
     (V2_SIG + bytes([0x2f, 0x11, 0, 12]) + b"\0" * 12, "neither LOCAL nor PROXY"),
+    (V2_SIG + bytes([0x21, 0x41, 0, 12]) + b"\0" * 12, "unknown address family"),
+    (V2_SIG + bytes([0x21, 0x12, 0, 12]) + b"\0" * 12, "datagram"),
+    (b"PROXY TCP4 203.0.113.7 127.0.0.1 4242 7070\n" + wire.hello(), "bare LF"),
 ])
 def test_a_missing_or_malformed_header_is_refused_saying_why(srv, first, says):
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
@@ -143,13 +146,28 @@ def test_a_direct_client_gets_the_reason_and_the_unix_socket_needs_no_header(srv
 
 
 def test_a_client_that_vanishes_inside_the_header_is_closed_quietly(srv):
-    s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
-    s.sendall(b"PROXY TCP4 1.2")
-    time.sleep(0.1)
-    s.close()
-    deadline = time.monotonic() + 10
-    while srv.metric("act_serve_connections") > 0:
-        assert time.monotonic() < deadline, srv.log()
-        time.sleep(0.02)
+    """A balancer's plain TCP health check (connect, close) leaves no line; a header cut off
+    leaves one; neither counts as a misbehaving client."""
+    for first in (b"", b"PROXY TCP4 1.2"):
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+        s.sendall(first)
+        time.sleep(0.1)
+        s.close()
+        deadline = time.monotonic() + 10
+        while srv.metric("act_serve_connections") > 0:
+            assert time.monotonic() < deadline, srv.log()
+            time.sleep(0.02)
+        assert srv.log().count("closed before its PROXY header was complete") == (1 if first else 0), srv.log()
     assert srv.metric("act_serve_connections_dropped_total") == 0
-    assert "closed before its PROXY header was complete" in srv.log()
+
+
+def test_a_header_that_stalls_is_cut_at_the_frame_timeout(act_serve, tiny, tmp_path):
+    s = Server(act_serve, tiny[0], tmp_path, "--proxy-protocol", "--frame-timeout-ms", 300).wait_ready()
+    try:
+        c = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+        c.sendall(V2_SIG[:7])
+        assert c.recv(1) == b""   # closed by the server within the timeout
+        assert "no whole PROXY header within --frame-timeout-ms" in s.log(), s.log()
+    finally:
+        s.proc.kill()
+        s.proc.wait()
