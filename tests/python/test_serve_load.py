@@ -67,3 +67,21 @@ def test_timing_model_steps_are_busy_waits_of_the_modeled_length(act_serve, act_
     p = subprocess.run([str(act_infer), "bench", "--model", str(model), "--device", "cpu", "--iters", "1"],
                        capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode != 0 and "ACT_CPU_TIMING_MODEL='150,'" in p.stderr, p.stderr
+
+
+def test_serve_mixed_runs_every_binary_and_counts_both_kinds_of_client(act_serve, make_model, make_cfg, tmp_path):
+    """bench/serve_mixed.py: robots and an evaluator against each binary given (here the same
+    one twice, as an A/B of a binary with itself); every figure present and consistent."""
+    model, _ = make_model(tmp_path, make_cfg(image_size=40, vision_backbone={"input_shape": [3, 48, 48]}), 32)
+    out = tmp_path / "mixed.json"
+    p = subprocess.run([sys.executable, str(REPO / "bench" / "serve_mixed.py"), "--model", str(model), "--act-serve",
+                        f"{act_serve},{act_serve}", "--robots", "2", "--window", "6", "--max-batch", "4",
+                        "--seconds", "1.5", "--timing-model", "2000,100", "--json", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["act_serve"] for r in rows] == [str(act_serve)] * 2
+    for r in rows:
+        assert r["robot_steps"] >= 2 and r["evaluator_rps"] > 0
+        assert 2.0 <= r["robot_p50_ms"] <= r["robot_p99_ms"] <= r["robot_max_ms"]   # a step takes 2 ms at least
+    assert "robot p50 x" in p.stdout and "evaluator x" in p.stdout
