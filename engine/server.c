@@ -232,7 +232,9 @@ static void *io_main(void *arg)
     double drain_deadline = 0;
     int draining = 0;
     for (;;) {
-        int timeout = io->n_closing || draining ? 100 : 1000;
+        /* deadlines are checked by act_conn_expire on each wake-up: ten a second where an idle
+         * connection's age may pass (--max-connection-age) or one is closing, else one */
+        int timeout = io->n_closing || draining || s->o.max_conn_age_s ? 100 : 1000;
         int n = epoll_wait(io->epfd, evs, 256, timeout);
         if (n < 0 && errno != EINTR) {
             /* this thread's connections can no longer be served: the whole server stops, as

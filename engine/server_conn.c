@@ -636,6 +636,20 @@ static act_io *pick_io(act_server *s)
     return best;
 }
 
+/* A connection's share of --max-connection-age, 0.9-1.1, from its slot and generation mixed
+ * (a hash finalizer: neighbouring slots, which the clients of a restart get all at once, land
+ * far apart), so that clients that connected together do not all reconnect together again. */
+static double age_spread(uint32_t slot, uint32_t gen)
+{
+    uint32_t h = slot * 0x9E3779B1u ^ gen * 0x85EBCA77u;
+    h ^= h >> 15;
+    h *= 0x2C1B3C6Du;
+    h ^= h >> 12;
+    h *= 0x297A2D39u;
+    h ^= h >> 15;
+    return 0.9 + 0.2 * (double)(h % 1024u) / 1023.0;
+}
+
 /* Sets up an accepted connection in one of io's free slots (one was promised by pick_io). */
 static void conn_open(act_io *io, int fd, int is_unix, const char *peer)
 {
@@ -652,10 +666,8 @@ static void conn_open(act_io *io, int fd, int is_unix, const char *peer)
     c->frame_deadline = s->o.frame_timeout_ms ? now + 1e-3 * s->o.frame_timeout_ms : 0;
     c->proxy_wait = s->o.proxy_protocol && !is_unix;
     c->proxy_got = 0;
-    /* each connection's age spread over 0.9-1.1 of the limit (by slot and generation), so that the
-     * clients of a restart, which all connected at once, do not all reconnect at once again */
     c->age_deadline = s->o.max_conn_age_s && !is_unix   /* no balancer places a Unix socket's */
-        ? now + s->o.max_conn_age_s * (0.9 + 0.2 * (double)((c->gen * 2654435761u + (uint32_t)slot) % 1024u) / 1023.0)
+        ? now + s->o.max_conn_age_s * age_spread((uint32_t)slot, c->gen)
         : 0;
     act_metrics_conn(&s->metrics, 1, 0);
     act_serve_log(s, "%s: connected (I/O thread %d of %d)", c->peer, io->idx + 1, s->n_io);

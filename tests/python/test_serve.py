@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import selectors
 import shutil
 import signal
 import socket
@@ -567,6 +568,32 @@ def test_max_connection_age_closes_idle_connections_only(server, tiny, rng, tmp_
     time.sleep(1.5)
     c.predict(q, imgs)
     assert c.reconnects == 0 and local.metric("act_serve_connections_aged_total") == 0
+
+
+def test_idle_connections_age_spread_out_and_on_time(server):
+    """Clients that connected together (a restart's) must not all reconnect together: eight idle
+    connections opened at once end at their own times within 0.9-1.1 of the age - not all in the
+    same instant, and none at the I/O loop's next one-second wake-up past the window."""
+    srv = server("--max-connection-age", 2)
+    socks = []
+    for _ in range(8):
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+        s.sendall(wire.hello())
+        recv_frame(s)
+        socks.append(s)
+    t0 = time.monotonic()
+    ends = []
+    sel = selectors.DefaultSelector()
+    for s in socks:
+        sel.register(s, selectors.EVENT_READ)
+    while len(ends) < len(socks) and time.monotonic() - t0 < 10:
+        for key, _ in sel.select(timeout=1):   # each end timed as it comes
+            assert key.fileobj.recv(1) == b""
+            sel.unregister(key.fileobj)
+            ends.append(time.monotonic() - t0)
+    assert 1.75 <= min(ends) and max(ends) <= 2.2 + 0.2, ends
+    assert max(ends) - min(ends) >= 0.15, f"all ended together: {ends}"
+    assert srv.metric("act_serve_connections_aged_total") == 8
 
 
 def test_drain_timeout_bounds_the_shutdown_and_a_second_signal_exits_at_once(server, tiny, rng, tmp_path):
