@@ -43,7 +43,7 @@ long act_proxy_scan(const uint8_t *b, size_t n, char *msg, size_t msglen)
     if (memcmp(b, V2_SIG, k)) {
         return bad(msg, msglen, "the connection does not start with a PROXY header (version 1 or 2): is the "
                                 "balancer set to send one (HAProxy: send-proxy or send-proxy-v2 on the server "
-                                "line), or is this client connecting directly?");
+                                "line), or is this client connecting directly (connect to the balancer's address instead)?");
     }
     if (n < ACT_PROXY_V2_HDR) return 0;
     size_t len = ((size_t)b[14] << 8) | b[15];
