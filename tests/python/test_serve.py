@@ -596,6 +596,16 @@ def test_idle_connections_age_spread_out_and_on_time(server):
     assert srv.metric("act_serve_connections_aged_total") == 8
 
 
+def test_every_flag_has_its_row_in_serving_md(act_serve):
+    """docs/SERVING.md's option table and `act-serve --help` name the same flags with the same
+    environment variables: a flag added without its row (or a row left for a removed flag) fails."""
+    p = subprocess.run([str(act_serve), "--help"], capture_output=True, text=True, timeout=60)
+    helped = dict(re.findall(r"^  (--[a-z0-9-]+) +(ACT_[A-Z0-9_]+)", p.stdout, re.M))
+    doc = (REPO / "docs" / "SERVING.md").read_text()
+    rows = dict(re.findall(r"^\| `(--[a-z0-9-]+)` \| `(ACT_[A-Z0-9_]+)` \|", doc, re.M))
+    assert len(helped) >= 25 and helped == rows, (sorted(set(helped.items()) ^ set(rows.items())))
+
+
 def test_drain_timeout_bounds_the_shutdown_and_a_second_signal_exits_at_once(server, tiny, rng, tmp_path):
     """--drain-timeout-ms is the longest drain: requests still queued at its end are dropped
     (their connection closes, the client retries elsewhere), not computed one by one with no one

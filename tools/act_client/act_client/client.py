@@ -50,6 +50,7 @@ def _readable(sock: socket.socket, timeout: float) -> bool:
         return bool(p.poll(math.ceil(max(0.0, timeout) * 1000)))
     return bool(select.select([sock], [], [], max(0.0, timeout))[0])
 
+
 # clients alive in this process: a fork()ed child (multiprocessing's default start method on
 # Linux, as rollout workers are often made) lets go of their parent's connections, see
 # ActClient._forget_after_fork
