@@ -824,21 +824,17 @@ void act_conn_accept(act_io *from, int lfd, int is_unix)
             continue;
         }
         if (!is_unix) tcp_options(s, fd);
-        char peer[64], addr[INET6_ADDRSTRLEN] = "?";
-        int port = 0;
-        if (ss.ss_family == AF_INET) {
-            inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, addr, sizeof addr);
-            port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-        } else if (ss.ss_family == AF_INET6) {
-            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, addr, sizeof addr);
-            port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-        }
+        char peer[64] = "?:0";
         struct ucred cr;
         socklen_t crl = sizeof cr;
         if (is_unix && !getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl))
             snprintf(peer, sizeof peer, "unix:pid %d", (int)cr.pid);
-        else
-            snprintf(peer, sizeof peer, "%s:%d", addr, port);
+        else if (ss.ss_family == AF_INET && act_peer_format(peer, sizeof peer, AF_INET, &((struct sockaddr_in *)&ss)->sin_addr,
+                                                            ntohs(((struct sockaddr_in *)&ss)->sin_port)))
+            snprintf(peer, sizeof peer, "?:0");
+        else if (ss.ss_family == AF_INET6 && act_peer_format(peer, sizeof peer, AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr,
+                                                             ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)))
+            snprintf(peer, sizeof peer, "?:0");
         conn_hand(from, io, fd, is_unix, peer);
     }
 }

@@ -236,6 +236,9 @@ void act_req_put(act_io *io, act_req *r);            /* back to the pool (or fre
  * names none (LOCAL, UNKNOWN, not IP); 0, or -1 with msg. */
 long act_proxy_scan(const uint8_t *b, size_t n, char *msg, size_t msglen);
 int act_proxy_peer(const uint8_t *b, size_t len, char *peer, size_t peerlen, char *msg, size_t msglen);
+/* "addr:port" (af AF_INET or AF_INET6, addr in network order), as act-serve names peers: 0, or
+ * -1 when inet_ntop cannot print it */
+int act_peer_format(char *peer, size_t peerlen, int af, const void *addr, unsigned port);
 
 /* server_shm.c (the I/O thread of the connection) */
 int act_shm_map(int fd, uint64_t size, act_shm **out, char *msg, size_t msglen);   /* 0 or an act_err_code */

@@ -2,7 +2,7 @@
  * sends first on each connection it opens to a replica (`send-proxy` / `send-proxy-v2`), naming
  * the client it stands in for; act-serve --proxy-protocol reads it before the HELLO, so that the
  * logs and the audit log name the robot's address, not the balancer's.
- * defines: act_proxy_scan, act_proxy_peer
+ * defines: act_proxy_scan, act_proxy_peer, act_peer_format
  *
  * Version 1 is one text line of at most 107 bytes: "PROXY TCP4|TCP6 src dst sport dport\r\n" or
  * "PROXY UNKNOWN ...\r\n". Version 2 is a 12-byte signature, a version/command byte (0x20 LOCAL:
@@ -56,13 +56,20 @@ long act_proxy_scan(const uint8_t *b, size_t n, char *msg, size_t msglen)
     return n >= ACT_PROXY_V2_HDR + len ? (long)(ACT_PROXY_V2_HDR + len) : 0;
 }
 
-/* "addr:port" as act-serve prints peers */
-static int put_peer(char *peer, size_t peerlen, int af, const void *addr, unsigned port)
+int act_peer_format(char *peer, size_t peerlen, int af, const void *addr, unsigned port)
 {
     char a[INET6_ADDRSTRLEN];
     if (!inet_ntop(af, addr, a, sizeof a)) return -1;
     snprintf(peer, peerlen, "%s:%u", a, port);
     return 0;
+}
+
+/* a v1 port: decimal digits only, 0..65535; -1 when it is not one */
+static long v1_port(const char *t)
+{
+    char *end;
+    long p = strtol(t, &end, 10);
+    return !t[0] || *end || t[0] == '+' || t[0] == '-' || p > 65535 ? -1 : p;
 }
 
 static int v1_peer(const uint8_t *b, size_t len, char *peer, size_t peerlen, char *msg, size_t msglen)
@@ -80,14 +87,10 @@ static int v1_peer(const uint8_t *b, size_t len, char *peer, size_t peerlen, cha
     uint8_t src[16], dst[16];
     if (inet_pton(af, tok[2], src) != 1 || inet_pton(af, tok[3], dst) != 1)
         return bad(msg, msglen, "a version 1 line whose addresses are not of its family");
-    char *end;
-    long sport = strtol(tok[4], &end, 10);
-    if (!tok[4][0] || *end || sport < 0 || sport > 65535 || tok[4][0] == '+' || tok[4][0] == '-')
-        return bad(msg, msglen, "a version 1 line whose source port is not 0..65535");
-    long dport = strtol(tok[5], &end, 10);
-    if (!tok[5][0] || *end || dport < 0 || dport > 65535 || tok[5][0] == '+' || tok[5][0] == '-')
-        return bad(msg, msglen, "a version 1 line whose destination port is not 0..65535");
-    return put_peer(peer, peerlen, af, src, (unsigned)sport) ? bad(msg, msglen, "an unprintable address") : 0;
+    long sport = v1_port(tok[4]);
+    if (sport < 0) return bad(msg, msglen, "a version 1 line whose source port is not 0..65535");
+    if (v1_port(tok[5]) < 0) return bad(msg, msglen, "a version 1 line whose destination port is not 0..65535");
+    return act_peer_format(peer, peerlen, af, src, (unsigned)sport) ? bad(msg, msglen, "an unprintable address") : 0;
 }
 
 int act_proxy_peer(const uint8_t *b, size_t len, char *peer, size_t peerlen, char *msg, size_t msglen)
@@ -105,11 +108,11 @@ int act_proxy_peer(const uint8_t *b, size_t len, char *peer, size_t peerlen, cha
     if (transport != 1) return bad(msg, msglen, "a version 2 header for a datagram (or no) transport on a TCP connection");
     if (af == 1) {   /* INET */
         if (alen < 12) return bad(msg, msglen, "a version 2 IPv4 header shorter than its addresses");
-        return put_peer(peer, peerlen, AF_INET, a, ((unsigned)a[8] << 8) | a[9]) ? bad(msg, msglen, "an unprintable address") : 0;
+        return act_peer_format(peer, peerlen, AF_INET, a, ((unsigned)a[8] << 8) | a[9]) ? bad(msg, msglen, "an unprintable address") : 0;
     }
     if (af == 2) {   /* INET6 */
         if (alen < 36) return bad(msg, msglen, "a version 2 IPv6 header shorter than its addresses");
-        return put_peer(peer, peerlen, AF_INET6, a, ((unsigned)a[32] << 8) | a[33]) ? bad(msg, msglen, "an unprintable address") : 0;
+        return act_peer_format(peer, peerlen, AF_INET6, a, ((unsigned)a[32] << 8) | a[33]) ? bad(msg, msglen, "an unprintable address") : 0;
     }
     return 0;   /* UNIX: nothing to print as an address */
 }
